@@ -1,0 +1,111 @@
+// kvstash public API: a model, the state of one sequence, and the evaluator that advances states.
+//
+//   auto model = kvstash::Model::load("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+//   kvstash::State state(*model);                    // empty sequence, f16 KV cache
+//   kvstash::Evaluator eval(model, /*n_threads=*/2);
+//   eval.eval(state, tokens);                        // prefill: appends tokens, computes logits
+//   std::span<const float> next = state.last_logits();  // n_vocab logits of the last position
+//
+// The model is immutable and may be shared by any number of states and evaluators. The logits at
+// position i are a function of tokens[0..i] only, bitwise, however the tokens were split across eval()
+// calls and whatever the thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvstash/error.h"
+
+namespace kvstash {
+
+struct ModelConfig;
+class Tokenizer;
+
+class Model {
+public:
+    // Memory-maps a GGUF file and binds its tensors. Throws Error on a missing, malformed or unsupported file.
+    static std::shared_ptr<const Model> load(const std::string& path);
+    ~Model();
+
+    const std::string& path() const;
+    const ModelConfig& config() const;
+    int64_t n_vocab() const;
+    int64_t n_ctx_train() const;
+    // The tokenizer built from the file's vocabulary; throws Error(unsupported) if it has none kvstash handles.
+    const Tokenizer& tokenizer() const;
+    // Bytes of weight matrices read per evaluated token batch (for bandwidth figures).
+    uint64_t weight_bytes() const;
+    // A one-screen human-readable summary of the metadata and tensors.
+    std::string describe() const;
+
+    struct Impl;
+    const Impl& impl() const { return *impl_; }
+
+private:
+    Model();
+    std::unique_ptr<Impl> impl_;
+};
+
+enum class KvType { f16, f32 };
+
+struct StateOptions {
+    KvType kv_type = KvType::f16;
+    int64_t n_ctx = 0;  // maximum tokens; 0 = the model's training context length
+};
+
+// Everything needed to continue a sequence: its tokens, their KV cache and the last position's logits.
+// Caller-owned; copies are explicit (fork()).
+class State {
+public:
+    explicit State(const Model& model, StateOptions options = {});
+    ~State();
+    State(State&&) noexcept;
+    State& operator=(State&&) noexcept;
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+
+    // A new state sharing this one's KV blocks (copy-on-write); cost independent of the prefix length.
+    State fork() const;
+    // Rewinds to the first n tokens.
+    void truncate(int64_t n);
+
+    int64_t n_tokens() const;
+    int64_t n_ctx() const;
+    std::span<const int32_t> tokens() const;
+    // Logits (n_vocab) after the last token; empty before the first eval().
+    std::span<const float> last_logits() const;
+
+    struct Impl;
+    Impl& impl() { return *impl_; }
+    const Impl& impl() const { return *impl_; }
+
+private:
+    State();
+    std::unique_ptr<Impl> impl_;
+};
+
+// Advances states through the model. Owns a thread pool and scratch buffers: use one per thread of
+// control (it is not safe to call eval() on one Evaluator concurrently).
+class Evaluator {
+public:
+    explicit Evaluator(std::shared_ptr<const Model> model, int n_threads = 0);  // 0 = hardware threads
+    ~Evaluator();
+    Evaluator(const Evaluator&) = delete;
+    Evaluator& operator=(const Evaluator&) = delete;
+
+    int n_threads() const;
+    // Appends `tokens` to `state` at positions n_tokens()..n_tokens()+N-1 and computes the new logits.
+    // If `all_logits` is given it receives N × n_vocab logits (every new position), row-major.
+    // Throws Error(out_of_range) past the state's context, Error(invalid_argument) for a bad token id;
+    // the state is unchanged when it throws.
+    void eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvstash

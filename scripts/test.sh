@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test: sets up (packages, default model, Release build), runs all CTest suites (unit,
+# parity against the committed reference fixtures, end-to-end CLI tests), then rebuilds and runs the
+# unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+JOBS="$(nproc)"
+
+"$ROOT/scripts/setup.sh" --no-demo
+
+echo "==> tests (Release build)" >&2
+ctest --test-dir "$ROOT/build" --output-on-failure -j"$JOBS" --timeout 1200
+
+echo "==> unit tests under ASan + UBSan" >&2
+cmake -S "$ROOT" -B "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTASH_SANITIZE=ON >/dev/null
+cmake --build "$ROOT/build-asan" -j"$JOBS"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir "$ROOT/build-asan" --output-on-failure -j"$JOBS" -L unit --timeout 1200

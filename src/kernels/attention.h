@@ -1,0 +1,40 @@
+// Causal grouped-query attention of a batch of queries over a block-structured KV cache.
+//
+// Query t sits at absolute position first_pos + t and attends to keys 0..first_pos + t. For each
+// (query, head) the scores, the softmax and the weighted sum of values run over key positions in
+// ascending order, sequentially, reading K/V in their stored type (f16 or f32). That order depends only
+// on the query's absolute position, so the output is bitwise the same however the queries are batched
+// and whichever thread computes it.
+#pragma once
+
+#include <cstdint>
+
+#include "format/tensor_type.h"
+
+namespace kvstash {
+
+class ThreadPool;
+
+// One layer's view of the cache: position j's key row (n_head_kv * head_dim elements of `type`) is at
+// k_blocks[j / block_tokens] + (j % block_tokens) * row_bytes; the same for values.
+struct KvLayerView {
+    TensorType type = TensorType::F16;  // F16 or F32
+    int64_t block_tokens = 0;
+    uint64_t row_bytes = 0;
+    const uint8_t* const* k_blocks = nullptr;
+    const uint8_t* const* v_blocks = nullptr;
+};
+
+struct AttentionShape {
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    float scale = 1.0f;  // 1/sqrt(head_dim) for Llama
+};
+
+// q:   n_tokens × (n_head * head_dim) f32, already rotated.
+// out: n_tokens × (n_head * head_dim) f32.
+void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
+               int64_t first_pos, float* out, ThreadPool* pool);
+
+}  // namespace kvstash

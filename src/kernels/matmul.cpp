@@ -1,0 +1,155 @@
+// matmul / dot_row: argument checks, ISA dispatch, and the split of output rows across threads.
+#include "kernels/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/dispatch.h"
+#include "kernels/matmul_impl.h"
+#include "kernels/thread_pool.h"
+#include "kvstash/error.h"
+
+namespace kvstash {
+namespace {
+
+bool cpu_has(Isa isa) {
+    switch (isa) {
+        case Isa::scalar: return true;
+        case Isa::avx2:
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c");
+        case Isa::avx512:
+            return cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    }
+    return false;
+}
+
+struct IsaChoice {
+    Isa isa = Isa::scalar;
+    std::string error;  // non-empty: KVSTASH_ISA asked for something unusable
+};
+
+IsaChoice choose_isa() {
+    IsaChoice choice;
+    const char* forced = std::getenv("KVSTASH_ISA");
+    if (forced && *forced) {
+        const std::string name = forced;
+        for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+            if (name != isa_name(isa)) continue;
+            if (!cpu_has(isa)) {
+                choice.error = "KVSTASH_ISA=" + name + " but this CPU does not support " + name +
+                               "; unset it or choose one of the supported paths";
+            }
+            choice.isa = isa;
+            return choice;
+        }
+        choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2 or avx512";
+        return choice;
+    }
+    choice.isa = cpu_has(Isa::avx512) ? Isa::avx512 : cpu_has(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+    return choice;
+}
+
+const IsaChoice& isa_choice() {
+    static const IsaChoice choice = choose_isa();
+    return choice;
+}
+
+kernels::MatmulRowsFn rows_kernel(Isa isa) {
+    if (!cpu_has(isa)) {
+        throw Error(ErrorCode::invalid_argument,
+                    std::string("matmul: this CPU does not support the ") + isa_name(isa) + " path");
+    }
+    switch (isa) {
+        case Isa::scalar: return kernels::matmul_rows_scalar;
+        case Isa::avx2: return kernels::matmul_rows_avx2;
+        case Isa::avx512: return kernels::matmul_rows_avx512;
+    }
+    return kernels::matmul_rows_scalar;
+}
+
+void check_shape(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens) {
+    if (!is_supported_tensor_type(static_cast<uint32_t>(type))) {
+        throw Error(ErrorCode::unsupported,
+                    "matmul: weight type " + tensor_type_name(static_cast<uint32_t>(type)) + " is not supported");
+    }
+    const uint32_t block = tensor_type_traits(type).block_size;
+    if (rows < 0 || n_tokens < 0 || cols < 0 || cols % block != 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    "matmul: bad shape (rows " + std::to_string(rows) + ", cols " + std::to_string(cols) +
+                        ", tokens " + std::to_string(n_tokens) + "); cols must be a multiple of the " +
+                        tensor_type_traits(type).name + " block size " + std::to_string(block));
+    }
+}
+
+// Rows per task: enough tasks for dynamic balancing (about 4 per thread), each a whole number of
+// 16-row groups so that kernels run full tiles. The split never changes a result.
+int64_t rows_per_task(int64_t rows, int n_threads) {
+    if (n_threads <= 1) return rows;
+    const int64_t target = (rows + 4 * n_threads - 1) / (4 * n_threads);
+    return std::max<int64_t>(16, (target + 15) / 16 * 16);
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::scalar: return "scalar";
+        case Isa::avx2: return "avx2";
+        case Isa::avx512: return "avx512";
+    }
+    return "unknown";
+}
+
+Isa active_isa() {
+    const IsaChoice& choice = isa_choice();
+    if (!choice.error.empty()) throw Error(ErrorCode::invalid_argument, choice.error);
+    return choice.isa;
+}
+
+std::vector<Isa> available_isas() {
+    std::vector<Isa> isas;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+        if (cpu_has(isa)) isas.push_back(isa);
+    }
+    return isas;
+}
+
+void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
+                 int64_t n_tokens, float* Y, ThreadPool* pool) {
+    check_shape(type, rows, cols, n_tokens);
+    const kernels::MatmulRowsFn kernel = rows_kernel(isa);
+    if (rows == 0 || n_tokens == 0) return;
+    const kernels::MatmulArgs args{type, static_cast<const uint8_t*>(W), tensor_row_bytes(type, cols), cols, X,
+                                   n_tokens, Y, rows};
+    const int n_threads = pool ? pool->n_threads() : 1;
+    const int64_t chunk = rows_per_task(rows, n_threads);
+    const int64_t n_tasks = (rows + chunk - 1) / chunk;
+    if (n_tasks <= 1) {
+        kernel(args, 0, rows);
+        return;
+    }
+    pool->run(n_tasks, [&](int64_t task) {
+        const int64_t begin = task * chunk;
+        kernel(args, begin, std::min(rows, begin + chunk));
+    });
+}
+
+float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols) {
+    float y = 0.0f;
+    matmul_with(isa, type, w_row, 1, cols, x, 1, &y, nullptr);
+    return y;
+}
+
+void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
+            float* Y, ThreadPool* pool) {
+    matmul_with(active_isa(), type, W, rows, cols, X, n_tokens, Y, pool);
+}
+
+float dot_row(TensorType type, const void* w_row, const float* x, int64_t cols) {
+    return dot_row_with(active_isa(), type, w_row, x, cols);
+}
+
+}  // namespace kvstash

@@ -1,0 +1,32 @@
+// Y = X · Wᵀ for a weight matrix W kept in its file type (never dequantized as a whole).
+//   W: rows × cols, row-major, each row `tensor_row_bytes(type, cols)` bytes (a GGUF 2-D tensor with
+//      dims {cols, rows}).
+//   X: n_tokens × cols, f32, row stride `cols`.
+//   Y: n_tokens × rows, f32, row stride `rows`:  Y[t][r] = sum_k W[r][k] * X[t][k].
+// Batch invariance: Y[t][r] is bitwise the same function of (W[r], X[t]) whatever n_tokens, whatever
+// the other rows of X, whatever the thread count. Each dot product has one fixed reduction order.
+#pragma once
+
+#include <cstdint>
+
+#include "format/tensor_type.h"
+
+namespace kvstash {
+
+class ThreadPool;
+
+void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
+            float* Y, ThreadPool* pool);
+
+// One dot product of a W row with an f32 vector, with the same arithmetic as `matmul` (so the two are
+// bitwise equal). Used for single rows (embedding lookups go through dequantize_row instead).
+float dot_row(TensorType type, const void* w_row, const float* x, int64_t cols);
+
+namespace reference {
+// Plain scalar reference: dequantize_row then a sequential double-free f32 sum. The fast path is
+// tested against it with a tolerance derived from the operands.
+void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
+            float* Y);
+}  // namespace reference
+
+}  // namespace kvstash

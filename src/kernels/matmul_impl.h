@@ -1,0 +1,47 @@
+// Internal interface between the matmul dispatcher (matmul.cpp) and the per-ISA kernels.
+//
+// Every kernel computes, for rows [row_begin, row_end) of W and every token t:
+//     Y[t * y_stride + r] = dot(decoded W[r], X[t])
+// with one reduction order per (ISA, cols) that does not depend on n_tokens, on the row range, on the
+// tile a row or token falls in, or on the other tokens in X. The dispatcher splits rows across threads.
+#pragma once
+
+#include <cstdint>
+
+#include "format/tensor_type.h"
+
+namespace kvstash::kernels {
+
+struct MatmulArgs {
+    TensorType type;
+    const uint8_t* W;    // rows × row_bytes
+    uint64_t row_bytes;  // tensor_row_bytes(type, cols)
+    int64_t cols;
+    const float* X;  // n_tokens × cols
+    int64_t n_tokens;
+    float* Y;          // n_tokens × y_stride
+    int64_t y_stride;  // usually `rows`
+};
+
+using MatmulRowsFn = void (*)(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+
+// Scalar: dequantize_row then a sequential f32 sum per (row, token). This is reference::matmul.
+void matmul_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// AVX2 + FMA + F16C (matmul_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp). Only call them on a
+// CPU that has the instructions.
+void matmul_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+void matmul_rows_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+
+// Unpacks scale / min j (0..7) of a q4_K / q5_K super-block from its 12 packed bytes (ggml
+// get_scale_min_k4).
+inline void k_quant_scale_min(int j, const uint8_t* q, int* scale, int* min) {
+    if (j < 4) {
+        *scale = q[j] & 63;
+        *min = q[j + 4] & 63;
+    } else {
+        *scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+        *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+}  // namespace kvstash::kernels

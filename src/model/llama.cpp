@@ -1,0 +1,114 @@
+#include "model/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/thread_pool.h"
+#include "model/model_impl.h"
+#include "state/kv_cache.h"
+
+namespace kvstash {
+namespace {
+
+void project(const MatrixRef& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+    matmul(w.type, w.data, w.rows, w.cols, x, n_tokens, y, &pool);
+}
+
+void norm_rows(const float* x, const std::vector<float>& weight, float* out, int64_t n_tokens, int64_t n, float eps) {
+    for (int64_t t = 0; t < n_tokens; ++t) rms_norm_row(x + t * n, weight.data(), out + t * n, n, eps);
+}
+
+// Rounds a freshly computed K or V row to the cache type by storing it; attention then reads it back
+// from the cache exactly as it will read it on every later step.
+void store_rows(const float* src, int64_t n_tokens, int64_t width, bool keys, KvCache& kv, int64_t layer,
+                int64_t first_pos) {
+    const TensorType type = kv.type();
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        uint8_t* dst = keys ? kv.k_row(layer, first_pos + t) : kv.v_row(layer, first_pos + t);
+        const float* s = src + t * width;
+        if (type == TensorType::F32) {
+            std::memcpy(dst, s, static_cast<size_t>(width) * sizeof(float));
+        } else {
+            auto* h = reinterpret_cast<uint16_t*>(dst);
+            for (int64_t i = 0; i < width; ++i) h[i] = fp32_to_fp16(s[i]);
+        }
+    }
+}
+
+}  // namespace
+
+void LlamaScratch::reserve(const ModelConfig& c, int64_t n) {
+    if (n <= max_tokens) return;
+    max_tokens = n;
+    const auto sz = [n](int64_t width) { return static_cast<size_t>(n * width); };
+    x.resize(sz(c.n_embd));
+    xn.resize(sz(c.n_embd));
+    q.resize(sz(c.n_embd_q()));
+    k.resize(sz(c.n_embd_kv()));
+    v.resize(sz(c.n_embd_kv()));
+    attn.resize(sz(c.n_embd_q()));
+    proj.resize(sz(c.n_embd));
+    gate.resize(sz(c.n_ff));
+    up.resize(sz(c.n_ff));
+    rope_cos.resize(sz(c.n_rot / 2));
+    rope_sin.resize(sz(c.n_rot / 2));
+}
+
+void llama_forward(const Model::Impl& model, KvCache& kv, int64_t first_pos, std::span<const int32_t> tokens,
+                   LlamaScratch& s, ThreadPool& pool, int64_t logits_from, float* logits) {
+    const ModelConfig& c = model.config;
+    const ModelWeights& w = model.weights;
+    const auto n = static_cast<int64_t>(tokens.size());
+    s.reserve(c, n);
+    const int64_t half_rot = c.n_rot / 2;
+
+    for (int64_t t = 0; t < n; ++t) {
+        dequantize_row(w.token_embd.type, w.token_embd.row(tokens[static_cast<size_t>(t)]), s.x.data() + t * c.n_embd, c.n_embd);
+        model.rope.angles(first_pos + t, s.rope_cos.data() + t * half_rot, s.rope_sin.data() + t * half_rot);
+    }
+
+    AttentionShape shape;
+    shape.n_head = c.n_head;
+    shape.n_head_kv = c.n_head_kv;
+    shape.head_dim = c.head_dim;
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+        const LayerWeights& l = w.layers[static_cast<size_t>(il)];
+        // Attention block.
+        norm_rows(s.x.data(), l.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
+        project(l.wq, s.xn.data(), n, s.q.data(), pool);
+        project(l.wk, s.xn.data(), n, s.k.data(), pool);
+        project(l.wv, s.xn.data(), n, s.v.data(), pool);
+        for (int64_t t = 0; t < n; ++t) {
+            const float* cs = s.rope_cos.data() + t * half_rot;
+            const float* sn = s.rope_sin.data() + t * half_rot;
+            model.rope.apply(s.q.data() + t * c.n_embd_q(), c.n_head, cs, sn);
+            model.rope.apply(s.k.data() + t * c.n_embd_kv(), c.n_head_kv, cs, sn);
+        }
+        store_rows(s.k.data(), n, c.n_embd_kv(), /*keys=*/true, kv, il, first_pos);
+        store_rows(s.v.data(), n, c.n_embd_kv(), /*keys=*/false, kv, il, first_pos);
+        attention(shape, kv.layer_view(il), s.q.data(), n, first_pos, s.attn.data(), &pool);
+        project(l.wo, s.attn.data(), n, s.proj.data(), pool);
+        for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];
+
+        // Feed-forward block (SwiGLU).
+        norm_rows(s.x.data(), l.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
+        project(l.w_gate, s.xn.data(), n, s.gate.data(), pool);
+        project(l.w_up, s.xn.data(), n, s.up.data(), pool);
+        swiglu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
+        project(l.w_down, s.gate.data(), n, s.proj.data(), pool);
+        for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];
+    }
+
+    if (logits_from >= n) return;
+    const int64_t n_out = n - logits_from;
+    norm_rows(s.x.data() + logits_from * c.n_embd, w.output_norm, s.xn.data(), n_out, c.n_embd, c.rms_eps);
+    project(w.output, s.xn.data(), n_out, logits, pool);
+}
+
+}  // namespace kvstash

@@ -1,0 +1,78 @@
+#include "state/kv_cache.h"
+
+#include "kvstash/error.h"
+
+namespace kvstash {
+
+KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, TensorType type)
+    : n_layer_(n_layer), n_embd_kv_(n_embd_kv), type_(type) {
+    if (type != TensorType::F16 && type != TensorType::F32) {
+        throw Error(ErrorCode::invalid_argument, "KV cache type must be f16 or f32");
+    }
+    row_bytes_ = tensor_row_bytes(type, n_embd_kv);
+}
+
+uint64_t KvCache::block_bytes() const {
+    return 2 * static_cast<uint64_t>(n_layer_) * kv_block_tokens * row_bytes_;
+}
+
+void KvCache::make_unique(size_t i) {
+    if (blocks_[i].use_count() > 1) blocks_[i] = std::make_shared<KvBlock>(*blocks_[i]);
+}
+
+void KvCache::grow(int64_t n) {
+    if (n < n_tokens_) throw Error(ErrorCode::internal, "KvCache::grow cannot shrink; use truncate");
+    const size_t needed = static_cast<size_t>((n + kv_block_tokens - 1) / kv_block_tokens);
+    // The block holding position n_tokens_ (if partly filled) is about to be written: un-share it.
+    if (n > n_tokens_ && n_tokens_ % kv_block_tokens != 0) make_unique(static_cast<size_t>(n_tokens_ / kv_block_tokens));
+    const size_t half = static_cast<size_t>(n_layer_) * kv_block_tokens * row_bytes_;
+    while (blocks_.size() < needed) {
+        auto block = std::make_shared<KvBlock>();
+        block->k.resize(half);
+        block->v.resize(half);
+        blocks_.push_back(std::move(block));
+    }
+    n_tokens_ = n;
+}
+
+void KvCache::truncate(int64_t n) {
+    if (n < 0 || n > n_tokens_) throw Error(ErrorCode::out_of_range, "cannot truncate the KV cache to " + std::to_string(n) + " tokens: it holds " + std::to_string(n_tokens_));
+    blocks_.resize(static_cast<size_t>((n + kv_block_tokens - 1) / kv_block_tokens));
+    n_tokens_ = n;
+}
+
+KvCache KvCache::fork() const {
+    KvCache copy = *this;  // copies the shared_ptrs, not the blocks
+    copy.k_table_.clear();
+    copy.v_table_.clear();
+    return copy;
+}
+
+uint8_t* KvCache::k_row(int64_t layer, int64_t pos) {
+    KvBlock& b = *blocks_[static_cast<size_t>(pos / kv_block_tokens)];
+    return b.k.data() + (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
+}
+
+uint8_t* KvCache::v_row(int64_t layer, int64_t pos) {
+    KvBlock& b = *blocks_[static_cast<size_t>(pos / kv_block_tokens)];
+    return b.v.data() + (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
+}
+
+KvLayerView KvCache::layer_view(int64_t layer) {
+    k_table_.resize(blocks_.size());
+    v_table_.resize(blocks_.size());
+    const uint64_t layer_offset = static_cast<uint64_t>(layer) * kv_block_tokens * row_bytes_;
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+        k_table_[i] = blocks_[i]->k.data() + layer_offset;
+        v_table_[i] = blocks_[i]->v.data() + layer_offset;
+    }
+    KvLayerView view;
+    view.type = type_;
+    view.block_tokens = kv_block_tokens;
+    view.row_bytes = row_bytes_;
+    view.k_blocks = k_table_.data();
+    view.v_blocks = v_table_.data();
+    return view;
+}
+
+}  // namespace kvstash

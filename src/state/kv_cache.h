@@ -1,0 +1,65 @@
+// The KV cache of one sequence, stored in fixed-size blocks of kv_block_tokens positions.
+// Blocks are shared by reference count between forks and copied on the first write (copy-on-write),
+// so fork() costs O(number of blocks) pointer copies, independent of the bytes stored.
+//
+// Block layout: K and V each [n_layer][kv_block_tokens][n_embd_kv] elements of the KV type (f16 or f32).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "format/tensor_type.h"
+#include "kernels/attention.h"
+
+namespace kvstash {
+
+constexpr int64_t kv_block_tokens = 32;
+
+struct KvBlock {
+    std::vector<uint8_t> k;
+    std::vector<uint8_t> v;
+};
+
+class KvCache {
+public:
+    KvCache() = default;
+    KvCache(int64_t n_layer, int64_t n_embd_kv, TensorType type);
+
+    TensorType type() const { return type_; }
+    int64_t n_tokens() const { return n_tokens_; }
+    uint64_t row_bytes() const { return row_bytes_; }
+
+    // Makes positions [n_tokens, n) writable (allocating blocks, un-sharing the partly filled last one)
+    // and sets n_tokens = n. Positions beyond the old size hold garbage until written.
+    void grow(int64_t n);
+    // Forgets positions >= n (blocks entirely past n are released).
+    void truncate(int64_t n);
+    // A cache sharing every block with this one; either side copies a block before writing to it.
+    KvCache fork() const;
+
+    // Writable rows: only positions made writable by the last grow() (un-shared blocks).
+    uint8_t* k_row(int64_t layer, int64_t pos);
+    uint8_t* v_row(int64_t layer, int64_t pos);
+
+    // Read view of one layer for the attention kernel; valid until the next grow/truncate.
+    KvLayerView layer_view(int64_t layer);
+
+    uint64_t block_bytes() const;  // K+V bytes of one block
+    int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+
+private:
+    void make_unique(size_t block_index);
+
+    int64_t n_layer_ = 0;
+    int64_t n_embd_kv_ = 0;
+    TensorType type_ = TensorType::F16;
+    uint64_t row_bytes_ = 0;
+    int64_t n_tokens_ = 0;
+    std::vector<std::shared_ptr<KvBlock>> blocks_;
+    // Per-layer block pointer tables handed to the attention kernel (rebuilt by layer_view).
+    std::vector<const uint8_t*> k_table_;
+    std::vector<const uint8_t*> v_table_;
+};
+
+}  // namespace kvstash

@@ -1,0 +1,49 @@
+#include "kvstash/error.h"
+#include "kvstash/model.h"
+#include "model/config.h"
+#include "state/state_impl.h"
+
+namespace kvstash {
+
+State::State() : impl_(std::make_unique<Impl>()) {}
+
+State::State(const Model& model, StateOptions options) : State() {
+    const ModelConfig& c = model.config();
+    if (options.n_ctx < 0) throw Error(ErrorCode::invalid_argument, "context size must not be negative");
+    impl_->model = &model;
+    impl_->n_ctx = options.n_ctx > 0 ? options.n_ctx : (c.n_ctx_train > 0 ? c.n_ctx_train : 4096);
+    impl_->kv = KvCache(c.n_layer, c.n_embd_kv(), options.kv_type == KvType::f16 ? TensorType::F16 : TensorType::F32);
+}
+
+State::~State() = default;
+State::State(State&&) noexcept = default;
+State& State::operator=(State&&) noexcept = default;
+
+State State::fork() const {
+    State copy;
+    copy.impl_->model = impl_->model;
+    copy.impl_->n_ctx = impl_->n_ctx;
+    copy.impl_->tokens = impl_->tokens;
+    copy.impl_->kv = impl_->kv.fork();
+    copy.impl_->last_logits = impl_->last_logits;
+    return copy;
+}
+
+void State::truncate(int64_t n) {
+    if (n < 0 || n > n_tokens()) {
+        throw Error(ErrorCode::out_of_range, "cannot truncate to " + std::to_string(n) + " tokens: the state holds " +
+                                                 std::to_string(n_tokens()));
+    }
+    if (n == n_tokens()) return;
+    impl_->kv.truncate(n);
+    impl_->tokens.resize(static_cast<size_t>(n));
+    // The logits of position n-1 are not stored; the caller re-evaluates the last token to get them.
+    impl_->last_logits.clear();
+}
+
+int64_t State::n_tokens() const { return static_cast<int64_t>(impl_->tokens.size()); }
+int64_t State::n_ctx() const { return impl_->n_ctx; }
+std::span<const int32_t> State::tokens() const { return impl_->tokens; }
+std::span<const float> State::last_logits() const { return impl_->last_logits; }
+
+}  // namespace kvstash

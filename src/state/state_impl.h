@@ -1,0 +1,20 @@
+// What a State holds. The evaluator writes into it; later the state file reads and writes it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvstash/model.h"
+#include "state/kv_cache.h"
+
+namespace kvstash {
+
+struct State::Impl {
+    const Model* model = nullptr;
+    int64_t n_ctx = 0;
+    std::vector<int32_t> tokens;
+    KvCache kv;
+    std::vector<float> last_logits;  // (n_vocab) or empty
+};
+
+}  // namespace kvstash

@@ -1,0 +1,44 @@
+// The tokenizer's input: a model's vocabulary as a GGUF stores it under `tokenizer.ggml.*`.
+// A plain value filled by the caller (vocabulary_from_gguf, or a test building a tiny vocabulary),
+// so the tokenizer depends on no file format.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvstash {
+
+namespace gguf {
+class File;
+}
+
+// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
+enum class TokenType : int32_t {
+    undefined = 0,
+    normal = 1,
+    unknown = 2,
+    control = 3,        // <|im_start|>, <s>: matched in text only when parse_special is set
+    user_defined = 4,   // added tokens such as <think>: always matched in text, like llama.cpp and HF
+    unused = 5,
+    byte = 6,           // SentencePiece byte fallback <0xXX>
+};
+
+struct Vocabulary {
+    std::string model;                   // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE)
+    std::string pre;                     // tokenizer.ggml.pre: "smollm", "llama-bpe", "qwen2", "gpt2", "default", ...
+    std::vector<std::string> tokens;     // tokenizer.ggml.tokens, indexed by token id
+    std::vector<int32_t> token_types;    // tokenizer.ggml.token_type (TokenType values); empty = all normal
+    std::vector<float> scores;           // tokenizer.ggml.scores (SentencePiece merge priority); may be empty
+    std::vector<std::string> merges;     // tokenizer.ggml.merges, "left right", best (rank 0) first
+    int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1;
+    bool add_bos = false, add_eos = false, add_space_prefix = false;
+};
+
+// Reads `tokenizer.ggml.*` from a GGUF. Missing optional keys take llama.cpp's defaults for the
+// model type (SentencePiece: bos 1, eos 2, unk 0, add_bos, add_space_prefix). Throws
+// Error(bad_format) naming the key when the tokens are missing or an array has the wrong type or
+// length.
+Vocabulary vocabulary_from_gguf(const gguf::File& file);
+
+}  // namespace kvstash

@@ -1,0 +1,98 @@
+// vocabulary_from_gguf: the `tokenizer.ggml.*` metadata of a GGUF as a Vocabulary.
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "format/gguf.h"
+#include "kvstash/error.h"
+#include "tokenizer/vocabulary.h"
+
+namespace kvstash {
+namespace {
+
+[[noreturn]] void fail(const gguf::File& file, const std::string& what) {
+    throw Error(ErrorCode::bad_format, file.path() + ": " + what);
+}
+
+// The array under `key`, or nullptr when absent. Checks the element type.
+const gguf::Value* find_array(const gguf::File& file, std::string_view key, bool (*element_ok)(gguf::ValueType)) {
+    const gguf::Value* value = file.find(key);
+    if (value == nullptr) return nullptr;
+    if (value->type != gguf::ValueType::ARRAY || !element_ok(value->array_type)) {
+        fail(file, "metadata key '" + std::string(key) + "' has the wrong type for a tokenizer array");
+    }
+    return value;
+}
+
+bool is_string(gguf::ValueType t) { return t == gguf::ValueType::STRING; }
+bool is_integer(gguf::ValueType t) {
+    switch (t) {
+        case gguf::ValueType::UINT8: case gguf::ValueType::INT8: case gguf::ValueType::UINT16:
+        case gguf::ValueType::INT16: case gguf::ValueType::UINT32: case gguf::ValueType::INT32:
+        case gguf::ValueType::UINT64: case gguf::ValueType::INT64: return true;
+        default: return false;
+    }
+}
+bool is_float(gguf::ValueType t) { return t == gguf::ValueType::FLOAT32 || t == gguf::ValueType::FLOAT64; }
+
+int32_t token_id(const gguf::File& file, std::string_view key, int32_t fallback, size_t n_tokens) {
+    const std::optional<int64_t> id = file.get_int(key);
+    if (!id) return fallback;
+    // llama.cpp stores "no such token" as -1 or as a value past the vocabulary in some files.
+    if (*id < 0 || static_cast<uint64_t>(*id) >= n_tokens) return -1;
+    return static_cast<int32_t>(*id);
+}
+
+}  // namespace
+
+Vocabulary vocabulary_from_gguf(const gguf::File& file) {
+    Vocabulary vocab;
+    const std::optional<std::string> model = file.get_string("tokenizer.ggml.model");
+    if (!model) fail(file, "no tokenizer: metadata key 'tokenizer.ggml.model' is missing");
+    vocab.model = *model;
+    vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
+
+    const gguf::Value* tokens = find_array(file, "tokenizer.ggml.tokens", is_string);
+    if (tokens == nullptr || tokens->array.empty()) {
+        fail(file, "no tokenizer vocabulary: metadata key 'tokenizer.ggml.tokens' is missing or empty");
+    }
+    vocab.tokens.reserve(tokens->array.size());
+    for (const gguf::Value& token : tokens->array) vocab.tokens.push_back(token.string);
+    const size_t n_tokens = vocab.tokens.size();
+
+    if (const gguf::Value* types = find_array(file, "tokenizer.ggml.token_type", is_integer)) {
+        if (types->array.size() != n_tokens) {
+            fail(file, "'tokenizer.ggml.token_type' has " + std::to_string(types->array.size()) +
+                           " entries for " + std::to_string(n_tokens) + " tokens");
+        }
+        vocab.token_types.reserve(n_tokens);
+        for (const gguf::Value& type : types->array) vocab.token_types.push_back(static_cast<int32_t>(type.integer));
+    }
+    if (const gguf::Value* scores = find_array(file, "tokenizer.ggml.scores", is_float)) {
+        if (scores->array.size() != n_tokens) {
+            fail(file, "'tokenizer.ggml.scores' has " + std::to_string(scores->array.size()) + " entries for " +
+                           std::to_string(n_tokens) + " tokens");
+        }
+        vocab.scores.reserve(n_tokens);
+        for (const gguf::Value& score : scores->array) vocab.scores.push_back(static_cast<float>(score.real));
+    }
+    if (const gguf::Value* merges = find_array(file, "tokenizer.ggml.merges", is_string)) {
+        vocab.merges.reserve(merges->array.size());
+        for (const gguf::Value& merge : merges->array) vocab.merges.push_back(merge.string);
+    }
+
+    // Defaults as llama.cpp's llama_vocab::load sets them before reading the optional keys.
+    const bool sentencepiece = vocab.model == "llama";
+    const bool llama3 = vocab.pre == "llama-bpe" || vocab.pre == "llama3" || vocab.pre == "llama-v3";
+    vocab.bos_id = token_id(file, "tokenizer.ggml.bos_token_id", sentencepiece ? 1 : -1, n_tokens);
+    vocab.eos_id = token_id(file, "tokenizer.ggml.eos_token_id", sentencepiece ? 2 : -1, n_tokens);
+    vocab.unk_id = token_id(file, "tokenizer.ggml.unknown_token_id", sentencepiece ? 0 : -1, n_tokens);
+    vocab.pad_id = token_id(file, "tokenizer.ggml.padding_token_id", -1, n_tokens);
+    vocab.eot_id = token_id(file, "tokenizer.ggml.eot_token_id", -1, n_tokens);
+    vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(sentencepiece || llama3);
+    vocab.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+    vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(sentencepiece);
+    return vocab;
+}
+
+}  // namespace kvstash

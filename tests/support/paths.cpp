@@ -1,0 +1,25 @@
+#include "support/paths.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace kvstash::test {
+
+std::string source_dir() { return KVSTASH_SOURCE_DIR; }
+
+std::string fixture_path(const std::string& relative) { return source_dir() + "/tests/fixtures/" + relative; }
+
+std::string default_model_path() {
+    if (const char* env = std::getenv("KVSTASH_MODEL"); env && *env) return env;
+    return source_dir() + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+ModelStatus default_model_status() {
+    if (std::filesystem::exists(default_model_path())) return ModelStatus::present;
+    const char* allow = std::getenv("KVSTASH_ALLOW_NO_MODEL");
+    return (allow && std::string(allow) == "1") ? ModelStatus::missing_allowed : ModelStatus::missing;
+}
+
+std::string cli_path() { return KVSTASH_CLI_PATH; }
+
+}  // namespace kvstash::test

@@ -1,0 +1,90 @@
+// kvstash perplexity: the model's perplexity on a text file.
+//
+// Method (the same as tests/reference/make_smollm2_fixtures.py, so the two agree): tokenize the whole
+// text (BOS only if the model's vocabulary asks for it); split into consecutive chunks of --ctx tokens,
+// dropping a final partial chunk; evaluate each chunk from an empty state; in each chunk score the
+// predictions of the tokens at positions ctx/2 .. ctx-1 (token j from the logits at j-1);
+// ppl = exp(mean negative log-likelihood, natural log).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "kvstash/commands.h"
+#include "kvstash/common.h"
+#include "kvstash/error.h"
+#include "kvstash/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvstash::cli {
+namespace {
+
+struct PerplexityOptions {
+    std::string model_path;
+    std::string file;
+    int64_t ctx = 512;
+    int threads = 0;
+};
+
+// -log softmax(logits)[target], computed in double.
+double negative_log_likelihood(const float* logits, int64_t n_vocab, int32_t target) {
+    double max_logit = logits[0];
+    for (int64_t i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[i]));
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
+    return (max_logit + std::log(sum)) - static_cast<double>(logits[target]);
+}
+
+int run_perplexity(const PerplexityOptions& o) {
+    auto model = Model::load(o.model_path);
+    const std::string text = read_text_file(o.file);
+    const std::vector<int32_t> tokens = model->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
+    const auto n_chunks = static_cast<int64_t>(tokens.size()) / o.ctx;
+    if (n_chunks == 0) {
+        throw Error(ErrorCode::invalid_argument, "'" + o.file + "' has " + std::to_string(tokens.size()) +
+                                                     " tokens, fewer than one chunk of --ctx " + std::to_string(o.ctx) +
+                                                     "; use a longer text or a smaller --ctx");
+    }
+    Evaluator evaluator(model, o.threads);
+    const int64_t n_vocab = model->n_vocab();
+    const int64_t first = o.ctx / 2;
+    std::cerr << "perplexity: " << tokens.size() << " tokens, " << n_chunks << " chunks of " << o.ctx << ", scoring positions "
+              << first << ".." << o.ctx - 1 << " of each, " << evaluator.n_threads() << " threads\n";
+    double nll_sum = 0.0;
+    int64_t n_scored = 0;
+    std::vector<float> logits;
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t c = 0; c < n_chunks; ++c) {
+        State state(*model, StateOptions{KvType::f16, o.ctx});
+        std::span<const int32_t> chunk(tokens.data() + c * o.ctx, static_cast<size_t>(o.ctx));
+        evaluator.eval(state, chunk, &logits);
+        for (int64_t j = first; j < o.ctx; ++j) {
+            nll_sum += negative_log_likelihood(logits.data() + (j - 1) * n_vocab, n_vocab, chunk[static_cast<size_t>(j)]);
+            ++n_scored;
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::printf("[%lld/%lld] ppl so far %.4f (%.1f tok/s)\n", static_cast<long long>(c + 1),
+                    static_cast<long long>(n_chunks), std::exp(nll_sum / static_cast<double>(n_scored)),
+                    static_cast<double>((c + 1) * o.ctx) / seconds);
+        std::fflush(stdout);
+    }
+    std::printf("ppl = %.4f\n", std::exp(nll_sum / static_cast<double>(n_scored)));
+    return 0;
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& root, Action& action) {
+    auto o = std::make_shared<PerplexityOptions>();
+    auto* cmd = root.add_subcommand("perplexity", "Perplexity of the model on a text file (last line: 'ppl = X')");
+    add_model_option(*cmd, o->model_path);
+    cmd->add_option("-f,--file", o->file, "text file to score")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--ctx", o->ctx, "tokens per chunk (each chunk scored on its second half)")
+        ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
+        ->capture_default_str();
+    add_threads_option(*cmd, o->threads);
+    cmd->callback([&action, o] { action = [o] { return run_perplexity(*o); }; });
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,34 @@
+#include <iostream>
+#include <memory>
+
+#include "kvstash/commands.h"
+#include "kvstash/common.h"
+#include "kvstash/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvstash::cli {
+
+void register_tokenize(CLI::App& root, Action& action) {
+    struct Options {
+        std::string model_path, prompt, file;
+    };
+    auto o = std::make_shared<Options>();
+    auto* cmd = root.add_subcommand("tokenize", "Print the token ids of a text, one line, space-separated");
+    add_model_option(*cmd, o->model_path);
+    auto* p = cmd->add_option("-p,--prompt", o->prompt, "text");
+    auto* f = cmd->add_option("-f,--file", o->file, "read the text from a file")->check(CLI::ExistingFile);
+    p->excludes(f);
+    cmd->callback([&action, o, p, f] {
+        if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
+        action = [o] {
+            auto model = Model::load(o->model_path);
+            const std::string text = o->file.empty() ? o->prompt : read_text_file(o->file);
+            const auto ids = model->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
+            for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
+            std::cout << "\n";
+            return 0;
+        };
+    });
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,17 @@
+// Each subcommand registers itself on the root app and sets `action` when it is the one chosen.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace kvstash::cli {
+
+using Action = std::function<int()>;
+
+void register_info(CLI::App& root, Action& action);
+void register_perplexity(CLI::App& root, Action& action);
+void register_generate(CLI::App& root, Action& action);
+void register_tokenize(CLI::App& root, Action& action);
+
+}  // namespace kvstash::cli

@@ -1,0 +1,46 @@
+#include "kvstash/common.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "kvstash/error.h"
+
+namespace kvstash::cli {
+
+std::string default_model_path() {
+    if (const char* env = std::getenv("KVSTASH_MODEL"); env && *env) return env;
+    if (const char* dir = std::getenv("KVSTASH_MODELS_DIR"); dir && *dir) {
+        return std::string(dir) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+    }
+    return std::string(KVSTASH_DEFAULT_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+void add_model_option(CLI::App& app, std::string& model_path) {
+    model_path = default_model_path();
+    app.add_option("-m,--model", model_path, "GGUF model file (default: $KVSTASH_MODEL or the model installed by scripts/setup.sh)")
+        ->capture_default_str();
+}
+
+void add_threads_option(CLI::App& app, int& n_threads) {
+    app.add_option("-t,--threads", n_threads, "worker threads (0 = one per hardware thread)")
+        ->check(CLI::Range(0, 1024))
+        ->capture_default_str();
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(ErrorCode::io, "cannot open '" + path + "': " + std::strerror(errno));
+    std::ostringstream s;
+    s << in.rdbuf();
+    if (in.bad()) throw Error(ErrorCode::io, "cannot read '" + path + "'");
+    return s.str();
+}
+
+bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
+
+}  // namespace kvstash::cli

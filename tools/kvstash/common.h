@@ -1,0 +1,21 @@
+// Pieces shared by the CLI subcommands: default model location, file reading, option helpers.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace kvstash::cli {
+
+// $KVSTASH_MODEL, else the default model in the models folder set up by scripts/setup.sh.
+std::string default_model_path();
+// Adds -m/--model with the default above to a subcommand.
+void add_model_option(CLI::App& app, std::string& model_path);
+// Adds -t/--threads (0 = all hardware threads).
+void add_threads_option(CLI::App& app, int& n_threads);
+// Whole file as bytes; throws kvstash::Error(io) naming the path.
+std::string read_text_file(const std::string& path);
+// True when stderr is a terminal (progress lines are shown only then).
+bool stderr_is_tty();
+
+}  // namespace kvstash::cli
