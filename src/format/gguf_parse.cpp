@@ -25,7 +25,7 @@ namespace {
 constexpr uint32_t kLastValueType = static_cast<uint32_t>(ValueType::FLOAT64);
 // Smallest possible encodings, used to bound counts by the bytes left.
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims, type, offset (dims: below)
 
 // Types kvstash computes with, in the order error messages list them.
 constexpr std::array kSupportedTypes = {TensorType::F32,  TensorType::F16,  TensorType::BF16,

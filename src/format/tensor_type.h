@@ -8,7 +8,7 @@
 
 namespace kvstash {
 
-// Values are the ggml_type numbers stored in GGUF tensor infos.
+// Values are the ggml_type numbers stored in GGUF tensor infos; names are ggml's ("q4_K").
 enum class TensorType : uint32_t {
     F32 = 0,
     F16 = 1,
@@ -22,7 +22,7 @@ enum class TensorType : uint32_t {
 };
 
 struct TensorTypeTraits {
-    const char* name;     // "q4_k", as ggml names it
+    const char* name;     // "q4_K", exactly as ggml spells it
     uint32_t block_size;  // elements per block (1 for plain float types)
     uint32_t type_size;   // bytes per block
 };

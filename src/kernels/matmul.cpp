@@ -1,6 +1,8 @@
 // matmul / dot_row: argument checks, ISA dispatch, and the split of output rows across threads.
 #include "kernels/matmul.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -13,12 +15,17 @@
 namespace kvstash {
 namespace {
 
+// F16C through CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
 bool cpu_has(Isa isa) {
     switch (isa) {
         case Isa::scalar: return true;
         case Isa::avx2:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c");
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
         case Isa::avx512:
             return cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -145,6 +152,7 @@ float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, 
 
 void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
             float* Y, ThreadPool* pool) {
+    check_shape(type, rows, cols, n_tokens);  // report bad arguments before a bad KVSTASH_ISA
     matmul_with(active_isa(), type, W, rows, cols, X, n_tokens, Y, pool);
 }
 

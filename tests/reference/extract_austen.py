@@ -9,9 +9,11 @@ This file implements just enough of R's serialization format to read those vecto
 
 Usage:
   apt-get download r-cran-janeaustenr && dpkg-deb -x r-cran-janeaustenr_*.deb pkg
-  python extract_austen.py pkg/usr/lib/R/site-library/janeaustenr/data prideprejudice out.txt
+  python extract_austen.py pkg/usr/lib/R/site-library/janeaustenr/data persuasion out.txt --chapters 2
 """
+import argparse
 import gzip
+import re
 import struct
 import sys
 import zlib
@@ -112,9 +114,21 @@ def read_object(data_dir: str, name: str):
 
 
 def main():
-    data_dir, name, out = sys.argv[1:4]
-    lines = read_object(data_dir, name)
-    with open(out, "w", encoding="utf-8", newline="\n") as f:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data_dir", help="…/site-library/janeaustenr/data")
+    ap.add_argument("name", help="emma, mansfieldpark, northangerabbey, persuasion, prideprejudice, sensesensibility")
+    ap.add_argument("out")
+    ap.add_argument("--chapters", type=int, default=0,
+                    help="keep the text from its start through chapter N (stop before the 'Chapter N+1' line)")
+    args = ap.parse_args()
+    lines = read_object(args.data_dir, args.name)
+    if args.chapters:
+        heading = re.compile(rf"^chapter {args.chapters + 1}$", re.IGNORECASE)
+        end = next(i for i, line in enumerate(lines) if heading.match(line.strip()))
+        lines = lines[:end]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    with open(args.out, "w", encoding="utf-8", newline="\n") as f:
         f.write("\n".join(lines) + "\n")
 
 

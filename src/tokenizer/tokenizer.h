@@ -1,0 +1,65 @@
+// Tokenizer: text <-> token ids with a model's own vocabulary (GGUF tokenizer.ggml.*).
+//
+//   kvstash::Tokenizer tok(kvstash::vocabulary_from_gguf(file));
+//   std::vector<int32_t> ids = tok.encode("<|im_start|>user\nHi<|im_end|>", /*add_special=*/true,
+//                                         /*parse_special=*/true);
+//   std::string text = tok.decode(ids);   // the same bytes back
+//
+// Immutable after construction; every method is const and safe to call from many threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/vocabulary.h"
+
+namespace kvstash {
+
+class Tokenizer {
+public:
+    // Throws Error(unsupported) for an unknown vocab.model or (byte-level) vocab.pre, naming it and
+    // listing the known ones; Error(invalid_argument) for an inconsistent vocabulary (empty, arrays of
+    // the wrong length, a special id outside it).
+    explicit Tokenizer(Vocabulary vocab);
+    ~Tokenizer();
+    Tokenizer(Tokenizer&&) noexcept;
+    Tokenizer& operator=(Tokenizer&&) noexcept;
+    Tokenizer(const Tokenizer&) = delete;
+    Tokenizer& operator=(const Tokenizer&) = delete;
+
+    // add_special: BOS / EOS around the text as the vocabulary's add_bos / add_eos say.
+    // parse_special: control tokens written in the text (<|im_start|>, <s>) become those tokens;
+    // otherwise they are tokenized as plain text. User-defined tokens (type 4) are matched either way,
+    // as llama.cpp and HF do. Where several match, the longest wins.
+    // Any bytes are accepted; malformed UTF-8 is encoded byte by byte (see pretokenizer.h). A byte
+    // the byte-level vocabulary has no token for is dropped, as HF and llama.cpp do (SmolLM2 lacks
+    // 0x04 0x06 0x13 0x14 0x16 0x1D 0xC0 0xC1 0xF1 0xF2 0xF5-0xFF).
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+
+    // The exact bytes of the tokens, control tokens written out as their text, so that
+    // decode(encode(s, false, parse_special)) == s for every s whose bytes the vocabulary can spell
+    // (for SentencePiece, every s without U+2581, which it uses for spaces). Throws
+    // Error(invalid_argument) for an id outside the vocabulary.
+    std::string decode(std::span<const int32_t> ids) const;
+    // The bytes of one token (for streaming; may be part of a UTF-8 character). For SentencePiece,
+    // '▁' is already a space and the space decode() drops after BOS is kept.
+    std::string token_piece(int32_t id) const;
+
+    int32_t n_vocab() const;
+    int32_t bos() const;  // -1 when the vocabulary has none
+    int32_t eos() const;
+    // End of generation: EOS, EOT and control tokens that end a turn (<|im_end|>, <|eot_id|>,
+    // <|endoftext|>, <end_of_turn>, ...), as llama.cpp's special_eog_ids.
+    bool is_eog(int32_t id) const;
+    const Vocabulary& vocabulary() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvstash

@@ -1,0 +1,77 @@
+// The project's key invariant, tested bitwise: the logits at position i depend on tokens[0..i] only,
+// whatever the split of the sequence into eval() calls and whatever the thread count.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "support/eval_helpers.h"
+#include "support/paths.h"
+
+namespace kvstash::test {
+namespace {
+
+// Splits exercised: token by token, prefix/suffix at many points (across the 32-token KV block and
+// 128-token micro-batch boundaries), and repeating odd-sized chunks.
+std::vector<std::vector<int64_t>> splits_for(int64_t n) {
+    std::vector<std::vector<int64_t>> splits = {{1}, {3, 5, 7}, {2, 9}, {17}, {31, 1, 64}};
+    for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{64}, int64_t{127}, int64_t{128},
+                      int64_t{129}, n - 1}) {
+        if (k > 0 && k < n) splits.push_back({k, n - k});
+    }
+    return splits;
+}
+
+void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) return;
+    for (size_t i = 0; i < a.size(); ++i) {
+        uint32_t x, y;
+        std::memcpy(&x, &a[i], 4);
+        std::memcpy(&y, &b[i], 4);
+        if (x != y) {
+            FAIL() << what << ": first difference at position " << i / static_cast<size_t>(n_vocab) << ", vocab id "
+                   << i % static_cast<size_t>(n_vocab) << ": " << a[i] << " vs " << b[i];
+        }
+    }
+}
+
+void check_invariance(const std::string& model_path, int64_t n_tokens, KvType kv_type) {
+    auto model = Model::load(model_path);
+    const auto tokens = pseudo_random_tokens(n_tokens, model->n_vocab(), 42);
+    const auto whole = eval_logits(model, tokens, {n_tokens}, 1, kv_type);
+    const auto whole_2threads = eval_logits(model, tokens, {n_tokens}, 2, kv_type);
+    expect_bitwise_equal(whole, whole_2threads, model->n_vocab(), "1 vs 2 threads");
+    for (const auto& split : splits_for(n_tokens)) {
+        for (int threads : {1, 2}) {
+            std::ostringstream name;  // (a stream: GCC 12 -Wrestrict misfires on string concatenation)
+            name << "split";
+            for (int64_t s : split) name << ' ' << s;
+            name << ", " << threads << " threads";
+            expect_bitwise_equal(whole, eval_logits(model, tokens, split, threads, kv_type), model->n_vocab(), name.str());
+        }
+    }
+}
+
+TEST(BatchInvariance, TinyModelsEveryTensorType) {
+    const auto models = fixture_files("tiny", ".gguf");
+    ASSERT_FALSE(models.empty()) << "no tiny models in tests/fixtures/tiny (see tests/reference/README.md)";
+    for (const auto& path : models) {
+        SCOPED_TRACE(path);
+        check_invariance(path, 150, KvType::f16);
+    }
+}
+
+TEST(BatchInvariance, TinyModelF32Cache) {
+    const auto models = fixture_files("tiny", ".gguf");
+    ASSERT_FALSE(models.empty());
+    check_invariance(models.front(), 70, KvType::f32);
+}
+
+TEST(BatchInvariance, SmolLM2) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    check_invariance(default_model_path(), 140, KvType::f16);
+}
+
+}  // namespace
+}  // namespace kvstash::test

@@ -1,0 +1,28 @@
+// Helpers shared by the parity tests: evaluate a token sequence under a given split and thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvstash/model.h"
+
+namespace kvstash::test {
+
+// Logits (tokens.size() × n_vocab) of `tokens` evaluated from an empty state in consecutive eval()
+// calls of the given chunk sizes (cycled until all tokens are done).
+std::vector<float> eval_logits(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& tokens,
+                               const std::vector<int64_t>& chunk_sizes, int n_threads, KvType kv_type = KvType::f16);
+
+// Deterministic pseudo-random token ids in [0, n_vocab).
+std::vector<int32_t> pseudo_random_tokens(int64_t count, int64_t n_vocab, uint64_t seed);
+
+nlohmann::json load_json(const std::string& path);
+
+// Files in tests/fixtures/<dir> whose names end with `suffix`, sorted.
+std::vector<std::string> fixture_files(const std::string& dir, const std::string& suffix);
+
+}  // namespace kvstash::test
