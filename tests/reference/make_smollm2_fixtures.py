@@ -159,7 +159,29 @@ def common(model_path, script=__file__):
 # --------------------------------------------------------------------------------------------------
 
 
-def make_logits(model, tok, model_path):
+def cross_check_logits(model_path, ids, ref):
+    """Second opinion on transformers' GGUF loading: the hand-built loader of make_tiny_models.py (config from
+    the GGUF metadata, gguf-py dequantization, this project's Q/K un-permute), plus transformers' separate
+    torch dequantizer on every block-quantized tensor."""
+    import gguf
+    import make_tiny_models as tiny
+
+    md = gguf.GGUFReader(model_path).fields
+    val = lambda k: md[k].contents()  # noqa: E731
+    v = dict(vocab=int(val("llama.vocab_size")), dim=int(val("llama.embedding_length")),
+             ffn=int(val("llama.feed_forward_length")), n_layer=int(val("llama.block_count")),
+             n_head=int(val("llama.attention.head_count")), n_head_kv=int(val("llama.attention.head_count_kv")),
+             head_dim=int(val("llama.rope.dimension_count")), eps=float(val("llama.attention.layer_norm_rms_epsilon")),
+             ctx=int(val("llama.context_length")), rope_base=float(val("llama.rope.freq_base")), tied=True)
+    manual = tiny.hf_model_manual(v, model_path)
+    diff = float((forward_logits(manual, ids) - ref).abs().max())
+    del manual
+    deq = tiny.second_dequant_diff(model_path)
+    assert diff < 1e-3 and deq < 1e-6, (diff, deq)
+    return {"manual_loader_max_abs_diff": refutil.f32(diff), "second_dequantizer_max_abs_diff": refutil.f32(deq)}
+
+
+def make_logits(model, tok, model_path, raw=None):
     ids = encode(tok, LOGITS_TEXT)
     assert tok.decode(ids) == LOGITS_TEXT
     logits = forward_logits(model, ids)  # [n, vocab] fp32
@@ -178,8 +200,10 @@ def make_logits(model, tok, model_path):
             "top_logits": refutil.f32_list(row.numpy()[order]),
             "probe_logits": refutil.f32_list(row.numpy()[probe]),
         })
+    cross = cross_check_logits(model_path, ids, logits)
     out = common(model_path)
     out.update({
+        "cross_check": cross,
         "description": "Logits of one forward pass over ~300 tokens of varied text, stored per position as a "
                        "summary because the full [n x 49152] matrix is too big to commit.",
         "format": {
@@ -197,6 +221,7 @@ def make_logits(model, tok, model_path):
         },
         "text": LOGITS_TEXT,
         "n_tokens": n,
+        "tokens_same_with_unpatched_transformers_tokenizer": raw is not None and encode(raw, LOGITS_TEXT) == ids,
         "tokens": ids,
         "probe_ids": probe,
         "positions": positions,
@@ -257,10 +282,11 @@ def make_greedy(model, tok, model_path):
 
 
 @torch.no_grad()
-def make_perplexity(model, tok, model_path):
+def make_perplexity(model, tok, model_path, raw=None):
     with open(TEXT_FILE, encoding="utf-8") as f:
         text = f.read()
     ids = encode(tok, text)
+    assert tok.decode(ids) == text
     n_chunks = len(ids) // PPL_CTX
     first = PPL_CTX // 2
     nll_sum, n_scored, chunk_nll = 0.0, 0, []
@@ -291,6 +317,7 @@ def make_perplexity(model, tok, model_path):
                    "computed in float64 from the fp32 logits). mean_nll = mean of NLL_j over all scored tokens of "
                    "all chunks; ppl = exp(mean_nll)."),
         "n_tokens": len(ids),
+        "tokens_same_with_unpatched_transformers_tokenizer": raw is not None and encode(raw, text) == ids,
         "n_chunks": n_chunks,
         "n_scored": n_scored,
         "mean_nll": mean_nll,
@@ -422,11 +449,11 @@ def main():
     if only & {"logits", "greedy", "perplexity"}:
         model = load_model(args.model)
         if "logits" in only:
-            make_logits(model, tok, args.model)
+            make_logits(model, tok, args.model, raw)
         if "greedy" in only:
             make_greedy(model, tok, args.model)
         if "perplexity" in only:
-            make_perplexity(model, tok, args.model)
+            make_perplexity(model, tok, args.model, raw)
 
 
 if __name__ == "__main__":
