@@ -417,7 +417,7 @@ def second_dequant_diff(path):
         if t.tensor_type not in TORCH_DEQUANT_TYPES:
             continue
         a = gguf.quants.dequantize(t.data, t.tensor_type).reshape(-1)
-        b = torch_dequantize(torch.from_numpy(np.ascontiguousarray(t.data).reshape(-1)), int(t.tensor_type)).numpy()
+        b = torch_dequantize(torch.from_numpy(np.array(t.data).reshape(-1)), int(t.tensor_type)).numpy()
         worst = max(worst, float(np.abs(a - b).max()))
     return worst
 

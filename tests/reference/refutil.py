@@ -28,6 +28,7 @@ def versions() -> dict:
         "gguf": version("gguf"),
         "tokenizers": tokenizers.__version__,
         "numpy": np.__version__,
+        "accelerate": version("accelerate"),  # transformers requires it to load GGUF files
     }
 
 
