@@ -1,0 +1,251 @@
+// attention(): against a double-precision causal softmax reference written here, on f16 and f32 caches,
+// GQA and MHA, over a block table of several small blocks; bitwise batch invariance (one call of n
+// tokens vs n calls of one) and thread invariance (pool of 2 vs none).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "format/tensor_type.h"
+#include "kernels/attention.h"
+#include "kernels/thread_pool.h"
+
+namespace kvstash {
+namespace {
+
+constexpr double kUnit = 0x1p-24;  // unit roundoff of fp32 (round to nearest)
+constexpr int64_t kBlockTokens = 4;
+
+// A cache of n_pos positions in separately allocated blocks of kBlockTokens rows, plus the decoded
+// values (exactly what the kernel must read back) for the reference. Rows past n_pos in the last block
+// hold NaN, so reading a key beyond the causal range poisons the output.
+struct TestCache {
+    TensorType type;
+    int64_t width;  // n_head_kv * head_dim
+    uint64_t row_bytes;
+    std::vector<std::unique_ptr<std::vector<uint8_t>>> k_storage, v_storage;
+    std::vector<const uint8_t*> k_table, v_table;
+    std::vector<float> k, v;  // (n_pos, width) decoded
+
+    TestCache(TensorType t, int64_t n_pos, int64_t w, std::mt19937& rng, float k_sigma) : type(t), width(w) {
+        row_bytes = tensor_row_bytes(type, width);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        const int64_t n_blocks = (n_pos + kBlockTokens - 1) / kBlockTokens;
+        k.resize(static_cast<size_t>(n_pos * width));
+        v.resize(k.size());
+        for (int64_t b = 0; b < n_blocks; ++b) {
+            for (auto* storage : {&k_storage, &v_storage}) {
+                storage->push_back(std::make_unique<std::vector<uint8_t>>(kBlockTokens * row_bytes));
+                uint8_t* base = storage->back()->data();
+                for (int64_t r = 0; r < kBlockTokens; ++r) {
+                    const int64_t pos = b * kBlockTokens + r;
+                    for (int64_t i = 0; i < width; ++i) {
+                        const bool is_k = storage == &k_storage;
+                        const float raw = pos < n_pos ? normal(rng) * (is_k ? k_sigma : 1.0f)
+                                                      : std::numeric_limits<float>::quiet_NaN();
+                        float stored = raw;
+                        uint8_t* dst = base + static_cast<uint64_t>(r) * row_bytes;
+                        if (type == TensorType::F16) {
+                            const uint16_t h = fp32_to_fp16(raw);
+                            std::memcpy(dst + 2 * i, &h, 2);
+                            stored = fp16_to_fp32(h);
+                        } else {
+                            std::memcpy(dst + 4 * i, &raw, 4);
+                        }
+                        if (pos < n_pos) (is_k ? k : v)[static_cast<size_t>(pos * width + i)] = stored;
+                    }
+                }
+            }
+            k_table.push_back(k_storage.back()->data());
+            v_table.push_back(v_storage.back()->data());
+        }
+    }
+
+    KvLayerView view() const {
+        KvLayerView kv;
+        kv.type = type;
+        kv.block_tokens = kBlockTokens;
+        kv.row_bytes = row_bytes;
+        kv.k_blocks = k_table.data();
+        kv.v_blocks = v_table.data();
+        return kv;
+    }
+};
+
+// Reference output of one (query, head) and its error bound.
+//
+// Error model (fp32, u = 2^-24, first order; gamma_n = n·u):
+//  * score s_j = fl(fl(q·k_j)·scale): |Δs_j| <= (D + 1)·u·scale·Σ_d|q_d·k_jd| (sequential dot of D terms,
+//    then one product).
+//  * softmax is invariant to the shift by the max, so only the rounding of s_j - m (u·|s_j - m|) and
+//    expf (<= 2u relative, generous for glibc's < 1 ulp) add, so e_j carries a relative error
+//    ε_j <= |Δs_j| + u·|s_j - m| + 2u.
+//  * sum of n weights and the weighted value sum (one product and n additions per term) add
+//    gamma_n + gamma_{n+1}; the final 1/sum and product add 2u.
+//  Perturbing the weights by (1 + ε_j) moves out_d by at most 2·max ε_j · Σ_j p_j·|v_jd|; the roundings of
+//  the sums move it by at most (2n + 3)·u·Σ_j p_j·|v_jd|. The bound uses twice that for the neglected
+//  second-order terms.
+struct RefResult {
+    std::vector<double> out;
+    std::vector<double> tol;
+};
+
+RefResult reference_one(const float* q, const TestCache& c, int64_t last, int64_t kv_head, int64_t head_dim,
+                        float scale) {
+    const int64_t n_keys = last + 1;
+    const int64_t off = kv_head * head_dim;
+    std::vector<double> s(static_cast<size_t>(n_keys)), abs_dot(s.size());
+    double m = -INFINITY;
+    for (int64_t j = 0; j < n_keys; ++j) {
+        double dot = 0.0, a = 0.0;
+        for (int64_t d = 0; d < head_dim; ++d) {
+            const double prod = static_cast<double>(q[d]) * c.k[static_cast<size_t>(j * c.width + off + d)];
+            dot += prod;
+            a += std::fabs(prod);
+        }
+        s[static_cast<size_t>(j)] = dot * scale;
+        abs_dot[static_cast<size_t>(j)] = a * scale;
+        m = std::max(m, s[static_cast<size_t>(j)]);
+    }
+    double sum = 0.0, max_eps = 0.0;
+    std::vector<double> p(s.size());
+    for (int64_t j = 0; j < n_keys; ++j) {
+        const auto js = static_cast<size_t>(j);
+        p[js] = std::exp(s[js] - m);
+        sum += p[js];
+        const double eps = static_cast<double>(head_dim + 1) * kUnit * abs_dot[js] + kUnit * std::fabs(s[js] - m) +
+                           2 * kUnit;
+        max_eps = std::max(max_eps, eps);
+    }
+    RefResult r;
+    r.out.assign(static_cast<size_t>(head_dim), 0.0);
+    r.tol.assign(static_cast<size_t>(head_dim), 0.0);
+    for (int64_t d = 0; d < head_dim; ++d) {
+        double acc = 0.0, mag = 0.0;
+        for (int64_t j = 0; j < n_keys; ++j) {
+            const double w = p[static_cast<size_t>(j)] / sum;
+            const double val = c.v[static_cast<size_t>(j * c.width + off + d)];
+            acc += w * val;
+            mag += w * std::fabs(val);
+        }
+        r.out[static_cast<size_t>(d)] = acc;
+        r.tol[static_cast<size_t>(d)] = 2.0 * (2.0 * max_eps + static_cast<double>(2 * n_keys + 3) * kUnit) * mag;
+    }
+    return r;
+}
+
+// (cache type, n_head_kv (n_head = 6), head_dim, first_pos, n_tokens)
+using Params = std::tuple<TensorType, int64_t, int64_t, int64_t, int64_t>;
+
+class AttentionTest : public ::testing::TestWithParam<Params> {
+protected:
+    void SetUp() override {
+        std::tie(type, n_head_kv, head_dim, first_pos, n_tokens) = GetParam();
+        shape.n_head = 6;
+        shape.n_head_kv = n_head_kv;
+        shape.head_dim = head_dim;
+        shape.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    }
+
+    std::vector<float> random_queries(std::mt19937& rng, float sigma) const {
+        std::normal_distribution<float> normal(0.0f, sigma);
+        std::vector<float> q(static_cast<size_t>(n_tokens * shape.n_head * head_dim));
+        for (float& x : q) x = normal(rng);
+        return q;
+    }
+
+    // Runs the kernel and checks every (query, head) against the reference.
+    void check_against_reference(float q_sigma, uint32_t seed) {
+        std::mt19937 rng(seed);
+        const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
+        const std::vector<float> q = random_queries(rng, q_sigma);
+        std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+        attention(shape, cache.view(), q.data(), n_tokens, first_pos, out.data(), nullptr);
+        const int64_t group = shape.n_head / n_head_kv;
+        const int64_t q_width = shape.n_head * head_dim;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t h = 0; h < shape.n_head; ++h) {
+                const int64_t base = t * q_width + h * head_dim;
+                const RefResult ref = reference_one(q.data() + base, cache, first_pos + t, h / group, head_dim,
+                                                    shape.scale);
+                for (int64_t d = 0; d < head_dim; ++d) {
+                    const auto ds = static_cast<size_t>(d);
+                    ASSERT_NEAR(out[static_cast<size_t>(base + d)], ref.out[ds], ref.tol[ds])
+                        << "token " << t << " head " << h << " dim " << d;
+                }
+            }
+        }
+    }
+
+    TensorType type = TensorType::F16;
+    int64_t n_head_kv = 0, head_dim = 0, first_pos = 0, n_tokens = 0;
+    AttentionShape shape;
+};
+
+TEST_P(AttentionTest, MatchesDoubleReference) { check_against_reference(1.5f, 1234); }
+
+// Scores of a few hundred: exp() of them overflows fp32 unless the max is subtracted first.
+TEST_P(AttentionTest, LargeScoresStayFiniteAndAccurate) { check_against_reference(60.0f, 99); }
+
+TEST_P(AttentionTest, OneCallEqualsTokenByTokenBitwise) {
+    std::mt19937 rng(7);
+    const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
+    const std::vector<float> q = random_queries(rng, 1.5f);
+    std::vector<float> whole(q.size()), split(q.size());
+    attention(shape, cache.view(), q.data(), n_tokens, first_pos, whole.data(), nullptr);
+    const int64_t q_width = shape.n_head * head_dim;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        attention(shape, cache.view(), q.data() + t * q_width, 1, first_pos + t, split.data() + t * q_width, nullptr);
+    }
+    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
+}
+
+TEST_P(AttentionTest, ThreadPoolOfTwoEqualsNoPoolBitwise) {
+    std::mt19937 rng(11);
+    const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
+    const std::vector<float> q = random_queries(rng, 1.5f);
+    std::vector<float> serial(q.size()), pooled(q.size());
+    ThreadPool pool(2);
+    attention(shape, cache.view(), q.data(), n_tokens, first_pos, serial.data(), nullptr);
+    attention(shape, cache.view(), q.data(), n_tokens, first_pos, pooled.data(), &pool);
+    EXPECT_EQ(0, std::memcmp(serial.data(), pooled.data(), serial.size() * sizeof(float)));
+}
+
+std::string param_name(const ::testing::TestParamInfo<Params>& info) {
+    const auto& [type, n_head_kv, head_dim, first_pos, n_tokens] = info.param;
+    return std::string(type == TensorType::F16 ? "f16" : "f32") + (n_head_kv == 6 ? "_mha" : "_gqa") + "_d" +
+           std::to_string(head_dim) + "_pos" + std::to_string(first_pos) + "_n" + std::to_string(n_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Combine(::testing::Values(TensorType::F16, TensorType::F32),
+                                            ::testing::Values(int64_t{2}, int64_t{6}),  // GQA 6/2, MHA 6/6
+                                            ::testing::Values(int64_t{8}, int64_t{64}),
+                                            ::testing::Values(int64_t{0}, int64_t{37}),
+                                            ::testing::Values(int64_t{1}, int64_t{5})),
+                         param_name);
+
+// The one key a query at position 0 sees: the output is exactly that key's value row (weight 1).
+TEST(AttentionSingleKey, OutputIsTheOnlyValueRow) {
+    std::mt19937 rng(3);
+    const TestCache cache(TensorType::F32, 1, 2 * 8, rng, 1.0f);
+    AttentionShape shape{6, 2, 8, 0.25f};
+    std::vector<float> q(6 * 8, 0.5f), out(q.size());
+    attention(shape, cache.view(), q.data(), 1, 0, out.data(), nullptr);
+    for (int64_t h = 0; h < 6; ++h) {
+        for (int64_t d = 0; d < 8; ++d) {
+            EXPECT_EQ(out[static_cast<size_t>(h * 8 + d)], cache.v[static_cast<size_t>((h / 3) * 8 + d)])
+                << "head " << h << " dim " << d;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kvstash
