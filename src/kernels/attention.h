@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "format/tensor_type.h"
+#include "kernels/dispatch.h"
 
 namespace kvstash {
 
@@ -34,7 +35,10 @@ struct AttentionShape {
 
 // q:   n_tokens × (n_head * head_dim) f32, already rotated.
 // out: n_tokens × (n_head * head_dim) f32.
+// Uses the process's instruction set (kernels/dispatch.h); attention_with picks one explicitly.
 void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
                int64_t first_pos, float* out, ThreadPool* pool);
+void attention_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
+                    int64_t first_pos, float* out, ThreadPool* pool);
 
 }  // namespace kvstash
