@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kvstash/error.h"
+#include "kvstash/sampler.h"
 
 namespace kvstash {
 
@@ -77,6 +79,10 @@ public:
     std::span<const int32_t> tokens() const;
     // Logits (n_vocab) after the last token; empty before the first eval().
     std::span<const float> last_logits() const;
+    // The sampler's state once generation has started on this sequence (kept with the state so that a
+    // saved state continues the same random sequence); null before.
+    const SamplerState* sampler_state() const;
+    void set_sampler_state(const SamplerState& sampler);
 
     struct Impl;
     Impl& impl() { return *impl_; }

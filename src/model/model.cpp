@@ -3,7 +3,7 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "model/model_impl.h"
-#include "tokenizer/tokenizer.h"
+#include "kvstash/tokenizer.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {

@@ -26,6 +26,7 @@ State State::fork() const {
     copy.impl_->tokens = impl_->tokens;
     copy.impl_->kv = impl_->kv.fork();
     copy.impl_->last_logits = impl_->last_logits;
+    copy.impl_->sampler = impl_->sampler;
     return copy;
 }
 
@@ -45,5 +46,7 @@ int64_t State::n_tokens() const { return static_cast<int64_t>(impl_->tokens.size
 int64_t State::n_ctx() const { return impl_->n_ctx; }
 std::span<const int32_t> State::tokens() const { return impl_->tokens; }
 std::span<const float> State::last_logits() const { return impl_->last_logits; }
+const SamplerState* State::sampler_state() const { return impl_->sampler ? &*impl_->sampler : nullptr; }
+void State::set_sampler_state(const SamplerState& sampler) { impl_->sampler = sampler; }
 
 }  // namespace kvstash

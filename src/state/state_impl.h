@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kvstash/model.h"
@@ -15,6 +16,7 @@ struct State::Impl {
     std::vector<int32_t> tokens;
     KvCache kv;
     std::vector<float> last_logits;  // (n_vocab) or empty
+    std::optional<SamplerState> sampler;
 };
 
 }  // namespace kvstash

@@ -1,4 +1,5 @@
-#include "tokenizer/tokenizer.h"
+#include "kvstash/tokenizer.h"
+#include "tokenizer/vocabulary.h"
 
 #include <array>
 #include <optional>

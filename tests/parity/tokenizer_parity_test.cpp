@@ -14,7 +14,8 @@
 #include "format/gguf.h"
 #include "support/paths.h"
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/tokenizer.h"
+#include "kvstash/tokenizer.h"
+#include "tokenizer/vocabulary.h"
 
 namespace kvstash {
 namespace {

@@ -1,6 +1,7 @@
 // attention(): against a double-precision causal softmax reference written here, on f16 and f32 caches,
-// GQA and MHA, over a block table of several small blocks; bitwise batch invariance (one call of n
-// tokens vs n calls of one) and thread invariance (pool of 2 vs none).
+// GQA and MHA, over a block table of several small blocks, on every ISA this CPU runs (attention_with);
+// bitwise batch invariance (one call of n tokens vs n calls of one) and thread invariance (pool of 2
+// vs none) on each ISA.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "format/tensor_type.h"
 #include "kernels/attention.h"
+#include "kernels/dispatch.h"
 #include "kernels/thread_pool.h"
 
 namespace kvstash {
@@ -82,8 +84,8 @@ struct TestCache {
 // Reference output of one (query, head) and its error bound.
 //
 // Error model (fp32, u = 2^-24, first order; gamma_n = n·u):
-//  * score s_j = fl(fl(q·k_j)·scale): |Δs_j| <= (D + 1)·u·scale·Σ_d|q_d·k_jd| (sequential dot of D terms,
-//    then one product).
+//  * score s_j = fl(fl(q·k_j)·scale): |Δs_j| <= (D + 1)·u·scale·Σ_d|q_d·k_jd| (a dot of D terms in any
+//    summation order, lanes and FMA included, then one product).
 //  * softmax is invariant to the shift by the max, so only the rounding of s_j - m (u·|s_j - m|) and
 //    expf (<= 2u relative, generous for glibc's < 1 ulp) add, so e_j carries a relative error
 //    ε_j <= |Δs_j| + u·|s_j - m| + 2u.
@@ -166,19 +168,21 @@ protected:
         std::mt19937 rng(seed);
         const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
         const std::vector<float> q = random_queries(rng, q_sigma);
-        std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
-        attention(shape, cache.view(), q.data(), n_tokens, first_pos, out.data(), nullptr);
         const int64_t group = shape.n_head / n_head_kv;
         const int64_t q_width = shape.n_head * head_dim;
-        for (int64_t t = 0; t < n_tokens; ++t) {
-            for (int64_t h = 0; h < shape.n_head; ++h) {
-                const int64_t base = t * q_width + h * head_dim;
-                const RefResult ref = reference_one(q.data() + base, cache, first_pos + t, h / group, head_dim,
-                                                    shape.scale);
-                for (int64_t d = 0; d < head_dim; ++d) {
-                    const auto ds = static_cast<size_t>(d);
-                    ASSERT_NEAR(out[static_cast<size_t>(base + d)], ref.out[ds], ref.tol[ds])
-                        << "token " << t << " head " << h << " dim " << d;
+        for (Isa isa : available_isas()) {
+            std::vector<float> out(q.size(), std::numeric_limits<float>::quiet_NaN());
+            attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, out.data(), nullptr);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                for (int64_t h = 0; h < shape.n_head; ++h) {
+                    const int64_t base = t * q_width + h * head_dim;
+                    const RefResult ref = reference_one(q.data() + base, cache, first_pos + t, h / group, head_dim,
+                                                        shape.scale);
+                    for (int64_t d = 0; d < head_dim; ++d) {
+                        const auto ds = static_cast<size_t>(d);
+                        ASSERT_NEAR(out[static_cast<size_t>(base + d)], ref.out[ds], ref.tol[ds])
+                            << isa_name(isa) << " token " << t << " head " << h << " dim " << d;
+                    }
                 }
             }
         }
@@ -198,24 +202,40 @@ TEST_P(AttentionTest, OneCallEqualsTokenByTokenBitwise) {
     std::mt19937 rng(7);
     const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
     const std::vector<float> q = random_queries(rng, 1.5f);
-    std::vector<float> whole(q.size()), split(q.size());
-    attention(shape, cache.view(), q.data(), n_tokens, first_pos, whole.data(), nullptr);
     const int64_t q_width = shape.n_head * head_dim;
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        attention(shape, cache.view(), q.data() + t * q_width, 1, first_pos + t, split.data() + t * q_width, nullptr);
+    for (Isa isa : available_isas()) {
+        std::vector<float> whole(q.size()), split(q.size());
+        attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, whole.data(), nullptr);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            attention_with(isa, shape, cache.view(), q.data() + t * q_width, 1, first_pos + t,
+                           split.data() + t * q_width, nullptr);
+        }
+        EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float))) << isa_name(isa);
     }
-    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
 }
 
 TEST_P(AttentionTest, ThreadPoolOfTwoEqualsNoPoolBitwise) {
     std::mt19937 rng(11);
     const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
     const std::vector<float> q = random_queries(rng, 1.5f);
-    std::vector<float> serial(q.size()), pooled(q.size());
     ThreadPool pool(2);
-    attention(shape, cache.view(), q.data(), n_tokens, first_pos, serial.data(), nullptr);
-    attention(shape, cache.view(), q.data(), n_tokens, first_pos, pooled.data(), &pool);
-    EXPECT_EQ(0, std::memcmp(serial.data(), pooled.data(), serial.size() * sizeof(float)));
+    for (Isa isa : available_isas()) {
+        std::vector<float> serial(q.size()), pooled(q.size());
+        attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, serial.data(), nullptr);
+        attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, pooled.data(), &pool);
+        EXPECT_EQ(0, std::memcmp(serial.data(), pooled.data(), serial.size() * sizeof(float))) << isa_name(isa);
+    }
+}
+
+// attention() is attention_with(active_isa()), bitwise.
+TEST_P(AttentionTest, DefaultUsesTheActiveIsa) {
+    std::mt19937 rng(13);
+    const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
+    const std::vector<float> q = random_queries(rng, 1.5f);
+    std::vector<float> dispatched(q.size()), explicit_isa(q.size());
+    attention(shape, cache.view(), q.data(), n_tokens, first_pos, dispatched.data(), nullptr);
+    attention_with(active_isa(), shape, cache.view(), q.data(), n_tokens, first_pos, explicit_isa.data(), nullptr);
+    EXPECT_EQ(0, std::memcmp(dispatched.data(), explicit_isa.data(), q.size() * sizeof(float)));
 }
 
 std::string param_name(const ::testing::TestParamInfo<Params>& info) {
@@ -237,12 +257,15 @@ TEST(AttentionSingleKey, OutputIsTheOnlyValueRow) {
     std::mt19937 rng(3);
     const TestCache cache(TensorType::F32, 1, 2 * 8, rng, 1.0f);
     AttentionShape shape{6, 2, 8, 0.25f};
-    std::vector<float> q(6 * 8, 0.5f), out(q.size());
-    attention(shape, cache.view(), q.data(), 1, 0, out.data(), nullptr);
-    for (int64_t h = 0; h < 6; ++h) {
-        for (int64_t d = 0; d < 8; ++d) {
-            EXPECT_EQ(out[static_cast<size_t>(h * 8 + d)], cache.v[static_cast<size_t>((h / 3) * 8 + d)])
-                << "head " << h << " dim " << d;
+    std::vector<float> q(6 * 8, 0.5f);
+    for (Isa isa : available_isas()) {
+        std::vector<float> out(q.size());
+        attention_with(isa, shape, cache.view(), q.data(), 1, 0, out.data(), nullptr);
+        for (int64_t h = 0; h < 6; ++h) {
+            for (int64_t d = 0; d < 8; ++d) {
+                EXPECT_EQ(out[static_cast<size_t>(h * 8 + d)], cache.v[static_cast<size_t>((h / 3) * 8 + d)])
+                    << isa_name(isa) << " head " << h << " dim " << d;
+            }
         }
     }
 }

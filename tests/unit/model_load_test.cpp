@@ -6,17 +6,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "support/gguf_builder.h"
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "model/config.h"
+#include "support/gguf_builder.h"
 
 namespace kvstash {
 namespace {
@@ -25,7 +28,7 @@ using test::GgufBuilder;
 namespace gv = test::gv;
 
 constexpr int64_t kEmbd = 32, kFf = 64, kVocab = 48, kLayers = 2, kCtx = 64;
-constexpr uint32_t kRawF32 = 0, kRawQ5_0 = 6;  // ggml type numbers; q5_0 is not supported by kvstash
+constexpr uint32_t kRawQ5_0 = 6;  // ggml type number of q5_0, which kvstash does not support
 
 // A tiny Llama (2 layers, 32 wide, 4 heads of 8, GQA 4/2, vocabulary 48) with random f32 weights, and
 // knobs that break it in one specific way.
@@ -104,7 +107,7 @@ std::string write_file(const std::string& name, const std::vector<uint8_t>& byte
     return path;
 }
 
-// Loading `spec` must throw Error(code) whose message contains every needle.
+// Loading a file of `bytes` must throw Error(code) whose message contains every needle.
 void expect_load_error(const std::string& name, const std::vector<uint8_t>& bytes, ErrorCode code,
                        const std::vector<std::string>& needles) {
     const std::string path = write_file(name + ".gguf", bytes);
@@ -179,7 +182,7 @@ TEST_F(ModelLoadTest, TruncatedFileIsBadFormat) {
     const std::vector<uint8_t> full = TinyLlama().build();
     for (size_t keep : {size_t{0}, size_t{3}, size_t{20}, size_t{200}, full.size() / 2, full.size() - 1}) {
         SCOPED_TRACE("kept " + std::to_string(keep) + " of " + std::to_string(full.size()) + " bytes");
-        expect_load_error("truncated", std::vector<uint8_t>(full.begin(), full.begin() + static_cast<long>(keep)),
+        expect_load_error("truncated", std::vector<uint8_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(keep)),
                           ErrorCode::bad_format, {});
     }
 }

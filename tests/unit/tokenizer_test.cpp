@@ -11,7 +11,8 @@
 #include "kvstash/error.h"
 #include "tokenizer/byte_unicode.h"
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/tokenizer.h"
+#include "kvstash/tokenizer.h"
+#include "tokenizer/vocabulary.h"
 
 namespace kvstash {
 namespace {

@@ -9,7 +9,7 @@
 #include "kvstash/common.h"
 #include "kvstash/error.h"
 #include "kvstash/model.h"
-#include "tokenizer/tokenizer.h"
+#include "kvstash/tokenizer.h"
 
 namespace kvstash::cli {
 namespace {

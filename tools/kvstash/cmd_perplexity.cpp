@@ -15,7 +15,8 @@
 #include "kvstash/common.h"
 #include "kvstash/error.h"
 #include "kvstash/model.h"
-#include "tokenizer/tokenizer.h"
+#include "kvstash/tokenizer.h"
+#include "tokenizer/vocabulary.h"
 
 namespace kvstash::cli {
 namespace {

@@ -4,7 +4,7 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/model.h"
-#include "tokenizer/tokenizer.h"
+#include "kvstash/tokenizer.h"
 
 namespace kvstash::cli {
 

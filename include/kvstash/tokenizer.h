@@ -1,6 +1,6 @@
 // Tokenizer: text <-> token ids with a model's own vocabulary (GGUF tokenizer.ggml.*).
 //
-//   kvstash::Tokenizer tok(kvstash::vocabulary_from_gguf(file));
+//   const kvstash::Tokenizer& tok = model->tokenizer();
 //   std::vector<int32_t> ids = tok.encode("<|im_start|>user\nHi<|im_end|>", /*add_special=*/true,
 //                                         /*parse_special=*/true);
 //   std::string text = tok.decode(ids);   // the same bytes back
@@ -15,9 +15,10 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/vocabulary.h"
 
 namespace kvstash {
+
+struct Vocabulary;  // src/tokenizer/vocabulary.h: the GGUF's tokenizer.ggml.* values
 
 class Tokenizer {
 public:

@@ -1,0 +1,50 @@
+// The generation loop: sample, evaluate, stream, stop.
+//
+//   kvstash::GenerateOptions options;
+//   options.max_tokens = 128;
+//   auto result = kvstash::generate(evaluator, state, sampler, options,
+//       [](int32_t token, std::string_view text) { std::cout << text << std::flush; return true; });
+//
+// Every sampled token is evaluated before the loop checks whether to stop, so on return the State
+// holds the whole sequence (prompt + generated tokens) and the logits after the last one: it can be
+// continued, forked or saved as it is. The sampler's state is stored in the State as well.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvstash/model.h"
+#include "kvstash/sampler.h"
+
+namespace kvstash {
+
+struct GenerateOptions {
+    int64_t max_tokens = 256;
+    std::vector<std::string> stop_strings;  // generation stops before the first occurrence (not included in the text)
+    bool stop_at_end_of_generation = true;  // EOS / end-of-turn tokens (Tokenizer::is_eog); not included in the text
+};
+
+enum class StopReason { end_of_generation, stop_string, max_tokens, callback, context_full };
+const char* stop_reason_name(StopReason reason);
+
+struct GenerateResult {
+    std::vector<int32_t> tokens;  // generated ids (including a final EOG token, if any)
+    std::string text;             // their text, without EOG tokens and cut before a stop string
+    StopReason stop = StopReason::max_tokens;
+    double seconds = 0.0;         // wall time of the loop
+};
+
+// Called once per piece of text ready to show: complete UTF-8 characters only, never text that could
+// still turn out to be the start of a stop string. `token` is the last token sampled. Return false
+// to stop generation (StopReason::callback).
+using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
+
+// The state must hold at least one token (its last_logits are where sampling starts). Throws
+// Error(invalid_argument) if it holds none.
+GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, const GenerateOptions& options,
+                        const TokenCallback& on_text = {});
+
+}  // namespace kvstash

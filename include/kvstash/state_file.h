@@ -1,0 +1,60 @@
+// State files: a State saved to disk and loaded back — in this process or another, on this machine or
+// another — continuing bit-exactly (with the default kv_type = same).
+//
+//   kvstash::save_state(state, "book.kvs");                 // atomic: temp file + fsync + rename
+//   kvstash::State restored = kvstash::load_state(*model, "book.kvs");
+//
+// A file is bound to its model by a fingerprint of the weights and tokenizer (not by a name): loading
+// it with another model — even one with identical shapes — is refused. The format is versioned and
+// documented in docs/state-format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvstash/model.h"
+
+namespace kvstash {
+
+enum class StateKvStorage {
+    same,  // the State's own KV type (f16 or f32): continuation is bit-exact
+    q8_0,  // 8-bit blocks, about half of f16: smaller, but continuation is NOT bit-exact any more
+};
+
+struct SaveOptions {
+    StateKvStorage kv_storage = StateKvStorage::same;
+    bool compress = false;  // zstd per section
+};
+
+// Throws Error(io) naming the path on any write failure (disk full included); the previous file at
+// `path`, if any, is then left intact.
+void save_state(const State& state, const std::string& path, const SaveOptions& options = {});
+
+// Throws Error(bad_format) for a file that is not a state file, is truncated or fails a checksum;
+// Error(invalid_argument) when it belongs to another model (message names both fingerprints);
+// Error(unsupported) for a newer format version or an unknown option.
+State load_state(const Model& model, const std::string& path);
+
+struct StateFileInfo {
+    uint32_t format_version = 0;
+    std::string model_fingerprint;  // hex
+    std::string model_name;         // informational (general.name at save time)
+    int64_t n_tokens = 0;
+    int64_t n_ctx = 0;
+    std::string kv_type;            // "f16", "f32" or "q8_0"
+    bool compressed = false;
+    bool has_logits = false;
+    bool has_sampler = false;
+    uint64_t file_bytes = 0;
+    uint64_t kv_bytes = 0;          // KV payload as stored
+    bool checksums_ok = false;      // only meaningful when verified
+};
+
+// Reads the header (and, with verify, every section's checksum) without needing the model.
+StateFileInfo inspect_state_file(const std::string& path, bool verify_checksums);
+
+// The model's fingerprint as stored in state files (hex). Computed once per model file and cached by
+// file identity (device, inode, size, mtime) in memory.
+std::string model_fingerprint(const Model& model);
+
+}  // namespace kvstash
