@@ -7,11 +7,19 @@
 // Rendering is byte-identical to transformers' apply_chat_template for the supported templates, and
 // prefix-stable: the rendering of turns 1..N (closed by the assistant's reply) is a prefix of the
 // rendering of turns 1..N+1, so the state of earlier turns can be reused.
+//
+// The text is complete: it holds the template's own BOS where the template writes one (llama3:
+// "<|begin_of_text|>") and its control tokens as text. Encode it with add_special=false (add_special
+// would add a second BOS to a llama3 prompt) and parse_special=true (so "<|im_start|>" is one token).
+// Message content is inserted as is, so control-token text inside a message also becomes control tokens,
+// as in transformers (whose sanitize_control_tokens is off by default).
 #pragma once
 
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvstash {
@@ -25,25 +33,46 @@ struct ChatMessage {
 
 class ChatTemplate {
 public:
-    // Recognises the model's tokenizer.chat_template. Throws Error(unsupported) when there is none or
-    // it is not one kvstash knows, with a message naming `--chat-template chatml|llama3|...` as the way out.
+    // Recognises the model's tokenizer.chat_template (the exact text of a known template; for ChatML, any
+    // default system prompt is read from it). Throws Error(unsupported) when there is none or it is not one
+    // kvstash knows, with a message naming `--chat-template chatml|llama3|...` as the way out.
     static ChatTemplate for_model(const Model& model);
-    // A template by name: "chatml", "llama3", ... (see names()). Throws Error(invalid_argument) for an unknown name.
+    // A template by name (see names()): "chatml" (no default system prompt), "llama3" (Llama 3.1/3.2: a
+    // system header with the date always comes first), "llama3.0" (Llama 3: no default system header).
+    // Throws Error(invalid_argument) for an unknown name.
     static ChatTemplate named(std::string_view name);
     static std::vector<std::string> names();
 
     const std::string& name() const { return name_; }
-    // Throws Error(invalid_argument) for an unknown role.
+    // Throws Error(invalid_argument) for an unknown role or an empty conversation (transformers refuses
+    // that too). llama3 trims each message's content (Python str.strip()), as its template does.
     std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+    // The same for a braced list, as in the example above (a std::span cannot be built from one in C++20).
+    std::string render(std::initializer_list<ChatMessage> messages, bool add_generation_prompt) const {
+        return render(std::span<const ChatMessage>(messages.begin(), messages.size()), add_generation_prompt);
+    }
     // Text that closes an assistant turn after the model's end-of-turn token was generated, so that
-    // render(messages + reply) == render(messages, true) + reply + end_of_turn_suffix(). For ChatML
-    // the model generates "<|im_end|>", and the template adds "\n" after it.
+    // render(messages + {assistant, reply}) == render(messages, true) + generated + end_of_turn_suffix(),
+    // where generated = reply + the end-of-turn token's text. For ChatML the model generates
+    // "<|im_end|>", and the template adds "\n" after it; llama3 adds nothing after "<|eot_id|>".
     std::string end_of_turn_suffix() const;
 
+    // llama3 only: the date of the system header's "Today Date: " line. The default, "26 Jul 2024", is the
+    // date Llama 3.1's template writes. Llama 3.2's template (and transformers rendering it) writes the
+    // day it runs (strftime_now("%d %b %Y"), e.g. "05 Mar 2025"); kvstash keeps the fixed date unless told
+    // otherwise, so that a prompt, and the state saved for it, stays the same from one day to the next.
+    void set_date_string(std::string date_string) { date_string_ = std::move(date_string); }
+
 private:
+    friend ChatTemplate detect_chat_template(std::string_view template_text);  // src/text/chat_template_detect.h
+    enum class Kind { chatml, llama3, llama3_0 };
+
     std::string name_;
-    std::string default_system;  // used when the conversation has no system message (SmolLM2, Qwen2.5); may be empty
-    int kind_ = 0;
+    Kind kind_ = Kind::chatml;
+    // chatml: a system turn inserted when the first message is not a system message (SmolLM2, Qwen2.5)
+    bool has_default_system_ = false;
+    std::string default_system_;
+    std::string date_string_ = "26 Jul 2024";  // llama3
 };
 
 }  // namespace kvstash

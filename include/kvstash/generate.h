@@ -7,7 +7,13 @@
 //
 // Every sampled token is evaluated before the loop checks whether to stop, so on return the State
 // holds the whole sequence (prompt + generated tokens) and the logits after the last one: it can be
-// continued, forked or saved as it is. The sampler's state is stored in the State as well.
+// continued, forked or saved as it is. The sampler's state is stored in the State as well (also when
+// an error is thrown); to continue a saved state's random sequence, build the next Sampler from
+// *state.sampler_state(). The sampler's penalty window looks at the whole sequence, prompt included.
+//
+// Each step: sample from state.last_logits() -> evaluate the token -> stop on, in this order: an
+// end-of-generation token, a stop string, max_tokens, the context being full (no token is sampled
+// that could not be evaluated), the callback returning false.
 #pragma once
 
 #include <cstdint>
@@ -22,28 +28,33 @@
 namespace kvstash {
 
 struct GenerateOptions {
-    int64_t max_tokens = 256;
-    std::vector<std::string> stop_strings;  // generation stops before the first occurrence (not included in the text)
+    int64_t max_tokens = 256;               // 0: return at once, sampling nothing
+    std::vector<std::string> stop_strings;  // generation stops before the first occurrence (not included in the text); none empty
     bool stop_at_end_of_generation = true;  // EOS / end-of-turn tokens (Tokenizer::is_eog); not included in the text
 };
 
 enum class StopReason { end_of_generation, stop_string, max_tokens, callback, context_full };
-const char* stop_reason_name(StopReason reason);
+const char* stop_reason_name(StopReason reason);  // "end_of_generation", "stop_string", ...
 
 struct GenerateResult {
-    std::vector<int32_t> tokens;  // generated ids (including a final EOG token, if any)
-    std::string text;             // their text, without EOG tokens and cut before a stop string
+    std::vector<int32_t> tokens;  // generated ids (including a final EOG token, if any, and the token that completed a stop string)
+    std::string text;             // their text (Tokenizer::token_piece), without EOG tokens and cut before a stop string
     StopReason stop = StopReason::max_tokens;
     double seconds = 0.0;         // wall time of the loop
 };
 
 // Called once per piece of text ready to show: complete UTF-8 characters only, never text that could
 // still turn out to be the start of a stop string. `token` is the last token sampled. Return false
-// to stop generation (StopReason::callback).
+// to stop generation (StopReason::callback). When generation ends for another reason, what was held
+// back is passed in a last call (an incomplete character at the very end included), so the pieces
+// concatenate to result.text. After returning false it is not called again, and result.text may hold
+// a held-back tail it was not shown.
 using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
 
 // The state must hold at least one token (its last_logits are where sampling starts). Throws
-// Error(invalid_argument) if it holds none.
+// Error(invalid_argument) if it holds none, for a negative max_tokens or an empty stop string; errors
+// of the sampler, the evaluator or the callback propagate, leaving the state with the tokens evaluated
+// so far.
 GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, const GenerateOptions& options,
                         const TokenCallback& on_text = {});
 

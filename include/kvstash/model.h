@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -103,11 +104,17 @@ public:
     Evaluator& operator=(const Evaluator&) = delete;
 
     int n_threads() const;
+    const Model& model() const;  // the model it evaluates (for its tokenizer, n_vocab, ...)
     // Appends `tokens` to `state` at positions n_tokens()..n_tokens()+N-1 and computes the new logits.
     // If `all_logits` is given it receives N × n_vocab logits (every new position), row-major.
     // Throws Error(out_of_range) past the state's context, Error(invalid_argument) for a bad token id;
     // the state is unchanged when it throws.
     void eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
+
+    // Called after each micro-batch of a long eval() with (tokens done, tokens in this call); for
+    // progress displays. Empty = none.
+    using Progress = std::function<void(int64_t done, int64_t total)>;
+    void set_progress(Progress progress);
 
 private:
     struct Impl;

@@ -7,8 +7,25 @@
 //
 // The sampler's whole state (its parameters and the RNG) is a plain value, SamplerState: saving it
 // and building a new Sampler from it later continues the exact same random sequence. Same seed +
-// same logits + same history => same tokens, on every platform (the RNG and the uniform-float
-// conversion are kvstash's own, not the standard library's unspecified distributions).
+// same logits + same history => same tokens, run after run and whatever the thread count (the RNG and
+// the uniform-float conversion are kvstash's own, not the standard library's unspecified
+// distributions; every sum runs in one fixed order). Across platforms the one outside ingredient is
+// the C library's exp(), whose last bit could differ and, very rarely, move a draw past a boundary.
+//
+// What sample() does, in this order:
+//   1. logit_bias: added to the logits (-INFINITY bans a token).
+//   2. penalties, for each distinct token in the window (the last repeat_last_n tokens of `history`)
+//      occurring c times: repeat_penalty as llama.cpp (logit > 0: divided, else multiplied), then
+//      logit -= c × frequency_penalty + presence_penalty (OpenAI).
+//   3. temperature <= 0: the argmax, lowest id on ties; no random number is drawn.
+//   4. the candidates (tokens whose logit is not -inf) sorted by logit descending, ties by id
+//      ascending; top-k keeps the first k.
+//   5. softmax of logit / temperature over them (double precision).
+//   6. top-p keeps the shortest prefix whose probability sum reaches top_p (at least one token).
+//   7. min-p drops tokens with probability < min_p × the first token's.
+//   8. renormalise, and draw with one uniform u in [0, 1) from the RNG: the first candidate (in the
+//      order of step 4) at which the cumulative probability exceeds u.
+// distribution() returns the result of steps 1-8 without drawing.
 #pragma once
 
 #include <array>
@@ -24,38 +41,53 @@ struct SamplerParams {
     int32_t top_k = 40;             // keep the k most likely; <= 0: off
     float top_p = 0.95f;            // keep the smallest set whose probability reaches p; >= 1: off
     float min_p = 0.05f;            // drop tokens below min_p × the top probability; <= 0: off
-    float repeat_penalty = 1.0f;    // llama.cpp-style: logits of tokens in the last repeat_last_n divided (>0) or multiplied (<0); 1: off
+    float repeat_penalty = 1.0f;    // llama.cpp-style: logits of tokens in the last repeat_last_n divided (>0) or multiplied (<=0); 1: off
     int32_t repeat_last_n = 64;     // window of the history the penalties look at; 0: off, -1: whole history
     float presence_penalty = 0.0f;  // subtracted once from every token present in the window
     float frequency_penalty = 0.0f; // subtracted per occurrence in the window
-    std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before anything else
+    std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias) added to the logits before anything else
     uint64_t seed = 0;
 };
 
 // Everything needed to resume sampling exactly: parameters and RNG state (xoshiro256**).
 struct SamplerState {
     SamplerParams params;
-    std::array<uint64_t, 4> rng{};
+    std::array<uint64_t, 4> rng{};  // never all zero in a state taken from a Sampler
+};
+
+// One entry of the distribution a token is drawn from.
+struct TokenProbability {
+    int32_t id = 0;
+    double probability = 0.0;
 };
 
 class Sampler {
 public:
     explicit Sampler(const SamplerParams& params);  // RNG seeded from params.seed (splitmix64)
     explicit Sampler(const SamplerState& state);    // resumes exactly where `state` was taken
-    // Throws Error(invalid_argument) for parameters out of range (negative temperature is allowed
-    // and means greedy; top_p, min_p outside [0, 1], a logit_bias id outside the logits, ...).
+    // Throws Error(invalid_argument) for parameters out of range: a non-finite temperature (negative
+    // is allowed and means greedy), top_p or min_p outside [0, 1], repeat_penalty <= 0, repeat_last_n
+    // < -1, non-finite presence/frequency penalties, a logit_bias with a negative id, a NaN or +inf
+    // bias; and for a SamplerState whose RNG words are all zero (not taken from a Sampler).
 
     // Picks the next token. `history` is the sequence so far (for the penalties); only its last
-    // repeat_last_n tokens are used.
+    // repeat_last_n tokens are used. Throws Error(invalid_argument) for empty logits, a NaN or +inf
+    // logit, a logit_bias or window token id outside the logits, or when every token is banned (-inf).
     int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+
+    // The candidates sample() would draw from, most likely first (ties: lowest id first), with their
+    // renormalised probabilities; tokens whose probability underflows to zero are left out. Draws no
+    // random number. Greedy: the argmax alone, probability 1.
+    std::vector<TokenProbability> distribution(std::span<const float> logits, std::span<const int32_t> history) const;
 
     SamplerState state() const;
     const SamplerParams& params() const;
 
 private:
     SamplerState state_;
-    std::vector<float> scratch_logits_;
-    std::vector<int32_t> scratch_ids_;
+    std::vector<float> scratch_logits_;  // (n_vocab) logits after bias and penalties
+    std::vector<int32_t> scratch_ids_;   // the penalty window, then the candidate ids in sampling order
+    std::vector<double> scratch_probs_;  // probabilities of scratch_ids_, same order
 };
 
 }  // namespace kvstash

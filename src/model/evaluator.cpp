@@ -18,7 +18,7 @@ struct Evaluator::Impl {
     std::shared_ptr<const Model> model;
     ThreadPool pool;
     LlamaScratch scratch;
-    std::vector<float> batch_logits;
+    Progress progress;
 
     Impl(std::shared_ptr<const Model> m, int n_threads) : model(std::move(m)), pool(n_threads) {}
 };
@@ -38,7 +38,10 @@ Evaluator::Evaluator(std::shared_ptr<const Model> model, int n_threads) {
 
 Evaluator::~Evaluator() = default;
 
+void Evaluator::set_progress(Progress progress) { impl_->progress = std::move(progress); }
+
 int Evaluator::n_threads() const { return impl_->pool.n_threads(); }
+const Model& Evaluator::model() const { return *impl_->model; }
 
 void Evaluator::eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits) {
     State::Impl& st = state.impl();
@@ -73,6 +76,7 @@ void Evaluator::eval(State& state, std::span<const int32_t> tokens, std::vector<
             float* out = all_logits ? all_logits->data() + done * n_vocab : last.data();
             llama_forward(m, st.kv, first + done, tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(count)),
                           impl_->scratch, impl_->pool, from, out);
+            if (impl_->progress) impl_->progress(done + count, n);
         }
     } catch (...) {
         st.kv.truncate(first);

@@ -58,6 +58,16 @@ uint8_t* KvCache::v_row(int64_t layer, int64_t pos) {
     return b.v.data() + (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
 }
 
+uint8_t* KvCache::writable_block_k(int64_t i) {
+    make_unique(static_cast<size_t>(i));
+    return blocks_[static_cast<size_t>(i)]->k.data();
+}
+
+uint8_t* KvCache::writable_block_v(int64_t i) {
+    make_unique(static_cast<size_t>(i));
+    return blocks_[static_cast<size_t>(i)]->v.data();
+}
+
 KvLayerView KvCache::layer_view(int64_t layer) {
     k_table_.resize(blocks_.size());
     v_table_.resize(blocks_.size());

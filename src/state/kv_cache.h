@@ -47,6 +47,16 @@ public:
 
     uint64_t block_bytes() const;  // K+V bytes of one block
     int64_t n_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+    int64_t n_layer() const { return n_layer_; }
+    int64_t n_embd_kv() const { return n_embd_kv_; }
+
+    // Raw bytes of block i, K or V half: [n_layer][kv_block_tokens][row_bytes], block_bytes() / 2 bytes
+    // (for state files). Rows past n_tokens in the last block are unspecified. The writable ones
+    // un-share the block first.
+    const uint8_t* block_k(int64_t i) const { return blocks_[static_cast<size_t>(i)]->k.data(); }
+    const uint8_t* block_v(int64_t i) const { return blocks_[static_cast<size_t>(i)]->v.data(); }
+    uint8_t* writable_block_k(int64_t i);
+    uint8_t* writable_block_v(int64_t i);
 
 private:
     void make_unique(size_t block_index);

@@ -1,90 +1,138 @@
-// kvstash generate: continue a prompt with greedy decoding (samplers and chat templates come with the
-// text layer), streaming the text to stdout as it is produced.
+// kvstash generate: continue one or more prompts — from scratch, from a chat-templated prompt
+// (--chat), or from a saved state (--state, each -p a fork of it) — streaming the text to stdout.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
+#include "kvstash/chat.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
+#include "kvstash/generate.h"
 #include "kvstash/model.h"
+#include "kvstash/progress.h"
+#include "kvstash/sampling_options.h"
+#include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash::cli {
 namespace {
 
-struct GenerateOptions {
+struct GenerateFlags {
     std::string model_path;
-    std::string prompt;
+    std::vector<std::string> prompts;
     std::string prompt_file;
-    int64_t n_predict = 64;
+    SamplingFlags sampling;
     int threads = 0;
+    int64_t ctx = 0;
+    std::string kv_type = "f16";
+    bool chat = false;
+    std::string system;
+    std::string chat_template;
+    std::string state_path;
+    std::string save_state_path;
     bool timings = false;
+    bool resume_sampler = false;
 };
 
-int32_t argmax(std::span<const float> logits) {
-    size_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i) {
-        if (logits[i] > logits[best]) best = i;
-    }
-    return static_cast<int32_t>(best);
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Length of the longest prefix of `s` that does not end inside a UTF-8 sequence.
-size_t complete_utf8_prefix(const std::string& s) {
-    size_t end = s.size();
-    for (size_t back = 1; back <= 4 && back <= s.size(); ++back) {
-        const auto c = static_cast<unsigned char>(s[s.size() - back]);
-        if ((c & 0xC0) == 0x80) continue;  // continuation byte
-        const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (need > back) end = s.size() - back;
-        break;
+// The tokens to append for one prompt.
+std::vector<int32_t> prompt_tokens(const Model& model, const GenerateFlags& f, const std::string& text, bool continuing) {
+    const Tokenizer& tokenizer = model.tokenizer();
+    if (f.chat) {
+        const ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(model) : ChatTemplate::named(f.chat_template);
+        std::vector<ChatMessage> messages;
+        if (!f.system.empty()) messages.push_back({"system", f.system});
+        messages.push_back({"user", text});
+        return tokenizer.encode(tmpl.render(messages, /*add_generation_prompt=*/true), /*add_special=*/false,
+                                /*parse_special=*/true);
     }
-    return end;
+    // A continued state already has its BOS; a fresh one gets it if the vocabulary asks for one.
+    return tokenizer.encode(text, /*add_special=*/!continuing, /*parse_special=*/true);
 }
 
-int run_generate(const GenerateOptions& o) {
-    auto model = Model::load(o.model_path);
-    const std::string text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file);
-    if (text.empty()) throw Error(ErrorCode::invalid_argument, "the prompt is empty; give some text with -p or -f");
-    const Tokenizer& tokenizer = model->tokenizer();
-    const std::vector<int32_t> prompt = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
-    State state(*model);
-    if (static_cast<int64_t>(prompt.size()) + o.n_predict > state.n_ctx()) {
-        throw Error(ErrorCode::out_of_range, "the prompt (" + std::to_string(prompt.size()) + " tokens) plus " +
-                                                 std::to_string(o.n_predict) + " generated tokens exceeds the context of " +
-                                                 std::to_string(state.n_ctx()) + " tokens");
+int run_generate(const GenerateFlags& f) {
+    std::vector<std::string> texts = f.prompts;
+    if (!f.prompt_file.empty()) texts.push_back(read_text_file(f.prompt_file));
+    const bool continuing = !f.state_path.empty();
+    for (const std::string& text : texts) {
+        require_valid_utf8(text, "the prompt");
+        if (text.empty() && !continuing) throw Error(ErrorCode::invalid_argument, "the prompt is empty; give some text with -p or -f");
     }
-    Evaluator evaluator(model, o.threads);
-    const auto t0 = std::chrono::steady_clock::now();
-    evaluator.eval(state, prompt);
-    const auto t1 = std::chrono::steady_clock::now();
-    std::vector<int32_t> generated;
-    size_t printed = 0;
-    std::string out;
-    for (int64_t i = 0; i < o.n_predict; ++i) {
-        const int32_t next = argmax(state.last_logits());
-        if (tokenizer.is_eog(next)) break;
-        generated.push_back(next);
-        out = tokenizer.decode(generated);
-        const size_t ready = complete_utf8_prefix(out);
-        if (ready > printed) {
-            std::fwrite(out.data() + printed, 1, ready - printed, stdout);
-            std::fflush(stdout);
-            printed = ready;
+    if (f.chat && continuing) {
+        throw Error(ErrorCode::invalid_argument, "--chat cannot be combined with --state yet; use `kvstash chat` for conversations");
+    }
+    if (f.resume_sampler && !continuing) throw Error(ErrorCode::invalid_argument, "--resume-sampler needs --state");
+    if (!f.save_state_path.empty() && texts.size() > 1) {
+        throw Error(ErrorCode::invalid_argument, "--save-state needs a single prompt (it saves the state after that continuation)");
+    }
+
+    auto model = Model::load(f.model_path);
+    Evaluator evaluator(model, f.threads);
+    const auto load_start = std::chrono::steady_clock::now();
+    std::optional<State> base;
+    if (continuing) {
+        base.emplace(load_state(*model, f.state_path));
+        if (f.resume_sampler && !base->sampler_state()) {
+            throw Error(ErrorCode::invalid_argument, "'" + f.state_path + "' holds no sampler state (it was saved before any generation); drop --resume-sampler");
         }
-        if (i + 1 < o.n_predict) evaluator.eval(state, std::span<const int32_t>(&next, 1));
+        std::fprintf(stderr, "state: %lld tokens loaded from %s in %.3f s\n", static_cast<long long>(base->n_tokens()),
+                     f.state_path.c_str(), seconds_since(load_start));
+    } else {
+        base.emplace(*model, StateOptions{parse_kv_type(f.kv_type), f.ctx});
     }
-    if (printed < out.size()) std::fwrite(out.data() + printed, 1, out.size() - printed, stdout);
-    std::fputc('\n', stdout);
-    const auto t2 = std::chrono::steady_clock::now();
-    if (o.timings) {
-        const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
-        const double gen_s = std::chrono::duration<double>(t2 - t1).count();
-        std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tok/s); generated: %zu tokens in %.3f s (%.1f tok/s)\n",
-                     prompt.size(), prompt_s, static_cast<double>(prompt.size()) / prompt_s, generated.size(), gen_s,
-                     static_cast<double>(generated.size()) / gen_s);
+
+    const SamplerParams params = sampler_params(f.sampling);
+    const GenerateOptions options = generate_options(f.sampling);
+    for (size_t i = 0; i < texts.size(); ++i) {
+        State state = base->fork();
+        const std::vector<int32_t> tokens = prompt_tokens(*model, f, texts[i], continuing);
+        if (state.n_tokens() + static_cast<int64_t>(tokens.size()) + 1 > state.n_ctx()) {
+            throw Error(ErrorCode::out_of_range, "the prompt (" + std::to_string(tokens.size()) + " tokens" +
+                                                     (continuing ? " after " + std::to_string(state.n_tokens()) + " in the state" : "") +
+                                                     ") does not fit the context of " + std::to_string(state.n_ctx()) +
+                                                     " tokens; shorten it or raise --ctx");
+        }
+        if (texts.size() > 1) std::fprintf(stderr, "--- continuation %zu/%zu ---\n", i + 1, texts.size());
+        const auto start = std::chrono::steady_clock::now();
+        {
+            PromptProgress progress(evaluator, "prompt");
+            evaluator.eval(state, tokens);
+        }
+        const double prompt_seconds = seconds_since(start);
+        if (continuing) {
+            std::fprintf(stderr, "tokens: %lld reused from the state, %zu computed\n", static_cast<long long>(base->n_tokens()),
+                         tokens.size());
+        }
+        // --resume-sampler: continue the saved sampler's parameters and random sequence exactly.
+        Sampler sampler = f.resume_sampler ? Sampler(*state.sampler_state()) : Sampler(params);
+        double first_token_seconds = -1.0;
+        const GenerateResult result = generate(evaluator, state, sampler, options, [&](int32_t, std::string_view text) {
+            if (first_token_seconds < 0) first_token_seconds = seconds_since(start);
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            std::fflush(stdout);
+            return true;
+        });
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+        if (f.timings) {
+            const double generated = static_cast<double>(result.tokens.size());
+            std::fprintf(stderr,
+                         "timings: prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); "
+                         "time to first token %.3f s; stop: %s\n",
+                         tokens.size(), prompt_seconds, static_cast<double>(tokens.size()) / std::max(prompt_seconds, 1e-9),
+                         result.tokens.size(), result.seconds, generated / std::max(result.seconds, 1e-9),
+                         first_token_seconds < 0 ? seconds_since(start) : first_token_seconds, stop_reason_name(result.stop));
+        }
+        if (!f.save_state_path.empty()) {
+            save_state(state, f.save_state_path);
+            std::fprintf(stderr, "state: %lld tokens saved to %s\n", static_cast<long long>(state.n_tokens()), f.save_state_path.c_str());
+        }
     }
     return 0;
 }
@@ -92,20 +140,31 @@ int run_generate(const GenerateOptions& o) {
 }  // namespace
 
 void register_generate(CLI::App& root, Action& action) {
-    auto o = std::make_shared<GenerateOptions>();
-    auto* cmd = root.add_subcommand("generate", "Continue a prompt (greedy decoding), streaming the text to stdout");
-    add_model_option(*cmd, o->model_path);
-    auto* p = cmd->add_option("-p,--prompt", o->prompt, "prompt text");
-    auto* f = cmd->add_option("-f,--file", o->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
-    p->excludes(f);
-    cmd->add_option("-n,--n-predict", o->n_predict, "maximum tokens to generate")
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-        ->capture_default_str();
-    add_threads_option(*cmd, o->threads);
-    cmd->add_flag("--timings", o->timings, "print prompt and generation speed to stderr");
-    cmd->callback([&action, o, p, f] {
-        if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
-        action = [o] { return run_generate(*o); };
+    auto f = std::make_shared<GenerateFlags>();
+    auto* cmd = root.add_subcommand("generate", "Continue a prompt (or a saved state), streaming the text to stdout");
+    add_model_option(*cmd, f->model_path);
+    auto* p = cmd->add_option("-p,--prompt", f->prompts, "prompt text; repeat for several continuations (forks of one state)");
+    auto* file = cmd->add_option("-f,--file", f->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
+    add_sampling_flags(*cmd, f->sampling);
+    cmd->add_flag("--chat", f->chat, "wrap the prompt as a user message in the model's chat template");
+    cmd->add_option("--system", f->system, "system message (with --chat)");
+    cmd->add_option("--chat-template", f->chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()));
+    cmd->add_option("--state", f->state_path, "continue from a state file written by `kvstash prefill` or --save-state")
+        ->check(CLI::ExistingFile);
+    cmd->add_flag("--resume-sampler", f->resume_sampler,
+                  "continue the sampler saved in --state (its parameters and random sequence) instead of the sampling flags");
+    cmd->add_option("--save-state", f->save_state_path, "save the state after generation to this file");
+    cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    add_threads_option(*cmd, f->threads);
+    cmd->add_flag("--timings", f->timings, "print prompt and generation speed and time to first token to stderr");
+    cmd->callback([&action, f, p, file] {
+        if (p->count() == 0 && file->count() == 0 && f->state_path.empty()) {
+            throw CLI::RequiredError("one of -p/--prompt, -f/--file or --state");
+        }
+        if (f->prompts.empty() && f->prompt_file.empty()) f->prompts.push_back("");  // --state alone: continue as is
+        if (!f->system.empty() && !f->chat) throw CLI::ValidationError("--system", "needs --chat");
+        action = [f] { return run_generate(*f); };
     });
 }
 

@@ -13,5 +13,8 @@ void register_info(CLI::App& root, Action& action);
 void register_perplexity(CLI::App& root, Action& action);
 void register_generate(CLI::App& root, Action& action);
 void register_tokenize(CLI::App& root, Action& action);
+void register_chat(CLI::App& root, Action& action);
+void register_prefill(CLI::App& root, Action& action);
+void register_state(CLI::App& root, Action& action);
 
 }  // namespace kvstash::cli

@@ -2,8 +2,12 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "kvstash/model.h"
 
 namespace kvstash::cli {
 
@@ -17,5 +21,11 @@ void add_threads_option(CLI::App& app, int& n_threads);
 std::string read_text_file(const std::string& path);
 // True when stderr is a terminal (progress lines are shown only then).
 bool stderr_is_tty();
+// Throws Error(invalid_argument) "<what> is not valid UTF-8 (byte N)" for malformed text.
+void require_valid_utf8(std::string_view text, const std::string& what);
+// "f16" / "f32" -> KvType; throws Error(invalid_argument) otherwise.
+KvType parse_kv_type(const std::string& name);
+// "a|b|c"
+std::string join_names(const std::vector<std::string>& names);
 
 }  // namespace kvstash::cli

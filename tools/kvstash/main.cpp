@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
     kvstash::cli::register_info(app, action);
     kvstash::cli::register_tokenize(app, action);
     kvstash::cli::register_generate(app, action);
+    kvstash::cli::register_chat(app, action);
+    kvstash::cli::register_prefill(app, action);
+    kvstash::cli::register_state(app, action);
     kvstash::cli::register_perplexity(app, action);
     try {
         app.parse(argc, argv);

@@ -1,0 +1,157 @@
+// The state file layout (docs/state-format.md is the byte-by-byte specification) and the internal entry
+// points shared by the writer, the reader, the tests and the fuzzer.
+//
+// A file is a 64-byte header, a table of 64-byte section entries, then the sections, each starting at a
+// multiple of 64 bytes; every other byte is zero. Integers are little-endian; floats are IEEE-754 bit
+// patterns. Every section carries an XXH3-64 checksum of its stored bytes and may be zstd-compressed.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvstash/model.h"
+#include "kvstash/state_file.h"
+
+namespace kvstash::state_file {
+
+static_assert(std::endian::native == std::endian::little, "state files are read and written in place: little-endian hosts only");
+
+inline constexpr char kMagic[8] = {'K', 'V', 'S', 'T', 'A', 'T', 'E', '\0'};
+inline constexpr uint32_t kFormatVersion = 1;        // what this build writes and the newest it reads
+inline constexpr uint32_t kOldestReadableVersion = 1;
+inline constexpr uint64_t kHeaderBytes = 64;
+inline constexpr uint64_t kSectionEntryBytes = 64;
+inline constexpr uint64_t kSectionAlignment = 64;    // section offsets are multiples of this
+inline constexpr uint32_t kMaxSections = 64;
+// A compressed section may not expand by more than this on decompression: it bounds what a small
+// hostile file can make the reader allocate (writers store a section raw rather than exceed it).
+inline constexpr uint64_t kMaxCompressionRatio = 256;
+inline constexpr uint32_t kMaxModelNameBytes = 256;
+
+// Header field offsets.
+namespace header {
+inline constexpr size_t magic = 0;                  // char[8]
+inline constexpr size_t format_version = 8;         // u32
+inline constexpr size_t header_bytes = 12;          // u32
+inline constexpr size_t flags = 16;                 // u32, none defined in version 1
+inline constexpr size_t section_count = 20;         // u32
+inline constexpr size_t section_entry_bytes = 24;   // u32
+inline constexpr size_t reserved = 28;              // u32, zero
+inline constexpr size_t section_table_offset = 32;  // u64
+inline constexpr size_t file_bytes = 40;            // u64
+inline constexpr size_t table_checksum = 48;        // u64 XXH3-64 of the section table
+inline constexpr size_t header_checksum = 56;       // u64 XXH3-64 of bytes [0, 56)
+}  // namespace header
+
+// Section entry field offsets (each entry kSectionEntryBytes long; bytes 40..63 are reserved, zero).
+namespace entry {
+inline constexpr size_t type = 0;          // u32 SectionType
+inline constexpr size_t flags = 4;         // u32 SectionFlag bits
+inline constexpr size_t offset = 8;        // u64 from the start of the file
+inline constexpr size_t stored_bytes = 16; // u64 bytes in the file
+inline constexpr size_t raw_bytes = 24;    // u64 bytes after decompression (== stored_bytes when raw)
+inline constexpr size_t checksum = 32;     // u64 XXH3-64 (seed 0) of the stored bytes
+inline constexpr size_t reserved = 40;
+}  // namespace entry
+
+// Types with kSectionAncillary set may be skipped by a reader that does not know them; an unknown type
+// without it makes the file unsupported.
+enum SectionType : uint32_t {
+    kSectionMeta = 1,     // model binding and shapes (required)
+    kSectionTokens = 2,   // n_tokens × i32 (required)
+    kSectionKv = 3,       // the KV cache in blocks (required)
+    kSectionLogits = 4,   // n_vocab × f32 of the last position (optional)
+    kSectionSampler = 5,  // sampler parameters and RNG (optional)
+};
+inline constexpr uint32_t kSectionAncillary = 0x8000'0000u;
+
+enum SectionFlag : uint32_t {
+    kFlagZstd = 1u << 0,  // stored bytes are one or more zstd frames
+};
+inline constexpr uint32_t kKnownSectionFlags = kFlagZstd;
+
+// Meta section field offsets: a fixed part of kMetaFixedBytes, then name_bytes of general.name.
+namespace meta {
+inline constexpr size_t fingerprint = 0;       // 16 bytes, XXH3-128 canonical (big-endian)
+inline constexpr size_t n_vocab = 16;          // i64
+inline constexpr size_t n_layer = 24;          // i64
+inline constexpr size_t n_embd_kv = 32;        // i64
+inline constexpr size_t n_ctx = 40;            // i64
+inline constexpr size_t n_tokens = 48;         // i64
+inline constexpr size_t kv_block_tokens = 56;  // u32 (32)
+inline constexpr size_t cache_type = 60;       // u32 ggml type of the State's cache: 0 f32, 1 f16
+inline constexpr size_t kv_encoding = 64;      // u32 ggml type of the stored rows: 0 f32, 1 f16, 8 q8_0
+inline constexpr size_t name_bytes = 68;       // u32
+inline constexpr size_t reserved = 72;         // 56 bytes, zero
+}  // namespace meta
+inline constexpr uint64_t kMetaFixedBytes = 128;
+
+// Sampler section field offsets: a fixed part, then n_logit_bias × {i32 id, f32 bias}.
+namespace sampler {
+inline constexpr size_t temperature = 0;         // f32
+inline constexpr size_t top_k = 4;               // i32
+inline constexpr size_t top_p = 8;               // f32
+inline constexpr size_t min_p = 12;              // f32
+inline constexpr size_t repeat_penalty = 16;     // f32
+inline constexpr size_t repeat_last_n = 20;      // i32
+inline constexpr size_t presence_penalty = 24;   // f32
+inline constexpr size_t frequency_penalty = 28;  // f32
+inline constexpr size_t seed = 32;               // u64
+inline constexpr size_t rng = 40;                // u64[4] xoshiro256** state
+inline constexpr size_t n_logit_bias = 72;       // u32
+inline constexpr size_t reserved = 76;           // u32, zero
+}  // namespace sampler
+inline constexpr uint64_t kSamplerFixedBytes = 80;
+inline constexpr uint64_t kLogitBiasEntryBytes = 8;
+
+template <typename T>
+T load_le(const uint8_t* p) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+}
+template <typename T>
+void store_le(uint8_t* p, T v) {
+    std::memcpy(p, &v, sizeof(T));
+}
+
+uint64_t align_up(uint64_t n, uint64_t alignment);
+std::string section_name(uint32_t type);  // "meta", "kv", ... or "type 0x80000007"
+
+// Bytes of one stored KV row of n_embd_kv elements: f16/f32 as is; q8_0 in ceil(n / 32) blocks of 34
+// bytes, the last block zero-padded.
+uint64_t kv_row_bytes(uint32_t encoding, int64_t n_embd_kv);
+
+// Throws Error(code) with `what` if the sampler state is not one a Sampler accepts (see sampler.h) or
+// has more logit_bias entries than n_vocab or one outside [0, n_vocab).
+void validate_sampler_state(const SamplerState& sampler, int64_t n_vocab, ErrorCode code, const std::string& what);
+
+// Destination of an encoded file: bytes at absolute offsets (in increasing order, never overlapping);
+// finish() fixes the total length (gaps read as zero).
+class ByteSink {
+public:
+    virtual ~ByteSink() = default;
+    virtual void write_at(uint64_t offset, const uint8_t* data, size_t n) = 0;
+    virtual void finish(uint64_t total_bytes) = 0;
+};
+
+// The writer: encodes `state` into `sink`. Throws Error(invalid_argument) for a state that cannot be
+// saved (no model, a sampler the reader would refuse); sink errors propagate.
+void encode_state(const State& state, const SaveOptions& options, ByteSink& sink);
+std::vector<uint8_t> encode_state_to_memory(const State& state, const SaveOptions& options = {});
+
+// Recomputes every checksum of an encoded file in place (each section's, then the table's and the
+// header's), for tests and the fuzzer that edit files on purpose. Parts outside the file are skipped.
+void rewrite_checksums(std::span<uint8_t> file);
+
+// The reader over bytes already in memory (a mapped file, or the fuzzer's input); `display_name` is
+// used in error messages.
+State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name);
+StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name, bool verify_checksums);
+
+}  // namespace kvstash::state_file

@@ -1,0 +1,393 @@
+// The state file writer: a State encoded into sections (docs/state-format.md) through a ByteSink, and
+// save_state's atomic file replacement (temp file in the same directory, fsync, rename, fsync dir).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/quantize.h"
+#include "format/tensor_type.h"
+#include "kvstash/error.h"
+#include "model/config.h"
+#include "state/fingerprint.h"
+#include "state/state_file_format.h"
+#include "state/state_impl.h"
+
+namespace kvstash::state_file {
+namespace {
+
+constexpr int kZstdLevel = 3;
+constexpr int kZstdWindowLog = 21;  // 2 MiB: what the reader's streaming decoder is allowed to need
+
+struct ZstdCCtxFree {
+    void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+using ZstdCCtx = std::unique_ptr<ZSTD_CCtx, ZstdCCtxFree>;
+
+ZstdCCtx make_cctx(uint64_t pledged_bytes) {
+    ZstdCCtx cctx(ZSTD_createCCtx());
+    if (!cctx) throw Error(ErrorCode::internal, "cannot create a zstd compression context");
+    // Fixed parameters (no threads, no frame checksum: sections carry their own) make the output a
+    // function of the input alone, so save -> load -> save is byte-identical.
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, kZstdLevel);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_windowLog, kZstdWindowLog);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 0);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_contentSizeFlag, 1);
+    ZSTD_CCtx_setPledgedSrcSize(cctx.get(), pledged_bytes);
+    return cctx;
+}
+
+// Streams input pieces into one zstd frame held in memory.
+class Compressor {
+public:
+    explicit Compressor(uint64_t raw_bytes) : cctx_(make_cctx(raw_bytes)) {
+        out_.resize(ZSTD_compressBound(raw_bytes));
+    }
+    void add(const uint8_t* data, size_t n) { run(data, n, ZSTD_e_continue); }
+    std::vector<uint8_t> finish() {
+        run(nullptr, 0, ZSTD_e_end);
+        out_.resize(pos_);
+        return std::move(out_);
+    }
+
+private:
+    void run(const uint8_t* data, size_t n, ZSTD_EndDirective mode) {
+        ZSTD_inBuffer in{data, n, 0};
+        for (;;) {
+            ZSTD_outBuffer out{out_.data(), out_.size(), pos_};
+            const size_t left = ZSTD_compressStream2(cctx_.get(), &out, &in, mode);
+            pos_ = out.pos;
+            if (ZSTD_isError(left)) throw Error(ErrorCode::internal, std::string("zstd compression failed: ") + ZSTD_getErrorName(left));
+            if (mode == ZSTD_e_end ? left == 0 : in.pos == in.size) return;
+            if (out.pos == out.size) out_.resize(out_.size() * 2);
+        }
+    }
+    ZstdCCtx cctx_;
+    std::vector<uint8_t> out_;
+    size_t pos_ = 0;
+};
+
+// Compression is kept only when it saves bytes and stays within the ratio the reader accepts.
+bool compression_pays(uint64_t raw_bytes, uint64_t compressed_bytes) {
+    return compressed_bytes < raw_bytes && raw_bytes <= compressed_bytes * kMaxCompressionRatio;
+}
+
+struct Section {
+    uint32_t type = 0;
+    uint32_t flags = 0;
+    uint64_t offset = 0;
+    uint64_t stored_bytes = 0;
+    uint64_t raw_bytes = 0;
+    uint64_t checksum = 0;
+    std::vector<uint8_t> stored;  // empty for a KV section streamed from the cache
+    bool streamed = false;
+};
+
+Section small_section(uint32_t type, std::vector<uint8_t> raw, bool compress) {
+    Section s;
+    s.type = type;
+    s.raw_bytes = raw.size();
+    s.stored = std::move(raw);
+    if (compress && !s.stored.empty()) {
+        Compressor c(s.raw_bytes);
+        c.add(s.stored.data(), s.stored.size());
+        std::vector<uint8_t> packed = c.finish();
+        if (compression_pays(s.raw_bytes, packed.size())) {
+            s.stored = std::move(packed);
+            s.flags |= kFlagZstd;
+        }
+    }
+    s.stored_bytes = s.stored.size();
+    s.checksum = XXH3_64bits(s.stored.data(), s.stored.size());
+    return s;
+}
+
+std::vector<uint8_t> encode_meta(const State::Impl& s, const ModelConfig& c, const ModelFingerprint& fp, uint32_t encoding) {
+    std::string name = c.name.substr(0, kMaxModelNameBytes);
+    // Cut at a UTF-8 character boundary.
+    if (c.name.size() > kMaxModelNameBytes) {
+        while (!name.empty() && (static_cast<uint8_t>(c.name[name.size()]) & 0xC0) == 0x80) name.pop_back();
+    }
+    std::vector<uint8_t> m(kMetaFixedBytes + name.size(), 0);
+    std::copy(fp.bytes.begin(), fp.bytes.end(), m.begin() + meta::fingerprint);
+    store_le<int64_t>(&m[meta::n_vocab], c.n_vocab);
+    store_le<int64_t>(&m[meta::n_layer], c.n_layer);
+    store_le<int64_t>(&m[meta::n_embd_kv], c.n_embd_kv());
+    store_le<int64_t>(&m[meta::n_ctx], s.n_ctx);
+    store_le<int64_t>(&m[meta::n_tokens], static_cast<int64_t>(s.tokens.size()));
+    store_le<uint32_t>(&m[meta::kv_block_tokens], static_cast<uint32_t>(kv_block_tokens));
+    store_le<uint32_t>(&m[meta::cache_type], static_cast<uint32_t>(s.kv.type()));
+    store_le<uint32_t>(&m[meta::kv_encoding], encoding);
+    store_le<uint32_t>(&m[meta::name_bytes], static_cast<uint32_t>(name.size()));
+    std::memcpy(m.data() + kMetaFixedBytes, name.data(), name.size());
+    return m;
+}
+
+std::vector<uint8_t> encode_sampler(const SamplerState& st) {
+    const SamplerParams& p = st.params;
+    std::vector<uint8_t> b(kSamplerFixedBytes + kLogitBiasEntryBytes * p.logit_bias.size(), 0);
+    store_le<float>(&b[sampler::temperature], p.temperature);
+    store_le<int32_t>(&b[sampler::top_k], p.top_k);
+    store_le<float>(&b[sampler::top_p], p.top_p);
+    store_le<float>(&b[sampler::min_p], p.min_p);
+    store_le<float>(&b[sampler::repeat_penalty], p.repeat_penalty);
+    store_le<int32_t>(&b[sampler::repeat_last_n], p.repeat_last_n);
+    store_le<float>(&b[sampler::presence_penalty], p.presence_penalty);
+    store_le<float>(&b[sampler::frequency_penalty], p.frequency_penalty);
+    store_le<uint64_t>(&b[sampler::seed], p.seed);
+    for (int i = 0; i < 4; ++i) store_le<uint64_t>(&b[sampler::rng + 8 * i], st.rng[static_cast<size_t>(i)]);
+    store_le<uint32_t>(&b[sampler::n_logit_bias], static_cast<uint32_t>(p.logit_bias.size()));
+    uint8_t* e = b.data() + kSamplerFixedBytes;
+    for (const auto& [id, bias] : p.logit_bias) {
+        store_le<int32_t>(e, id);
+        store_le<float>(e + 4, bias);
+        e += kLogitBiasEntryBytes;
+    }
+    return b;
+}
+
+// Calls `emit` with the KV section's bytes in order: per block, the K part then the V part, each
+// [n_layer][kv_block_tokens][row] in `encoding`; rows past n_tokens are zero.
+void for_each_kv_part(const KvCache& kv, uint32_t encoding, const std::function<void(const uint8_t*, size_t)>& emit) {
+    const int64_t n_layer = kv.n_layer(), n_embd = kv.n_embd_kv(), n_tokens = kv.n_tokens();
+    const uint64_t cache_row = kv.row_bytes();
+    const uint64_t out_row = kv_row_bytes(encoding, n_embd);
+    const uint64_t part_bytes = static_cast<uint64_t>(n_layer) * kv_block_tokens * out_row;
+    const bool same_type = encoding == static_cast<uint32_t>(kv.type());
+    std::vector<uint8_t> scratch;
+    std::vector<float> row_f32(static_cast<size_t>((n_embd + 31) / 32 * 32), 0.0f);  // zero tail = q8_0 padding
+
+    for (int64_t b = 0; b < kv.n_blocks(); ++b) {
+        const int64_t used = std::min<int64_t>(kv_block_tokens, n_tokens - b * kv_block_tokens);
+        for (const uint8_t* part : {kv.block_k(b), kv.block_v(b)}) {
+            if (same_type && used == kv_block_tokens) {
+                emit(part, part_bytes);  // straight from the cache: no copy
+                continue;
+            }
+            scratch.assign(part_bytes, 0);
+            for (int64_t layer = 0; layer < n_layer; ++layer) {
+                for (int64_t r = 0; r < used; ++r) {
+                    const uint64_t row = static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(r);
+                    const uint8_t* src = part + row * cache_row;
+                    uint8_t* dst = scratch.data() + row * out_row;
+                    if (same_type) {
+                        std::memcpy(dst, src, cache_row);
+                    } else {
+                        dequantize_row(kv.type(), src, row_f32.data(), n_embd);
+                        quantize_row_q8_0(row_f32.data(), dst, static_cast<int64_t>(row_f32.size()));
+                    }
+                }
+            }
+            emit(scratch.data(), part_bytes);
+        }
+    }
+}
+
+// The KV section: compressed into memory, or (raw) described here and streamed by write_kv_raw.
+Section kv_section(const KvCache& kv, uint32_t encoding, bool compress) {
+    Section s;
+    s.type = kSectionKv;
+    s.raw_bytes = static_cast<uint64_t>(kv.n_blocks()) * 2 * static_cast<uint64_t>(kv.n_layer()) * kv_block_tokens *
+                  kv_row_bytes(encoding, kv.n_embd_kv());
+    if (compress && s.raw_bytes > 0) {
+        Compressor c(s.raw_bytes);
+        for_each_kv_part(kv, encoding, [&](const uint8_t* p, size_t n) { c.add(p, n); });
+        std::vector<uint8_t> packed = c.finish();
+        if (compression_pays(s.raw_bytes, packed.size())) {
+            s.flags |= kFlagZstd;
+            s.stored = std::move(packed);
+            s.stored_bytes = s.stored.size();
+            s.checksum = XXH3_64bits(s.stored.data(), s.stored.size());
+            return s;
+        }
+    }
+    s.streamed = true;
+    s.stored_bytes = s.raw_bytes;
+    return s;
+}
+
+uint64_t write_kv_raw(const KvCache& kv, uint32_t encoding, uint64_t offset, ByteSink& sink) {
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
+    if (!hash || XXH3_64bits_reset(hash.get()) == XXH_ERROR) throw Error(ErrorCode::internal, "cannot initialise XXH3");
+    for_each_kv_part(kv, encoding, [&](const uint8_t* p, size_t n) {
+        XXH3_64bits_update(hash.get(), p, n);
+        sink.write_at(offset, p, n);
+        offset += n;
+    });
+    return XXH3_64bits_digest(hash.get());
+}
+
+class MemorySink final : public ByteSink {
+public:
+    void write_at(uint64_t offset, const uint8_t* data, size_t n) override {
+        if (bytes.size() < offset + n) bytes.resize(offset + n);
+        if (n > 0) std::memcpy(bytes.data() + offset, data, n);
+    }
+    void finish(uint64_t total) override { bytes.resize(total); }
+    std::vector<uint8_t> bytes;
+};
+
+[[noreturn]] void throw_write_error(const std::string& path, const std::string& what, int saved_errno) {
+    throw Error(ErrorCode::io, "cannot save state file '" + path + "': " + what + ": " + std::strerror(saved_errno) +
+                                   "; any previous file at that path is unchanged");
+}
+
+class FileSink final : public ByteSink {
+public:
+    FileSink(int fd, std::string path, std::string temp_path) : fd_(fd), path_(std::move(path)), temp_(std::move(temp_path)) {}
+    void write_at(uint64_t offset, const uint8_t* data, size_t n) override {
+        while (n > 0) {
+            const ssize_t w = ::pwrite(fd_, data, n, static_cast<off_t>(offset));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                throw_write_error(path_, "writing '" + temp_ + "'", errno);
+            }
+            if (w == 0) throw_write_error(path_, "writing '" + temp_ + "'", ENOSPC);
+            data += w;
+            n -= static_cast<size_t>(w);
+            offset += static_cast<uint64_t>(w);
+        }
+    }
+    void finish(uint64_t total) override {
+        if (::ftruncate(fd_, static_cast<off_t>(total)) != 0) throw_write_error(path_, "sizing '" + temp_ + "'", errno);
+    }
+
+private:
+    int fd_;
+    std::string path_, temp_;
+};
+
+std::string parent_directory(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+void encode_state(const State& state, const SaveOptions& options, ByteSink& sink) {
+    const State::Impl& s = state.impl();
+    if (s.model == nullptr) throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
+    const ModelConfig& c = s.model->config();
+    const std::string what = "cannot save the state of model '" + s.model->path() + "'";
+    if (static_cast<int64_t>(s.tokens.size()) != s.kv.n_tokens()) {
+        throw Error(ErrorCode::internal, what + ": it holds " + std::to_string(s.tokens.size()) + " tokens but " +
+                                             std::to_string(s.kv.n_tokens()) + " KV positions");
+    }
+    if (!s.last_logits.empty() && static_cast<int64_t>(s.last_logits.size()) != c.n_vocab) {
+        throw Error(ErrorCode::internal, what + ": its logits have " + std::to_string(s.last_logits.size()) +
+                                             " entries for a vocabulary of " + std::to_string(c.n_vocab));
+    }
+    if (s.sampler) validate_sampler_state(*s.sampler, c.n_vocab, ErrorCode::invalid_argument, what);
+
+    const uint32_t encoding = options.kv_storage == StateKvStorage::q8_0 ? static_cast<uint32_t>(TensorType::Q8_0)
+                                                                         : static_cast<uint32_t>(s.kv.type());
+    const ModelFingerprint fp = cached_model_fingerprint(*s.model);
+
+    std::vector<Section> sections;
+    sections.push_back(small_section(kSectionMeta, encode_meta(s, c, fp, encoding), options.compress));
+    std::vector<uint8_t> tokens(s.tokens.size() * 4);
+    if (!tokens.empty()) std::memcpy(tokens.data(), s.tokens.data(), tokens.size());
+    sections.push_back(small_section(kSectionTokens, std::move(tokens), options.compress));
+    if (!s.last_logits.empty()) {
+        std::vector<uint8_t> logits(s.last_logits.size() * 4);
+        std::memcpy(logits.data(), s.last_logits.data(), logits.size());
+        sections.push_back(small_section(kSectionLogits, std::move(logits), options.compress));
+    }
+    if (s.sampler) sections.push_back(small_section(kSectionSampler, encode_sampler(*s.sampler), options.compress));
+    sections.push_back(kv_section(s.kv, encoding, options.compress));  // last: the big one
+
+    uint64_t end = align_up(kHeaderBytes + kSectionEntryBytes * sections.size(), kSectionAlignment);
+    uint64_t file_bytes = end;
+    for (Section& sec : sections) {
+        sec.offset = align_up(end, kSectionAlignment);
+        end = sec.offset + sec.stored_bytes;
+        file_bytes = std::max(file_bytes, end);
+    }
+    for (Section& sec : sections) {
+        if (sec.streamed) {
+            sec.checksum = write_kv_raw(s.kv, encoding, sec.offset, sink);
+        } else {
+            sink.write_at(sec.offset, sec.stored.data(), sec.stored.size());
+        }
+    }
+
+    // Header and table last: they carry the checksums.
+    std::vector<uint8_t> head(kHeaderBytes + kSectionEntryBytes * sections.size(), 0);
+    for (size_t i = 0; i < sections.size(); ++i) {
+        uint8_t* e = head.data() + kHeaderBytes + kSectionEntryBytes * i;
+        store_le<uint32_t>(e + entry::type, sections[i].type);
+        store_le<uint32_t>(e + entry::flags, sections[i].flags);
+        store_le<uint64_t>(e + entry::offset, sections[i].offset);
+        store_le<uint64_t>(e + entry::stored_bytes, sections[i].stored_bytes);
+        store_le<uint64_t>(e + entry::raw_bytes, sections[i].raw_bytes);
+        store_le<uint64_t>(e + entry::checksum, sections[i].checksum);
+    }
+    std::memcpy(head.data() + header::magic, kMagic, sizeof(kMagic));
+    store_le<uint32_t>(&head[header::format_version], kFormatVersion);
+    store_le<uint32_t>(&head[header::header_bytes], static_cast<uint32_t>(kHeaderBytes));
+    store_le<uint32_t>(&head[header::section_count], static_cast<uint32_t>(sections.size()));
+    store_le<uint32_t>(&head[header::section_entry_bytes], static_cast<uint32_t>(kSectionEntryBytes));
+    store_le<uint64_t>(&head[header::section_table_offset], kHeaderBytes);
+    store_le<uint64_t>(&head[header::file_bytes], file_bytes);
+    store_le<uint64_t>(&head[header::table_checksum], XXH3_64bits(head.data() + kHeaderBytes, head.size() - kHeaderBytes));
+    store_le<uint64_t>(&head[header::header_checksum], XXH3_64bits(head.data(), header::header_checksum));
+    sink.write_at(0, head.data(), head.size());
+    sink.finish(file_bytes);
+}
+
+std::vector<uint8_t> encode_state_to_memory(const State& state, const SaveOptions& options) {
+    MemorySink sink;
+    encode_state(state, options, sink);
+    return std::move(sink.bytes);
+}
+
+}  // namespace kvstash::state_file
+
+namespace kvstash {
+
+void save_state(const State& state, const std::string& path, const SaveOptions& options) {
+    const std::string temp = path + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) state_file::throw_write_error(path, "creating '" + temp + "'", errno);
+    try {
+        state_file::FileSink sink(fd, path, temp);
+        state_file::encode_state(state, options, sink);
+        if (::fsync(fd) != 0) state_file::throw_write_error(path, "syncing '" + temp + "'", errno);
+    } catch (...) {
+        ::close(fd);
+        ::unlink(temp.c_str());
+        throw;
+    }
+    if (::close(fd) != 0) {
+        const int saved = errno;
+        ::unlink(temp.c_str());
+        state_file::throw_write_error(path, "closing '" + temp + "'", saved);
+    }
+    if (::rename(temp.c_str(), path.c_str()) != 0) {
+        const int saved = errno;
+        ::unlink(temp.c_str());
+        state_file::throw_write_error(path, "renaming '" + temp + "' over it", saved);
+    }
+    // The rename is durable only once the directory entry is on disk.
+    const std::string dir = state_file::parent_directory(path);
+    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int synced = dir_fd >= 0 ? ::fsync(dir_fd) : -1;
+    const int saved = errno;
+    if (dir_fd >= 0) ::close(dir_fd);
+    if (synced != 0 && saved != EINVAL) {  // EINVAL: a file system that cannot sync directories
+        throw Error(ErrorCode::io, "state file '" + path + "' was written but its directory '" + dir +
+                                       "' could not be synced: " + std::strerror(saved));
+    }
+}
+
+}  // namespace kvstash

@@ -1,0 +1,176 @@
+// Chat templates rendered by hand, byte-identical to transformers' Jinja rendering of the templates in
+// text/chat_template_known.h for conversations of system/user/assistant messages without tools.
+//
+//   chatml    [<|im_start|>system\n{default system}<|im_end|>\n]   when the first message is not a system one
+//             <|im_start|>{role}\n{content}<|im_end|>\n           per message, content as is
+//             <|im_start|>assistant\n                             generation prompt
+//   llama3    <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n
+//             Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n{first system message, trimmed}<|eot_id|>
+//             <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>   per other message
+//             <|start_header_id|>assistant<|end_header_id|>\n\n                           generation prompt
+//   llama3.0  as llama3 without the system header: <|begin_of_text|> then every message, system included.
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvstash/chat.h"
+#include "kvstash/error.h"
+#include "model/model_impl.h"
+#include "text/chat_template_detect.h"
+
+namespace kvstash {
+namespace {
+
+// Python's str.isspace(), what Jinja's trim filter (str.strip()) removes: the code points of bidirectional type
+// WS, B or S or category Zs (this list is Python 3.11's, all code points checked). Not U+200B, U+FEFF, U+180E.
+bool is_python_space(char32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+           c == 0x3000;
+}
+
+// The code point of the well-formed UTF-8 sequence at s[i] and its length in bytes; length 0 when the bytes
+// there are malformed (content is not required to be UTF-8; such bytes are never whitespace).
+size_t decode_utf8(std::string_view s, size_t i, char32_t* code_point) {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    if (b0 < 0x80) {
+        *code_point = b0;
+        return 1;
+    }
+    size_t n;
+    char32_t c, min;
+    if ((b0 & 0xE0) == 0xC0) {
+        n = 2;
+        c = b0 & 0x1F;
+        min = 0x80;
+    } else if ((b0 & 0xF0) == 0xE0) {
+        n = 3;
+        c = b0 & 0x0F;
+        min = 0x800;
+    } else if ((b0 & 0xF8) == 0xF0) {
+        n = 4;
+        c = b0 & 0x07;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (i + n > s.size()) return 0;
+    for (size_t k = 1; k < n; ++k) {
+        const auto b = static_cast<unsigned char>(s[i + k]);
+        if ((b & 0xC0) != 0x80) return 0;
+        c = (c << 6) | (b & 0x3F);
+    }
+    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+    *code_point = c;
+    return n;
+}
+
+// Jinja's `trim` filter: Python's str.strip() with no argument.
+std::string_view python_strip(std::string_view s) {
+    char32_t c;
+    while (!s.empty()) {
+        const size_t n = decode_utf8(s, 0, &c);
+        if (n == 0 || !is_python_space(c)) break;
+        s.remove_prefix(n);
+    }
+    while (!s.empty()) {
+        size_t start = s.size() - 1;  // the last code point starts at most 3 continuation bytes back
+        while (start > 0 && s.size() - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+        const size_t n = decode_utf8(s, start, &c);
+        if (n != s.size() - start || !is_python_space(c)) break;
+        s.remove_suffix(n);
+    }
+    return s;
+}
+
+std::string choices() {
+    std::string out;
+    for (const std::string& name : ChatTemplate::names()) out += (out.empty() ? "" : "|") + name;
+    return out;
+}
+
+void append_chatml_turn(std::string& out, std::string_view role, std::string_view content) {
+    out.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
+}
+
+void append_llama3_header(std::string& out, std::string_view role) {
+    out.append("<|start_header_id|>").append(role).append("<|end_header_id|>\n\n");
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::for_model(const Model& model) {
+    const std::optional<std::string> text = model.impl().file->get_string("tokenizer.chat_template");
+    if (!text) {
+        throw Error(ErrorCode::unsupported, "the model has no chat template (no tokenizer.chat_template in " +
+                                                model.path() + "); choose one with --chat-template " + choices());
+    }
+    return detect_chat_template(*text);
+}
+
+ChatTemplate ChatTemplate::named(std::string_view name) {
+    ChatTemplate tmpl;
+    if (name == "chatml") {
+        tmpl.kind_ = Kind::chatml;
+    } else if (name == "llama3") {
+        tmpl.kind_ = Kind::llama3;
+    } else if (name == "llama3.0") {
+        tmpl.kind_ = Kind::llama3_0;
+    } else {
+        std::string known;
+        for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
+        throw Error(ErrorCode::invalid_argument,
+                    "unknown chat template \"" + std::string(name) + "\"; the known ones are " + known);
+    }
+    tmpl.name_ = std::string(name);
+    return tmpl;
+}
+
+std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "llama3.0"}; }
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+    if (messages.empty()) {
+        throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
+    }
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const std::string& role = messages[i].role;
+        if (role != "system" && role != "user" && role != "assistant") {
+            throw Error(ErrorCode::invalid_argument, "message " + std::to_string(i) + " has the role \"" + role +
+                                                         "\"; a chat message's role is system, user or assistant");
+        }
+    }
+    std::string out;
+    if (kind_ == Kind::chatml) {
+        if (has_default_system_ && messages.front().role != "system") {
+            append_chatml_turn(out, "system", default_system_);
+        }
+        for (const ChatMessage& message : messages) append_chatml_turn(out, message.role, message.content);
+        if (add_generation_prompt) out += "<|im_start|>assistant\n";
+        return out;
+    }
+    out = "<|begin_of_text|>";
+    size_t first = 0;
+    if (kind_ == Kind::llama3) {
+        // Llama 3.1/3.2 always open with a system header; a leading system message goes into it.
+        std::string_view system;
+        if (messages.front().role == "system") {
+            system = python_strip(messages.front().content);
+            first = 1;
+        }
+        append_llama3_header(out, "system");
+        out.append("Cutting Knowledge Date: December 2023\nToday Date: ").append(date_string_).append("\n\n");
+        out.append(system).append("<|eot_id|>");
+    }
+    for (size_t i = first; i < messages.size(); ++i) {
+        append_llama3_header(out, messages[i].role);
+        out.append(python_strip(messages[i].content)).append("<|eot_id|>");
+    }
+    if (add_generation_prompt) append_llama3_header(out, "assistant");
+    return out;
+}
+
+std::string ChatTemplate::end_of_turn_suffix() const { return kind_ == Kind::chatml ? "\n" : ""; }
+
+}  // namespace kvstash

@@ -1,0 +1,88 @@
+// kvstash prefill: read a text once and save the model's state after it, to continue later with
+// `kvstash generate --state` (in this process or any other, bit-exactly).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "kvstash/commands.h"
+#include "kvstash/common.h"
+#include "kvstash/error.h"
+#include "kvstash/model.h"
+#include "kvstash/progress.h"
+#include "kvstash/state_file.h"
+#include "kvstash/tokenizer.h"
+
+namespace kvstash::cli {
+namespace {
+
+struct PrefillFlags {
+    std::string model_path;
+    std::string prompt;
+    std::string file;
+    std::string output;
+    std::string kv_type = "f16";
+    bool compress = false;
+    int64_t ctx = 0;
+    int threads = 0;
+};
+
+int run_prefill(const PrefillFlags& f) {
+    const std::string text = f.file.empty() ? f.prompt : read_text_file(f.file);
+    if (text.empty()) throw Error(ErrorCode::invalid_argument, "the text is empty; give some with -p or -f");
+    require_valid_utf8(text, f.file.empty() ? "the prompt" : "'" + f.file + "'");
+    auto model = Model::load(f.model_path);
+    const std::vector<int32_t> tokens = model->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
+    const KvType kv_type = f.kv_type == "f32" ? KvType::f32 : KvType::f16;
+    State state(*model, StateOptions{kv_type, f.ctx});
+    if (static_cast<int64_t>(tokens.size()) >= state.n_ctx()) {
+        throw Error(ErrorCode::out_of_range, "the text has " + std::to_string(tokens.size()) + " tokens, more than the context of " +
+                                                 std::to_string(state.n_ctx()) + "; shorten it or raise --ctx");
+    }
+    Evaluator evaluator(model, f.threads);
+    const auto start = std::chrono::steady_clock::now();
+    {
+        PromptProgress progress(evaluator, "prefill");
+        evaluator.eval(state, tokens);
+    }
+    const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    SaveOptions options;
+    options.kv_storage = f.kv_type == "q8_0" ? StateKvStorage::q8_0 : StateKvStorage::same;
+    options.compress = f.compress;
+    const auto save_start = std::chrono::steady_clock::now();
+    save_state(state, f.output, options);
+    const double save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - save_start).count();
+    const auto bytes = std::filesystem::file_size(f.output);
+    std::printf("%s: %zu tokens, %llu bytes (%.0f bytes/token), prefill %.3f s (%.1f tok/s), save %.3f s\n", f.output.c_str(),
+                tokens.size(), static_cast<unsigned long long>(bytes), static_cast<double>(bytes) / static_cast<double>(tokens.size()),
+                eval_seconds, static_cast<double>(tokens.size()) / eval_seconds, save_seconds);
+    if (options.kv_storage == StateKvStorage::q8_0) {
+        std::fprintf(stderr, "note: the KV cache is stored as q8_0: continuing from this file is close to, but not bit-exactly, "
+                             "what recomputing the text would give\n");
+    }
+    return 0;
+}
+
+}  // namespace
+
+void register_prefill(CLI::App& root, Action& action) {
+    auto f = std::make_shared<PrefillFlags>();
+    auto* cmd = root.add_subcommand("prefill", "Read a text once and save the model's state after it to a file");
+    add_model_option(*cmd, f->model_path);
+    auto* p = cmd->add_option("-p,--prompt", f->prompt, "text");
+    auto* file = cmd->add_option("-f,--file", f->file, "read the text from a file")->check(CLI::ExistingFile);
+    p->excludes(file);
+    cmd->add_option("-o,--output", f->output, "state file to write")->required();
+    cmd->add_option("--kv-type", f->kv_type, "KV storage: f16 (default, bit-exact), f32 (bit-exact) or q8_0 (about half of f16, not bit-exact)")
+        ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
+        ->capture_default_str();
+    cmd->add_flag("--compress", f->compress, "compress the file with zstd");
+    cmd->add_option("--ctx", f->ctx, "context size of the saved state (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    add_threads_option(*cmd, f->threads);
+    cmd->callback([&action, f, p, file] {
+        if (p->count() == 0 && file->count() == 0) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
+        action = [f] { return run_prefill(*f); };
+    });
+}
+
+}  // namespace kvstash::cli

@@ -1,0 +1,38 @@
+// kvstash state info: what a state file holds, with its checksums verified (no model needed).
+#include <cstdio>
+#include <memory>
+
+#include "kvstash/commands.h"
+#include "kvstash/common.h"
+#include "kvstash/error.h"
+#include "kvstash/state_file.h"
+
+namespace kvstash::cli {
+
+void register_state(CLI::App& root, Action& action) {
+    auto* state = root.add_subcommand("state", "Inspect state files");
+    state->require_subcommand(1);
+    auto path = std::make_shared<std::string>();
+    auto no_verify = std::make_shared<bool>(false);
+    auto* info = state->add_subcommand("info", "Print a state file's header and verify its checksums");
+    info->add_option("STATE", *path, "state file")->required()->check(CLI::ExistingFile);
+    info->add_flag("--no-verify", *no_verify, "skip checksum verification");
+    info->callback([&action, path, no_verify] {
+        action = [path, no_verify] {
+            const StateFileInfo i = inspect_state_file(*path, !*no_verify);
+            std::printf("file:          %s (%llu bytes)\n", path->c_str(), static_cast<unsigned long long>(i.file_bytes));
+            std::printf("format:        version %u\n", i.format_version);
+            std::printf("model:         %s (fingerprint %s)\n", i.model_name.c_str(), i.model_fingerprint.c_str());
+            std::printf("tokens:        %lld (context %lld)\n", static_cast<long long>(i.n_tokens), static_cast<long long>(i.n_ctx));
+            std::printf("kv:            %s, %llu bytes%s\n", i.kv_type.c_str(), static_cast<unsigned long long>(i.kv_bytes),
+                        i.kv_type == "q8_0" ? " (quantized: continuation is not bit-exact)" : " (bit-exact)");
+            std::printf("compressed:    %s\n", i.compressed ? "zstd" : "no");
+            std::printf("logits:        %s\n", i.has_logits ? "yes" : "no");
+            std::printf("sampler:       %s\n", i.has_sampler ? "yes" : "no");
+            std::printf("checksums:     %s\n", *no_verify ? "not verified" : (i.checksums_ok ? "ok" : "MISMATCH"));
+            return (*no_verify || i.checksums_ok) ? 0 : 3;
+        };
+    });
+}
+
+}  // namespace kvstash::cli
