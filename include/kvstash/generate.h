@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,9 @@ struct GenerateOptions {
     int64_t max_tokens = 256;               // 0: return at once, sampling nothing
     std::vector<std::string> stop_strings;  // generation stops before the first occurrence (not included in the text); none empty
     bool stop_at_end_of_generation = true;  // EOS / end-of-turn tokens (Tokenizer::is_eog); not included in the text
+    // Called with the logits each token is sampled from and the token chosen (for tracing and for
+    // checking that continuations are bit-identical). Empty = none.
+    std::function<void(std::span<const float> logits, int32_t token)> on_sample;
 };
 
 enum class StopReason { end_of_generation, stop_string, max_tokens, callback, context_full };

@@ -20,11 +20,11 @@
 //   3. temperature <= 0: the argmax, lowest id on ties; no random number is drawn.
 //   4. the candidates (tokens whose logit is not -inf) sorted by logit descending, ties by id
 //      ascending; top-k keeps the first k.
-//   5. softmax of logit / temperature over them (double precision).
+//   5. softmax of logit / temperature over them (double precision; the normalising sum in id order).
 //   6. top-p keeps the shortest prefix whose probability sum reaches top_p (at least one token).
 //   7. min-p drops tokens with probability < min_p × the first token's.
-//   8. renormalise, and draw with one uniform u in [0, 1) from the RNG: the first candidate (in the
-//      order of step 4) at which the cumulative probability exceeds u.
+//   8. renormalise (sum in the order of step 4), and draw with one uniform u in [0, 1) from the RNG:
+//      the first candidate, in the order of step 4, at which the cumulative probability exceeds u.
 // distribution() returns the result of steps 1-8 without drawing.
 #pragma once
 

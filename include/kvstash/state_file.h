@@ -30,9 +30,11 @@ struct SaveOptions {
 // `path`, if any, is then left intact.
 void save_state(const State& state, const std::string& path, const SaveOptions& options = {});
 
-// Throws Error(bad_format) for a file that is not a state file, is truncated or fails a checksum;
-// Error(invalid_argument) when it belongs to another model (message names both fingerprints);
-// Error(unsupported) for a newer format version or an unknown option.
+// Throws Error(bad_format) for a file that is not a state file, is truncated or fails a checksum (the
+// message names the section); Error(invalid_argument) when it belongs to another model (message names
+// both fingerprints); Error(unsupported) for a newer format version or an unknown option; Error(io) when
+// the file cannot be opened or mapped. A file saved with kv_storage = q8_0 loads into the State's own
+// f16/f32 cache type, with values within the q8_0 step of the originals.
 State load_state(const Model& model, const std::string& path);
 
 struct StateFileInfo {
@@ -52,7 +54,9 @@ struct StateFileInfo {
     std::string checksum_error;     // when verified and !checksums_ok: the first section that failed
 };
 
-// Reads the header (and, with verify, every section's checksum) without needing the model.
+// Reads the header, section table and meta section (and, with verify, every section's checksum) without
+// needing the model. Throws as load_state for a malformed file; a failed section checksum under verify
+// is reported in checksums_ok / checksum_error instead.
 StateFileInfo inspect_state_file(const std::string& path, bool verify_checksums);
 
 // The model's fingerprint as stored in state files (hex). Computed once per model file and cached by

@@ -88,7 +88,8 @@ void validate(const State& state, const GenerateOptions& options) {
     }
     for (const std::string& stop : options.stop_strings) {
         if (stop.empty()) {
-            throw Error(ErrorCode::invalid_argument, "a stop string is empty (it would match before any text); remove it");
+            throw Error(ErrorCode::invalid_argument,
+                        "a stop string is empty (it would match before any text); remove it");
         }
     }
 }
@@ -122,6 +123,7 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
         } else {
             while (true) {
                 const int32_t token = sampler.sample(state.last_logits(), state.tokens());
+                if (options.on_sample) options.on_sample(state.last_logits(), token);
                 evaluator.eval(state, std::span<const int32_t>(&token, 1));
                 result.tokens.push_back(token);
                 if (tokenizer.is_eog(token)) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <string>
 
 #include "engine/rng.h"
@@ -15,20 +16,28 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::invalid_argument, message); }
 
-std::string str(float v) { return std::to_string(v); }
+std::string str(float v) {
+    std::ostringstream out;
+    out << v;  // 0.95, 1.5, nan, inf
+    return out.str();
+}
+
+void require(bool ok, const std::string& what, float value) {
+    if (!ok) invalid("sampler " + what + ", got " + str(value));
+}
 
 void validate(const SamplerParams& p) {
-    if (!std::isfinite(p.temperature)) invalid("sampler temperature must be a finite number (<= 0 for greedy), got " + str(p.temperature));
-    if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) invalid("sampler top_p must be in [0, 1] (1 turns it off), got " + str(p.top_p));
-    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) invalid("sampler min_p must be in [0, 1] (0 turns it off), got " + str(p.min_p));
-    if (!(std::isfinite(p.repeat_penalty) && p.repeat_penalty > 0.0f)) {
-        invalid("sampler repeat_penalty must be a finite number > 0 (1 turns it off), got " + str(p.repeat_penalty));
-    }
+    require(std::isfinite(p.temperature), "temperature must be a finite number (<= 0 for greedy)", p.temperature);
+    require(p.top_p >= 0.0f && p.top_p <= 1.0f, "top_p must be in [0, 1] (1 turns it off)", p.top_p);
+    require(p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p must be in [0, 1] (0 turns it off)", p.min_p);
+    require(std::isfinite(p.repeat_penalty) && p.repeat_penalty > 0.0f,
+            "repeat_penalty must be a finite number > 0 (1 turns it off)", p.repeat_penalty);
     if (p.repeat_last_n < -1) {
-        invalid("sampler repeat_last_n must be >= -1 (-1: whole history, 0: off), got " + std::to_string(p.repeat_last_n));
+        invalid("sampler repeat_last_n must be >= -1 (-1: whole history, 0: off), got " +
+                std::to_string(p.repeat_last_n));
     }
-    if (!std::isfinite(p.presence_penalty)) invalid("sampler presence_penalty must be finite, got " + str(p.presence_penalty));
-    if (!std::isfinite(p.frequency_penalty)) invalid("sampler frequency_penalty must be finite, got " + str(p.frequency_penalty));
+    require(std::isfinite(p.presence_penalty), "presence_penalty must be finite", p.presence_penalty);
+    require(std::isfinite(p.frequency_penalty), "frequency_penalty must be finite", p.frequency_penalty);
     for (const auto& [id, bias] : p.logit_bias) {
         if (id < 0) invalid("logit_bias names token id " + std::to_string(id) + "; ids are >= 0");
         if (std::isnan(bias) || bias == INFINITY) {
@@ -61,7 +70,7 @@ void adjust_logits(const SamplerParams& p, std::span<const float> logits, std::s
         for (size_t i = 0; i < window_scratch.size();) {
             const int32_t id = window_scratch[i];
             size_t count = 0;
-            while (i < window_scratch.size() && window_scratch[i] == id) ++i, ++count;
+            for (; i < window_scratch.size() && window_scratch[i] == id; ++i) ++count;
             if (id < 0 || id >= n_vocab) {
                 invalid("history token id " + std::to_string(id) + " is outside the logits (0.." +
                         std::to_string(n_vocab - 1) + ")");
@@ -85,42 +94,54 @@ int32_t argmax(const std::vector<float>& adjusted) {
     for (size_t i = 1; i < adjusted.size(); ++i) {
         if (adjusted[i] > adjusted[best]) best = i;
     }
-    if (adjusted[best] == -INFINITY) invalid("every token is banned (all logits are -inf after logit_bias)");
+    if (adjusted[best] == -INFINITY) invalid("every token is banned (all logits are -inf after bias and penalties)");
     return static_cast<int32_t>(best);
 }
 
-// Steps 4-8 up to the draw: fills `ids` (sampling order) and `probs` (unnormalised weights
-// exp((logit - max) / T), zeroed past the filters' cut) and returns how many candidates are kept
-// (ids[0..kept), all with probs > 0) and, through `total`, the sum of their weights in that order.
+// Steps 4-8 up to the draw: fills `ids` (sampling order) and `probs` (their unnormalised weights
+// exp((logit - max) / T)) with the kept candidates, all of weight > 0, and returns how many there are
+// and, through `total`, the sum of their weights in that order.
 size_t filter_candidates(const SamplerParams& p, const std::vector<float>& adjusted, std::vector<int32_t>& ids,
                          std::vector<double>& probs, double& total) {
     ids.clear();
+    float max_logit = -INFINITY;
     for (size_t i = 0; i < adjusted.size(); ++i) {
-        if (adjusted[i] != -INFINITY) ids.push_back(static_cast<int32_t>(i));
+        if (adjusted[i] == -INFINITY) continue;
+        ids.push_back(static_cast<int32_t>(i));
+        max_logit = std::max(max_logit, adjusted[i]);
     }
-    if (ids.empty()) invalid("every token is banned (all logits are -inf after logit_bias)");
+    if (ids.empty()) invalid("every token is banned (all logits are -inf after bias and penalties)");
     // A strict total order (ids are distinct), so any sorting algorithm gives the same sequence.
     const auto before = [&adjusted](int32_t a, int32_t b) {
         const float la = adjusted[static_cast<size_t>(a)], lb = adjusted[static_cast<size_t>(b)];
         return la > lb || (la == lb && a < b);
     };
-    size_t n = ids.size();
-    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
-        n = static_cast<size_t>(p.top_k);
-        std::nth_element(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), before);
-        ids.resize(n);
+    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < ids.size()) {
+        std::nth_element(ids.begin(), ids.begin() + p.top_k, ids.end(), before);
+        ids.resize(static_cast<size_t>(p.top_k));
+        std::sort(ids.begin(), ids.end());  // back to id order for the sum below
     }
-    std::sort(ids.begin(), ids.end(), before);
 
-    // Softmax weights; ids[0] holds the maximum, so weights are in (0, 1] and non-increasing.
-    const double max_logit = adjusted[static_cast<size_t>(ids[0])];
+    // Softmax weights in (0, 1], the top one exactly exp(0) = 1; the normalising sum in id order.
     const double temperature = p.temperature;
-    probs.resize(n);
+    const auto weight = [&](int32_t id) {
+        return std::exp((static_cast<double>(adjusted[static_cast<size_t>(id)]) - max_logit) / temperature);
+    };
     double sum = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-        probs[i] = std::exp((static_cast<double>(adjusted[static_cast<size_t>(ids[i])]) - max_logit) / temperature);
-        sum += probs[i];
+    size_t n = 0;
+    for (int32_t id : ids) {
+        const double w = weight(id);
+        sum += w;
+        // min-p before sorting (only the survivors need sorting): its kept set, weight >= min_p × 1,
+        // is a prefix of the sampling order, so cutting it first and top-p's prefix after gives the
+        // same result as top-p first.
+        if (w >= static_cast<double>(p.min_p)) ids[n++] = id;
     }
+    ids.resize(n);
+    std::sort(ids.begin(), ids.end(), before);
+    probs.resize(n);
+    for (size_t i = 0; i < n; ++i) probs[i] = weight(ids[i]);
+
     size_t kept = n;
     if (p.top_p < 1.0f) {
         const double target = static_cast<double>(p.top_p) * sum;
@@ -132,12 +153,6 @@ size_t filter_candidates(const SamplerParams& p, const std::vector<float>& adjus
                 break;
             }
         }
-    }
-    if (p.min_p > 0.0f) {
-        const double threshold = static_cast<double>(p.min_p) * probs[0];
-        size_t above = 1;  // the first token always passes (min_p <= 1)
-        while (above < kept && probs[above] >= threshold) ++above;
-        kept = above;
     }
     while (kept > 1 && probs[kept - 1] == 0.0) --kept;  // underflowed to zero: never drawn
     ids.resize(kept);

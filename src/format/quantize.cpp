@@ -1,6 +1,5 @@
 // Scalar reference quantizers. The float operations are ggml's (ggml-quants.c quantize_row_q8_0_ref),
 // in the same order, so the blocks are bitwise what ggml produces for finite inputs.
-#pragma GCC optimize("fp-contract=off")
 
 #include "format/quantize.h"
 

@@ -32,6 +32,7 @@ struct Preset {
 constexpr Preset kPresets[] = {
     {"default", {kGpt2, nullptr}, false},
     {"gpt2", {kGpt2, nullptr}, false},
+    {"gpt-2", {kGpt2, nullptr}, false},  // spelling written by gguf-py / llama.cpp's converter for GPT-2
     {"llama-bpe", {kLlama3, nullptr}, true},
     {"llama3", {kLlama3, nullptr}, true},
     {"llama-v3", {kLlama3, nullptr}, true},

@@ -55,7 +55,8 @@ TEST(SamplerParity, GreedyGenerationMatchesTransformers) {
         const auto expected_text = c.at("generated_text").get<std::string>();
 
         std::string streamed;
-        const auto all = greedy_generate(model, evaluator, prompt, static_cast<int64_t>(expected.size()), false, streamed);
+        const auto n = static_cast<int64_t>(expected.size());
+        const auto all = greedy_generate(model, evaluator, prompt, n, /*stop_at_eog=*/false, streamed);
         ASSERT_EQ(all.tokens.size(), expected.size());
         size_t same = 0;
         while (same < expected.size() && all.tokens[same] == expected[same]) ++same;
@@ -81,7 +82,7 @@ TEST(SamplerParity, GreedyGenerationMatchesTransformers) {
         size_t first_eog = 0;
         while (first_eog < expected.size() && !tok.is_eog(expected[first_eog])) ++first_eog;
         if (first_eog == expected.size() || first_eog >= same) continue;
-        const auto stopped = greedy_generate(model, evaluator, prompt, static_cast<int64_t>(expected.size()), true, streamed);
+        const auto stopped = greedy_generate(model, evaluator, prompt, n, /*stop_at_eog=*/true, streamed);
         EXPECT_EQ(stopped.stop, StopReason::end_of_generation);
         EXPECT_EQ(stopped.tokens, Ids(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(first_eog) + 1));
         EXPECT_EQ(stopped.text, expected_text.substr(0, expected_text.find(tok.token_piece(expected[first_eog]))));

@@ -35,6 +35,7 @@ struct GenerateFlags {
     std::string save_state_path;
     bool timings = false;
     bool resume_sampler = false;
+    std::string dump_logits_path;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -88,7 +89,19 @@ int run_generate(const GenerateFlags& f) {
     }
 
     const SamplerParams params = sampler_params(f.sampling);
-    const GenerateOptions options = generate_options(f.sampling);
+    GenerateOptions options = generate_options(f.sampling);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> dump(nullptr, std::fclose);
+    if (!f.dump_logits_path.empty()) {
+        if (texts.size() > 1) throw Error(ErrorCode::invalid_argument, "--dump-logits needs a single prompt");
+        dump.reset(std::fopen(f.dump_logits_path.c_str(), "wb"));
+        if (!dump) throw Error(ErrorCode::io, "cannot create '" + f.dump_logits_path + "'");
+        options.on_sample = [&dump, &f](std::span<const float> logits, int32_t token) {
+            if (std::fwrite(&token, sizeof token, 1, dump.get()) != 1 ||
+                std::fwrite(logits.data(), sizeof(float), logits.size(), dump.get()) != logits.size()) {
+                throw Error(ErrorCode::io, "cannot write '" + f.dump_logits_path + "'");
+            }
+        };
+    }
     for (size_t i = 0; i < texts.size(); ++i) {
         State state = base->fork();
         const std::vector<int32_t> tokens = prompt_tokens(*model, f, texts[i], continuing);
@@ -154,6 +167,8 @@ void register_generate(CLI::App& root, Action& action) {
     cmd->add_flag("--resume-sampler", f->resume_sampler,
                   "continue the sampler saved in --state (its parameters and random sequence) instead of the sampling flags");
     cmd->add_option("--save-state", f->save_state_path, "save the state after generation to this file");
+    cmd->add_option("--dump-logits", f->dump_logits_path,
+                    "write, for every generated token, its id (int32) and the logits it was sampled from (n_vocab float32)");
     cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
     cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     add_threads_option(*cmd, f->threads);
