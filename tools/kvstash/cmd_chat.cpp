@@ -123,7 +123,8 @@ void register_chat(CLI::App& root, Action& action) {
     auto* cmd = root.add_subcommand("chat", "Talk with the model, turn after turn (reads stdin; one message per line)");
     add_model_option(*cmd, f->model_path);
     cmd->add_option("--system", f->system, "system message");
-    cmd->add_option("--chat-template", f->chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()));
+    cmd->add_option("--chat-template", f->chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
+        ->check(CLI::IsMember(ChatTemplate::names()));
     add_sampling_flags(*cmd, f->sampling);
     cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
     add_threads_option(*cmd, f->threads);

@@ -161,7 +161,8 @@ void register_generate(CLI::App& root, Action& action) {
     add_sampling_flags(*cmd, f->sampling);
     cmd->add_flag("--chat", f->chat, "wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", f->system, "system message (with --chat)");
-    cmd->add_option("--chat-template", f->chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()));
+    cmd->add_option("--chat-template", f->chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
+        ->check(CLI::IsMember(ChatTemplate::names()));
     cmd->add_option("--state", f->state_path, "continue from a state file written by `kvstash prefill` or --save-state")
         ->check(CLI::ExistingFile);
     cmd->add_flag("--resume-sampler", f->resume_sampler,
@@ -179,6 +180,7 @@ void register_generate(CLI::App& root, Action& action) {
         }
         if (f->prompts.empty() && f->prompt_file.empty()) f->prompts.push_back("");  // --state alone: continue as is
         if (!f->system.empty() && !f->chat) throw CLI::ValidationError("--system", "needs --chat");
+        if (!f->chat_template.empty() && !f->chat) throw CLI::ValidationError("--chat-template", "needs --chat");
         action = [f] { return run_generate(*f); };
     });
 }
