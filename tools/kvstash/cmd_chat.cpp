@@ -1,6 +1,5 @@
 // kvstash chat: an interactive multi-turn conversation (also works with piped stdin: one user message
-// per line). Each turn renders the whole conversation with the chat template and evaluates only the
-// tokens past the longest common prefix with what the state already holds, so earlier turns are never
+// per line), on kvstash::Conversation: the system prompt is computed once and earlier turns are never
 // recomputed.
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
+#include "kvstash/conversation.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
 #include "kvstash/generate.h"
@@ -34,35 +34,17 @@ struct ChatFlags {
 const char* chat_help =
     "commands: /reset (start over, keeping the system message), /exit (or end of input), /help\n";
 
-// Brings `state` to hold exactly `tokens`: keeps the common prefix, evaluates the rest.
-// Returns how many tokens were computed.
-size_t advance_to(Evaluator& evaluator, State& state, const std::vector<int32_t>& tokens) {
-    const auto held = state.tokens();
-    size_t common = 0;
-    while (common < held.size() && common < tokens.size() && held[common] == tokens[common]) ++common;
-    // The last held token's logits are needed if nothing new follows; always re-evaluate at least one token.
-    if (common == tokens.size() && common > 0) --common;
-    if (common < held.size()) state.truncate(static_cast<int64_t>(common));
-    const std::span<const int32_t> rest(tokens.data() + common, tokens.size() - common);
-    PromptProgress progress(evaluator, "prompt");
-    evaluator.eval(state, rest);
-    return rest.size();
-}
-
 int run_chat(const ChatFlags& f) {
+    require_valid_utf8(f.system, "--system");
     auto model = Model::load(f.model_path);
-    const ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
-    const Tokenizer& tokenizer = model->tokenizer();
+    ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
+    const std::string template_name = tmpl.name();
     Evaluator evaluator(model, f.threads);
-    State state(*model, StateOptions{KvType::f16, f.ctx});
+    Conversation conversation(evaluator, std::move(tmpl), f.system, StateOptions{KvType::f16, f.ctx});
     Sampler sampler(sampler_params(f.sampling));
     const GenerateOptions options = generate_options(f.sampling);
-    require_valid_utf8(f.system, "--system");
-
-    std::vector<ChatMessage> messages;
-    if (!f.system.empty()) messages.push_back({"system", f.system});
     const bool interactive = isatty(STDIN_FILENO) != 0;
-    if (interactive) std::fprintf(stderr, "kvstash chat (%s template). %s", tmpl.name().c_str(), chat_help);
+    if (interactive) std::fprintf(stderr, "kvstash chat (%s template). %s", template_name.c_str(), chat_help);
 
     std::string line;
     while (true) {
@@ -76,7 +58,7 @@ int run_chat(const ChatFlags& f) {
             continue;
         }
         if (line == "/reset") {
-            messages.resize(f.system.empty() ? 0 : 1);
+            conversation.reset();
             std::fputs("(conversation reset)\n", stderr);
             continue;
         }
@@ -86,31 +68,22 @@ int run_chat(const ChatFlags& f) {
         }
         try {
             require_valid_utf8(line, "the message");
-        } catch (const Error& e) {
-            std::fprintf(stderr, "kvstash: error: %s\n", e.what());
-            continue;
-        }
-        messages.push_back({"user", line});
-        const std::vector<int32_t> tokens =
-            tokenizer.encode(tmpl.render(messages, /*add_generation_prompt=*/true), /*add_special=*/false, /*parse_special=*/true);
-        if (static_cast<int64_t>(tokens.size()) + 1 >= state.n_ctx()) {
-            messages.pop_back();
-            std::fprintf(stderr, "kvstash: error: the conversation (%zu tokens) no longer fits the context of %lld tokens; /reset to start over\n",
-                         tokens.size(), static_cast<long long>(state.n_ctx()));
-            continue;
-        }
-        const size_t computed = advance_to(evaluator, state, tokens);
-        const GenerateResult result = generate(evaluator, state, sampler, options, [](int32_t, std::string_view text) {
-            std::fwrite(text.data(), 1, text.size(), stdout);
+            PromptProgress progress(evaluator, "prompt");
+            const GenerateResult result = conversation.reply(line, sampler, options, [](int32_t, std::string_view text) {
+                std::fwrite(text.data(), 1, text.size(), stdout);
+                std::fflush(stdout);
+                return true;
+            });
+            std::fputc('\n', stdout);
             std::fflush(stdout);
-            return true;
-        });
-        std::fputc('\n', stdout);
-        std::fflush(stdout);
-        messages.push_back({"assistant", result.text});
-        if (f.timings) {
-            std::fprintf(stderr, "timings: %zu prompt tokens computed (%zu reused), %zu generated in %.3f s\n", computed,
-                         tokens.size() - computed, result.tokens.size(), result.seconds);
+            if (f.timings) {
+                std::fprintf(stderr, "timings: %lld prompt tokens computed (%lld reused), %zu generated in %.3f s\n",
+                             static_cast<long long>(conversation.last_computed()), static_cast<long long>(conversation.last_reused()),
+                             result.tokens.size(), result.seconds);
+            }
+        } catch (const Error& e) {
+            // One bad turn (too long, bad bytes) does not end the conversation.
+            std::fprintf(stderr, "kvstash: error: %s\n", e.what());
         }
     }
     return 0;
