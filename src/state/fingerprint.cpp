@@ -1,6 +1,7 @@
 // Model fingerprints: a canonical byte stream of the model's tensors and computation-relevant metadata,
 // hashed with XXH3-128, and a process-wide cache keyed by file identity.
 #include "state/fingerprint.h"
+#include "state/fingerprint_cache.h"
 
 #include <sys/stat.h>
 #include <xxhash.h>
@@ -79,11 +80,6 @@ bool is_fingerprinted_key(std::string_view key, std::string_view arch) {
     return !arch.empty() && key.size() > arch.size() && key.starts_with(arch) && key[arch.size()] == '.';
 }
 
-struct FileIdentity {
-    uint64_t device, inode, size;
-    int64_t mtime_ns;
-    auto operator<=>(const FileIdentity&) const = default;
-};
 
 }  // namespace
 
@@ -148,8 +144,15 @@ ModelFingerprint cached_model_fingerprint(const Model& model) {
         std::lock_guard lock(mutex);
         if (auto it = cache.find(id); it != cache.end()) return it->second;
     }
-    // Hashed outside the lock: two threads may both hash the same new file once; both get one answer.
-    const ModelFingerprint fp = compute_model_fingerprint(file);
+    // Then the on-disk cache shared by processes; then hash. Hashed outside the lock: two threads may
+    // both hash the same new file once; both get one answer.
+    ModelFingerprint fp;
+    if (const auto hex = fingerprint_cache_lookup(id)) {
+        for (size_t i = 0; i < fp.bytes.size(); ++i) fp.bytes[i] = static_cast<uint8_t>(std::stoi(hex->substr(2 * i, 2), nullptr, 16));
+    } else {
+        fp = compute_model_fingerprint(file);
+        fingerprint_cache_store(id, fp.hex());
+    }
     std::lock_guard lock(mutex);
     cache.emplace(id, fp);
     return fp;

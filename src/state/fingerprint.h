@@ -24,8 +24,9 @@ struct ModelFingerprint {
 // Hashes the file (uncached): about 5 ms per 100 MB when the file is in the page cache.
 ModelFingerprint compute_model_fingerprint(const gguf::File& file);
 
-// The fingerprint of a loaded model, hashed once per model file per process: cached by file identity
-// (device, inode, size, mtime in ns) of model.path(). Thread-safe.
+// The fingerprint of a loaded model, hashed once per model file: cached by file identity (device,
+// inode, size, mtime in ns) of model.path(), in memory and on disk (state/fingerprint_cache.h), so
+// later processes skip the hash. Thread-safe.
 ModelFingerprint cached_model_fingerprint(const Model& model);
 
 }  // namespace kvstash
