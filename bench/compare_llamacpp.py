@@ -23,6 +23,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Per repeat. *_cpu_ms_per_token: CPU time of all the process's threads per token (spin-waits included);
+# with one thread it is the work itself, insensitive to other processes taking the cores.
+METRICS = ("prefill_tok_s", "decode_tok_s", "ttft_s", "prefill_cpu_ms_per_token", "decode_cpu_ms_per_token")
 
 
 def llama_worker(model_path, threads, n_prompt, n_decode, repeats, seed):
@@ -68,23 +71,23 @@ def llama_worker(model_path, threads, n_prompt, n_decode, repeats, seed):
 
     def once(n_dec):
         L.llama_memory_clear(L.llama_get_memory(ctx), True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         nxt = submit(prompt, 0)
         ttft = time.perf_counter() - t0
+        prefill_cpu = (time.process_time() - c0) * 1e3 / n_prompt
         prefill = n_prompt / ttft
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         for i in range(n_dec):
             nxt = submit([nxt], n_prompt + i)
         decode = n_dec / (time.perf_counter() - t1) if n_dec else 0.0
-        return prefill, decode, ttft
+        decode_cpu = (time.process_time() - c1) * 1e3 / max(n_dec, 1)
+        return prefill, decode, ttft, prefill_cpu, decode_cpu
 
     once(min(n_decode, 8))  # warm-up
-    out = {"prefill_tok_s": [], "decode_tok_s": [], "ttft_s": []}
+    out = {k: [] for k in METRICS}
     for _ in range(repeats):
-        p, d, t = once(n_decode)
-        out["prefill_tok_s"].append(p)
-        out["decode_tok_s"].append(d)
-        out["ttft_s"].append(t)
+        for key, value in zip(METRICS, once(n_decode)):
+            out[key].append(value)
     out["system_info"] = L.llama_print_system_info().decode()
     out["llama_cpp_python"] = L.__version__
     print(json.dumps(out))
@@ -99,8 +102,8 @@ def run_json(cmd):
 
 
 def compare(model, args):
-    ks = {"prefill_tok_s": [], "decode_tok_s": [], "ttft_s": []}
-    lc = {"prefill_tok_s": [], "decode_tok_s": [], "ttft_s": []}
+    ks = {k: [] for k in METRICS}
+    lc = {k: [] for k in METRICS}
     kinfo = linfo = None
     for rnd in range(args.rounds):
         sides = ["kvstash", "llama.cpp"] if rnd % 2 == 0 else ["llama.cpp", "kvstash"]

@@ -13,6 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <immintrin.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -24,7 +26,10 @@
 #include <thread>
 #include <vector>
 
+#include "format/tensor_type.h"
 #include "kernels/dispatch.h"
+#include "kernels/matmul.h"
+#include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 
@@ -34,6 +39,14 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// CPU time of the calling thread: on a shared machine, unlike wall time, it does not count the time
+// the thread waited for a core (single-threaded kernel timings use it).
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 json summary(std::vector<double> values) {
     std::sort(values.begin(), values.end());
@@ -54,8 +67,15 @@ uint64_t fnv1a(std::span<const float> logits) {
     return h;
 }
 
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 struct Repeat {
     double prefill_tok_s = 0, ttft_s = 0, decode_tok_s = 0;
+    double prefill_cpu_ms_per_token = 0, decode_cpu_ms_per_token = 0;  // CPU time of all threads
     uint64_t logits_hash = 0;
 };
 
@@ -64,17 +84,21 @@ Repeat run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Eva
     Repeat r;
     kvstash::State state(*model, kvstash::StateOptions{kvstash::KvType::f16, static_cast<int64_t>(prompt.size()) + n_decode + 1});
     const auto start = Clock::now();
+    const double cpu_start = process_cpu_seconds();
     evaluator.eval(state, prompt);
     const double prefill_s = seconds_since(start);
+    r.prefill_cpu_ms_per_token = (process_cpu_seconds() - cpu_start) * 1e3 / static_cast<double>(prompt.size());
     int32_t next = argmax(state.last_logits());
     r.ttft_s = seconds_since(start);
     r.prefill_tok_s = static_cast<double>(prompt.size()) / prefill_s;
     const auto decode_start = Clock::now();
+    const double decode_cpu_start = process_cpu_seconds();
     for (int64_t i = 0; i < n_decode; ++i) {
         evaluator.eval(state, std::span<const int32_t>(&next, 1));
         next = argmax(state.last_logits());
     }
     r.decode_tok_s = static_cast<double>(n_decode) / seconds_since(decode_start);
+    r.decode_cpu_ms_per_token = (process_cpu_seconds() - decode_cpu_start) * 1e3 / static_cast<double>(std::max<int64_t>(n_decode, 1));
     r.logits_hash = fnv1a(state.last_logits());
     return r;
 }
@@ -131,6 +155,76 @@ json read_bandwidth(const std::vector<uint8_t>& buffer, int n_threads, int repea
     return summary(gbs);
 }
 
+// ---- matmul kernel alone: random valid weights of one type, n_tokens × (rows × cols) ----
+
+// Random quant bytes with every fp16 scale / min overwritten by a small finite value.
+std::vector<uint8_t> random_weights(kvstash::TensorType type, int64_t rows, int64_t cols) {
+    const auto& traits = kvstash::tensor_type_traits(type);
+    std::vector<uint8_t> w(kvstash::tensor_row_bytes(type, cols) * static_cast<uint64_t>(rows));
+    std::mt19937 rng(7);
+    for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+    const uint16_t small = kvstash::fp32_to_fp16(0.01f);
+    auto put = [&](size_t off) { std::memcpy(w.data() + off, &small, 2); };
+    if (traits.block_size == 1) {
+        for (size_t off = 0; off + traits.type_size <= w.size(); off += traits.type_size) {
+            if (type == kvstash::TensorType::F32) {
+                const float v = 0.01f;
+                std::memcpy(w.data() + off, &v, 4);
+            } else {
+                put(off);
+            }
+        }
+        return w;
+    }
+    for (size_t off = 0; off < w.size(); off += traits.type_size) {
+        switch (type) {
+            case kvstash::TensorType::Q4_1:
+            case kvstash::TensorType::Q4_K:
+            case kvstash::TensorType::Q5_K: put(off); put(off + 2); break;
+            case kvstash::TensorType::Q6_K: put(off + 208); break;
+            default: put(off); break;
+        }
+    }
+    return w;
+}
+
+// Weight-stream GB/s and GFLOP/s of one matmul shape, median of `repeats` calls (after a warm-up).
+json kernel_speed(kvstash::TensorType type, int64_t rows, int64_t cols, int64_t n_tokens, int threads, int repeats) {
+    const std::vector<uint8_t> w = random_weights(type, rows, cols);
+    std::vector<float> x(static_cast<size_t>(n_tokens * cols)), y(static_cast<size_t>(n_tokens * rows));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (float& v : x) v = normal(rng);
+    kvstash::ThreadPool pool(threads);
+    // Calls per measurement: enough for ~20 ms.
+    const auto t0 = Clock::now();
+    kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool);
+    const int calls = std::max(1, static_cast<int>(0.02 / std::max(seconds_since(t0), 1e-7)));
+    std::vector<double> per_call, cpu_per_call;
+    for (int rep = 0; rep < repeats; ++rep) {
+        const auto start = Clock::now();
+        const double cpu_start = thread_cpu_seconds();
+        for (int c = 0; c < calls; ++c) kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool);
+        cpu_per_call.push_back((thread_cpu_seconds() - cpu_start) / calls);
+        per_call.push_back(seconds_since(start) / calls);
+    }
+    std::sort(per_call.begin(), per_call.end());
+    std::sort(cpu_per_call.begin(), cpu_per_call.end());
+    // One thread: the fastest CPU time (least disturbed by other processes on a shared machine); more
+    // threads: the median wall time.
+    const double s = threads == 1 ? cpu_per_call.front() : per_call[per_call.size() / 2];
+    return {{"type", kvstash::tensor_type_name(static_cast<uint32_t>(type))},
+            {"rows", rows},
+            {"cols", cols},
+            {"tokens", n_tokens},
+            {"threads", threads},
+            {"weight_mib", static_cast<double>(w.size()) / (1 << 20)},
+            {"us_per_call", s * 1e6},
+            {"timed_by", threads == 1 ? "min thread cpu time" : "median wall time"},
+            {"weight_gb_s", static_cast<double>(w.size()) / s / 1e9},
+            {"gflop_s", 2.0 * static_cast<double>(rows * cols * n_tokens) / s / 1e9}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,7 +232,7 @@ int main(int argc, char** argv) {
     std::string model_path;
     int threads = 0, repeats = 5, bandwidth_mib = 1024;
     int64_t n_prompt = 512, n_decode = 128;
-    bool bandwidth = false, bandwidth_only = false;
+    bool bandwidth = false, bandwidth_only = false, kernels = false;
     uint32_t seed = 42;
     app.add_option("-m,--model", model_path, "GGUF model file");
     app.add_option("-t,--threads", threads, "worker threads (0 = one per hardware thread)")->check(CLI::Range(0, 1024));
@@ -148,6 +242,7 @@ int main(int argc, char** argv) {
     app.add_option("--seed", seed, "seed of the random prompt");
     app.add_flag("--bandwidth", bandwidth, "also measure memory read bandwidth");
     app.add_flag("--bandwidth-only", bandwidth_only, "only measure memory read bandwidth (no model)");
+    app.add_flag("--kernels", kernels, "only time the matmul kernels on random weights (no model)");
     app.add_option("--bandwidth-mib", bandwidth_mib, "buffer size of the bandwidth test")->check(CLI::Range(64, 1 << 16));
     CLI11_PARSE(app, argc, argv);
     if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -156,7 +251,24 @@ int main(int argc, char** argv) {
         json out;
         out["threads"] = threads;
         out["isa"] = kvstash::isa_name(kvstash::active_isa());
-        if (!bandwidth_only) {
+        if (kernels) {
+            json k = json::array();
+            using kvstash::TensorType;
+            for (TensorType type : {TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+                const int64_t small_cols = kvstash::tensor_type_traits(type).block_size == 256 ? 512 : 576;
+                for (int64_t n_tokens : {int64_t{1}, int64_t{128}}) {
+                    // 5632 × 2048 (a big FFN matrix: beyond the L2, within the L3) and 1536 × 576 (SmolLM2's
+                    // FFN, within the L2).
+                    k.push_back(kernel_speed(type, 5632, 2048, n_tokens, threads, repeats));
+                    k.push_back(kernel_speed(type, 1536, small_cols, n_tokens, threads, repeats));
+                }
+                // Decode from DRAM (beyond the L3): short rows (131072 × small_cols, 40-60 MB) and long
+                // rows (32768 × 2048, 36-72 MB).
+                k.push_back(kernel_speed(type, 131072, small_cols, 1, threads, repeats));
+                k.push_back(kernel_speed(type, 32768, 2048, 1, threads, repeats));
+            }
+            out["kernels"] = k;
+        } else if (!bandwidth_only) {
             if (model_path.empty()) throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "give a model with -m (or --bandwidth-only)");
             auto model = kvstash::Model::load(model_path);
             kvstash::Evaluator evaluator(model, threads);
@@ -167,7 +279,7 @@ int main(int argc, char** argv) {
 
             const Repeat warm = run_once(model, evaluator, prompt, std::min<int64_t>(n_decode, 8));
             (void)warm;
-            std::vector<double> prefill, ttft, decode;
+            std::vector<double> prefill, ttft, decode, prefill_cpu, decode_cpu;
             uint64_t hash = 0;
             bool deterministic = true;
             for (int rep = 0; rep < repeats; ++rep) {
@@ -175,6 +287,8 @@ int main(int argc, char** argv) {
                 prefill.push_back(r.prefill_tok_s);
                 ttft.push_back(r.ttft_s);
                 decode.push_back(r.decode_tok_s);
+                prefill_cpu.push_back(r.prefill_cpu_ms_per_token);
+                decode_cpu.push_back(r.decode_cpu_ms_per_token);
                 if (rep > 0 && r.logits_hash != hash) deterministic = false;
                 hash = r.logits_hash;
             }
@@ -188,6 +302,10 @@ int main(int argc, char** argv) {
             out["prefill_tok_s"] = summary(prefill);
             out["decode_tok_s"] = summary(decode);
             out["ttft_s"] = summary(ttft);
+            // CPU time of all threads per token (spin-waiting included): with one thread, the work itself,
+            // insensitive to other processes taking the cores.
+            out["prefill_cpu_ms_per_token"] = summary(prefill_cpu);
+            out["decode_cpu_ms_per_token"] = summary(decode_cpu);
             // Weight matrices are read once per decoded token (the KV cache and activations are extra).
             out["decode_weight_gb_s"] = static_cast<double>(model->weight_bytes()) * out["decode_tok_s"]["median"].get<double>() / 1e9;
             out["final_logits_fnv1a"] = hash_hex;

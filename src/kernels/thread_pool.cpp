@@ -2,11 +2,16 @@
 // task never changes a result, see thread_pool.h).
 //
 // Wake-up latency matters: one decoded token runs about 8 jobs per layer (7 matmuls and attention),
-// each a few microseconds long. So a worker that has finished a job first spins for kSpinMicros
-// waiting for the next one (a start costs a few hundred nanoseconds then), and only then sleeps on a
-// futex (std::atomic::wait; a wake-up then costs a system call and a reschedule, ~5-50 us). The caller
-// waits for the workers at the end of a run the same way. The spin is short so that an idle pool, or a
-// machine with more runnable threads than cores, loses little to it.
+// each a few microseconds long. So a worker that has finished a job first polls for kSpinTime waiting
+// for the next one (a start then costs well under a microsecond), and only then sleeps on a futex
+// (std::atomic::wait; a wake-up costs a system call and a reschedule, ~5-50 us). The caller waits for
+// the workers at the end of a run the same way.
+//
+// A machine with more runnable threads than cores (other processes) must not turn every run into a wait
+// for a descheduled worker: the caller waits only for the workers that joined the run. A worker joins
+// by incrementing `active` and checking that the run is not closed yet; the caller closes the run once
+// no task is left to hand out, then waits for `active` to drop to zero. A worker that wakes up after
+// that finds the run closed and goes back to waiting; its share was done by the others.
 #include "kernels/thread_pool.h"
 
 #include <atomic>
@@ -65,14 +70,15 @@ struct ThreadPool::Impl {
 
     std::mutex run_mutex;  // one `run` at a time when several callers share a pool
 
-    // Start signal: bumped (release) after the job fields below are written; workers wait for a new
-    // value. `sleeping_workers` counts workers blocked in generation.wait(), so that the caller makes
-    // the notify system call only when someone sleeps (Dekker pattern, both sides seq_cst).
+    // Start signal: bumped after the job fields below are written; workers wait for a new value.
+    // `sleeping_workers` counts workers blocked in generation.wait(), so that the caller makes the
+    // notify system call only when someone sleeps. All flags that pair up across threads (Dekker
+    // patterns: sleeping_workers / generation, active / closed, active / caller_sleeping) use seq_cst.
     std::atomic<uint32_t> generation{0};
     std::atomic<int> sleeping_workers{0};
     std::atomic<bool> stopping{false};
-    // End signal: workers still inside the current run; the last one out wakes a sleeping caller.
-    std::atomic<int> workers_busy{0};
+    std::atomic<uint32_t> closed{0};  // the generation whose tasks are all handed out
+    std::atomic<int> active{0};       // workers inside the current run
     std::atomic<bool> caller_sleeping{false};
 
     // The current job (written by the caller before the generation bump, read-only while it runs).
@@ -110,16 +116,24 @@ struct ThreadPool::Impl {
         return g;
     }
 
+    void leave_run() {
+        if (active.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_sleeping.load(std::memory_order_seq_cst)) {
+            active.notify_one();
+        }
+    }
+
     void worker_loop() {
         uint32_t seen = 0;
         for (;;) {
-            seen = wait_for_new_generation(seen);
+            wait_for_new_generation(seen);
             if (stopping.load(std::memory_order_acquire)) return;
-            work();
-            if (workers_busy.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-                caller_sleeping.load(std::memory_order_seq_cst)) {
-                workers_busy.notify_one();
-            }
+            active.fetch_add(1, std::memory_order_seq_cst);
+            // Re-read after joining: the run this worker takes part in is the current one, unless it is
+            // closed (then its caller may already be gone and the job fields reused).
+            const uint32_t g = generation.load(std::memory_order_seq_cst);
+            seen = g;
+            if (closed.load(std::memory_order_seq_cst) != g) work();
+            leave_run();
         }
     }
 
@@ -128,12 +142,12 @@ struct ThreadPool::Impl {
         if (sleeping_workers.load(std::memory_order_seq_cst) > 0) generation.notify_all();
     }
 
-    void wait_for_workers() {
-        if (spin_until([&] { return workers_busy.load(std::memory_order_acquire) == 0; })) return;
+    // Closes the current run (every task has been handed out) and waits for the workers inside it.
+    void finish_run() {
+        closed.store(generation.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+        if (spin_until([&] { return active.load(std::memory_order_acquire) == 0; })) return;
         caller_sleeping.store(true, std::memory_order_seq_cst);
-        for (int busy; (busy = workers_busy.load(std::memory_order_seq_cst)) != 0;) {
-            workers_busy.wait(busy, std::memory_order_seq_cst);
-        }
+        for (int n; (n = active.load(std::memory_order_seq_cst)) != 0;) active.wait(n, std::memory_order_seq_cst);
         caller_sleeping.store(false, std::memory_order_relaxed);
     }
 };
@@ -166,10 +180,9 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t task)>& f
     p.n_tasks = n_tasks;
     p.next_task.store(0, std::memory_order_relaxed);
     p.first_error = nullptr;
-    p.workers_busy.store(static_cast<int>(p.workers.size()), std::memory_order_relaxed);
     p.start_workers();  // publishes the fields above
     p.work();
-    p.wait_for_workers();
+    p.finish_run();
     p.fn = nullptr;
     std::exception_ptr error = p.first_error;
     p.first_error = nullptr;

@@ -41,6 +41,23 @@ void KvCache::truncate(int64_t n) {
     n_tokens_ = n;
 }
 
+void KvCache::assign_blocks(std::vector<std::shared_ptr<KvBlock>> blocks, int64_t n) {
+    const size_t half = static_cast<size_t>(n_layer_) * kv_block_tokens * row_bytes_;
+    if (n < 0 || blocks.size() != static_cast<size_t>((n + kv_block_tokens - 1) / kv_block_tokens)) {
+        throw Error(ErrorCode::internal, "KvCache::assign_blocks: " + std::to_string(blocks.size()) + " blocks cannot hold exactly " +
+                                             std::to_string(n) + " positions");
+    }
+    for (const auto& block : blocks) {
+        if (!block || block->k.size() != half || block->v.size() != half) {
+            throw Error(ErrorCode::internal, "KvCache::assign_blocks: a block of another size than this cache's");
+        }
+    }
+    blocks_ = std::move(blocks);
+    n_tokens_ = n;
+    k_table_.clear();
+    v_table_.clear();
+}
+
 KvCache KvCache::fork() const {
     KvCache copy = *this;  // copies the shared_ptrs, not the blocks
     copy.k_table_.clear();

@@ -58,6 +58,13 @@ public:
     uint8_t* writable_block_k(int64_t i);
     uint8_t* writable_block_v(int64_t i);
 
+    // For the prefix cache (engine/prefix_cache*): block i by reference, and a cache made of blocks held
+    // elsewhere. assign_blocks(blocks, n) replaces the contents with `blocks` holding positions [0, n)
+    // (blocks.size() == ceil(n / kv_block_tokens), each of this cache's block size); they stay shared,
+    // so the first grow() past a shared partly used last block copies it (copy-on-write).
+    std::shared_ptr<KvBlock> share_block(int64_t i) const { return blocks_[static_cast<size_t>(i)]; }
+    void assign_blocks(std::vector<std::shared_ptr<KvBlock>> blocks, int64_t n);
+
 private:
     void make_unique(size_t block_index);
 

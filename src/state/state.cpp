@@ -27,6 +27,7 @@ State State::fork() const {
     copy.impl_->kv = impl_->kv.fork();
     copy.impl_->last_logits = impl_->last_logits;
     copy.impl_->sampler = impl_->sampler;
+    copy.impl_->kv_exact = impl_->kv_exact;
     return copy;
 }
 

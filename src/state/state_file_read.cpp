@@ -148,6 +148,7 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     }
     if (const SectionRef* sampler = r.find(kSectionSampler)) s.sampler = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
     decode_kv(r, *r.find(kSectionKv), m, s.kv);
+    s.kv_exact = m.kv_encoding == m.cache_type;  // q8_0 KV is not what recomputing would give
     return state;
 }
 

@@ -17,6 +17,9 @@ struct State::Impl {
     KvCache kv;
     std::vector<float> last_logits;  // (n_vocab) or empty
     std::optional<SamplerState> sampler;
+    // False when the KV is not what evaluating the tokens computes (decoded from a lossy q8_0 state file,
+    // or continued from such KV): the prefix cache, whose blocks must be exact, never takes it.
+    bool kv_exact = true;
 };
 
 }  // namespace kvstash

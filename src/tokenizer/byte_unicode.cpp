@@ -59,6 +59,17 @@ size_t utf8_sequence_length(std::string_view text, size_t pos) {
     return 0;
 }
 
+uint32_t decode_utf8(std::string_view text, size_t pos, size_t length) {
+    const auto byte = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(text[pos + i])); };
+    switch (length) {
+        case 1: return byte(0);
+        case 2: return ((byte(0) & 0x1F) << 6) | (byte(1) & 0x3F);
+        case 3: return ((byte(0) & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
+        default:
+            return ((byte(0) & 0x07) << 18) | ((byte(1) & 0x3F) << 12) | ((byte(2) & 0x3F) << 6) | (byte(3) & 0x3F);
+    }
+}
+
 void append_utf8(std::string& out, uint32_t cp) {
     if (cp < 0x80) {
         out += static_cast<char>(cp);
@@ -103,15 +114,7 @@ std::string from_byte_level(std::string_view spelled) {
             out += spelled[pos++];
             continue;
         }
-        const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(spelled[pos + i])); };
-        uint32_t cp = 0;
-        switch (len) {
-            case 1: cp = b(0); break;
-            case 2: cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F); break;
-            case 3: cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F); break;
-            default: cp = ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F); break;
-        }
-        const int byte = code_point_to_byte(cp);
+        const int byte = code_point_to_byte(decode_utf8(spelled, pos, len));
         if (byte >= 0) {
             out += static_cast<char>(byte);
         } else {

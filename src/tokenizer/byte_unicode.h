@@ -16,6 +16,9 @@ namespace kvstash::tokenization {
 // Length of the well-formed UTF-8 sequence starting at text[pos] (1-4), or 0 when the bytes there
 // are not one (stray continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
 size_t utf8_sequence_length(std::string_view text, size_t pos);
+// The code point of the well-formed `length`-byte sequence at text[pos] (length from
+// utf8_sequence_length, 1-4).
+uint32_t decode_utf8(std::string_view text, size_t pos, size_t length);
 // Appends the UTF-8 encoding of `code_point` (<= U+10FFFF).
 void append_utf8(std::string& out, uint32_t code_point);
 

@@ -27,19 +27,21 @@ struct Preset {
     const char* name;
     std::array<const char*, 2> patterns;  // stages in order; nullptr ends the list
     bool ignore_merges;
+    bool normalize_nfc;
 };
 
 constexpr Preset kPresets[] = {
-    {"default", {kGpt2, nullptr}, false},
-    {"gpt2", {kGpt2, nullptr}, false},
-    {"gpt-2", {kGpt2, nullptr}, false},  // spelling written by gguf-py / llama.cpp's converter for GPT-2
-    {"llama-bpe", {kLlama3, nullptr}, true},
-    {"llama3", {kLlama3, nullptr}, true},
-    {"llama-v3", {kLlama3, nullptr}, true},
-    {"qwen2", {kQwen2, nullptr}, false},
+    {"default", {kGpt2, nullptr}, false, false},
+    {"gpt2", {kGpt2, nullptr}, false, false},
+    {"gpt-2", {kGpt2, nullptr}, false, false},  // spelling written by gguf-py / llama.cpp's converter for GPT-2
+    {"llama-bpe", {kLlama3, nullptr}, true, false},
+    {"llama3", {kLlama3, nullptr}, true, false},
+    {"llama-v3", {kLlama3, nullptr}, true, false},
+    // Qwen2's tokenizer.json: normalizer NFC, then the Split pattern.
+    {"qwen2", {kQwen2, nullptr}, false, true},
     // SmolLM (1, 2): tokenizer.json pre_tokenizer = Sequence[Digits(individual_digits=true),
     // ByteLevel(add_prefix_space=false, use_regex=true)]; llama.cpp LLAMA_VOCAB_PRE_TYPE_SMOLLM.
-    {"smollm", {kEachDigit, kGpt2}, false},
+    {"smollm", {kEachDigit, kGpt2}, false, false},
 };
 
 }  // namespace
@@ -102,6 +104,7 @@ PreTokenizer::PreTokenizer(std::string_view name) {
             if (pattern != nullptr) stages_.push_back(std::make_unique<Stage>(pattern));
         }
         ignore_merges_ = preset.ignore_merges;
+        normalize_nfc_ = preset.normalize_nfc;
         return;
     }
     std::string known;

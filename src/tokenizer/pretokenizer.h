@@ -34,6 +34,9 @@ public:
     // Whether the vocabulary family this name stands for emits a word that is itself a token without
     // running merges (HF BPE `ignore_merges`; true for Llama 3).
     bool ignore_merges() const { return ignore_merges_; }
+    // Whether the text is put in Unicode NFC before splitting (HF normalizer NFC; Qwen2). llama.cpp
+    // skips this step, so it differs from HF on text that is not already in NFC.
+    bool normalize_nfc() const { return normalize_nfc_; }
 
     static std::vector<std::string> known_names();
 
@@ -41,6 +44,7 @@ private:
     struct Stage;
     std::vector<std::unique_ptr<Stage>> stages_;
     bool ignore_merges_ = false;
+    bool normalize_nfc_ = false;
 };
 
 }  // namespace kvstash::tokenization

@@ -10,6 +10,7 @@
 #include "tokenizer/byte_unicode.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/spm.h"
+#include "tokenizer/unicode_nfc.h"
 
 namespace kvstash {
 namespace {
@@ -110,6 +111,19 @@ void check_special_id(const Vocabulary& vocab, int32_t id, const char* name) {
     }
 }
 
+// Bytes of the White_Space character at text[pos], or 0: what HF's AddedToken rstrip skips (Rust
+// char::is_whitespace). llama.cpp skips ASCII whitespace only.
+size_t whitespace_length(std::string_view text, size_t pos) {
+    if (pos >= text.size()) return 0;
+    const size_t length = tokenization::utf8_sequence_length(text, pos);
+    if (length == 0) return 0;
+    const uint32_t cp = tokenization::decode_utf8(text, pos, length);
+    const bool white = (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+                       (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+                       cp == 0x205F || cp == 0x3000;
+    return white ? length : 0;
+}
+
 std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
     std::string out;
     out.reserve(text.size());
@@ -133,6 +147,7 @@ struct Tokenizer::Impl {
     SpecialTokenMatcher specials;
     std::vector<std::string> pieces;  // token id -> decoded bytes
     std::vector<bool> end_of_generation;
+    std::vector<bool> rstrip;  // token id -> swallows the whitespace after it when matched in text
 
     explicit Impl(Vocabulary v) : vocab(std::move(v)) {
         const size_t n = vocab.tokens.size();
@@ -189,6 +204,11 @@ struct Tokenizer::Impl {
         for (int32_t id : {vocab.eos_id, vocab.eot_id}) {
             if (id >= 0) end_of_generation[id] = true;
         }
+        rstrip.assign(n, false);
+        for (int32_t id : vocab.rstrip_ids) {
+            check_special_id(vocab, id, "rstrip id");
+            if (id >= 0) rstrip[id] = true;
+        }
     }
 
     void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& ids) const {
@@ -199,6 +219,11 @@ struct Tokenizer::Impl {
             escaped += replace_all(text, " ", kSpaceMark);
             sentence_piece->encode(escaped, ids);
             return;
+        }
+        std::string normalized;
+        if (pre_tokenizer->normalize_nfc()) {
+            normalized = tokenization::to_nfc(text);
+            text = normalized;
         }
         std::vector<std::string_view> words;
         pre_tokenizer->split(text, words);
@@ -236,6 +261,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
             ids.push_back(id);
             after_special = true;
             pos += length;
+            if (im.rstrip[id]) {
+                while (const size_t space = whitespace_length(text, pos)) pos += space;
+            }
             text_start = pos;
         }
     }

@@ -33,10 +33,15 @@ struct Vocabulary {
     std::vector<std::string> merges;     // tokenizer.ggml.merges, "left right", best (rank 0) first
     int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1;
     bool add_bos = false, add_eos = false, add_space_prefix = false;
+    // Special / user-defined tokens that, when matched in text, swallow the whitespace after them (HF
+    // AddedToken rstrip). No GGUF key holds this: vocabulary_from_gguf sets it as llama.cpp does
+    // (Phi-3, by general.name: <|user|>, <|end|>, <|assistant|>, ..., </s>).
+    std::vector<int32_t> rstrip_ids;
 };
 
 // Reads `tokenizer.ggml.*` from a GGUF. Missing optional keys take llama.cpp's defaults for the
-// model type (SentencePiece: bos 1, eos 2, unk 0, add_bos, add_space_prefix). Throws
+// model type (SentencePiece: bos 1, eos 2, unk 0, add_bos, add_space_prefix); rstrip_ids come from
+// general.name as in llama.cpp. Throws
 // Error(bad_format) naming the key when the tokens are missing or an array has the wrong type or
 // length.
 Vocabulary vocabulary_from_gguf(const gguf::File& file);

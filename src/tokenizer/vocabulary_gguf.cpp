@@ -1,4 +1,5 @@
 // vocabulary_from_gguf: the `tokenizer.ggml.*` metadata of a GGUF as a Vocabulary.
+#include <cctype>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -92,6 +93,21 @@ Vocabulary vocabulary_from_gguf(const gguf::File& file) {
     vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(sentencepiece || llama3);
     vocab.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
     vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(sentencepiece);
+
+    // Per-token attributes GGUF does not store, set by model name as llama.cpp's llama_vocab::load
+    // does. Phi-3's tokenizer_config.json has rstrip on </s> and on every special token but <unk>, <s>
+    // and <|endoftext|>; llama.cpp marks all its control, user-defined and unknown tokens but those.
+    std::string name = file.get_string("general.name").value_or("");
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+        for (size_t id = 0; id < vocab.token_types.size(); ++id) {
+            const auto type = static_cast<TokenType>(vocab.token_types[id]);
+            const std::string& text = vocab.tokens[id];
+            if (type != TokenType::control && type != TokenType::user_defined && type != TokenType::unknown) continue;
+            if (text == "<unk>" || text == "<s>" || text == "<|endoftext|>") continue;
+            vocab.rstrip_ids.push_back(static_cast<int32_t>(id));
+        }
+    }
     return vocab;
 }
 

@@ -1,0 +1,93 @@
+// An automatic prefix cache: requests that begin with tokens already evaluated reuse their KV blocks
+// instead of computing them again, within a memory budget.
+//
+//   kvstash::PrefixCache cache(*model, {.ram_budget_bytes = 1ull << 30});
+//   kvstash::CachedPrefix hit = cache.acquire(prompt);            // longest cached prefix, never all of it
+//   evaluator.eval(hit.state, std::span(prompt).subspan(hit.reused_tokens));  // the rest, as if cold
+//   kvstash::generate(evaluator, hit.state, sampler, options);
+//   cache.release(hit.state);                                      // offer its blocks to later requests
+//
+// What is cached: full 32-token KV blocks, each under a content key (XXH3-128 chained over the model's
+// fingerprint, the KV type, the matmul ISA and every token up to the block's end), so a key names a whole prefix. A
+// lookup takes the longest run of cached full blocks, then the longest partial match inside the next
+// block (a cached block whose first k tokens are the request's next k: it is shared and the State is cut
+// to k tokens; copy-on-write copies it before the caller's first write).
+//
+// Exactness: every kernel is batch-invariant, so the logits after evaluating the rest of a request on an
+// acquired State are bitwise those of evaluating the whole request on an empty State. An acquired State
+// has no logits for its last position: the caller must evaluate at least one token, so acquire() never
+// reuses the whole request (when all of it is cached, it keeps all but the last token).
+//
+// Memory: bytes of the blocks the cache references are kept within ram_budget_bytes by evicting the least
+// recently used blocks that no live State references, leaves before their parents. Blocks referenced by
+// a State are never evicted, so after each acquire()/release() the cache holds at most the budget plus
+// the blocks in use (stats().bytes_in_use). Thread-safe: acquire, release and stats may be called from
+// several threads (each State itself is used by one thread at a time, as always).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kvstash/model.h"
+
+namespace kvstash {
+
+struct PrefixCacheOptions {
+    uint64_t ram_budget_bytes = uint64_t{1} << 30;  // KV bytes (K + V) of cached blocks kept when unused
+};
+
+// Counters since construction; the byte figures are current.
+struct PrefixCacheStats {
+    uint64_t lookups = 0;             // acquire() calls with at least one token
+    uint64_t hits = 0;                // lookups that reused at least one token
+    uint64_t misses = 0;              // lookups that reused nothing
+    uint64_t partial_block_hits = 0;  // hits that ended inside a cached block (shared, then cut)
+    uint64_t tokens_reused = 0;       // tokens acquire() handed back with their KV
+    uint64_t tokens_computed = 0;     // tokens acquire() left to the caller to evaluate (request - reused)
+    uint64_t blocks_inserted = 0;     // new blocks release() added to the index
+    uint64_t evictions = 0;           // blocks dropped to stay within the budget
+    uint64_t releases_rejected = 0;   // release() of a State of another model or with lossy (q8_0-loaded) KV
+    uint64_t blocks_held = 0;         // blocks in the index now
+    uint64_t bytes_held = 0;          // their K + V bytes
+    uint64_t bytes_in_use = 0;        // of those, bytes the cache cannot evict now: blocks a live State
+                                      // references, and their ancestors
+    uint64_t ram_budget_bytes = 0;
+};
+
+// What acquire() hands back.
+struct CachedPrefix {
+    State state;                  // tokens[0, reused_tokens) and their KV; no logits
+    int64_t reused_tokens = 0;    // == state.n_tokens()
+    int64_t tokens_to_evaluate = 0;  // the request's tokens past the prefix: evaluate them before sampling
+    bool partial_block = false;   // the prefix ends inside a shared cached block
+};
+
+class PrefixCache {
+public:
+    // `model` must outlive the cache and the States it hands out (as for any State).
+    explicit PrefixCache(const Model& model, PrefixCacheOptions options = {});
+    ~PrefixCache();
+    PrefixCache(const PrefixCache&) = delete;
+    PrefixCache& operator=(const PrefixCache&) = delete;
+
+    // A new State of this model (with `options`' KV type and context) holding the longest cached prefix
+    // of `tokens`, at most tokens.size() - 1 tokens and at most the context; possibly empty. Blocks of
+    // another KV type never match. Counts the lookup in stats().
+    CachedPrefix acquire(std::span<const int32_t> tokens, StateOptions options = {});
+
+    // Offers `state`'s full blocks (its first n_tokens() / 32 * 32 tokens) to the cache. Call it when a
+    // sequence finishes, or at any time: the State is not changed and may go on (its blocks are now shared,
+    // so it copies one before writing into it). Blocks already cached are only marked recently used. A
+    // State of another model (by fingerprint: the same file loaded twice is the same model) or whose KV
+    // was loaded from a lossy q8_0 state file is not inserted (stats().releases_rejected).
+    void release(const State& state);
+
+    PrefixCacheStats stats() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvstash

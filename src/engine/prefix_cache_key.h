@@ -1,0 +1,52 @@
+// Content addresses of cached KV blocks: a block's key names the whole prefix up to the block's end, so
+// equal keys mean bitwise-equal KV (batch invariance) and a disk or remote tier can share blocks by key.
+//
+//   root(domain)  = XXH3-128("kvstash.prefix.v1" | fingerprint | kv type | isa)
+//   key(block i)  = XXH3-128("kvstash.prefix.v1" | fingerprint | kv type | isa | key(block i-1) | 32 token ids)
+// with key(block -1) = root. Fields are fixed-size, little-endian: the tag's 17 bytes, the model
+// fingerprint's 16 canonical bytes, kv type as u32 (0 = f16, 1 = f32), the matmul ISA as u32
+// (0 scalar, 1 avx2, 2 avx512: the fast paths round differently, so KV computed on one ISA is not
+// bitwise the KV another computes), the parent key's 16 canonical bytes, the tokens as 32 × i32.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kvstash/model.h"
+#include "state/fingerprint.h"
+#include "state/kv_cache.h"
+
+namespace kvstash {
+
+struct BlockKey {
+    uint64_t high = 0, low = 0;  // XXH3-128 halves; canonical bytes are high then low, big-endian
+    bool operator==(const BlockKey&) const = default;
+    std::string hex() const;  // 32 lowercase hex digits, canonical order
+};
+
+struct BlockKeyHash {
+    size_t operator()(const BlockKey& key) const noexcept { return static_cast<size_t>(key.low); }
+};
+
+// What every key of one tree shares: the model, the KV type and the instruction set that computed it.
+class PrefixKeyDomain {
+public:
+    PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, Isa isa);
+
+    BlockKey root() const { return root_; }
+    BlockKey block(const BlockKey& parent, std::span<const int32_t, kv_block_tokens> tokens) const;
+    // Keys of the first n_blocks full blocks of `tokens` (tokens.size() >= n_blocks * kv_block_tokens).
+    std::vector<BlockKey> chain(std::span<const int32_t> tokens, int64_t n_blocks) const;
+
+private:
+    static constexpr size_t kHeaderBytes = 17 + 16 + 4 + 4;
+    std::array<uint8_t, kHeaderBytes> header_{};
+    BlockKey root_;
+};
+
+}  // namespace kvstash
