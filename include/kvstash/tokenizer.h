@@ -43,8 +43,10 @@ public:
 
     // The exact bytes of the tokens, control tokens written out as their text, so that
     // decode(encode(s, false, parse_special)) == s for every s whose bytes the vocabulary can spell
-    // (for SentencePiece, every s without U+2581, which it uses for spaces). Throws
-    // Error(invalid_argument) for an id outside the vocabulary.
+    // (for SentencePiece, every s without U+2581, which it uses for spaces), with two exceptions that
+    // follow Hugging Face: Qwen2 normalises text to NFC first, so the round trip gives the NFC form,
+    // and whitespace swallowed by an rstrip token (Phi-3's <|end|> and friends) is not given back.
+    // Throws Error(invalid_argument) for an id outside the vocabulary.
     std::string decode(std::span<const int32_t> ids) const;
     // The bytes of one token (for streaming; may be part of a UTF-8 character). For SentencePiece,
     // '▁' is already a space and the space decode() drops after BOS is kept.
