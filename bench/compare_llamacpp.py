@@ -101,19 +101,46 @@ def run_json(cmd):
     return json.loads(res.stdout)
 
 
+def cpu_busy(seconds=1.0):
+    """Fraction of all cores busy (other processes: this script sleeps meanwhile) over `seconds`."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+    idle0, total0 = sample()
+    time.sleep(seconds)
+    idle1, total1 = sample()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_until_quiet(threshold, max_wait):
+    """On a shared machine: waits (up to max_wait s) until other processes use less than `threshold` of
+    the cores; returns the busy fraction seen last (recorded with each measurement)."""
+    deadline = time.time() + max_wait
+    busy = cpu_busy()
+    while busy > threshold and time.time() < deadline:
+        time.sleep(4)
+        busy = cpu_busy()
+    return busy
+
+
 def compare(model, args):
     ks = {k: [] for k in METRICS}
     lc = {k: [] for k in METRICS}
     kinfo = linfo = None
+    busy = {"kvstash": [], "llama.cpp": []}
     for rnd in range(args.rounds):
         sides = ["kvstash", "llama.cpp"] if rnd % 2 == 0 else ["llama.cpp", "kvstash"]
         for side in sides:
+            busy[side].append(round(wait_until_quiet(args.quiet, args.quiet_wait), 3))
             if side == "kvstash":
                 j = run_json([args.bench, "-m", model, "-t", str(args.threads), "-p", str(args.prompt),
                               "-n", str(args.decode), "-r", str(args.repeats)])
                 kinfo = j
                 for key in ks:
                     ks[key] += j[key]["runs"]
+                if j.get("deterministic") is False:
+                    raise SystemExit("kvstash_bench: logits differed between repeats")
             else:
                 j = run_json([sys.executable, os.path.abspath(__file__), "--worker", "-m", model,
                               "-t", str(args.threads), "-p", str(args.prompt), "-n", str(args.decode),
@@ -130,6 +157,7 @@ def compare(model, args):
     result = {"model": model, "threads": args.threads, "prompt_tokens": args.prompt, "decode_tokens": args.decode,
               "weight_bytes": kinfo["weight_bytes"], "kvstash_isa": kinfo["isa"],
               "llama_cpp_system_info": linfo["system_info"], "llama_cpp_python": linfo["llama_cpp_python"],
+              "other_load_before_each_run": busy,
               "kvstash": {k: stats(v) for k, v in ks.items()},
               "llama.cpp": {k: stats(v) for k, v in lc.items()}}
     result["ratio_kvstash_over_llamacpp"] = {
@@ -148,6 +176,9 @@ def main():
     ap.add_argument("-r", "--repeats", type=int, default=2, help="measured repeats per process")
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per model")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--quiet", type=float, default=0.15,
+                    help="wait before each run until other processes use less than this fraction of the cores")
+    ap.add_argument("--quiet-wait", type=float, default=60, help="longest wait for a quiet machine (s)")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build-speed", "bench", "kvstash_bench"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
                     // 5632 × 2048 (a big FFN matrix: beyond the L2, within the L3) and 1536 × 576 (SmolLM2's
                     // FFN, within the L2).
                     k.push_back(kernel_speed(type, 5632, 2048, n_tokens, threads, repeats));
+                    if (n_tokens > 1) k.push_back(kernel_speed(type, 2048, 5632, n_tokens, threads, repeats));
                     k.push_back(kernel_speed(type, 1536, small_cols, n_tokens, threads, repeats));
                 }
                 // Decode from DRAM (beyond the L3): short rows (131072 × small_cols, 40-60 MB) and long

@@ -8,7 +8,8 @@
 #   ROUNDS=1 REPEATS=2 SIZES=512,2048 bench/run_state_bench.sh
 #
 # Environment: BUILD (build-sb), MODEL, TEXT, THREADS (2), SIZES (512,2048,8184), SUFFIX (8), CTX (8192),
-# ROUNDS (2), REPEATS (3 per round and process), COLD (fadvise | drop_caches | none),
+# ROUNDS (2), REPEATS (5 per round and process), FULL_REPEATS_LONG (1: full recomputes per round of
+# prefixes over 4096 tokens, minutes each on 2 cores), COLD (fadvise | drop_caches | none),
 # PY (/work/venv-bench/bin/python: a Python with llama-cpp-python; without one only kvstash runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,10 +22,11 @@ SIZES=${SIZES:-512,2048,8184}
 SUFFIX=${SUFFIX:-8}
 CTX=${CTX:-8192}
 ROUNDS=${ROUNDS:-2}
-REPEATS=${REPEATS:-3}
+REPEATS=${REPEATS:-5}
+FULL_REPEATS_LONG=${FULL_REPEATS_LONG:-1}
 COLD=${COLD:-fadvise}
 PY=${PY:-/work/venv-bench/bin/python}
-OUT=$BUILD/state-bench
+OUT=${OUT:-$BUILD/state-bench}
 BIN=$BUILD/bench/kvstash_state_bench
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
@@ -45,15 +47,17 @@ echo "model: $MODEL; text: $TEXT; threads $THREADS; prefixes $SIZES + $SUFFIX-to
 
 "$BIN" -m "$MODEL" -f "$TEXT" --sizes "$SIZES" --suffix "$SUFFIX" --ctx "$CTX" --dump-tokens "$OUT/tokens.txt"
 
+load() { cut -d' ' -f1-3 /proc/loadavg; }
 run_kvstash() {
-  echo "round $1: kvstash" >&2
+  echo "round $1: kvstash (load average $(load))" >&2
   "$BIN" -m "$MODEL" -t "$THREADS" -f "$TEXT" --sizes "$SIZES" --suffix "$SUFFIX" --ctx "$CTX" \
-    -r "$REPEATS" --cold "$COLD" --dir "$OUT" > "$OUT/kvstash_$1.json"
+    -r "$REPEATS" --full-repeats-long "$FULL_REPEATS_LONG" --cold "$COLD" --dir "$OUT" > "$OUT/kvstash_$1.json"
 }
 run_llama() {
-  echo "round $1: llama.cpp" >&2
+  echo "round $1: llama.cpp (load average $(load))" >&2
   "$PY" bench/state_llamacpp.py run -m "$MODEL" -t "$THREADS" --tokens "$OUT/tokens.txt" --sizes "$SIZES" \
-    --suffix "$SUFFIX" --ctx "$CTX" -r "$REPEATS" --dir "$OUT" > "$OUT/llama_$1.json"
+    --suffix "$SUFFIX" --ctx "$CTX" -r "$REPEATS" --full-repeats-long "$FULL_REPEATS_LONG" --dir "$OUT" \
+    > "$OUT/llama_$1.json"
 }
 for ((r = 1; r <= ROUNDS; r++)); do
   if ((r % 2)); then
@@ -63,6 +67,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   fi
 done
 
+echo "done (load average $(load))" >&2
 LLAMA_JSON=()
 ((LLAMA)) && LLAMA_JSON=("$OUT"/llama_*.json)
 python3 bench/state_llamacpp.py report --kvstash "$OUT"/kvstash_*.json --llama "${LLAMA_JSON[@]}" | tee "$OUT/table.md"

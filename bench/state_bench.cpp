@@ -25,7 +25,10 @@
 // a read(2) loop over the file in this process; and for --variants-size: --compress, q8_0 and
 // q8_0 + compress. Bytes per token of each file against the raw KV (n_layer × 2 × n_embd_kv × bytes).
 // Repeats are interleaved (full, restore, restore fresh, restore cold, fork, full, ...) so that load on
-// a shared machine hits every way alike; medians with min / max and every run are printed.
+// a shared machine hits every way alike; medians with min / max and every run are printed. A full
+// recompute of a long prefix takes minutes on 2 cores: --full-repeats-long limits how many of the
+// repeats include one for prefixes over 4096 tokens (the prefill of the prefix, `prefill_s`, is one
+// more such measurement). The first-token / logits check always includes the full recompute.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <spawn.h>
@@ -263,7 +266,7 @@ int main(int argc, char** argv) {
     std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf", text_path = "tests/fixtures/text/persuasion_ch1-2.txt";
     std::string dir = "build-sb/state-bench", sizes_csv = "512,2048,8184", cold = "fadvise", dump_tokens;
     std::string child_file, child_suffix, child_cold;
-    int threads = 2, repeats = 5, n_suffix = 8, variants_size = 2048;
+    int threads = 2, repeats = 5, n_suffix = 8, variants_size = 2048, full_repeats_long = -1;
     int64_t n_ctx = 8192;
     bool child = false, no_fresh = false;
     app.add_option("-m,--model", model_path, "GGUF model file");
@@ -273,6 +276,8 @@ int main(int argc, char** argv) {
     app.add_option("--suffix", n_suffix, "suffix tokens evaluated after the prefix")->check(CLI::Range(1, 4096));
     app.add_option("--ctx", n_ctx, "context of every State (prefix + suffix must fit)");
     app.add_option("-r,--repeats", repeats, "measured repeats of each way")->check(CLI::Range(1, 1000));
+    app.add_option("--full-repeats-long", full_repeats_long,
+                   "full recomputes of prefixes over 4096 tokens (they take minutes; default: --repeats)");
     app.add_option("--dir", dir, "directory for the state files (created)");
     app.add_option("--variants-size", variants_size, "prefix length for the compress / q8_0 variants (0: none)");
     app.add_option("--cold", cold, "how to evict a file from the page cache: fadvise, drop_caches (root), none");
@@ -368,8 +373,9 @@ int main(int argc, char** argv) {
                 tokens_seen.push_back(way + ":" + std::to_string(token));
                 hashes_seen.push_back(hash);
             };
+            const int full_repeats = (n > 4096 && full_repeats_long >= 0) ? std::max(1, full_repeats_long) : repeats;
             for (int i = 0; i < repeats; ++i) {
-                {  // full recompute
+                if (i < full_repeats) {  // full recompute
                     const auto t = Clock::now();
                     kvstash::State s(*model, opts);
                     evaluator.eval(s, prefix_suffix);
@@ -485,6 +491,7 @@ int main(int argc, char** argv) {
                     vr["logits_fnv1a"] = hex(h);
                     vr["bitwise_identical_to_full"] = hex(h) == hashes_seen.front();
                     out["variants"][v.name] = vr;
+                    out["variants_prefix_tokens"] = n;
                     std::remove(vpath.c_str());
                 }
             }

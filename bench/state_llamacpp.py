@@ -179,16 +179,18 @@ def run(args):
         full_s, restore_s, restore_load_s, cold_s, cold_load_s, fork_s, resident = [], [], [], [], [], [], []
         tokens_seen, same = {}, {}
         ref = None
+        full_repeats = max(1, args.full_repeats_long) if (n > 4096 and args.full_repeats_long >= 0) else args.repeats
         for rep in range(args.repeats):
             # full recompute
-            L.llama_memory_clear(mem, True)
-            t = time.perf_counter()
-            decode(prefix + suffix, 0, 0)
-            tok = sample()
-            full_s.append(time.perf_counter() - t)
-            if rep == 0:
-                ref = logits()
-                tokens_seen["full"] = tok
+            if rep < full_repeats:
+                L.llama_memory_clear(mem, True)
+                t = time.perf_counter()
+                decode(prefix + suffix, 0, 0)
+                tok = sample()
+                full_s.append(time.perf_counter() - t)
+                if rep == 0:
+                    ref = logits()
+                    tokens_seen["full"] = tok
             # restore, warm and cold
             for cold in (False, True):
                 L.llama_memory_clear(mem, True)
@@ -256,6 +258,10 @@ def merged(docs, n, *keys):
     return runs
 
 
+def entries(docs, n):
+    return [s for d in docs for s in d["sizes"] if s["prefix_tokens"] == n]
+
+
 def med(runs):
     return statistics.median(runs) if runs else float("nan")
 
@@ -270,11 +276,17 @@ def report(args):
     ks = [json.load(open(p)) for p in args.kvstash]
     ls = [json.load(open(p)) for p in args.llama] if args.llama else []
     k0 = ks[0]
-    sizes = [s["prefix_tokens"] for s in k0["sizes"]]
+    sizes = sorted({s["prefix_tokens"] for d in ks for s in d["sizes"]})
     per_tok = k0["kv_bytes_per_token"]
-    nk = len(merged(ks, sizes[0], "ttft_s", "full"))
-    nl = len(merged(ls, sizes[0], "ttft_s", "full")) if ls else 0
-    print(f"Time to first token (s unless ms; medians of {nk} kvstash / {nl} llama.cpp runs; "
+
+    def runs_text(n):
+        nk = len(merged(ks, n, "ttft_s", "fork"))
+        nkf = len(merged(ks, n, "ttft_s", "full"))
+        text = f"N={n}: kvstash {nkf} full / {nk} other"
+        if ls:
+            text += f", llama.cpp {len(merged(ls, n, 'ttft_s', 'full'))} full / {len(merged(ls, n, 'ttft_s', 'fork'))} other"
+        return text
+    print(f"Time to first token (s unless ms; medians over runs — {'; '.join(runs_text(n) for n in sizes)}; "
           f"prefix N + {k0['suffix_tokens']}-token suffix, then one sampled token; {k0['threads']} threads)\n")
     print("| N | engine | full recompute | restore warm (load part) | restore warm, fresh process (load part) | "
           "restore cold (load part) | fork | speed-up restore warm / cold / fork |")
@@ -303,13 +315,13 @@ def report(args):
           "| read(2) loop | read GB/s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
-        ksz = next(s for s in k0["sizes"] if s["prefix_tokens"] == n)
+        ksz = entries(ks, n)[0]
         b = ksz["file_bytes"]
         save, load, cat, rd = (med(merged(ks, n, k)) for k in ("save_s", "load_s", "cat_s", "read_s"))
         print(f"| {n} | kvstash | {b:,} | {b / n:,.0f} | {fmt_s(save)} | {b / save / 1e9:.2f} | {fmt_s(load)} | "
               f"{b / load / 1e9:.2f} | {fmt_s(cat)} | {b / cat / 1e9:.1f} | {fmt_s(rd)} | {b / rd / 1e9:.1f} |")
         if ls:
-            lsz = next(s for s in ls[0]["sizes"] if s["prefix_tokens"] == n)
+            lsz = entries(ls, n)[0]
             lb = lsz["file_bytes"]
             lsave, lsf, lload = (med(merged(ls, n, k)) for k in ("save_s", "save_fsync_s", "load_s"))
             print(f"| {n} | llama.cpp | {lb:,} | {lb / n:,.0f} | {fmt_s(lsave)} / {fmt_s(lsf)} | "
@@ -319,8 +331,8 @@ def report(args):
 
     variants = [d["variants"] for d in ks if "variants" in d]
     if variants:
-        vs = ks[0].get("variants", {})
-        n = next((s["prefix_tokens"] for s in k0["sizes"] if s["prefix_tokens"] == 2048), None)
+        vs = variants[0]
+        n = next(d["variants_prefix_tokens"] for d in ks if "variants" in d)
         print(f"\nkvstash file variants, prefix {n} tokens (medians over all rounds)\n")
         print("| variant | file bytes | bytes/token | save | save GB/s (file) | load | load GB/s (file) | "
               "restore TTFT | bit-exact |")
@@ -336,12 +348,14 @@ def report(args):
 
     print("\nChecks")
     for n in sizes:
-        ksz = [next(s for s in d["sizes"] if s["prefix_tokens"] == n) for d in ks]
+        ksz = entries(ks, n)
         line = (f"- N={n}: kvstash full/restore/fork logits bitwise identical: "
                 f"{all(s['bitwise_identical'] for s in ksz)}; first tokens {ksz[0]['first_tokens']}; "
-                f"cold files resident before load: {max(sum((s['cold_resident_fraction_before_load'] for s in ksz), []) or [0]):.0%}")
+                f"cold files resident before load: {max(sum((s['cold_resident_fraction_before_load'] for s in ksz), []) or [0]):.0%}"
+                f" (kvstash), {max(sum((s['cold_resident_fraction_before_load'] for s in entries(ls, n)), []) or [0]):.0%}"
+                f" (llama.cpp)")
         if ls:
-            lsz = [next(s for s in d["sizes"] if s["prefix_tokens"] == n) for d in ls]
+            lsz = entries(ls, n)
             line += (f"; prefix argmax kvstash {ksz[0]['prefix_argmax']} / llama.cpp {lsz[0]['prefix_argmax']}; "
                      f"llama.cpp logits equal to its full recompute: {lsz[0]['logits_bitwise_equal_to_full']}, "
                      f"first tokens {lsz[0]['first_tokens']}")
@@ -359,6 +373,8 @@ def main():
     r.add_argument("--suffix", type=int, default=8)
     r.add_argument("--ctx", type=int, default=8192)
     r.add_argument("-r", "--repeats", type=int, default=3)
+    r.add_argument("--full-repeats-long", type=int, default=-1,
+                   help="full recomputes of prefixes over 4096 tokens (default: --repeats)")
     r.add_argument("--dir", default="build-sb/state-bench")
     p = sub.add_parser("report")
     p.add_argument("--kvstash", nargs="+", required=True)

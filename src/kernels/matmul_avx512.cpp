@@ -34,7 +34,8 @@ constexpr int kFusedRows = 4;         // rows decoded together in the fused tile
 constexpr int kFusedMaxTokens = 3;    // n_tokens up to this use the fused tile
 constexpr int kRowTile = 4;           // buffered: rows per register tile (and per decoded buffer)
 constexpr int kTokenTile = 6;         // buffered: tokens per register tile (4 × 6 accumulators)
-constexpr int64_t kTokenBlock = 64;   // buffered: tokens per pass over a decoded row tile (X stays in L2)
+constexpr int64_t kTokenBlock = 64;   // buffered: most tokens per pass over a decoded row tile
+constexpr int64_t kActivationBlockBytes = 786432;  // buffered: activations of one pass (kept in L2)
 constexpr int64_t kPrefetchBytes = 16384;  // fused: least distance of the weight prefetch (bytes)
 
 // F16C conversion: exact, equal to fp16_to_fp32 except that a signalling NaN comes back quiet.
@@ -452,37 +453,37 @@ bool run_fused(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 template <int NR, int NT>
 void tile(const float* const* w, const float* x, int64_t cols, float* y, int64_t y_stride) {
     __m512 acc[NR][NT];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < NR; ++i)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= cols; k += 16) {
         __m512 wv[NR];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int i = 0; i < NR; ++i) wv[i] = _mm512_loadu_ps(w[i] + k);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) {
             const __m512 xv = _mm512_loadu_ps(x + j * cols + k);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int i = 0; i < NR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
     if (k < cols) {
         const __mmask16 mask = static_cast<__mmask16>((1u << (cols - k)) - 1);
         __m512 wv[NR];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int i = 0; i < NR; ++i) wv[i] = _mm512_maskz_loadu_ps(mask, w[i] + k);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) {
             const __m512 xv = _mm512_maskz_loadu_ps(mask, x + j * cols + k);
-            #pragma GCC unroll 16
+#pragma GCC unroll 16
             for (int i = 0; i < NR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < NR; ++i)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) y[j * y_stride + i] = hsum16(acc[i][j]);
 }
 
@@ -518,8 +519,12 @@ void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         decoded.resize(static_cast<size_t>(kRowTile * a.cols));
     }
     const float* w[kRowTile];
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenBlock) {
-        const int64_t t_end = std::min(a.n_tokens, t0 + kTokenBlock);
+    // Tokens per pass over a decoded row tile: as many as keep their activations (token_block × cols
+    // floats) within kActivationBlockBytes, so that they stay in L2, up to kTokenBlock.
+    const int64_t fit = kActivationBlockBytes / (4 * std::max<int64_t>(a.cols, 1)) / kTokenTile * kTokenTile;
+    const int64_t token_block = std::clamp<int64_t>(fit, kTokenTile, kTokenBlock);
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += token_block) {
+        const int64_t t_end = std::min(a.n_tokens, t0 + token_block);
         for (int64_t r = row_begin; r < row_end; r += kRowTile) {
             const int nr = static_cast<int>(std::min<int64_t>(kRowTile, row_end - r));
             for (int i = 0; i < nr; ++i) {

@@ -107,13 +107,16 @@ struct ThreadPool::Impl {
         }
     }
 
-    uint32_t wait_for_new_generation(uint32_t seen) {
-        uint32_t g = seen;
-        if (spin_until([&] { return (g = generation.load(std::memory_order_acquire)) != seen; })) return g;
+    // Returns when the generation differs from `seen` or the pool is stopping. (`stopping` is checked
+    // too: a worker that joined a run may have read the stop bump of the generation as its `seen`.)
+    void wait_for_new_generation(uint32_t seen) {
+        auto ready = [&] {
+            return stopping.load(std::memory_order_seq_cst) || generation.load(std::memory_order_seq_cst) != seen;
+        };
+        if (spin_until(ready)) return;
         sleeping_workers.fetch_add(1, std::memory_order_seq_cst);
-        while ((g = generation.load(std::memory_order_seq_cst)) == seen) generation.wait(seen, std::memory_order_seq_cst);
+        while (!ready()) generation.wait(seen, std::memory_order_seq_cst);
         sleeping_workers.fetch_sub(1, std::memory_order_relaxed);
-        return g;
     }
 
     void leave_run() {
@@ -162,7 +165,7 @@ ThreadPool::ThreadPool(int n_threads) : impl_(std::make_unique<Impl>()), n_threa
 }
 
 ThreadPool::~ThreadPool() {
-    impl_->stopping.store(true, std::memory_order_relaxed);
+    impl_->stopping.store(true, std::memory_order_seq_cst);
     impl_->start_workers();
     impl_->generation.notify_all();
     for (std::thread& t : impl_->workers) t.join();
