@@ -82,7 +82,8 @@ struct Repeat {
 Repeat run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Evaluator& evaluator,
                 const std::vector<int32_t>& prompt, int64_t n_decode) {
     Repeat r;
-    kvstash::State state(*model, kvstash::StateOptions{kvstash::KvType::f16, static_cast<int64_t>(prompt.size()) + n_decode + 1});
+    const int64_t n_ctx = static_cast<int64_t>(prompt.size()) + n_decode + 1;
+    kvstash::State state(*model, kvstash::StateOptions{kvstash::KvType::f16, n_ctx});
     const auto start = Clock::now();
     const double cpu_start = process_cpu_seconds();
     evaluator.eval(state, prompt);
@@ -98,7 +99,8 @@ Repeat run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Eva
         next = argmax(state.last_logits());
     }
     r.decode_tok_s = static_cast<double>(n_decode) / seconds_since(decode_start);
-    r.decode_cpu_ms_per_token = (process_cpu_seconds() - decode_cpu_start) * 1e3 / static_cast<double>(std::max<int64_t>(n_decode, 1));
+    r.decode_cpu_ms_per_token =
+        (process_cpu_seconds() - decode_cpu_start) * 1e3 / static_cast<double>(std::max<int64_t>(n_decode, 1));
     r.logits_hash = fnv1a(state.last_logits());
     return r;
 }
@@ -115,7 +117,8 @@ __attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, size_t
         a3 = _mm256_add_epi64(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
     }
     alignas(32) uint64_t lanes[4];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+    const __m256i sum = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
     uint64_t s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
     for (; i < n; ++i) s += p[i];
     return s;
@@ -270,7 +273,9 @@ int main(int argc, char** argv) {
             }
             out["kernels"] = k;
         } else if (!bandwidth_only) {
-            if (model_path.empty()) throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "give a model with -m (or --bandwidth-only)");
+            if (model_path.empty()) {
+                throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "give a model with -m (or --bandwidth-only)");
+            }
             auto model = kvstash::Model::load(model_path);
             kvstash::Evaluator evaluator(model, threads);
             std::mt19937 rng(seed);
@@ -308,7 +313,8 @@ int main(int argc, char** argv) {
             out["prefill_cpu_ms_per_token"] = summary(prefill_cpu);
             out["decode_cpu_ms_per_token"] = summary(decode_cpu);
             // Weight matrices are read once per decoded token (the KV cache and activations are extra).
-            out["decode_weight_gb_s"] = static_cast<double>(model->weight_bytes()) * out["decode_tok_s"]["median"].get<double>() / 1e9;
+            const double decode_median = out["decode_tok_s"]["median"].get<double>();
+            out["decode_weight_gb_s"] = static_cast<double>(model->weight_bytes()) * decode_median / 1e9;
             out["final_logits_fnv1a"] = hash_hex;
             out["deterministic"] = deterministic;
         }

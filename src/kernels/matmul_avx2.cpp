@@ -368,7 +368,8 @@ struct FusedQ6_K {
         for (int c = 0; c < 4; ++c) {
             const __m256i a = load_u8x8(ql + 8 * c), h = load_u8x8(qh + 8 * c);
             const __m256i lo = k < 2 ? _mm256_and_si256(a, low4) : _mm256_srli_epi32(a, 4);
-            const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * k), three), 4));
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(h, 2 * k), three);
+            const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
             const __m256 ds = _mm256_set1_ps(p[8 * half + c / 2 + 2 * k]);
             f(c, _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_sub_epi32(q, bias))));
         }
@@ -420,7 +421,9 @@ void fused_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     for (; r + kFusedRows <= row_end; r += kFusedRows) {
         fused_tile<Block, kFusedRows>(a.W + static_cast<uint64_t>(r) * a.row_bytes, a.row_bytes, a.X, a.cols, a.Y + r);
     }
-    for (; r < row_end; ++r) fused_tile<Block, 1>(a.W + static_cast<uint64_t>(r) * a.row_bytes, a.row_bytes, a.X, a.cols, a.Y + r);
+    for (; r < row_end; ++r) {
+        fused_tile<Block, 1>(a.W + static_cast<uint64_t>(r) * a.row_bytes, a.row_bytes, a.X, a.cols, a.Y + r);
+    }
 }
 
 // One token on a quantized type; false for the plain float types (they take the buffered path).

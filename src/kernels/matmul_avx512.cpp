@@ -45,7 +45,6 @@ inline float load_fp16(const uint8_t* p) {
     return _cvtsh_ss(h);
 }
 
-
 inline __m512i load_u8x16(const uint8_t* p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -71,10 +70,6 @@ inline __m512 nibble_values() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8,
 // times d (an fp16 value, 11 significant bits, or d * 6-bit scale, 17 bits) is exact in fp32, so the
 // fused and the reference's rounded-product-then-add give the same single rounding.
 
-inline __mmask16 first_lanes(int64_t n) {
-    return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : static_cast<__mmask16>((1u << n) - 1);
-}
-
 // Shuffle indices for gather_block_words: lane L takes word (L / kPer) * kStride + L % kPer of a group of 16
 // blocks, from the pair of 64-byte loads `pair` (vpermt2w: index bit 5 picks the second load).
 template <int kStride, int kPer>
@@ -94,19 +89,27 @@ struct BlockWordIndex {
 
 // The kPer 16-bit words at the start of each of 16 consecutive blocks (kStride words apart), as lanes
 // 0 .. 16 kPer - 1: a few 64-byte loads and one vpermt2w per 128 bytes, much cheaper than a gather.
+// Reads only the 16 blocks' bytes (the last load is masked where they end: they may end a mapping).
 template <int kStride, int kPer>
 __attribute__((always_inline)) inline __m512i gather_block_words(const uint8_t* base) {
     static constexpr BlockWordIndex<kStride, kPer> kIndex;
     constexpr int kLoads = BlockWordIndex<kStride, kPer>::kLoads;
+    constexpr int kLastBytes = 32 * kStride - 64 * (kLoads - 1);  // bytes of the blocks in the last load
     __m512i z[kLoads + 1];
 #pragma GCC unroll 16
-    for (int l = 0; l < kLoads; ++l) z[l] = _mm512_loadu_si512(base + 64 * l);
+    for (int l = 0; l < kLoads - 1; ++l) z[l] = _mm512_loadu_si512(base + 64 * l);
+    if constexpr (kLastBytes == 64) {
+        z[kLoads - 1] = _mm512_loadu_si512(base + 64 * (kLoads - 1));
+    } else {
+        z[kLoads - 1] = _mm512_maskz_loadu_epi8((__mmask64(1) << kLastBytes) - 1, base + 64 * (kLoads - 1));
+    }
     z[kLoads] = _mm512_setzero_si512();
     __m512i out = _mm512_setzero_si512();
 #pragma GCC unroll 16
     for (int pair = 0; 2 * pair < kLoads; ++pair) {
         const __m512i index = _mm512_loadu_si512(kIndex.index[pair]);
-        out = _mm512_mask_blend_epi16(kIndex.lanes[pair], out, _mm512_permutex2var_epi16(z[2 * pair], index, z[2 * pair + 1]));
+        const __m512i words = _mm512_permutex2var_epi16(z[2 * pair], index, z[2 * pair + 1]);
+        out = _mm512_mask_blend_epi16(kIndex.lanes[pair], out, words);
     }
     return out;
 }
@@ -122,12 +125,13 @@ void prepare_fp16_scale(const uint8_t* src, int64_t n, float* p) {
 }
 
 struct Q8_0 {  // x = q * d
-    static constexpr int kElems = 32, kBytes = 34, kScales = 1, kGroup = 16, kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
+    static constexpr int kElems = 32, kBytes = 34, kScales = 1, kGroup = 16;
+    static constexpr int kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
     static void prepare(const uint8_t* src, int64_t n, float* p) { prepare_fp16_scale<kBytes>(src, n, p); }
     template <int S, class F>
     static void step(const uint8_t* s, const float* p, F&& f) {
         const __m512 d = _mm512_set1_ps(p[0]);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int h = 0; h < 2; ++h) {
             const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 + 16 * h)));
             f(h, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
@@ -136,7 +140,8 @@ struct Q8_0 {  // x = q * d
 };
 
 struct Q4_0 {  // x = (q - 8) * d
-    static constexpr int kElems = 32, kBytes = 18, kScales = 1, kGroup = 16, kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
+    static constexpr int kElems = 32, kBytes = 18, kScales = 1, kGroup = 16;
+    static constexpr int kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
     static void prepare(const uint8_t* src, int64_t n, float* p) { prepare_fp16_scale<kBytes>(src, n, p); }
     template <int S, class F>
     static void step(const uint8_t* s, const float* p, F&& f) {
@@ -149,7 +154,8 @@ struct Q4_0 {  // x = (q - 8) * d
 };
 
 struct Q4_1 {  // x = q * d + m
-    static constexpr int kElems = 32, kBytes = 20, kScales = 2, kGroup = 16, kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
+    static constexpr int kElems = 32, kBytes = 20, kScales = 2, kGroup = 16;
+    static constexpr int kSteps = 1, kStepChunks = 2, kRowsOneToken = 8;
     // p[2b] = d, p[2b + 1] = m: the gathered words hold (d, m) as fp16 pairs, already interleaved.
     static void prepare(const uint8_t* src, int64_t n, float* p) {
         if (n == 16) {
@@ -178,7 +184,8 @@ struct Q4_1 {  // x = q * d + m
 // weights are computed with the reference's multiply-then-subtract, no table).
 template <bool kFiveBit>
 struct Q45_K {
-    static constexpr int kElems = 256, kBytes = kFiveBit ? 176 : 144, kScales = 16, kGroup = 8, kSteps = 4, kStepChunks = 4, kRowsOneToken = 4;
+    static constexpr int kElems = 256, kBytes = kFiveBit ? 176 : 144, kScales = 16, kGroup = 8;
+    static constexpr int kSteps = 4, kStepChunks = 4, kRowsOneToken = 4;
     static void prepare(const uint8_t* row, int64_t n, float* p) {
         for (int64_t b = 0; b < n; ++b, row += kBytes, p += kScales) {
             // ggml's unpacking of the 12 scale bytes, 4 at a time: bytes of u[0], u[1] = scales 0..7,
@@ -190,7 +197,8 @@ struct Q45_K {
                                                   static_cast<int>((u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)),
                                                   static_cast<int>(u[1] & kLow6),
                                                   static_cast<int>(((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)));
-            const __m512 factor = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(load_fp16(row)), _mm512_set1_ps(-load_fp16(row + 2)));
+            const __m512 factor =
+                _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(load_fp16(row)), _mm512_set1_ps(-load_fp16(row + 2)));
             _mm512_storeu_ps(p, _mm512_mul_ps(factor, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed))));
         }
     }
@@ -229,7 +237,8 @@ struct Q45_K {
 // q6_K: two halves of 128 elements; in each, element l + 32k (k = 0..3, l = 0..31) takes 4 low bits
 // from ql and 2 high bits from qh: x = (d * sc[l/16 + 2k]) * (q - 32). Prepared: p[j] = d * sc[j].
 struct Q6_K {
-    static constexpr int kElems = 256, kBytes = 210, kScales = 16, kGroup = 8, kSteps = 4, kStepChunks = 4, kRowsOneToken = 4;
+    static constexpr int kElems = 256, kBytes = 210, kScales = 16, kGroup = 8;
+    static constexpr int kSteps = 4, kStepChunks = 4, kRowsOneToken = 4;
     static void prepare(const uint8_t* row, int64_t n, float* p) {
         for (int64_t b = 0; b < n; ++b, row += kBytes, p += kScales) {
             const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 192)));
@@ -372,7 +381,7 @@ void fused_tile(const uint8_t* w, uint64_t row_bytes, const float* x, int64_t co
                 for (int i = 0; i < NR; ++i) {
                     const uint8_t* src = w + i * row_bytes + (g + b) * Block::kBytes;
                     if (Block::kBytes > 64 || step.value == 0) {  // a line per 64 bytes of block, at least one
-                        _mm_prefetch(reinterpret_cast<const char*>(src) + ahead + 64 * step.value, _MM_HINT_T1);
+                        _mm_prefetch(reinterpret_cast<const char*>(src) + ahead + 64 * step.value, _MM_HINT_T0);
                     }
                     Block::template step<step.value>(src, scales[i] + b * Block::kScales, [&](int c, __m512 wv) {
 #pragma GCC unroll 16
