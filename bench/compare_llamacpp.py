@@ -12,7 +12,7 @@ kvstash is faster; for time to first token < 1 is better), are printed as JSON.
 
 Run with the venv that has llama-cpp-python (built from source, GGML_NATIVE=ON):
   /work/venv-bench/bin/python bench/compare_llamacpp.py -t 2 \
-      -m models/SmolLM2-135M-Instruct.Q4_1.gguf -m models/bench-llama-2b-q4_k.gguf
+      -m models/SmolLM2-135M-Instruct.Q4_1.gguf -m models/bench-llama-2048x16-q4_k.gguf
 """
 import argparse
 import json

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -272,6 +273,13 @@ int main(int argc, char** argv) {
                 k.push_back(kernel_speed(type, 32768, 2048, 1, threads, repeats));
             }
             out["kernels"] = k;
+            // Cost of one ThreadPool::run with a trivial task per thread (wake the workers, wait for them).
+            kvstash::ThreadPool pool(threads);
+            const int runs = 20000;
+            std::atomic<int64_t> sink{0};
+            const auto start = Clock::now();
+            for (int i = 0; i < runs; ++i) pool.run(threads, [&](int64_t t) { sink.fetch_add(t, std::memory_order_relaxed); });
+            out["pool_run_us"] = seconds_since(start) / runs * 1e6;
         } else if (!bandwidth_only) {
             if (model_path.empty()) {
                 throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "give a model with -m (or --bandwidth-only)");
