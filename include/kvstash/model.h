@@ -94,6 +94,13 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// One sequence's share of a batched evaluation (Evaluator::eval_batch).
+struct EvalRequest {
+    State* state = nullptr;
+    std::span<const int32_t> tokens;
+    std::vector<float>* all_logits = nullptr;  // as for eval(): every new position's logits, if given
+};
+
 // Advances states through the model. Owns a thread pool and scratch buffers: use one per thread of
 // control (it is not safe to call eval() on one Evaluator concurrently).
 class Evaluator {
@@ -110,6 +117,13 @@ public:
     // Throws Error(out_of_range) past the state's context, Error(invalid_argument) for a bad token id;
     // the state is unchanged when it throws.
     void eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
+
+    // Evaluates several sequences together, as eval() on each would, bitwise: each request's State gets
+    // exactly the KV and logits that eval(*r.state, r.tokens, r.all_logits) would give it. Weight
+    // matrices are read once per micro-batch for all sequences' rows (continuous batching in a server:
+    // one decode step for many sequences costs about one step's weight traffic). The States must be
+    // distinct and of this evaluator's model. Throws like eval(); then no State is changed.
+    void eval_batch(std::span<const EvalRequest> requests);
 
     // Called after each micro-batch of a long eval() with (tokens done, tokens in this call); for
     // progress displays. Empty = none.

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "kvstash/model.h"
 
@@ -35,6 +36,11 @@ namespace kvstash {
 
 struct PrefixCacheOptions {
     uint64_t ram_budget_bytes = uint64_t{1} << 30;  // KV bytes (K + V) of cached blocks kept when unused
+    // Disk tier: when non-empty, blocks evicted from RAM are written to content-addressed files under this
+    // directory (created if missing) and read back on a later hit, also by another process. Files of
+    // another model are never used. Empty = RAM only.
+    std::string disk_dir;
+    uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block files kept under disk_dir
 };
 
 // Counters since construction; the byte figures are current.
@@ -53,6 +59,15 @@ struct PrefixCacheStats {
     uint64_t bytes_in_use = 0;        // of those, bytes the cache cannot evict now: blocks a live State
                                       // references, and their ancestors
     uint64_t ram_budget_bytes = 0;
+    // Disk tier (all zero without one).
+    uint64_t disk_hits = 0;           // blocks a lookup found on disk (not in RAM) and read back
+    uint64_t disk_misses = 0;         // lookups that also looked on disk and found no further block
+    uint64_t disk_blocks_written = 0; // blocks spilled to disk
+    uint64_t disk_rejected = 0;       // block files found but refused (other model, corrupt)
+    uint64_t disk_evictions = 0;      // block files deleted to stay within disk_budget_bytes
+    uint64_t disk_blocks_held = 0;    // block files under disk_dir now
+    uint64_t disk_bytes_held = 0;     // their bytes
+    uint64_t disk_budget_bytes = 0;
 };
 
 // What acquire() hands back.

@@ -87,4 +87,12 @@ void Evaluator::eval(State& state, std::span<const int32_t> tokens, std::vector<
     st.last_logits = std::move(last);
 }
 
+// Placeholder until the batched forward lands: sequential evals (bitwise what the batched path must give).
+void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
+    for (const EvalRequest& r : requests) {
+        if (r.state == nullptr) throw Error(ErrorCode::invalid_argument, "eval_batch: a request without a state");
+        eval(*r.state, r.tokens, r.all_logits);
+    }
+}
+
 }  // namespace kvstash

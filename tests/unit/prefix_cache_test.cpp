@@ -16,6 +16,12 @@
 namespace kvstash::test {
 namespace {
 
+PrefixCacheOptions ram_only(uint64_t budget) {
+    PrefixCacheOptions options;
+    options.ram_budget_bytes = budget;
+    return options;
+}
+
 constexpr int64_t B = kv_block_tokens;
 
 std::shared_ptr<const Model> tiny(const char* name = "gqa_f32.gguf") { return Model::load(fixture_path(std::string("tiny/") + name)); }
@@ -145,7 +151,7 @@ TEST(PrefixCache, EvictionNeverDropsBlocksInUseAndKeepsTheBudget) {
     auto model = tiny();
     Evaluator evaluator(model, 1);
     const uint64_t bb = block_bytes(*model);
-    PrefixCache cache(*model, {.ram_budget_bytes = 2 * bb});
+    PrefixCache cache(*model, ram_only(2 * bb));
     const auto held_tokens = pseudo_random_tokens(3 * B, 300, 41);
     State held = evaluated(evaluator, held_tokens);
     cache.release(held);  // 3 blocks over a 2-block budget, but all in use by `held`
@@ -181,7 +187,7 @@ TEST(PrefixCache, EvictionNeverDropsBlocksInUseAndKeepsTheBudget) {
 TEST(PrefixCache, EvictsLeastRecentlyUsedFirst) {
     auto model = tiny();
     Evaluator evaluator(model, 1);
-    PrefixCache cache(*model, {.ram_budget_bytes = 3 * block_bytes(*model)});
+    PrefixCache cache(*model, ram_only(3 * block_bytes(*model)));
     std::vector<std::vector<int32_t>> seqs;
     for (uint64_t seed = 0; seed < 4; ++seed) seqs.push_back(pseudo_random_tokens(B, 300, 50 + seed));  // one block each
     for (int i = 0; i < 3; ++i) cache.release(evaluated(evaluator, seqs[static_cast<size_t>(i)]));
@@ -197,7 +203,7 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedFirst) {
 TEST(PrefixCache, EvictsLeavesBeforeTheirParents) {
     auto model = tiny();
     Evaluator evaluator(model, 1);
-    PrefixCache cache(*model, {.ram_budget_bytes = 2 * block_bytes(*model)});
+    PrefixCache cache(*model, ram_only(2 * block_bytes(*model)));
     const auto chain = pseudo_random_tokens(3 * B, 300, 61);
     cache.release(evaluated(evaluator, chain));  // in use while released: nothing evicted yet
     EXPECT_EQ(cache.stats().blocks_held, 3u);
@@ -280,7 +286,7 @@ TEST(PrefixCache, LossyKvIsNotCached) {
 TEST(PrefixCache, StatsCountLookupsTokensAndBlocks) {
     auto model = tiny();
     Evaluator evaluator(model, 1);
-    PrefixCache cache(*model, {.ram_budget_bytes = 12345});
+    PrefixCache cache(*model, ram_only(12345));
     const auto tokens = pseudo_random_tokens(70, 300, 97);
     EXPECT_EQ(cache.acquire({}).reused_tokens, 0);  // empty: not a lookup
     CachedPrefix miss = cache.acquire(tokens);
@@ -308,7 +314,7 @@ TEST(PrefixCache, StatsCountLookupsTokensAndBlocks) {
 
 TEST(PrefixCache, ConcurrentUseStaysExact) {
     auto model = tiny();
-    PrefixCache cache(*model, {.ram_budget_bytes = 6 * block_bytes(*model)});
+    PrefixCache cache(*model, ram_only(6 * block_bytes(*model)));
     const auto common = pseudo_random_tokens(2 * B, 300, 99);
     std::vector<std::thread> threads;
     std::vector<int> failures(4, 0);
