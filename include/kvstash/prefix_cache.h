@@ -18,6 +18,17 @@
 // has no logits for its last position: the caller must evaluate at least one token, so acquire() never
 // reuses the whole request (when all of it is cached, it keeps all but the last token).
 //
+// Disk tier (options.disk_dir): every full block release() offers is also written, once, to a
+// content-addressed file "<key hex>.kvb" under disk_dir (write-through, atomic: temp file + rename), so
+// another process (or this one, after the block left RAM) finds it by key. acquire() continues the run of
+// full blocks found in RAM with blocks read back from disk, which then join the RAM tier as if released.
+// Each file's header repeats the model fingerprint, KV type, ISA, shape, parent key and tokens, and a
+// checksum covers the payload: a file of another model, a corrupt or a truncated one is refused
+// (stats().disk_rejected) and deleted, never used. Partial-block matches come from RAM only. Files are
+// kept within disk_budget_bytes by deleting the least recently used (file mtime, set on each use);
+// several processes may share a directory (a file another process deleted is a miss, never an error).
+// Disk I/O errors after construction are counted (disk_write_errors), not thrown: the cache stays exact.
+//
 // Memory: bytes of the blocks the cache references are kept within ram_budget_bytes by evicting the least
 // recently used blocks that no live State references, leaves before their parents. Blocks referenced by
 // a State are never evicted, so after each acquire()/release() the cache holds at most the budget plus
@@ -36,11 +47,12 @@ namespace kvstash {
 
 struct PrefixCacheOptions {
     uint64_t ram_budget_bytes = uint64_t{1} << 30;  // KV bytes (K + V) of cached blocks kept when unused
-    // Disk tier: when non-empty, blocks evicted from RAM are written to content-addressed files under this
-    // directory (created if missing) and read back on a later hit, also by another process. Files of
-    // another model are never used. Empty = RAM only.
+    // Disk tier: when non-empty, full blocks are also written to content-addressed files under this
+    // directory (created if missing; the constructor throws Error(io) when it cannot) and read back on a
+    // later lookup that RAM cannot answer, also by another process. Files of another model are never
+    // used. Empty = RAM only.
     std::string disk_dir;
-    uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block files kept under disk_dir
+    uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block files (all models) kept under disk_dir
 };
 
 // Counters since construction; the byte figures are current.
@@ -62,10 +74,13 @@ struct PrefixCacheStats {
     // Disk tier (all zero without one).
     uint64_t disk_hits = 0;           // blocks a lookup found on disk (not in RAM) and read back
     uint64_t disk_misses = 0;         // lookups that also looked on disk and found no further block
-    uint64_t disk_blocks_written = 0; // blocks spilled to disk
-    uint64_t disk_rejected = 0;       // block files found but refused (other model, corrupt)
+    uint64_t disk_blocks_written = 0; // block files this cache wrote
+    uint64_t disk_bytes_written = 0;  // their bytes (header + K + V)
+    uint64_t disk_bytes_read = 0;     // bytes of the block files read back (disk_hits of them)
+    uint64_t disk_rejected = 0;       // block files found but refused and deleted (other model, corrupt, truncated)
     uint64_t disk_evictions = 0;      // block files deleted to stay within disk_budget_bytes
-    uint64_t disk_blocks_held = 0;    // block files under disk_dir now
+    uint64_t disk_write_errors = 0;   // block files that could not be written (disk full, permissions)
+    uint64_t disk_blocks_held = 0;    // block files under disk_dir now, as far as this process knows
     uint64_t disk_bytes_held = 0;     // their bytes
     uint64_t disk_budget_bytes = 0;
 };
@@ -95,7 +110,9 @@ public:
     // sequence finishes, or at any time: the State is not changed and may go on (its blocks are now shared,
     // so it copies one before writing into it). Blocks already cached are only marked recently used. A
     // State of another model (by fingerprint: the same file loaded twice is the same model) or whose KV
-    // was loaded from a lossy q8_0 state file is not inserted (stats().releases_rejected).
+    // was loaded from a lossy q8_0 state file is not inserted (stats().releases_rejected). With a disk
+    // tier, blocks without a file are written before it returns (so they outlive this process); the
+    // others have their file marked recently used.
     void release(const State& state);
 
     PrefixCacheStats stats() const;

@@ -1,10 +1,13 @@
 // kvstash generate: continue one or more prompts — from scratch, from a chat-templated prompt
 // (--chat), or from a saved state (--state, each -p a fork of it) — streaming the text to stdout.
+// With --cache-dir, each prompt starts from the longest prefix a PrefixCache on that directory holds
+// (from earlier prompts of this run or earlier runs) and its final state is offered back to it.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
@@ -12,6 +15,7 @@
 #include "kvstash/error.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
+#include "kvstash/prefix_cache.h"
 #include "kvstash/progress.h"
 #include "kvstash/sampling_options.h"
 #include "kvstash/state_file.h"
@@ -36,7 +40,30 @@ struct GenerateFlags {
     bool timings = false;
     bool resume_sampler = false;
     std::string dump_logits_path;
+    std::string cache_dir;
+    uint64_t cache_ram_mib = 1024;
+    uint64_t cache_disk_mib = 4096;
 };
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// One line of the cache's counters for --timings.
+void print_cache_stats(const PrefixCacheStats& s, double acquire_seconds, double release_seconds) {
+    std::fprintf(stderr,
+                 "cache: acquire %.3f s, release (with write-through) %.3f s; %llu lookups, %llu hits, %llu tokens reused, "
+                 "%llu computed; ram: %llu blocks (%.1f MiB of %.0f MiB), %llu evicted; "
+                 "disk: %llu blocks read, %llu misses, %llu written (%.1f MiB), %llu evicted, %llu rejected, %llu write errors, "
+                 "%llu files (%.1f MiB of %.0f MiB)\n",
+                 acquire_seconds, release_seconds, static_cast<unsigned long long>(s.lookups), static_cast<unsigned long long>(s.hits),
+                 static_cast<unsigned long long>(s.tokens_reused), static_cast<unsigned long long>(s.tokens_computed),
+                 static_cast<unsigned long long>(s.blocks_held), static_cast<double>(s.bytes_held) / kMiB,
+                 static_cast<double>(s.ram_budget_bytes) / kMiB, static_cast<unsigned long long>(s.evictions),
+                 static_cast<unsigned long long>(s.disk_hits), static_cast<unsigned long long>(s.disk_misses),
+                 static_cast<unsigned long long>(s.disk_blocks_written), static_cast<double>(s.disk_bytes_written) / kMiB,
+                 static_cast<unsigned long long>(s.disk_evictions), static_cast<unsigned long long>(s.disk_rejected),
+                 static_cast<unsigned long long>(s.disk_write_errors), static_cast<unsigned long long>(s.disk_blocks_held),
+                 static_cast<double>(s.disk_bytes_held) / kMiB, static_cast<double>(s.disk_budget_bytes) / kMiB);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -87,6 +114,14 @@ int run_generate(const GenerateFlags& f) {
     } else {
         base.emplace(*model, StateOptions{parse_kv_type(f.kv_type), f.ctx});
     }
+    std::unique_ptr<PrefixCache> cache;
+    if (!f.cache_dir.empty()) {
+        PrefixCacheOptions cache_options;
+        cache_options.ram_budget_bytes = f.cache_ram_mib << 20;
+        cache_options.disk_dir = f.cache_dir;
+        cache_options.disk_budget_bytes = f.cache_disk_mib << 20;
+        cache = std::make_unique<PrefixCache>(*model, cache_options);
+    }
 
     const SamplerParams params = sampler_params(f.sampling);
     GenerateOptions options = generate_options(f.sampling);
@@ -113,14 +148,26 @@ int run_generate(const GenerateFlags& f) {
         }
         if (texts.size() > 1) std::fprintf(stderr, "--- continuation %zu/%zu ---\n", i + 1, texts.size());
         const auto start = std::chrono::steady_clock::now();
+        // The tokens already in `state` (a cached prefix) are not evaluated again.
+        size_t reused = 0;
+        double acquire_seconds = 0;
+        if (cache) {
+            CachedPrefix hit = cache->acquire(tokens, StateOptions{parse_kv_type(f.kv_type), f.ctx});
+            reused = static_cast<size_t>(hit.reused_tokens);
+            state = std::move(hit.state);
+            acquire_seconds = seconds_since(start);
+        }
+        const std::span<const int32_t> computed = std::span(tokens).subspan(reused);
         {
             PromptProgress progress(evaluator, "prompt");
-            evaluator.eval(state, tokens);
+            evaluator.eval(state, computed);
         }
         const double prompt_seconds = seconds_since(start);
         if (continuing) {
             std::fprintf(stderr, "tokens: %lld reused from the state, %zu computed\n", static_cast<long long>(base->n_tokens()),
                          tokens.size());
+        } else if (cache) {
+            std::fprintf(stderr, "tokens: %zu reused from the cache, %zu computed\n", reused, computed.size());
         }
         // --resume-sampler: continue the saved sampler's parameters and random sequence exactly.
         Sampler sampler = f.resume_sampler ? Sampler(*state.sampler_state()) : Sampler(params);
@@ -138,9 +185,15 @@ int run_generate(const GenerateFlags& f) {
             std::fprintf(stderr,
                          "timings: prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); "
                          "time to first token %.3f s; stop: %s\n",
-                         tokens.size(), prompt_seconds, static_cast<double>(tokens.size()) / std::max(prompt_seconds, 1e-9),
+                         computed.size(), prompt_seconds, static_cast<double>(computed.size()) / std::max(prompt_seconds, 1e-9),
                          result.tokens.size(), result.seconds, generated / std::max(result.seconds, 1e-9),
                          first_token_seconds < 0 ? seconds_since(start) : first_token_seconds, stop_reason_name(result.stop));
+        }
+        // Offer the prompt and the generated text to later prompts and runs (written through to disk).
+        if (cache) {
+            const auto release_start = std::chrono::steady_clock::now();
+            cache->release(state);
+            if (f.timings) print_cache_stats(cache->stats(), acquire_seconds, seconds_since(release_start));
         }
         if (!f.save_state_path.empty()) {
             save_state(state, f.save_state_path);
@@ -173,7 +226,18 @@ void register_generate(CLI::App& root, Action& action) {
     cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
     cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     add_threads_option(*cmd, f->threads);
-    cmd->add_flag("--timings", f->timings, "print prompt and generation speed and time to first token to stderr");
+    cmd->add_flag("--timings", f->timings, "print prompt and generation speed and time to first token (and the cache's counters) to stderr");
+    auto* cache_dir = cmd->add_option("--cache-dir", f->cache_dir,
+                                      "reuse the longest cached prefix of each prompt from this prefix-cache directory (created if missing; "
+                                      "shared by runs and processes) and add this run's blocks to it");
+    cmd->add_option("--cache-ram", f->cache_ram_mib, "MiB of KV blocks the cache keeps in memory when unused (with --cache-dir)")
+        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
+        ->capture_default_str()
+        ->needs(cache_dir);
+    cmd->add_option("--cache-disk", f->cache_disk_mib, "MiB of block files kept in --cache-dir (least recently used deleted first)")
+        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
+        ->capture_default_str()
+        ->needs(cache_dir);
     cmd->callback([&action, f, p, file] {
         if (p->count() == 0 && file->count() == 0 && f->state_path.empty()) {
             throw CLI::RequiredError("one of -p/--prompt, -f/--file or --state");
@@ -181,6 +245,11 @@ void register_generate(CLI::App& root, Action& action) {
         if (f->prompts.empty() && f->prompt_file.empty()) f->prompts.push_back("");  // --state alone: continue as is
         if (!f->system.empty() && !f->chat) throw CLI::ValidationError("--system", "needs --chat");
         if (!f->chat_template.empty() && !f->chat) throw CLI::ValidationError("--chat-template", "needs --chat");
+        // A state file already is its prefix: mixing the two would leave unclear which one a prompt continues.
+        if (!f->cache_dir.empty() && !f->state_path.empty()) {
+            throw CLI::ValidationError("--cache-dir",
+                                       "cannot be combined with --state (a state file already holds its prefix); use one of them");
+        }
         action = [f] { return run_generate(*f); };
     });
 }

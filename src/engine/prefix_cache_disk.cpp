@@ -1,0 +1,197 @@
+// The disk tier: directory scan, load / store of block files, LRU trimming to the byte budget.
+#include "engine/prefix_cache_disk.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <tuple>
+#include <vector>
+
+#include "kvstash/error.h"
+
+namespace kvstash {
+namespace fs = std::filesystem;
+namespace {
+
+// A temp file older than this is a crashed writer's leftover (a live one renames within milliseconds).
+constexpr auto kStaleTempAge = std::chrono::hours(1);
+
+}  // namespace
+
+PrefixDiskTier::PrefixDiskTier(std::string dir, uint64_t budget_bytes) : dir_(std::move(dir)), budget_(budget_bytes) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || !fs::is_directory(dir_, ec)) {
+        throw Error(ErrorCode::io, "cannot use '" + dir_ + "' as the prefix cache directory" + (ec ? ": " + ec.message() : std::string()) +
+                                       "; give a writable directory (it is created if missing)");
+    }
+    scan();
+    std::vector<BlockKey> victims;
+    {
+        const std::lock_guard lock(mutex_);
+        victims = take_victims();
+    }
+    delete_files(victims);
+}
+
+std::string PrefixDiskTier::path_of(const BlockKey& key) const { return dir_ + "/" + block_file_name(key); }
+
+void PrefixDiskTier::scan() {
+    std::error_code ec;
+    fs::directory_iterator it(dir_, ec);
+    if (ec) throw Error(ErrorCode::io, "cannot list the prefix cache directory '" + dir_ + "': " + ec.message());
+    std::vector<std::tuple<fs::file_time_type, BlockKey, uint64_t>> found;
+    const auto now = fs::file_time_type::clock::now();
+    // Entries may vanish while we look (another process evicting): each failure skips one entry.
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+        std::error_code entry_ec;
+        const std::string name = it->path().filename().string();
+        if (!it->is_regular_file(entry_ec) || entry_ec) continue;
+        const auto mtime = it->last_write_time(entry_ec);
+        if (entry_ec) continue;
+        if (name.starts_with(".tmp-")) {
+            if (now - mtime > kStaleTempAge) fs::remove(it->path(), entry_ec);
+            continue;
+        }
+        const std::optional<BlockKey> key = parse_block_file_name(name);
+        if (!key) continue;  // not ours: left alone and not counted
+        const uint64_t size = it->file_size(entry_ec);
+        if (!entry_ec) found.emplace_back(mtime, *key, size);
+    }
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
+    const std::lock_guard lock(mutex_);
+    for (const auto& [mtime, key, size] : found) {
+        lru_.push_back(key);  // newest first
+        files_.emplace(key, File{size, std::prev(lru_.end())});
+        bytes_ += size;
+    }
+}
+
+void PrefixDiskTier::note_present(const BlockKey& key, uint64_t bytes) {
+    if (const auto it = files_.find(key); it != files_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second.lru);
+        bytes_ = bytes_ - it->second.bytes + bytes;
+        it->second.bytes = bytes;
+        return;
+    }
+    lru_.push_front(key);
+    files_.emplace(key, File{bytes, lru_.begin()});
+    bytes_ += bytes;
+}
+
+void PrefixDiskTier::forget(const BlockKey& key) {
+    const auto it = files_.find(key);
+    if (it == files_.end()) return;
+    bytes_ -= it->second.bytes;
+    lru_.erase(it->second.lru);
+    files_.erase(it);
+}
+
+std::vector<BlockKey> PrefixDiskTier::take_victims() {
+    std::vector<BlockKey> victims;
+    while (bytes_ > budget_ && !lru_.empty()) {
+        victims.push_back(lru_.back());
+        forget(lru_.back());
+        ++evictions_;
+    }
+    return victims;
+}
+
+void PrefixDiskTier::delete_files(const std::vector<BlockKey>& victims) {
+    // A file another process already deleted is fine: it is gone either way.
+    for (const BlockKey& key : victims) ::unlink(path_of(key).c_str());
+}
+
+std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const BlockFileIdentity& id, const KvCache& shape) {
+    if (shape.block_bytes() != 2 * id.half_bytes()) {
+        throw Error(ErrorCode::internal, "PrefixDiskTier::load: block shape and file identity disagree");
+    }
+    KvCache fresh = shape.fork();
+    fresh.grow(kv_block_tokens);
+    uint8_t* k = fresh.writable_block_k(0);
+    uint8_t* v = fresh.writable_block_v(0);
+    const BlockFileRead result = read_block_file(dir_, block, id, k, v);
+    if (result == BlockFileRead::rejected) ::unlink(path_of(block.key).c_str());
+    std::vector<BlockKey> victims;
+    {
+        const std::lock_guard lock(mutex_);
+        if (result != BlockFileRead::ok) {
+            forget(block.key);
+            if (result == BlockFileRead::rejected) ++rejected_;
+            return nullptr;
+        }
+        // A file another process wrote after our scan is now counted: trim if that takes us over.
+        note_present(block.key, id.file_bytes());
+        ++hits_;
+        bytes_read_ += id.file_bytes();
+        victims = take_victims();
+    }
+    delete_files(victims);
+    return fresh.share_block(0);  // `fresh` goes: the caller holds the only reference
+}
+
+void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv) {
+    const std::string path = path_of(block.key);
+    bool known = false;
+    {
+        const std::lock_guard lock(mutex_);
+        known = files_.contains(block.key);
+    }
+    // Known: mark it used, in our order and in its mtime (the order other processes see).
+    if (known && ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) {
+        const std::lock_guard lock(mutex_);
+        note_present(block.key, id.file_bytes());
+        return;
+    }
+    // Unknown or vanished. A complete-looking file another process wrote is adopted (verified on read).
+    struct stat st {};
+    bool written = false;
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == id.file_bytes()) {
+        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+    } else {
+        const std::span<const uint8_t> k(kv.k.data(), kv.k.size()), v(kv.v.data(), kv.v.size());
+        written = write_block_file(dir_, block, id, k, v);
+        if (!written) {
+            // Someone removed the whole directory (a user clearing the cache): make it again, once.
+            std::error_code ec;
+            if (fs::create_directories(dir_, ec) && !ec) written = write_block_file(dir_, block, id, k, v);
+        }
+        if (!written) {
+            const std::lock_guard lock(mutex_);
+            forget(block.key);
+            ++write_errors_;
+            return;
+        }
+    }
+    std::vector<BlockKey> victims;
+    {
+        const std::lock_guard lock(mutex_);
+        note_present(block.key, id.file_bytes());
+        if (written) {
+            ++written_;
+            bytes_written_ += id.file_bytes();
+        }
+        victims = take_victims();
+    }
+    delete_files(victims);
+}
+
+void PrefixDiskTier::fill(PrefixCacheStats& stats) const {
+    const std::lock_guard lock(mutex_);
+    stats.disk_hits = hits_;
+    stats.disk_blocks_written = written_;
+    stats.disk_bytes_written = bytes_written_;
+    stats.disk_bytes_read = bytes_read_;
+    stats.disk_rejected = rejected_;
+    stats.disk_evictions = evictions_;
+    stats.disk_write_errors = write_errors_;
+    stats.disk_blocks_held = files_.size();
+    stats.disk_bytes_held = bytes_;
+    stats.disk_budget_bytes = budget_;
+}
+
+}  // namespace kvstash

@@ -1,0 +1,71 @@
+// The prefix cache's disk tier: a directory of content-addressed block files (prefix_cache_disk_file.h)
+// within a byte budget, shared by every process that points at it.
+//
+// Bookkeeping: which files exist, their sizes and their least-recently-used order, from a scan of the
+// directory at construction (order by file mtime) and then from this process's own reads, writes and
+// deletions. The file's mtime is the recency shared between processes: reads and stores set it to now.
+// Other processes may add or delete files at any time: a file that vanished is a miss (and is written
+// again by the next store), a file that appeared is found by name. The budget counts the files this
+// process knows of; what other live processes wrote since our scan is trimmed by whoever scans next.
+//
+// Thread-safe: one mutex guards the bookkeeping; file I/O runs outside it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "engine/prefix_cache_disk_file.h"
+#include "kvstash/prefix_cache.h"
+#include "state/kv_cache.h"
+
+namespace kvstash {
+
+class PrefixDiskTier {
+public:
+    // Creates `dir` if missing (throws Error(io) when that fails or it is not a directory), scans it and
+    // deletes least recently used block files down to `budget_bytes`.
+    PrefixDiskTier(std::string dir, uint64_t budget_bytes);
+
+    // The block from its file, verified against `block` and `id`, in a new KvBlock allocated by a fork of
+    // `shape` (an empty KvCache of the block's type and dimensions); nullptr on a miss. A refused file is
+    // deleted and counted (disk_rejected).
+    std::shared_ptr<KvBlock> load(const BlockFileName& block, const BlockFileIdentity& id, const KvCache& shape);
+
+    // Makes sure the block has a file: a known one is marked recently used (its mtime set to now), an
+    // unknown or vanished one is written. Write failures are counted (disk_write_errors), never thrown:
+    // the cache stays correct without its disk tier. Then trims the directory to the budget.
+    void store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv);
+
+    // Adds the disk_* counters and byte figures to `stats`.
+    void fill(PrefixCacheStats& stats) const;
+
+    const std::string& dir() const { return dir_; }
+
+private:
+    std::string path_of(const BlockKey& key) const;
+    void scan();
+    // Bookkeeping, with mutex_ held.
+    void note_present(const BlockKey& key, uint64_t bytes);
+    void forget(const BlockKey& key);
+    std::vector<BlockKey> take_victims();  // the least recently used files beyond the budget, forgotten
+    void delete_files(const std::vector<BlockKey>& victims);
+
+    struct File {
+        uint64_t bytes = 0;
+        std::list<BlockKey>::iterator lru;
+    };
+
+    const std::string dir_;
+    const uint64_t budget_;
+    mutable std::mutex mutex_;
+    std::unordered_map<BlockKey, File, BlockKeyHash> files_;  // guarded by mutex_
+    std::list<BlockKey> lru_;                                  // most recently used first
+    uint64_t bytes_ = 0;
+    uint64_t hits_ = 0, written_ = 0, bytes_written_ = 0, bytes_read_ = 0, rejected_ = 0, evictions_ = 0, write_errors_ = 0;
+};
+
+}  // namespace kvstash
