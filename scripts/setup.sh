@@ -19,7 +19,7 @@ done
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 # 1. System packages (Debian bookworm). See docs/architecture.md for why each is there.
-PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip unzip
+PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip python3-venv unzip curl
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libutf8proc-dev)
 missing=()
@@ -38,6 +38,19 @@ fi
 # Vocabulary-only GGUFs of other model families (Llama 3, Llama 2, Qwen2, GPT-2, Phi-3) for the
 # tokenizer parity tests, from the llama-cpp-python source package on PyPI.
 "$ROOT/scripts/fetch_vocabs.sh"
+
+# The project venv: the `openai` package, a real client for the server's end-to-end tests
+# (tests/e2e/server_clients_test.cpp runs .venv/bin/python). Offline, this warns and goes on.
+VENV="$ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating the project venv in $VENV"
+  python3 -m venv "$VENV" || echo "setup.sh: warning: cannot create $VENV; the server's openai e2e test fails until it exists" >&2
+fi
+if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import openai" 2>/dev/null; then
+  say "installing the openai package into $VENV"
+  "$VENV/bin/pip" install -q openai ||
+    echo "setup.sh: warning: could not install openai (offline?); the server's openai e2e test fails until it is installed" >&2
+fi
 
 # 3. Build.
 BUILD_DIR="${KVSTASH_BUILD_DIR:-$ROOT/build}"

@@ -1,5 +1,4 @@
-// The generation loop of generate.h and its text stream: stop-string cutting and hold-back, and
-// UTF-8-complete streaming.
+// The generation loop of generate.h; the text side (stop strings, hold-back, UTF-8) is TextStream.
 #include "kvstash/generate.h"
 
 #include <algorithm>
@@ -7,75 +6,13 @@
 #include <span>
 #include <string>
 
-#include "engine/utf8.h"
+#include "engine/text_stream.h"
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash {
 
 namespace {
-
-// The generated text and how much of it has been passed to the callback. Invariant: no stop string
-// can begin before emitted_ (text that could be the start of one is never emitted), so searches start
-// there and look at a few bytes only.
-class TextStream {
-public:
-    TextStream(const std::vector<std::string>& stop_strings, const TokenCallback& on_text)
-        : stops_(stop_strings), on_text_(on_text) {}
-
-    // Appends a token's bytes. Returns true when a stop string is now complete; the text is then cut
-    // before its first occurrence.
-    bool append(std::string_view piece) {
-        text_ += piece;
-        size_t first = std::string::npos;
-        for (const std::string& stop : stops_) first = std::min(first, text_.find(stop, emitted_));
-        if (first == std::string::npos) return false;
-        text_.resize(first);
-        return true;
-    }
-
-    // Passes on what is ready; returns the callback's answer (true when nothing was passed).
-    bool emit_ready(int32_t token) {
-        const size_t end = ready_end();
-        if (end <= emitted_) return true;
-        const std::string_view piece(text_.data() + emitted_, end - emitted_);
-        emitted_ = end;
-        return !on_text_ || on_text_(token, piece);
-    }
-
-    // Passes on everything left (the end of generation resolves every hold-back).
-    void flush(int32_t token) {
-        if (emitted_ >= text_.size()) return;
-        const std::string_view piece(text_.data() + emitted_, text_.size() - emitted_);
-        emitted_ = text_.size();
-        if (on_text_) on_text_(token, piece);
-    }
-
-    std::string take_text() { return std::move(text_); }
-
-private:
-    // End of the text that can be shown now: before the earliest position from which the rest of the
-    // text is a proper prefix of a stop string, and not inside an incomplete UTF-8 character.
-    size_t ready_end() const {
-        size_t hold = text_.size();
-        for (size_t i = emitted_; i < text_.size() && hold == text_.size(); ++i) {
-            const size_t rest = text_.size() - i;
-            for (const std::string& stop : stops_) {
-                if (rest < stop.size() && stop.compare(0, rest, text_, i, rest) == 0) {
-                    hold = i;
-                    break;
-                }
-            }
-        }
-        const size_t end = hold - utf8::incomplete_tail_length(std::string_view(text_).substr(0, hold));
-        return std::max(end, emitted_);
-    }
-
-    const std::vector<std::string>& stops_;
-    const TokenCallback& on_text_;
-    std::string text_;
-    size_t emitted_ = 0;
-};
 
 void validate(const State& state, const GenerateOptions& options) {
     if (state.n_tokens() == 0) {
@@ -113,7 +50,11 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
     const auto start = std::chrono::steady_clock::now();
     const Tokenizer& tokenizer = evaluator.model().tokenizer();
     GenerateResult result;
-    TextStream stream(options.stop_strings, on_text);
+    TextStream stream(tokenizer, options.stop_strings, options.stop_at_end_of_generation);
+    // Passes a piece to the callback; true when there was nothing to pass.
+    auto emit = [&on_text](int32_t token, std::string_view piece) {
+        return piece.empty() || !on_text || on_text(token, piece);
+    };
     bool callback_stopped = false;
     try {
         if (options.max_tokens == 0) {
@@ -126,13 +67,8 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
                 if (options.on_sample) options.on_sample(state.last_logits(), token);
                 evaluator.eval(state, std::span<const int32_t>(&token, 1));
                 result.tokens.push_back(token);
-                if (tokenizer.is_eog(token)) {
-                    if (options.stop_at_end_of_generation) {
-                        result.stop = StopReason::end_of_generation;
-                        break;
-                    }
-                } else if (stream.append(tokenizer.token_piece(token))) {
-                    result.stop = StopReason::stop_string;
+                if (const auto stop = stream.push(token)) {
+                    result.stop = *stop;
                     break;
                 }
                 if (static_cast<int64_t>(result.tokens.size()) >= options.max_tokens) {
@@ -143,14 +79,14 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
                     result.stop = StopReason::context_full;
                     break;
                 }
-                if (!stream.emit_ready(token)) {
+                if (!emit(token, stream.take_ready())) {
                     result.stop = StopReason::callback;
                     callback_stopped = true;
                     break;
                 }
             }
         }
-        if (!callback_stopped && !result.tokens.empty()) stream.flush(result.tokens.back());
+        if (!callback_stopped && !result.tokens.empty()) emit(result.tokens.back(), stream.take_rest());
     } catch (...) {
         state.set_sampler_state(sampler.state());
         throw;

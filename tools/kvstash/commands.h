@@ -16,5 +16,6 @@ void register_tokenize(CLI::App& root, Action& action);
 void register_chat(CLI::App& root, Action& action);
 void register_prefill(CLI::App& root, Action& action);
 void register_state(CLI::App& root, Action& action);
+void register_serve(CLI::App& root, Action& action);
 
 }  // namespace kvstash::cli

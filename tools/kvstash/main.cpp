@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     kvstash::cli::register_prefill(app, action);
     kvstash::cli::register_state(app, action);
     kvstash::cli::register_perplexity(app, action);
+    kvstash::cli::register_serve(app, action);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,26 @@
+#include "server/api_error.h"
+
+namespace kvstash::server {
+
+const char* error_type(int status) {
+    switch (status) {
+        case 401: return "authentication_error";
+        case 404: return "not_found_error";
+        case 413: return "request_too_large";
+        case 503: return "server_overloaded";
+        default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+nlohmann::json error_json(int status, const std::string& message, const std::string& param, const std::string& code) {
+    nlohmann::json error = {{"message", message}, {"type", error_type(status)}, {"param", nullptr}, {"code", nullptr}};
+    if (!param.empty()) error["param"] = param;
+    if (!code.empty()) error["code"] = code;
+    return {{"error", error}};
+}
+
+std::string dump_json(const nlohmann::json& value) {
+    return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace kvstash::server

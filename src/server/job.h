@@ -1,0 +1,30 @@
+// A unit of work handed from an HTTP handler to the scheduler: evaluate a prompt (after a prefix-cache
+// lookup, or after a named state), then either generate n choices or hand the prefilled state back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvstash/model.h"
+#include "kvstash/sampler.h"
+#include "server/channel.h"
+
+namespace kvstash::server {
+
+struct GenerationJob {
+    enum class Kind { complete, prefill };
+    Kind kind = Kind::complete;
+    std::vector<int32_t> prompt;  // tokens to evaluate: the whole prompt, or what follows `base`
+    std::optional<State> base;    // a fork of a named state to continue from (no prefix-cache lookup then)
+    int n = 1;                    // choices; choice i samples with seed + i
+    SamplerParams sampling;
+    int64_t max_tokens = 16;
+    std::vector<std::string> stop;
+    int top_logprobs = -1;        // < 0: no logprobs; else the number of alternatives per token
+    std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
+};
+
+}  // namespace kvstash::server

@@ -1,0 +1,29 @@
+// Route registration and the helpers the route files share.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <httplib.h>
+
+#include "server/api_error.h"
+#include "server/job.h"
+#include "server/server_context.h"
+
+namespace kvstash::server {
+
+void register_openai_routes(httplib::Server& http, ServerContext& ctx);
+void register_state_routes(httplib::Server& http, ServerContext& ctx);
+
+// Runs a prefill job (POST /v1/states) to its end through the scheduler; returns the state, and its usage.
+std::shared_ptr<State> run_prefill(ServerContext& ctx, std::unique_ptr<GenerationJob> job, Usage& usage);
+
+// Writes the OpenAI-style error object (with Retry-After for 503).
+void send_error(httplib::Response& res, const ApiError& error);
+void send_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
+// Runs `body`, turning ApiError, kvstash::Error and JSON errors into error responses.
+void guarded(httplib::Response& res, const std::function<void()>& body);
+// 413 unless the JSON body fits --max-body.
+void require_body_size(const httplib::Request& req, const ServerContext& ctx);
+
+}  // namespace kvstash::server

@@ -1,0 +1,55 @@
+// One sequence in the scheduler: a prompt being evaluated (in chunks), then one choice being generated
+// a token per step. Holds its own State, Sampler and TextStream, so serving it alongside others gives
+// exactly what serving it alone gives.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "engine/text_stream.h"
+#include "kvstash/model.h"
+#include "kvstash/sampler.h"
+#include "server/job.h"
+
+namespace kvstash::server {
+
+// What several sequences of one job share: the job itself and its usage tally.
+struct JobProgress {
+    std::unique_ptr<GenerationJob> job;
+    Usage usage;
+    int slots = 1;           // sequence slots reserved at admission, given back when the job ends
+    int live_sequences = 0;  // sequences of this job not finished yet
+    bool failed = false;     // an error was sent (or the client left); nothing more is sent
+    std::shared_ptr<State> prefilled;  // prefill jobs: the state handed back with `done`
+};
+
+struct Sequence {
+    std::shared_ptr<JobProgress> job;
+    State state;
+    int choice = 0;
+    int64_t prompt_done = 0;  // of job->job->prompt (prefill phase while < prompt.size())
+    // Generation phase:
+    std::optional<Sampler> sampler;
+    std::optional<TextStream> stream;
+    int64_t generated = 0;
+    std::optional<int32_t> next_token;  // sampled, to evaluate at the next step
+    bool finished = false;
+    bool state_taken = false;  // `state` was moved out (into a choice or a prefill result)
+
+    explicit Sequence(State s) : state(std::move(s)) {}
+    bool prefilling() const { return prompt_done < static_cast<int64_t>(job->job->prompt.size()); }
+};
+
+// Samples the next token of a sequence in its generation phase from its State's last logits and sends
+// the text that became ready (and the token's logprob) on the job's channel; sends `finish` when the
+// sequence ends (end of generation / stop string: "stop"; max_tokens / context full: "length"). Mirrors
+// generate(): a token that would not fit the context is never sampled.
+void sample_step(Sequence& seq);
+
+// The token's log-probability and the `top` most likely tokens, from raw logits (log-softmax; the
+// normalising sum runs in id order, in double).
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top);
+
+}  // namespace kvstash::server

@@ -1,0 +1,161 @@
+// Named states: POST /v1/states (prefill and keep), GET /v1/states, GET/DELETE /v1/states/{name}, and
+// GET/PUT /v1/states/{name}/file (download / upload of state files). Uploads go to a temporary file
+// with a size limit and are then loaded with the state-file loader's full validation (checksums,
+// version, model fingerprint) before anything is kept.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "kvstash/error.h"
+#include "kvstash/state_file.h"
+#include "server/openai_request.h"
+#include "server/routes.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace kvstash::server {
+namespace {
+
+json info_json(const NamedStateInfo& info, const ServerContext& ctx) {
+    return {{"object", "state"},        {"name", info.name},           {"tokens", info.n_tokens},
+            {"n_ctx", info.n_ctx},      {"bytes", info.kv_bytes},      {"file_bytes", info.file_bytes},
+            {"in_memory", info.in_memory}, {"has_logits", info.has_logits}, {"created", info.created},
+            {"model", ctx.model_id}};
+}
+
+std::string name_from(const httplib::Request& req) {
+    const std::string name = req.matches[1];
+    require_state_name(name, "name");
+    return name;
+}
+
+ApiError unknown_state(const std::string& name) {
+    return ApiError(404, "no state named '" + name + "' (see GET /v1/states)", "name", "state_not_found");
+}
+
+// A temporary file in the state directory (same file system as the final one) or the system's.
+std::string temp_path(const ServerContext& ctx, const char* kind) {
+    const fs::path dir = ctx.options.state_dir.empty() ? fs::temp_directory_path() : fs::path(ctx.options.state_dir);
+    std::random_device device;
+    return (dir / (std::string(".kvstash-") + kind + "-" + std::to_string(device()) + std::to_string(device()) + ".tmp")).string();
+}
+
+void handle_download(const httplib::Request& req, httplib::Response& res, ServerContext& ctx) {
+    const std::string name = name_from(req);
+    std::optional<State> state = ctx.states->fork(name);
+    if (!state) throw unknown_state(name);
+    const std::string path = temp_path(ctx, "download");
+    save_state(*state, path);
+    const uint64_t size = fs::file_size(path);
+    auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
+    if (!*file) throw Error(ErrorCode::io, "cannot read back the state file written for the download");
+    res.set_header("Content-Disposition", "attachment; filename=\"" + name + ".kvs\"");
+    res.set_content_provider(
+        size, "application/octet-stream",
+        [file](size_t offset, size_t length, httplib::DataSink& sink) {
+            std::vector<char> buffer(std::min<size_t>(length, 1 << 20));
+            file->seekg(static_cast<std::streamoff>(offset));
+            file->read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+            const auto got = static_cast<size_t>(file->gcount());
+            return got > 0 && sink.write(buffer.data(), got);
+        },
+        [path](bool) {
+            std::error_code ec;
+            fs::remove(path, ec);
+        });
+}
+
+void handle_upload(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader, ServerContext& ctx) {
+    const std::string name = name_from(req);
+    const std::string path = temp_path(ctx, "upload");
+    struct Cleanup {
+        std::string path;
+        ~Cleanup() {
+            std::error_code ec;
+            fs::remove(path, ec);  // after a successful put_file the file has moved and this does nothing
+        }
+    } cleanup{path};
+    uint64_t received = 0;
+    bool too_large = false;
+    {
+        std::ofstream out(path, std::ios::binary | std::ios::trunc);
+        if (!out) throw Error(ErrorCode::io, "cannot create a temporary file for the upload");
+        reader([&](const char* data, size_t length) {
+            received += length;
+            if (received > ctx.options.max_state_bytes) {
+                too_large = true;
+                return false;
+            }
+            out.write(data, static_cast<std::streamsize>(length));
+            return static_cast<bool>(out);
+        });
+        if (!too_large && !out.flush()) throw Error(ErrorCode::io, "cannot write the uploaded state to a temporary file");
+    }
+    if (too_large) {
+        res.set_header("Connection", "close");
+        throw ApiError(413, "the state file is larger than " + std::to_string(ctx.options.max_state_bytes) + " bytes (--max-state-bytes)",
+                       "", "request_too_large");
+    }
+    if (received == 0) throw bad_request("the upload is empty: send the state file as the request body", "", "empty_body");
+    State state = [&] {
+        try {
+            return load_state(*ctx.model, path);
+        } catch (const Error& e) {
+            if (e.code() == ErrorCode::io) throw;
+            // The loader names the file: say "the upload" instead of a server-side temporary path.
+            std::string message = e.what();
+            for (size_t at; (at = message.find("'" + path + "'")) != std::string::npos;) message.replace(at, path.size() + 2, "(the upload)");
+            for (size_t at; (at = message.find(path)) != std::string::npos;) message.replace(at, path.size(), "(the upload)");
+            throw bad_request("not a usable state file for this model: " + message, "", "invalid_state_file");
+        }
+    }();
+    const NamedStateInfo info = ctx.states->put_file(name, std::move(state), path);
+    send_json(res, info_json(info, ctx), 201);
+}
+
+}  // namespace
+
+void register_state_routes(httplib::Server& http, ServerContext& ctx) {
+    http.Post("/v1/states", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        guarded(res, [&] {
+            require_body_size(req, ctx);
+            PrefillRequest request = parse_prefill_request(parse_json_body(req.body), ctx);
+            Usage usage;
+            std::shared_ptr<State> state = run_prefill(ctx, std::move(request.job), usage);
+            json body = info_json(ctx.states->put(request.name, std::move(*state)), ctx);
+            body["usage"] = {{"prompt_tokens", usage.prompt_tokens}, {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+            send_json(res, body, 201);
+        });
+    });
+    http.Get("/v1/states", [&ctx](const httplib::Request&, httplib::Response& res) {
+        json data = json::array();
+        for (const NamedStateInfo& info : ctx.states->list()) data.push_back(info_json(info, ctx));
+        send_json(res, {{"object", "list"}, {"data", data}});
+    });
+    http.Get(R"(/v1/states/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        guarded(res, [&] {
+            const std::string name = name_from(req);
+            const auto info = ctx.states->info(name);
+            if (!info) throw unknown_state(name);
+            send_json(res, info_json(*info, ctx));
+        });
+    });
+    http.Delete(R"(/v1/states/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        guarded(res, [&] {
+            const std::string name = name_from(req);
+            if (!ctx.states->erase(name)) throw unknown_state(name);
+            send_json(res, {{"object", "state.deleted"}, {"name", name}, {"deleted", true}});
+        });
+    });
+    http.Get(R"(/v1/states/([^/]+)/file)", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        guarded(res, [&] { handle_download(req, res, ctx); });
+    });
+    http.Put(R"(/v1/states/([^/]+)/file)",
+             [&ctx](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                 guarded(res, [&] { handle_upload(req, res, reader, ctx); });
+             });
+}
+
+}  // namespace kvstash::server

@@ -1,0 +1,157 @@
+#include "server/state_store.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "kvstash/error.h"
+#include "kvstash/state_file.h"
+#include "state/state_impl.h"
+
+namespace fs = std::filesystem;
+
+namespace kvstash::server {
+
+uint64_t state_kv_bytes(const State& state) {
+    const KvCache& kv = state.impl().kv;
+    return static_cast<uint64_t>(kv.n_blocks()) * kv.block_bytes();
+}
+
+namespace {
+
+int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir_(std::move(dir)) {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) throw Error(ErrorCode::io, "cannot create the state directory '" + dir_ + "': " + ec.message());
+    for (const auto& file : fs::directory_iterator(dir_, ec)) {
+        const fs::path& path = file.path();
+        if (path.extension() != ".kvs" || !valid_name(path.stem().string())) continue;
+        try {
+            const StateFileInfo meta = inspect_state_file(path.string(), /*verify_checksums=*/false);
+            Entry entry;
+            entry.info.name = path.stem().string();
+            entry.info.n_tokens = meta.n_tokens;
+            entry.info.n_ctx = meta.n_ctx;
+            entry.info.file_bytes = meta.file_bytes;
+            entry.info.has_logits = meta.has_logits;
+            entry.info.created = std::chrono::duration_cast<std::chrono::seconds>(
+                                     fs::last_write_time(path).time_since_epoch() - fs::file_time_type::clock::now().time_since_epoch())
+                                     .count() + unix_now();
+            entries_.emplace(entry.info.name, std::move(entry));
+        } catch (const Error& e) {
+            std::fprintf(stderr, "kvstash serve: skipping '%s': %s\n", path.c_str(), e.what());
+        }
+    }
+    if (ec) throw Error(ErrorCode::io, "cannot list the state directory '" + dir_ + "': " + ec.message());
+}
+
+bool StateStore::valid_name(std::string_view name) {
+    if (name.empty() || name.size() > 64 || name.front() == '.') return false;
+    for (char c : name) {
+        const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+NamedStateInfo StateStore::store(const std::string& name, State state, uint64_t file_bytes) {
+    Entry entry;
+    entry.info.name = name;
+    entry.info.n_tokens = state.n_tokens();
+    entry.info.n_ctx = state.n_ctx();
+    entry.info.kv_bytes = state_kv_bytes(state);
+    entry.info.file_bytes = file_bytes;
+    entry.info.in_memory = true;
+    entry.info.has_logits = !state.last_logits().empty();
+    entry.info.created = unix_now();
+    entry.state = std::make_shared<const State>(std::move(state));
+    std::lock_guard lock(mutex_);
+    entries_[name] = entry;
+    return entry.info;
+}
+
+NamedStateInfo StateStore::put(const std::string& name, State state) {
+    uint64_t file_bytes = 0;
+    if (!dir_.empty()) {
+        save_state(state, file_path(name));
+        file_bytes = fs::file_size(file_path(name));
+    }
+    return store(name, std::move(state), file_bytes);
+}
+
+NamedStateInfo StateStore::put_file(const std::string& name, State state, const std::string& file_path_now) {
+    uint64_t file_bytes = 0;
+    if (!dir_.empty()) {
+        std::error_code ec;
+        fs::rename(file_path_now, file_path(name), ec);
+        if (ec) throw Error(ErrorCode::io, "cannot move the uploaded state to '" + file_path(name) + "': " + ec.message());
+        file_bytes = fs::file_size(file_path(name));
+    }
+    return store(name, std::move(state), file_bytes);
+}
+
+std::optional<State> StateStore::fork(const std::string& name) {
+    {
+        std::lock_guard lock(mutex_);
+        auto it = entries_.find(name);
+        if (it == entries_.end()) return std::nullopt;
+        if (it->second.state) return it->second.state->fork();
+    }
+    // On disk only: load it (outside the lock: it may take a while), then keep it.
+    State loaded = load_state(model_, file_path(name));
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return std::nullopt;  // deleted meanwhile
+    if (!it->second.state) {
+        it->second.info.kv_bytes = state_kv_bytes(loaded);
+        it->second.info.in_memory = true;
+        it->second.info.has_logits = !loaded.last_logits().empty();
+        it->second.state = std::make_shared<const State>(std::move(loaded));
+    }
+    return it->second.state->fork();
+}
+
+std::optional<NamedStateInfo> StateStore::info(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return std::nullopt;
+    return it->second.info;
+}
+
+std::vector<NamedStateInfo> StateStore::list() {
+    std::lock_guard lock(mutex_);
+    std::vector<NamedStateInfo> out;
+    for (const auto& [name, entry] : entries_) out.push_back(entry.info);
+    return out;
+}
+
+bool StateStore::erase(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return false;
+    entries_.erase(it);
+    if (!dir_.empty()) {
+        std::error_code ec;
+        fs::remove(file_path(name), ec);
+    }
+    return true;
+}
+
+StateStoreTotals StateStore::totals() {
+    std::lock_guard lock(mutex_);
+    StateStoreTotals totals;
+    totals.states = entries_.size();
+    for (const auto& [name, entry] : entries_) {
+        if (entry.state) totals.bytes_in_memory += entry.info.kv_bytes;
+    }
+    return totals;
+}
+
+}  // namespace kvstash::server

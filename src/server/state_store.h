@@ -1,0 +1,71 @@
+// Named states (POST /v1/states, uploads): kept in memory and, with a directory, as state files
+// <dir>/<name>.kvs that outlive the process (found again at start-up and loaded on first use). Handlers
+// call it from many threads; a named State is never changed after it is stored (requests continue from
+// a fork), so forks and saves only read it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvstash/model.h"
+#include "server/metrics.h"
+
+namespace kvstash::server {
+
+struct NamedStateInfo {
+    std::string name;
+    int64_t n_tokens = 0;
+    int64_t n_ctx = 0;
+    uint64_t kv_bytes = 0;    // K + V bytes in memory (f16 blocks of 32 tokens)
+    uint64_t file_bytes = 0;  // size of <dir>/<name>.kvs; 0 without a directory
+    bool in_memory = false;
+    bool has_logits = false;
+    int64_t created = 0;      // unix seconds
+};
+
+class StateStore {
+public:
+    // `dir` empty: memory only. Otherwise created if missing, and its <name>.kvs files are listed.
+    StateStore(const Model& model, std::string dir);
+
+    // ^[A-Za-z0-9_.-]{1,64}$, not starting with '.': safe as a file name, no path traversal.
+    static bool valid_name(std::string_view name);
+
+    // Keeps `state` under `name`, replacing any state of that name; with a directory, saves it there
+    // first (atomic). Throws Error(io) when the file cannot be written (then nothing changes).
+    NamedStateInfo put(const std::string& name, State state);
+    // The same for an uploaded file already validated by load_state: moved into the directory (when
+    // there is one) instead of being written again.
+    NamedStateInfo put_file(const std::string& name, State state, const std::string& file_path);
+    // A fork of the named state (loaded from its file on first use); nullopt for an unknown name.
+    std::optional<State> fork(const std::string& name);
+    std::optional<NamedStateInfo> info(const std::string& name);
+    std::vector<NamedStateInfo> list();
+    bool erase(const std::string& name);
+    StateStoreTotals totals();
+
+    const std::string& dir() const { return dir_; }
+    std::string file_path(const std::string& name) const { return dir_ + "/" + name + ".kvs"; }
+
+private:
+    struct Entry {
+        std::shared_ptr<const State> state;  // null while only on disk
+        NamedStateInfo info;
+    };
+    NamedStateInfo store(const std::string& name, State state, uint64_t file_bytes);
+
+    const Model& model_;
+    std::string dir_;
+    std::mutex mutex_;
+    std::map<std::string, Entry> entries_;
+};
+
+uint64_t state_kv_bytes(const State& state);
+
+}  // namespace kvstash::server
