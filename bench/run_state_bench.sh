@@ -6,6 +6,12 @@
 #
 #   bench/run_state_bench.sh                 # defaults below
 #   ROUNDS=1 REPEATS=2 SIZES=512,2048 bench/run_state_bench.sh
+#   THROUGHPUT_ONLY=1 ROUNDS=3 bench/run_state_bench.sh   # only save / load throughput (a few minutes)
+#
+# THROUGHPUT_ONLY=1 runs only the file throughput part: per size, save and load (in process and in a
+# fresh process) beside `cat FILE > /dev/null` and a read(2) loop, and llama.cpp's save / load, rounds
+# alternating the engines. The state files are kept in $OUT and reused by the next run when they hold
+# the same tokens, so only the first run prefills (minutes for 8184 tokens).
 #
 # Environment: BUILD (build-sb), MODEL, TEXT, THREADS (2), SIZES (512,2048,8184), SUFFIX (8), CTX (8192),
 # ROUNDS (2), REPEATS (5 per round and process), FULL_REPEATS_LONG (1: full recomputes per round of
@@ -25,6 +31,7 @@ ROUNDS=${ROUNDS:-2}
 REPEATS=${REPEATS:-5}
 FULL_REPEATS_LONG=${FULL_REPEATS_LONG:-1}
 COLD=${COLD:-fadvise}
+THROUGHPUT_ONLY=${THROUGHPUT_ONLY:-0}
 PY=${PY:-/work/venv-bench/bin/python}
 OUT=${OUT:-$BUILD/state-bench}
 BIN=$BUILD/bench/kvstash_state_bench
@@ -48,14 +55,16 @@ echo "model: $MODEL; text: $TEXT; threads $THREADS; prefixes $SIZES + $SUFFIX-to
 "$BIN" -m "$MODEL" -f "$TEXT" --sizes "$SIZES" --suffix "$SUFFIX" --ctx "$CTX" --dump-tokens "$OUT/tokens.txt"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+MODE=()
+((THROUGHPUT_ONLY)) && MODE=(--throughput-only)
 run_kvstash() {
   echo "round $1: kvstash (load average $(load))" >&2
-  "$BIN" -m "$MODEL" -t "$THREADS" -f "$TEXT" --sizes "$SIZES" --suffix "$SUFFIX" --ctx "$CTX" \
+  "$BIN" "${MODE[@]}" -m "$MODEL" -t "$THREADS" -f "$TEXT" --sizes "$SIZES" --suffix "$SUFFIX" --ctx "$CTX" \
     -r "$REPEATS" --full-repeats-long "$FULL_REPEATS_LONG" --cold "$COLD" --dir "$OUT" > "$OUT/kvstash_$1.json"
 }
 run_llama() {
   echo "round $1: llama.cpp (load average $(load))" >&2
-  "$PY" bench/state_llamacpp.py run -m "$MODEL" -t "$THREADS" --tokens "$OUT/tokens.txt" --sizes "$SIZES" \
+  "$PY" bench/state_llamacpp.py run "${MODE[@]}" -m "$MODEL" -t "$THREADS" --tokens "$OUT/tokens.txt" --sizes "$SIZES" \
     --suffix "$SUFFIX" --ctx "$CTX" -r "$REPEATS" --full-repeats-long "$FULL_REPEATS_LONG" --dir "$OUT" \
     > "$OUT/llama_$1.json"
 }
@@ -70,5 +79,5 @@ done
 echo "done (load average $(load))" >&2
 LLAMA_JSON=()
 ((LLAMA)) && LLAMA_JSON=("$OUT"/llama_*.json)
-python3 bench/state_llamacpp.py report --kvstash "$OUT"/kvstash_*.json --llama "${LLAMA_JSON[@]}" | tee "$OUT/table.md"
-rm -f "$OUT"/*.kvs
+python3 bench/state_llamacpp.py report "${MODE[@]}" --kvstash "$OUT"/kvstash_*.json --llama "${LLAMA_JSON[@]}" | tee "$OUT/table.md"
+((THROUGHPUT_ONLY)) || rm -f "$OUT"/*.kvs "$OUT"/*.seq

@@ -29,6 +29,10 @@
 // recompute of a long prefix takes minutes on 2 cores: --full-repeats-long limits how many of the
 // repeats include one for prefixes over 4096 tokens (the prefill of the prefix, `prefill_s`, is one
 // more such measurement). The first-token / logits check always includes the full recompute.
+//
+// --throughput-only: only the file part, in a few minutes instead of ~45: per size, save, load in this
+// process and in a fresh one, `cat` and the read(2) loop, interleaved; the state files in --dir are
+// reused when they hold the same tokens (see throughput_only() below).
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <spawn.h>
@@ -43,6 +47,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -54,24 +59,12 @@
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 #include "model/config.h"
-
-extern char** environ;
+#include "state_bench_io.h"
+#include "state_bench_throughput.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using nlohmann::json;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-json summary(std::vector<double> values) {
-    if (values.empty()) return nullptr;
-    json runs = values;
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-    return {{"median", median}, {"min", values.front()}, {"max", values.back()}, {"runs", runs}};
-}
+using namespace state_bench;
 
 uint64_t fnv1a(std::span<const float> logits) {
     uint64_t h = 1469598103934665603ull;
@@ -88,115 +81,6 @@ std::string hex(uint64_t v) {
 
 int32_t argmax(std::span<const float> logits) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw kvstash::Error(kvstash::ErrorCode::io, "cannot open '" + path + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-uint64_t file_size(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) throw kvstash::Error(kvstash::ErrorCode::io, "cannot stat '" + path + "'");
-    return static_cast<uint64_t>(st.st_size);
-}
-
-// Fraction of the file's pages in the page cache (mincore on a mapping of it).
-double resident_fraction(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    const size_t size = file_size(path);
-    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (map == MAP_FAILED) return -1;
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    std::vector<unsigned char> vec((size + page - 1) / page);
-    double frac = -1;
-    if (::mincore(map, size, vec.data()) == 0) {
-        size_t in = 0;
-        for (unsigned char c : vec) in += c & 1;
-        frac = static_cast<double>(in) / static_cast<double>(vec.size());
-    }
-    ::munmap(map, size);
-    return frac;
-}
-
-// Drops the file's pages from the page cache; returns the resident fraction afterwards.
-double evict(const std::string& path, const std::string& how) {
-    if (how == "drop_caches") {
-        ::sync();
-        std::ofstream dc("/proc/sys/vm/drop_caches");
-        dc << "3\n";
-        dc.flush();
-        if (!dc) throw kvstash::Error(kvstash::ErrorCode::io, "cannot write /proc/sys/vm/drop_caches (needs root)");
-    } else {
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) throw kvstash::Error(kvstash::ErrorCode::io, "cannot open '" + path + "'");
-        ::fdatasync(fd);  // only clean pages can be dropped (save_state has already synced it)
-        ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-        ::close(fd);
-    }
-    return resident_fraction(path);
-}
-
-// `cat FILE > /dev/null`, spawned and waited for: seconds.
-double time_cat(const std::string& path) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    std::vector<char*> argv{const_cast<char*>("cat"), const_cast<char*>(path.c_str()), nullptr};
-    const auto start = Clock::now();
-    pid_t pid = 0;
-    if (posix_spawnp(&pid, "cat", &fa, nullptr, argv.data(), environ) != 0)
-        throw kvstash::Error(kvstash::ErrorCode::io, "cannot run cat");
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    const double s = seconds_since(start);
-    posix_spawn_file_actions_destroy(&fa);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw kvstash::Error(kvstash::ErrorCode::io, "cat failed");
-    return s;
-}
-
-// read(2) of the whole file into a 1 MiB buffer, in this process: seconds.
-double time_read(const std::string& path) {
-    std::vector<char> buf(1 << 20);
-    const auto start = Clock::now();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw kvstash::Error(kvstash::ErrorCode::io, "cannot open '" + path + "'");
-    while (::read(fd, buf.data(), buf.size()) > 0) {
-    }
-    ::close(fd);
-    return seconds_since(start);
-}
-
-// Runs `argv` and returns its stdout parsed as JSON.
-json run_child(const std::vector<std::string>& args) {
-    int pipefd[2];
-    if (::pipe(pipefd) != 0) throw kvstash::Error(kvstash::ErrorCode::io, "pipe failed");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ) != 0)
-        throw kvstash::Error(kvstash::ErrorCode::io, "cannot re-execute /proc/self/exe");
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(pipefd[1]);
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-    ::close(pipefd[0]);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw kvstash::Error(kvstash::ErrorCode::internal, "child run failed");
-    return json::parse(out);
 }
 
 struct Outcome {
@@ -268,7 +152,7 @@ int main(int argc, char** argv) {
     std::string child_file, child_suffix, child_cold;
     int threads = 2, repeats = 5, n_suffix = 8, variants_size = 2048, full_repeats_long = -1;
     int64_t n_ctx = 8192;
-    bool child = false, no_fresh = false;
+    bool child = false, no_fresh = false, throughput = false;
     app.add_option("-m,--model", model_path, "GGUF model file");
     app.add_option("-t,--threads", threads, "evaluator threads")->check(CLI::Range(1, 1024));
     app.add_option("-f,--file", text_path, "text to tokenize (repeated end to end as needed)");
@@ -282,6 +166,8 @@ int main(int argc, char** argv) {
     app.add_option("--variants-size", variants_size, "prefix length for the compress / q8_0 variants (0: none)");
     app.add_option("--cold", cold, "how to evict a file from the page cache: fadvise, drop_caches (root), none");
     app.add_flag("--no-fresh", no_fresh, "skip the fresh-process restores");
+    app.add_flag("--throughput-only", throughput,
+                 "only save / load throughput beside cat and read(2), reusing the state files in --dir when they match");
     app.add_option("--dump-tokens", dump_tokens, "write the token ids (space-separated, one line) to this file and exit");
     app.add_flag("--child-restore", child, "internal: one restore in this (fresh) process");
     app.add_option("--child-file", child_file, "internal");
@@ -322,6 +208,12 @@ int main(int argc, char** argv) {
 
         kvstash::Evaluator evaluator(model, threads);
         warm_up(*model, evaluator, ids);
+        if (throughput) {
+            json out{{"model", model_path}, {"mode", "throughput"}};
+            out["sizes"] = throughput_only(model_path, threads, *model, evaluator, ids, sizes, n_ctx, repeats, dir, no_fresh);
+            std::printf("%s\n", out.dump(2).c_str());
+            return 0;
+        }
         const kvstash::ModelConfig& cfg = model->config();
         const int64_t kv_f16_per_token = cfg.n_layer * 2 * cfg.n_embd_kv() * 2;
         const int64_t kv_q8_per_token = cfg.n_layer * 2 * ((cfg.n_embd_kv() + 31) / 32) * 34;

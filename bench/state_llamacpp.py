@@ -7,6 +7,8 @@
   report  merges the JSON of several kvstash_state_bench and `run` processes (medians over all their
           runs) and prints the markdown tables:
             python3 bench/state_llamacpp.py report --kvstash K1.json K2.json --llama L1.json L2.json
+  --throughput-only (run and report): only save / load throughput, the part bench/run_state_bench.sh runs
+          with THROUGHPUT_ONLY=1.
 
 TOKENS.txt holds the token ids kvstash made of the text (`kvstash_state_bench --dump-tokens`), so both
 engines process identical tokens: prefix = ids[0:N], suffix = ids[N:N+suffix].
@@ -151,6 +153,12 @@ def run(args):
     out = {"engine": "llama.cpp", "llama_cpp_python": L.__version__, "system_info": L.llama_print_system_info().decode(),
            "threads": args.threads, "ctx": L.llama_n_ctx(ctx), "suffix_tokens": args.suffix,
            "api": "llama_state_seq_save_file / llama_state_seq_load_file (low-level)", "sizes": []}
+    if args.throughput_only:
+        out["mode"] = "throughput"
+        for n in sizes:
+            out["sizes"].append(throughput_size(L, ctx, mem, ids, n, args, decode, load))
+        print(json.dumps(out, indent=2))
+        return
     for n in sizes:
         print(f"llama.cpp: prefix {n} tokens...", file=sys.stderr)
         prefix, suffix = ids[:n], ids[n:n + args.suffix]
@@ -241,7 +249,75 @@ def run(args):
     L.llama_model_free(model)
 
 
+def throughput_size(L, ctx, mem, ids, n, args, decode, load):
+    """--throughput-only: save / load times of one prefix. The prefix comes from llama_prefix_N.seq of an
+    earlier run when it holds exactly ids[0:N] (kept for the next run), else it is prefilled."""
+    prefix = ids[:n]
+    path = os.path.join(args.dir, f"llama_prefix_{n}.seq")
+    L.llama_memory_clear(mem, True)
+    reused = False
+    if os.path.exists(path):
+        toks = (L.llama_token * (n + 16))()
+        n_out = ctypes.c_size_t(0)
+        got = L.llama_state_seq_load_file(ctx, path.encode(), 0, toks, n + 16, ctypes.byref(n_out))
+        reused = got != 0 and list(toks[:n_out.value]) == prefix
+    if not reused:
+        print(f"llama.cpp: prefix {n} tokens: prefilling...", file=sys.stderr)
+        L.llama_memory_clear(mem, True)
+        decode(prefix, 0, 0)
+    tok_arr = (L.llama_token * n)(*prefix)
+    save_s, save_fsync_s, load_s = [], [], []
+    tmp = path + ".resave"
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        if L.llama_state_seq_save_file(ctx, tmp.encode(), 0, tok_arr, n) == 0:
+            raise SystemExit("llama_state_seq_save_file failed")
+        t1 = time.perf_counter()
+        fd = os.open(tmp, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        save_s.append(t1 - t)
+        save_fsync_s.append(time.perf_counter() - t)
+    os.replace(tmp, path)
+    for _ in range(args.repeats):
+        L.llama_memory_clear(mem, True)
+        t = time.perf_counter()
+        load(path, n)
+        load_s.append(time.perf_counter() - t)
+    return {"prefix_tokens": n, "reused_file": reused, "file_bytes": os.path.getsize(path), "save_s": summary(save_s),
+            "save_fsync_s": summary(save_fsync_s), "load_s": summary(load_s)}
+
+
 # ---------------------------------------------------------------- report
+
+def report_throughput(ks, ls):
+    """The load table of docs/benchmarks.md from --throughput-only runs (medians over all runs)."""
+    sizes = sorted({s["prefix_tokens"] for d in ks for s in d["sizes"]})
+    print("State file load, f16 KV (GB/s = file bytes / time, 1e9; medians over all runs)\n")
+    print("| N | file bytes | kvstash load | GB/s | fresh process | GB/s | `cat > /dev/null` | GB/s | read(2) loop "
+          "| GB/s | llama.cpp load | GB/s | kvstash load / cat |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        b = entries(ks, n)[0]["file_bytes"]
+        load, fresh, cat, rd = (med(merged(ks, n, k)) for k in ("load_s", "load_fresh_process_s", "cat_s", "read_s"))
+        lload, lb = float("nan"), 0
+        if ls and entries(ls, n):
+            lb = entries(ls, n)[0]["file_bytes"]
+            lload = med(merged(ls, n, "load_s"))
+        runs = len(merged(ks, n, "load_s"))
+        print(f"| {n} | {b:,} | {fmt_s(load)} | {b / load / 1e9:.2f} | {fmt_s(fresh)} | {b / fresh / 1e9:.2f} | "
+              f"{fmt_s(cat)} | {b / cat / 1e9:.1f} | {fmt_s(rd)} | {b / rd / 1e9:.1f} | {fmt_s(lload)} | "
+              f"{lb / lload / 1e9:.2f} | {load / cat:.2f}× ({runs} runs) |")
+    if any("parts_s" in s for d in ks for s in d["sizes"]):
+        print("\nThe load's parts, outside load_state (same file, mapped as load_state maps it; medians)\n")
+        print("| N | mmap + touch each page | mmap + XXH3 | mmap + XXH3 + copy per block half | load_state |")
+        print("|---:|---:|---:|---:|---:|")
+        for n in sizes:
+            parts = [med(merged(ks, n, "parts_s", k)) for k in ("map_touch", "map_hash", "map_hash_copy")]
+            print(f"| {n} | " + " | ".join(fmt_s(x) for x in parts) + f" | {fmt_s(med(merged(ks, n, 'load_s')))} |")
+    print("\nChecks: save(load(file)) identical to the file: "
+          f"{all(s['resave_identical'] for d in ks for s in d['sizes'])}")
+
 
 def merged(docs, n, *keys):
     """All runs of sizes[N].keys... across the JSON documents, or []."""
@@ -275,6 +351,8 @@ def fmt_s(x):
 def report(args):
     ks = [json.load(open(p)) for p in args.kvstash]
     ls = [json.load(open(p)) for p in args.llama] if args.llama else []
+    if args.throughput_only:
+        return report_throughput(ks, ls)
     k0 = ks[0]
     sizes = sorted({s["prefix_tokens"] for d in ks for s in d["sizes"]})
     per_tok = k0["kv_bytes_per_token"]
@@ -376,9 +454,12 @@ def main():
     r.add_argument("--full-repeats-long", type=int, default=-1,
                    help="full recomputes of prefixes over 4096 tokens (default: --repeats)")
     r.add_argument("--dir", default="build-sb/state-bench")
+    r.add_argument("--throughput-only", action="store_true",
+                   help="only save / load times (reusing llama_prefix_N.seq of an earlier run when it matches)")
     p = sub.add_parser("report")
     p.add_argument("--kvstash", nargs="+", required=True)
     p.add_argument("--llama", nargs="*", default=[])
+    p.add_argument("--throughput-only", action="store_true", help="the load table of --throughput-only runs")
     args = ap.parse_args()
     run(args) if args.cmd == "run" else report(args)
 

@@ -27,10 +27,7 @@ void KvCache::grow(int64_t n) {
     if (n > n_tokens_ && n_tokens_ % kv_block_tokens != 0) make_unique(static_cast<size_t>(n_tokens_ / kv_block_tokens));
     const size_t half = static_cast<size_t>(n_layer_) * kv_block_tokens * row_bytes_;
     while (blocks_.size() < needed) {
-        auto block = std::make_shared<KvBlock>();
-        block->k.resize(half);
-        block->v.resize(half);
-        blocks_.push_back(std::move(block));
+        blocks_.push_back(std::make_shared<KvBlock>(KvBlock{KvBlockBuffer(half), KvBlockBuffer(half)}));
     }
     n_tokens_ = n;
 }

@@ -11,14 +11,17 @@
 
 #include "format/tensor_type.h"
 #include "kernels/attention.h"
+#include "state/kv_block_buffer.h"
 
 namespace kvstash {
 
 constexpr int64_t kv_block_tokens = 32;
 
+// One block: K and V halves, each [n_layer][kv_block_tokens][row_bytes], uninitialised until written
+// (see kv_block_buffer.h: pooled, recycled memory, never zero-filled).
 struct KvBlock {
-    std::vector<uint8_t> k;
-    std::vector<uint8_t> v;
+    KvBlockBuffer k;
+    KvBlockBuffer v;
 };
 
 class KvCache {

@@ -1,6 +1,6 @@
 // KvCache: sizes and block counts under grow/truncate; layer_view addresses the rows k_row/v_row wrote;
 // fork shares blocks and copy-on-write keeps parent and fork apart, including after a truncate into a
-// shared block.
+// shared block. Blocks are recycled through KvBlockPool.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +8,7 @@
 
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
+#include "state/kv_block_pool.h"
 #include "state/kv_cache.h"
 
 namespace kvstash {
@@ -228,6 +229,31 @@ TEST(KvCache, ForkOutlivesParent) {
     child.grow(B + 6);
     write_rows(child, B + 3, B + 6, 2);
     expect_rows(child, 0, B + 3, 1, "orphaned child after grow");
+}
+
+// Blocks come from KvBlockPool and go back to it: a cache built again after another was destroyed (a
+// second restore, a new request) reuses the released blocks instead of mapping fresh memory, which is
+// what makes a repeated load cost a copy rather than page faults. Copy-on-write copies come from the
+// pool too. The width is this test's own (no other test here uses its block size).
+TEST(KvCache, BlocksAreRecycledThroughThePool) {
+    constexpr int64_t kOwnWidth = 40;
+    KvBlockPool& pool = KvBlockPool::instance();
+    {
+        KvCache first(kLayers, kOwnWidth, TensorType::F32);
+        first.grow(41 * B);  // as many blocks as the second cache and its fork hold below
+    }
+    const KvBlockPool::Stats before = pool.stats();
+    {
+        KvCache second(kLayers, kOwnWidth, TensorType::F32);
+        second.grow(40 * B);
+        KvCache fork = second.fork();
+        fork.truncate(B + 1);
+        fork.grow(B + 2);  // copy-on-write of block 1
+        EXPECT_EQ(pool.stats().live_bytes, before.live_bytes + 41 * second.block_bytes());
+    }
+    const KvBlockPool::Stats after = pool.stats();
+    EXPECT_EQ(after.chunks_mapped_total, before.chunks_mapped_total) << "the second cache mapped new memory";
+    EXPECT_EQ(after.live_bytes, before.live_bytes);
 }
 
 }  // namespace
