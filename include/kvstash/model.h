@@ -119,10 +119,17 @@ public:
     void eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
 
     // Evaluates several sequences together, as eval() on each would, bitwise: each request's State gets
-    // exactly the KV and logits that eval(*r.state, r.tokens, r.all_logits) would give it. Weight
-    // matrices are read once per micro-batch for all sequences' rows (continuous batching in a server:
-    // one decode step for many sequences costs about one step's weight traffic). The States must be
-    // distinct and of this evaluator's model. Throws like eval(); then no State is changed.
+    // exactly the KV and logits that eval(*r.state, r.tokens, r.all_logits) would give it. The rows of
+    // all requests are packed into micro-batches of at most 128 rows (a long request continues in the
+    // next one); each weight matrix is read once per micro-batch for all its rows (continuous batching
+    // in a server: one decode step for many sequences costs about one step's weight traffic).
+    // Requests with no tokens are no-ops (their all_logits is left alone, as by eval()). The States
+    // must be distinct (forks sharing KV blocks are fine), of this evaluator's model, and each non-null
+    // all_logits its own vector. Every request is checked before any work: Error(invalid_argument) for
+    // a null or repeated State, a State of another model, a bad token id or a shared all_logits vector,
+    // Error(out_of_range) past a State's context; the message names the request. On any error (also one
+    // thrown by the progress callback) no State is changed. The progress callback gets (rows done, rows
+    // of all requests) after each micro-batch. eval() is the one-request case of this.
     void eval_batch(std::span<const EvalRequest> requests);
 
     // Called after each micro-batch of a long eval() with (tokens done, tokens in this call); for

@@ -1,17 +1,20 @@
 #include <algorithm>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 #include "kvstash/model.h"
+#include "model/batch_plan.h"
 #include "model/llama.h"
 #include "model/model_impl.h"
 #include "state/state_impl.h"
 
 namespace kvstash {
 
-// Prompts are evaluated in micro-batches of at most this many tokens, bounding scratch memory.
-// Batch invariance makes the split invisible in the results.
+// Forward passes take micro-batches of at most this many rows (tokens of one or several sequences),
+// bounding scratch memory. Batch invariance makes the split invisible in the results.
 constexpr int64_t max_micro_batch = 128;
 
 struct Evaluator::Impl {
@@ -44,54 +47,140 @@ int Evaluator::n_threads() const { return impl_->pool.n_threads(); }
 const Model& Evaluator::model() const { return *impl_->model; }
 
 void Evaluator::eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits) {
-    State::Impl& st = state.impl();
-    const Model::Impl& m = impl_->model->impl();
-    if (st.model != impl_->model.get()) {
-        throw Error(ErrorCode::invalid_argument, "this state belongs to another model than the evaluator's");
-    }
-    const auto n = static_cast<int64_t>(tokens.size());
-    if (n == 0) return;
-    const int64_t n_vocab = m.config.n_vocab;
-    for (int32_t id : tokens) {
-        if (id < 0 || id >= n_vocab) {
-            throw Error(ErrorCode::invalid_argument, "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                                                         std::to_string(n_vocab - 1) + ")");
-        }
-    }
-    const int64_t first = state.n_tokens();
-    if (first + n > st.n_ctx) {
-        throw Error(ErrorCode::out_of_range, "evaluating " + std::to_string(n) + " tokens after " + std::to_string(first) +
-                                                 " exceeds the context of " + std::to_string(st.n_ctx) +
-                                                 " tokens; use a larger context or a shorter input");
-    }
-    if (all_logits) all_logits->resize(static_cast<size_t>(n * n_vocab));
-    std::vector<float> last(static_cast<size_t>(n_vocab));
-    try {
-        st.kv.grow(first + n);
-        for (int64_t done = 0; done < n; done += max_micro_batch) {
-            const int64_t count = std::min(max_micro_batch, n - done);
-            const bool is_final = done + count == n;
-            // Logits rows wanted from this micro-batch: all of them, or only the very last token's.
-            const int64_t from = all_logits ? 0 : (is_final ? count - 1 : count);
-            float* out = all_logits ? all_logits->data() + done * n_vocab : last.data();
-            llama_forward(m, st.kv, first + done, tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(count)),
-                          impl_->scratch, impl_->pool, from, out);
-            if (impl_->progress) impl_->progress(done + count, n);
-        }
-    } catch (...) {
-        st.kv.truncate(first);
-        throw;
-    }
-    if (all_logits) std::copy_n(all_logits->data() + (n - 1) * n_vocab, n_vocab, last.data());
-    st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
-    st.last_logits = std::move(last);
+    // The one-request case of eval_batch: the same validation, micro-batching and forward pass.
+    const EvalRequest request{&state, tokens, all_logits};
+    eval_batch(std::span<const EvalRequest>(&request, 1));
 }
 
-// Placeholder until the batched forward lands: sequential evals (bitwise what the batched path must give).
+namespace {
+
+// One request with tokens while a batch is evaluated: where it started, and its results until commit.
+struct PendingRequest {
+    State::Impl* state = nullptr;
+    std::span<const int32_t> tokens;
+    std::vector<float>* all_logits = nullptr;
+    int64_t first = 0;          // the state's n_tokens before the call
+    std::vector<float> last;    // (n_vocab) logits of its last token
+    bool grown = false;         // KV grown: truncate back to `first` on error
+};
+
+// "request 3: " in a batch of several, nothing for a single request (eval()).
+std::string request_prefix(size_t index, size_t n_requests) {
+    return n_requests == 1 ? std::string() : "eval_batch request " + std::to_string(index) + ": ";
+}
+
+// Every check before any work, so that a bad request changes no State.
+void validate_requests(std::span<const EvalRequest> requests, const Model* model, int64_t n_vocab) {
+    std::vector<std::pair<const void*, size_t>> states;
+    std::vector<std::pair<const void*, size_t>> outputs;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        const EvalRequest& r = requests[i];
+        const std::string where = request_prefix(i, requests.size());
+        if (r.state == nullptr) throw Error(ErrorCode::invalid_argument, where + "no state given");
+        const State::Impl& st = r.state->impl();
+        if (st.model != model) {
+            throw Error(ErrorCode::invalid_argument, where + "this state belongs to another model than the evaluator's");
+        }
+        for (int32_t id : r.tokens) {
+            if (id < 0 || id >= n_vocab) {
+                throw Error(ErrorCode::invalid_argument, where + "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                                             std::to_string(n_vocab - 1) + ")");
+            }
+        }
+        const auto n = static_cast<int64_t>(r.tokens.size());
+        const int64_t first = r.state->n_tokens();
+        if (first + n > st.n_ctx) {
+            throw Error(ErrorCode::out_of_range, where + "evaluating " + std::to_string(n) + " tokens after " + std::to_string(first) +
+                                                     " exceeds the context of " + std::to_string(st.n_ctx) +
+                                                     " tokens; use a larger context or a shorter input");
+        }
+        states.emplace_back(r.state, i);
+        if (r.all_logits) outputs.emplace_back(r.all_logits, i);
+    }
+    const auto find_repeat = [](std::vector<std::pair<const void*, size_t>>& items) -> std::pair<size_t, size_t> {
+        std::sort(items.begin(), items.end());
+        for (size_t k = 1; k < items.size(); ++k) {
+            if (items[k].first == items[k - 1].first) return {items[k - 1].second, items[k].second};
+        }
+        return {0, 0};
+    };
+    if (const auto [a, b] = find_repeat(states); a != b) {
+        throw Error(ErrorCode::invalid_argument, "eval_batch: requests " + std::to_string(a) + " and " + std::to_string(b) +
+                                                     " name the same State; give each sequence at most one request per batch");
+    }
+    if (const auto [a, b] = find_repeat(outputs); a != b) {
+        throw Error(ErrorCode::invalid_argument, "eval_batch: requests " + std::to_string(a) + " and " + std::to_string(b) +
+                                                     " share one all_logits vector; give each its own");
+    }
+}
+
+}  // namespace
+
 void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
+    const Model::Impl& m = impl_->model->impl();
+    const int64_t n_vocab = m.config.n_vocab;
+    validate_requests(requests, impl_->model.get(), n_vocab);
+
+    std::vector<PendingRequest> pending;
+    std::vector<int64_t> sizes;
+    int64_t total = 0;
     for (const EvalRequest& r : requests) {
-        if (r.state == nullptr) throw Error(ErrorCode::invalid_argument, "eval_batch: a request without a state");
-        eval(*r.state, r.tokens, r.all_logits);
+        if (r.tokens.empty()) continue;  // a no-op, as eval() of no tokens
+        PendingRequest p;
+        p.state = &r.state->impl();
+        p.tokens = r.tokens;
+        p.all_logits = r.all_logits;
+        p.first = r.state->n_tokens();
+        pending.push_back(std::move(p));
+        sizes.push_back(static_cast<int64_t>(r.tokens.size()));
+        total += sizes.back();
+    }
+    if (pending.empty()) return;
+
+    std::vector<ForwardSegment> segments;
+    try {
+        for (PendingRequest& p : pending) {
+            const auto n = static_cast<int64_t>(p.tokens.size());
+            p.last.resize(static_cast<size_t>(n_vocab));
+            if (p.all_logits) p.all_logits->resize(static_cast<size_t>(n * n_vocab));
+            p.state->tokens.reserve(static_cast<size_t>(p.first + n));  // the commit below cannot throw
+            p.state->kv.grow(p.first + n);
+            p.grown = true;
+        }
+        int64_t done = 0;
+        for (const MicroBatch& batch : plan_micro_batches(sizes, max_micro_batch)) {
+            segments.clear();
+            for (const PlannedSegment& planned : batch) {
+                PendingRequest& p = pending[planned.request];
+                ForwardSegment seg;
+                seg.kv = &p.state->kv;
+                seg.first_pos = p.first + planned.offset;
+                seg.tokens = p.tokens.subspan(static_cast<size_t>(planned.offset), static_cast<size_t>(planned.count));
+                const bool is_final = planned.offset + planned.count == static_cast<int64_t>(p.tokens.size());
+                if (p.all_logits) {  // every row
+                    seg.logits_from = 0;
+                    seg.logits = p.all_logits->data() + planned.offset * n_vocab;
+                } else {             // only the request's very last token
+                    seg.logits_from = is_final ? planned.count - 1 : planned.count;
+                    seg.logits = p.last.data();
+                }
+                segments.push_back(seg);
+                done += planned.count;
+            }
+            llama_forward(m, segments, impl_->scratch, impl_->pool);
+            if (impl_->progress) impl_->progress(done, total);
+        }
+    } catch (...) {
+        for (PendingRequest& p : pending) {
+            if (p.grown) p.state->kv.truncate(p.first);
+        }
+        throw;
+    }
+    for (PendingRequest& p : pending) {
+        const auto n = static_cast<int64_t>(p.tokens.size());
+        if (p.all_logits) std::copy_n(p.all_logits->data() + (n - 1) * n_vocab, n_vocab, p.last.data());
+        p.state->tokens.insert(p.state->tokens.end(), p.tokens.begin(), p.tokens.end());
+        p.state->last_logits = std::move(p.last);
     }
 }
 

@@ -58,17 +58,29 @@ void LlamaScratch::reserve(const ModelConfig& c, int64_t n) {
     rope_sin.resize(sz(c.n_rot / 2));
 }
 
-void llama_forward(const Model::Impl& model, KvCache& kv, int64_t first_pos, std::span<const int32_t> tokens,
-                   LlamaScratch& s, ThreadPool& pool, int64_t logits_from, float* logits) {
+void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> segments, LlamaScratch& s,
+                   ThreadPool& pool) {
     const ModelConfig& c = model.config;
     const ModelWeights& w = model.weights;
-    const auto n = static_cast<int64_t>(tokens.size());
-    s.reserve(c, n);
     const int64_t half_rot = c.n_rot / 2;
+    int64_t n = 0;  // rows of the micro-batch, all segments
+    for (const ForwardSegment& seg : segments) n += static_cast<int64_t>(seg.tokens.size());
+    if (n == 0) return;
+    s.reserve(c, n);
 
-    for (int64_t t = 0; t < n; ++t) {
-        dequantize_row(w.token_embd.type, w.token_embd.row(tokens[static_cast<size_t>(t)]), s.x.data() + t * c.n_embd, c.n_embd);
-        model.rope.angles(first_pos + t, s.rope_cos.data() + t * half_rot, s.rope_sin.data() + t * half_rot);
+    std::vector<AttentionSegment>& attention_segments = s.attention_segments;
+    attention_segments.clear();
+    {
+        int64_t row = 0;
+        for (const ForwardSegment& seg : segments) {
+            const auto count = static_cast<int64_t>(seg.tokens.size());
+            for (int64_t t = 0; t < count; ++t, ++row) {
+                dequantize_row(w.token_embd.type, w.token_embd.row(seg.tokens[static_cast<size_t>(t)]),
+                               s.x.data() + row * c.n_embd, c.n_embd);
+                model.rope.angles(seg.first_pos + t, s.rope_cos.data() + row * half_rot, s.rope_sin.data() + row * half_rot);
+            }
+            attention_segments.push_back(AttentionSegment{seg.kv, seg.first_pos, count});
+        }
     }
 
     AttentionShape shape;
@@ -79,7 +91,7 @@ void llama_forward(const Model::Impl& model, KvCache& kv, int64_t first_pos, std
 
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const LayerWeights& l = w.layers[static_cast<size_t>(il)];
-        // Attention block.
+        // Attention block: projections over all rows at once, then each row over its own sequence.
         norm_rows(s.x.data(), l.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
         project(l.wq, s.xn.data(), n, s.q.data(), pool);
         project(l.wk, s.xn.data(), n, s.k.data(), pool);
@@ -90,9 +102,14 @@ void llama_forward(const Model::Impl& model, KvCache& kv, int64_t first_pos, std
             model.rope.apply(s.q.data() + t * c.n_embd_q(), c.n_head, cs, sn);
             model.rope.apply(s.k.data() + t * c.n_embd_kv(), c.n_head_kv, cs, sn);
         }
-        store_rows(s.k.data(), n, c.n_embd_kv(), /*keys=*/true, kv, il, first_pos);
-        store_rows(s.v.data(), n, c.n_embd_kv(), /*keys=*/false, kv, il, first_pos);
-        attention(shape, kv.layer_view(il), s.q.data(), n, first_pos, s.attn.data(), &pool);
+        int64_t row = 0;
+        for (const ForwardSegment& seg : segments) {
+            const auto count = static_cast<int64_t>(seg.tokens.size());
+            store_rows(s.k.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/true, *seg.kv, il, seg.first_pos);
+            store_rows(s.v.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/false, *seg.kv, il, seg.first_pos);
+            row += count;
+        }
+        segment_attention(shape, attention_segments, il, s.q.data(), s.attn.data(), s.attention, pool);
         project(l.wo, s.attn.data(), n, s.proj.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];
 
@@ -105,10 +122,43 @@ void llama_forward(const Model::Impl& model, KvCache& kv, int64_t first_pos, std
         for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];
     }
 
-    if (logits_from >= n) return;
-    const int64_t n_out = n - logits_from;
-    norm_rows(s.x.data() + logits_from * c.n_embd, w.output_norm, s.xn.data(), n_out, c.n_embd, c.rms_eps);
-    project(w.output, s.xn.data(), n_out, logits, pool);
+    // Logits of the selected rows only: gather their normalised rows, then one output matmul for all
+    // (the output matrix, often the largest, is read once per micro-batch).
+    int64_t n_out = 0;
+    int64_t destinations = 0;
+    float* single_destination = nullptr;
+    {
+        int64_t row = 0;
+        for (const ForwardSegment& seg : segments) {
+            const auto count = static_cast<int64_t>(seg.tokens.size());
+            for (int64_t t = seg.logits_from; t < count; ++t) {
+                rms_norm_row(s.x.data() + (row + t) * c.n_embd, w.output_norm.data(), s.xn.data() + n_out * c.n_embd,
+                             c.n_embd, c.rms_eps);
+                ++n_out;
+            }
+            if (seg.logits_from < count) {
+                ++destinations;
+                single_destination = seg.logits;
+            }
+            row += count;
+        }
+    }
+    if (n_out == 0) return;
+    if (destinations == 1) {
+        project(w.output, s.xn.data(), n_out, single_destination, pool);
+        return;
+    }
+    const auto n_vocab = static_cast<size_t>(c.n_vocab);
+    s.logits.resize(static_cast<size_t>(n_out) * n_vocab);
+    project(w.output, s.xn.data(), n_out, s.logits.data(), pool);
+    const float* src = s.logits.data();
+    for (const ForwardSegment& seg : segments) {
+        const auto rows = static_cast<int64_t>(seg.tokens.size()) - seg.logits_from;
+        if (rows <= 0) continue;
+        const size_t count = static_cast<size_t>(rows) * n_vocab;
+        std::memcpy(seg.logits, src, count * sizeof(float));
+        src += count;
+    }
 }
 
 }  // namespace kvstash

@@ -1,4 +1,5 @@
-// The Llama-family forward pass over a micro-batch of tokens on top of a KV cache.
+// The Llama-family forward pass over a micro-batch of rows drawn from one or more sequences, each on
+// top of its own KV cache.
 #pragma once
 
 #include <cstdint>
@@ -6,13 +7,14 @@
 #include <vector>
 
 #include "kvstash/model.h"
+#include "model/segment_attention.h"
 
 namespace kvstash {
 
 class KvCache;
 class ThreadPool;
 
-// Activation buffers for micro-batches of up to max_tokens tokens; owned by one evaluator.
+// Activation buffers for micro-batches of up to max_tokens rows; owned by one evaluator.
 struct LlamaScratch {
     int64_t max_tokens = 0;
     std::vector<float> x;         // (max_tokens, n_embd)   residual stream
@@ -26,14 +28,34 @@ struct LlamaScratch {
     std::vector<float> up;        // (max_tokens, n_ff)
     std::vector<float> rope_cos;  // (max_tokens, n_rot / 2)
     std::vector<float> rope_sin;  // (max_tokens, n_rot / 2)
+    // (rows with logits, n_vocab): only when logits go to more than one segment (batched calls); one
+    // segment's logits are written straight to its destination.
+    std::vector<float> logits;
+    std::vector<AttentionSegment> attention_segments;  // (segments of the current micro-batch)
+    SegmentAttentionScratch attention;
 
     void reserve(const ModelConfig& config, int64_t n_tokens);
 };
 
-// Evaluates tokens at positions kv.n_tokens().. and appends their K/V to `kv` (which must already
-// have grown to hold them: positions [first_pos, first_pos + tokens.size())). Writes logits of the
-// micro-batch rows selected by `logits_from` (rows logits_from..N-1) into `logits` ((N - logits_from) × n_vocab).
-void llama_forward(const Model::Impl& model, KvCache& kv, int64_t first_pos, std::span<const int32_t> tokens,
-                   LlamaScratch& scratch, ThreadPool& pool, int64_t logits_from, float* logits);
+// One sequence's rows in a micro-batch: `tokens` at absolute positions first_pos.. of `kv`, which
+// must already have grown to hold [first_pos, first_pos + tokens.size()) and hold that sequence's
+// K/V for [0, first_pos).
+struct ForwardSegment {
+    KvCache* kv = nullptr;
+    int64_t first_pos = 0;
+    std::span<const int32_t> tokens;
+    // Rows logits_from..tokens.size()-1 of this segment get logits, written to `logits`
+    // ((tokens.size() - logits_from) × n_vocab, row-major); logits_from == tokens.size(): none.
+    int64_t logits_from = 0;
+    float* logits = nullptr;
+};
+
+// Evaluates the rows of all segments together (rows concatenated in segment order, at most
+// scratch-sized micro-batches: the caller bounds the total): every weight matrix is read once for all
+// rows; norms, RoPE (at each row's own position) and attention (over each row's own sequence) are per
+// row. Appends each segment's K/V to its cache. Each output is bitwise what a one-segment call on that
+// sequence alone gives (batch-invariant kernels). Segments of one call must not share a KvCache.
+void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> segments, LlamaScratch& scratch,
+                   ThreadPool& pool);
 
 }  // namespace kvstash
