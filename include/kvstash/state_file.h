@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "kvstash/model.h"
 
@@ -29,6 +31,11 @@ struct SaveOptions {
 // Throws Error(io) naming the path on any write failure (disk full included); the previous file at
 // `path`, if any, is then left intact.
 void save_state(const State& state, const std::string& path, const SaveOptions& options = {});
+// The same, with `session` (non-empty, at most 256 MiB) saved beside the state as the ancillary
+// 'session' section: Session::save puts a chat's messages and turn boundaries there (UTF-8 JSON).
+// Readers that do not ask for it (load_state, `kvstash generate --state`) skip it, so a session file
+// is also a plain state file.
+void save_state(const State& state, const std::string& path, const SaveOptions& options, std::string_view session);
 
 // Throws Error(bad_format) for a file that is not a state file, is truncated or fails a checksum (the
 // message names the section); Error(invalid_argument) when it belongs to another model (message names
@@ -36,6 +43,8 @@ void save_state(const State& state, const std::string& path, const SaveOptions& 
 // the file cannot be opened or mapped. A file saved with kv_storage = q8_0 loads into the State's own
 // f16/f32 cache type, with values within the q8_0 step of the originals.
 State load_state(const Model& model, const std::string& path);
+// The same, and the file's 'session' section (checksum verified): nullopt when it has none.
+State load_state(const Model& model, const std::string& path, std::optional<std::string>* session);
 
 struct StateFileInfo {
     uint32_t format_version = 0;
@@ -48,6 +57,7 @@ struct StateFileInfo {
     bool compressed = false;
     bool has_logits = false;
     bool has_sampler = false;
+    bool has_session = false;       // a chat session (messages) is saved beside the state
     uint64_t file_bytes = 0;
     uint64_t kv_bytes = 0;          // KV payload as stored
     bool checksums_ok = false;      // only meaningful when verified

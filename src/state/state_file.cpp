@@ -19,6 +19,7 @@ std::string section_name(uint32_t type) {
         case kSectionKv: return "kv";
         case kSectionLogits: return "logits";
         case kSectionSampler: return "sampler";
+        case kSectionSession: return "session";
         default: {
             static constexpr char kDigits[] = "0123456789abcdef";
             std::string hex = "type 0x";

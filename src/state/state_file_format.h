@@ -9,8 +9,10 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvstash/model.h"
@@ -68,6 +70,10 @@ enum SectionType : uint32_t {
     kSectionSampler = 5,  // sampler parameters and RNG (optional)
 };
 inline constexpr uint32_t kSectionAncillary = 0x8000'0000u;
+// Ancillary sections this kvstash writes (readers that do not know them skip them).
+inline constexpr uint32_t kSectionSession = kSectionAncillary | 1u;  // a chat session's messages, UTF-8 JSON
+// Bound on the session section's raw size: it holds the messages of one context's worth of tokens.
+inline constexpr uint64_t kMaxSessionBytes = uint64_t{256} << 20;
 
 enum SectionFlag : uint32_t {
     kFlagZstd = 1u << 0,  // stored bytes are one or more zstd frames
@@ -141,7 +147,8 @@ public:
 
 // The writer: encodes `state` into `sink`. Throws Error(invalid_argument) for a state that cannot be
 // saved (no model, a sampler the reader would refuse); sink errors propagate.
-void encode_state(const State& state, const SaveOptions& options, ByteSink& sink);
+// A non-empty `session` is written as the ancillary 'session' section.
+void encode_state(const State& state, const SaveOptions& options, ByteSink& sink, std::string_view session = {});
 std::vector<uint8_t> encode_state_to_memory(const State& state, const SaveOptions& options = {});
 
 // Recomputes every checksum of an encoded file in place (each section's, then the table's and the
@@ -150,7 +157,9 @@ void rewrite_checksums(std::span<uint8_t> file);
 
 // The reader over bytes already in memory (a mapped file, or the fuzzer's input); `display_name` is
 // used in error messages.
-State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name);
+// With `session`, also returns the 'session' section's bytes (nullopt when the file has none).
+State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name,
+                   std::optional<std::string>* session = nullptr);
 StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name, bool verify_checksums);
 
 }  // namespace kvstash::state_file

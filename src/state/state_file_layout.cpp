@@ -215,6 +215,10 @@ Meta Reader::read_meta() const {
         corrupt("section 'sampler' has " + std::to_string(sampler->raw_bytes) + " bytes, outside what " +
                 std::to_string(m.n_vocab) + " tokens allow");
     }
+    if (const SectionRef* session = find(kSectionSession); session != nullptr && session->raw_bytes > kMaxSessionBytes) {
+        corrupt("section 'session' declares " + std::to_string(session->raw_bytes) + " bytes, more than the " +
+                std::to_string(kMaxSessionBytes) + " allowed");
+    }
     return m;
 }
 

@@ -16,6 +16,7 @@
 #include "kvstash/error.h"
 #include "model/config.h"
 #include "state/fingerprint.h"
+#include "state/kv_block_hash.h"
 #include "state/state_file_reader.h"
 #include "state/state_impl.h"
 
@@ -50,14 +51,19 @@ SamplerState decode_sampler(const Reader& r, const std::vector<uint8_t>& b, int6
 }
 
 // Fills the State's KV cache from the 'kv' section. Uncompressed and in the cache's type, this is one
-// copy from the mapping into each block half, hashed on the way (the bytes are in cache for the copy).
+// copy from the mapping into each block half, hashed on the way: each half (368,640 B for SmolLM2) is
+// hashed, then copied while it is still in L2, so the file's bytes come from memory once. The block
+// halves come from KvBlockPool, not zero-filled and, on a repeated load, recycled (no page faults);
+// the hash runs on xxHash's AVX-512 path where there is one. What is left is mostly the kernel's
+// page-table work for the mapping, then the reads and the stores into the blocks (docs/benchmarks.md,
+// "Saved states"). Smaller pieces (4-64 KiB, hashed and copied in L1) and MADV_POPULATE_READ of the
+// section measured no faster.
 void decode_kv(const Reader& r, const SectionRef& s, const Meta& m, KvCache& kv) {
     const int64_t n_blocks = (m.n_tokens + kv_block_tokens - 1) / kv_block_tokens;
     const uint64_t enc_row = kv_row_bytes(m.kv_encoding, m.n_embd_kv);
     const uint64_t part_bytes = static_cast<uint64_t>(m.n_layer) * kv_block_tokens * enc_row;
     const bool same_type = m.kv_encoding == m.cache_type;
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
-    if (!hash || XXH3_64bits_reset(hash.get()) == XXH_ERROR) throw Error(ErrorCode::internal, "cannot initialise XXH3");
+    KvBlockHash hash;  // XXH3-64, on xxHash's AVX-512 path where the CPU has one
     std::unique_ptr<ZstdStream> zstd;
     if (s.compressed()) {
         r.verify_checksum(s);  // before feeding the bytes to the decompressor
@@ -77,7 +83,7 @@ void decode_kv(const Reader& r, const SectionRef& s, const Meta& m, KvCache& kv)
                 zstd->read(same_type ? dst : scratch.data(), part_bytes);
                 encoded = scratch.data();
             } else {
-                XXH3_64bits_update(hash.get(), src, part_bytes);
+                hash.update(src, part_bytes);
                 if (same_type) std::memcpy(dst, src, part_bytes);
                 encoded = src;
                 src += part_bytes;
@@ -101,14 +107,15 @@ void decode_kv(const Reader& r, const SectionRef& s, const Meta& m, KvCache& kv)
     }
     if (zstd) {
         zstd->finish();
-    } else if (const uint64_t actual = XXH3_64bits_digest(hash.get()); actual != s.checksum) {
+    } else if (const uint64_t actual = hash.digest(); actual != s.checksum) {
         r.checksum_mismatch(s, actual);
     }
 }
 
 }  // namespace
 
-State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name) {
+State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name,
+                   std::optional<std::string>* session) {
     Reader r(file, display_name);
     r.parse_layout();
     const Meta m = r.read_meta();
@@ -149,6 +156,13 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     if (const SectionRef* sampler = r.find(kSectionSampler)) s.sampler = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
     decode_kv(r, *r.find(kSectionKv), m, s.kv);
     s.kv_exact = m.kv_encoding == m.cache_type;  // q8_0 KV is not what recomputing would give
+    if (session != nullptr) {
+        session->reset();
+        if (const SectionRef* sec = r.find(kSectionSession)) {
+            const std::vector<uint8_t> b = r.read_section(*sec);
+            session->emplace(b.begin(), b.end());
+        }
+    }
     return state;
 }
 
@@ -166,6 +180,7 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     info.lossy_kv = m.kv_encoding != m.cache_type;
     info.has_logits = r.find(kSectionLogits) != nullptr;
     info.has_sampler = r.find(kSectionSampler) != nullptr;
+    info.has_session = r.find(kSectionSession) != nullptr;
     info.file_bytes = file.size();
     info.kv_bytes = r.find(kSectionKv)->stored_bytes;
     for (const SectionRef& s : r.sections()) info.compressed = info.compressed || s.compressed();
@@ -187,13 +202,15 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
 
 namespace kvstash {
 
-State load_state(const Model& model, const std::string& path) {
+State load_state(const Model& model, const std::string& path) { return load_state(model, path, nullptr); }
+
+State load_state(const Model& model, const std::string& path, std::optional<std::string>* session) {
     const MappedFile map = MappedFile::open(path);
     if (map.size() > 0) {
         // One sequential pass: ask for read-ahead.
         ::madvise(const_cast<uint8_t*>(map.data()), map.size(), MADV_SEQUENTIAL);
     }
-    return state_file::decode_state(model, {map.data(), map.size()}, path);
+    return state_file::decode_state(model, {map.data(), map.size()}, path, session);
 }
 
 StateFileInfo inspect_state_file(const std::string& path, bool verify_checksums) {

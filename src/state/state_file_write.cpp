@@ -274,7 +274,7 @@ std::string parent_directory(const std::string& path) {
 
 }  // namespace
 
-void encode_state(const State& state, const SaveOptions& options, ByteSink& sink) {
+void encode_state(const State& state, const SaveOptions& options, ByteSink& sink, std::string_view session) {
     const State::Impl& s = state.impl();
     if (s.model == nullptr) throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
     const ModelConfig& c = s.model->config();
@@ -304,6 +304,13 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
         sections.push_back(small_section(kSectionLogits, std::move(logits), options.compress));
     }
     if (s.sampler) sections.push_back(small_section(kSectionSampler, encode_sampler(*s.sampler), options.compress));
+    if (!session.empty()) {
+        if (session.size() > kMaxSessionBytes) {
+            throw Error(ErrorCode::invalid_argument, what + ": its session data (" + std::to_string(session.size()) +
+                                                         " bytes) exceeds the " + std::to_string(kMaxSessionBytes) + " a state file allows");
+        }
+        sections.push_back(small_section(kSectionSession, std::vector<uint8_t>(session.begin(), session.end()), options.compress));
+    }
     sections.push_back(kv_section(s.kv, encoding, options.compress));  // last: the big one
 
     uint64_t end = align_up(kHeaderBytes + kSectionEntryBytes * sections.size(), kSectionAlignment);
@@ -355,13 +362,15 @@ std::vector<uint8_t> encode_state_to_memory(const State& state, const SaveOption
 
 namespace kvstash {
 
-void save_state(const State& state, const std::string& path, const SaveOptions& options) {
+void save_state(const State& state, const std::string& path, const SaveOptions& options) { save_state(state, path, options, {}); }
+
+void save_state(const State& state, const std::string& path, const SaveOptions& options, std::string_view session) {
     const std::string temp = path + ".tmp." + std::to_string(::getpid());
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) state_file::throw_write_error(path, "creating '" + temp + "'", errno);
     try {
         state_file::FileSink sink(fd, path, temp);
-        state_file::encode_state(state, options, sink);
+        state_file::encode_state(state, options, sink, session);
         if (::fsync(fd) != 0) state_file::throw_write_error(path, "syncing '" + temp + "'", errno);
     } catch (...) {
         ::close(fd);

@@ -1,21 +1,24 @@
 // kvstash chat: an interactive multi-turn conversation (also works with piped stdin: one user message
-// per line), on kvstash::Conversation: the system prompt is computed once and earlier turns are never
-// recomputed.
+// per line) on a kvstash::Session: each turn evaluates only its own tokens; /undo, /save and /load work
+// on the session; with --cache-dir the system prompt's KV comes from (and goes to) a prefix cache
+// shared with other runs.
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
-#include "kvstash/conversation.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
+#include "kvstash/prefix_cache.h"
 #include "kvstash/progress.h"
 #include "kvstash/sampling_options.h"
+#include "kvstash/session.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash::cli {
@@ -29,22 +32,80 @@ struct ChatFlags {
     int threads = 0;
     int64_t ctx = 0;
     bool timings = false;
+    std::string load_path;
+    std::string cache_dir;
+    uint64_t cache_ram_mib = 1024;
+    uint64_t cache_disk_mib = 4096;
 };
 
 const char* chat_help =
-    "commands: /reset (start over, keeping the system message), /exit (or end of input), /help\n";
+    "commands: /save FILE (the conversation and its state), /load FILE (resume one), /undo (drop the last exchange), "
+    "/reset (start over, keeping the system message), /exit (or end of input), /help\n";
+
+// A loaded session continues its sampler's random sequence (as if it had never been saved), with this
+// run's sampling flags.
+Sampler resumed_sampler(const Session& session, const SamplerParams& params) {
+    const SamplerState* saved = session.state().sampler_state();
+    if (saved == nullptr) return Sampler(params);
+    SamplerState state = *saved;
+    state.params = params;
+    return Sampler(state);
+}
+
+// "3 exchanges, 412 tokens"
+std::string describe(const Session& session) {
+    const size_t n = session.turn_starts().size();
+    return std::to_string(n) + (n == 1 ? " exchange, " : " exchanges, ") + std::to_string(session.state().n_tokens()) + " tokens";
+}
+
+void print_loaded(const Session& session, const std::string& path) {
+    std::fprintf(stderr, "(loaded '%s': %s)\n", path.c_str(), describe(session).c_str());
+}
+
+// "/cmd ARG" -> ARG (trimmed), or empty.
+std::string argument_of(const std::string& line, size_t command_length) {
+    std::string arg = line.substr(std::min(line.size(), command_length));
+    const size_t begin = arg.find_first_not_of(" \t");
+    if (begin == std::string::npos) return {};
+    const size_t end = arg.find_last_not_of(" \t");
+    return arg.substr(begin, end - begin + 1);
+}
+
+bool is_command(const std::string& line, const char* name) {
+    const std::string n(name);
+    return line == n || (line.starts_with(n) && (line[n.size()] == ' ' || line[n.size()] == '\t'));
+}
 
 int run_chat(const ChatFlags& f) {
     require_valid_utf8(f.system, "--system");
     auto model = Model::load(f.model_path);
-    ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
-    const std::string template_name = tmpl.name();
+    const ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
     Evaluator evaluator(model, f.threads);
-    Conversation conversation(evaluator, std::move(tmpl), f.system, StateOptions{KvType::f16, f.ctx});
-    Sampler sampler(sampler_params(f.sampling));
+    std::unique_ptr<PrefixCache> cache;
+    if (!f.cache_dir.empty()) {
+        PrefixCacheOptions cache_options;
+        cache_options.ram_budget_bytes = f.cache_ram_mib << 20;
+        cache_options.disk_dir = f.cache_dir;
+        cache_options.disk_budget_bytes = f.cache_disk_mib << 20;
+        cache = std::make_unique<PrefixCache>(*model, cache_options);
+    }
+    const SessionOptions session_options{StateOptions{KvType::f16, f.ctx}, cache.get()};
+    const SamplerParams params = sampler_params(f.sampling);
+    std::optional<Session> session;
+    if (!f.load_path.empty()) {
+        session.emplace(Session::open(evaluator, tmpl, f.load_path, session_options));
+        if (!f.system.empty() && (session->messages().empty() || session->messages()[0].content != f.system)) {
+            std::fputs("(--system ignored: the loaded session keeps its own system message)\n", stderr);
+        }
+        print_loaded(*session, f.load_path);
+    } else {
+        PromptProgress progress(evaluator, "system prompt");
+        session.emplace(evaluator, tmpl, f.system, session_options);
+    }
+    Sampler sampler = resumed_sampler(*session, params);
     const GenerateOptions options = generate_options(f.sampling);
     const bool interactive = isatty(STDIN_FILENO) != 0;
-    if (interactive) std::fprintf(stderr, "kvstash chat (%s template). %s", template_name.c_str(), chat_help);
+    if (interactive) std::fprintf(stderr, "kvstash chat (%s template). %s", tmpl.name().c_str(), chat_help);
 
     std::string line;
     while (true) {
@@ -52,37 +113,47 @@ int run_chat(const ChatFlags& f) {
         if (!std::getline(std::cin, line)) break;
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.empty()) continue;
-        if (line == "/exit" || line == "/quit") break;
-        if (line == "/help") {
-            std::fputs(chat_help, stderr);
-            continue;
-        }
-        if (line == "/reset") {
-            conversation.reset();
-            std::fputs("(conversation reset)\n", stderr);
-            continue;
-        }
-        if (line[0] == '/') {
-            std::fprintf(stderr, "unknown command '%s'; %s", line.c_str(), chat_help);
-            continue;
-        }
         try {
-            require_valid_utf8(line, "the message");
-            PromptProgress progress(evaluator, "prompt");
-            const GenerateResult result = conversation.reply(line, sampler, options, [](int32_t, std::string_view text) {
-                std::fwrite(text.data(), 1, text.size(), stdout);
+            if (line == "/exit" || line == "/quit") break;
+            if (line == "/help") {
+                std::fputs(chat_help, stderr);
+            } else if (line == "/reset") {
+                session->reset();
+                std::fputs("(conversation reset)\n", stderr);
+            } else if (line == "/undo") {
+                std::fputs(session->undo() ? "(last exchange dropped)\n" : "(nothing to undo)\n", stderr);
+            } else if (is_command(line, "/save") || is_command(line, "/load")) {
+                const std::string path = argument_of(line, 5);
+                if (path.empty()) {
+                    std::fprintf(stderr, "usage: %s FILE\n", line.substr(0, 5).c_str());
+                } else if (line.starts_with("/save")) {
+                    session->save(path);
+                    std::fprintf(stderr, "(saved %s to '%s')\n", describe(*session).c_str(), path.c_str());
+                } else {
+                    session->load(path);  // unchanged on error
+                    sampler = resumed_sampler(*session, params);
+                    print_loaded(*session, path);
+                }
+            } else if (line[0] == '/') {
+                std::fprintf(stderr, "unknown command '%s'; %s", line.c_str(), chat_help);
+            } else {
+                require_valid_utf8(line, "the message");
+                PromptProgress progress(evaluator, "prompt");
+                const GenerateResult result = session->reply(line, sampler, options, [](int32_t, std::string_view text) {
+                    std::fwrite(text.data(), 1, text.size(), stdout);
+                    std::fflush(stdout);
+                    return true;
+                });
+                std::fputc('\n', stdout);
                 std::fflush(stdout);
-                return true;
-            });
-            std::fputc('\n', stdout);
-            std::fflush(stdout);
-            if (f.timings) {
-                std::fprintf(stderr, "timings: %lld prompt tokens computed (%lld reused), %zu generated in %.3f s\n",
-                             static_cast<long long>(conversation.last_computed()), static_cast<long long>(conversation.last_reused()),
-                             result.tokens.size(), result.seconds);
+                if (f.timings) {
+                    std::fprintf(stderr, "timings: %lld prompt tokens computed (%lld reused), %zu generated in %.3f s\n",
+                                 static_cast<long long>(session->last_computed()), static_cast<long long>(session->last_reused()),
+                                 result.tokens.size(), result.seconds);
+                }
             }
         } catch (const Error& e) {
-            // One bad turn (too long, bad bytes) does not end the conversation.
+            // One bad turn or command (too long, bad bytes, a file that cannot be loaded) does not end the chat.
             std::fprintf(stderr, "kvstash: error: %s\n", e.what());
         }
     }
@@ -102,6 +173,18 @@ void register_chat(CLI::App& root, Action& action) {
     cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings, "print tokens computed vs reused and speed per turn to stderr");
+    cmd->add_option("--load", f->load_path, "resume a conversation saved with /save");
+    auto* cache_dir = cmd->add_option("--cache-dir", f->cache_dir,
+                                      "take the system prompt's (and earlier conversations') KV from this prefix-cache directory "
+                                      "(created if missing; shared by runs and processes) and add this chat's blocks to it");
+    cmd->add_option("--cache-ram", f->cache_ram_mib, "MiB of KV blocks the cache keeps in memory when unused (with --cache-dir)")
+        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
+        ->capture_default_str()
+        ->needs(cache_dir);
+    cmd->add_option("--cache-disk", f->cache_disk_mib, "MiB of block files kept in --cache-dir (least recently used deleted first)")
+        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
+        ->capture_default_str()
+        ->needs(cache_dir);
     cmd->callback([&action, f] { action = [f] { return run_chat(*f); }; });
 }
 

@@ -1,0 +1,166 @@
+// Session: one turn = render, find what the State already holds, evaluate the rest, generate.
+#include "kvstash/session.h"
+
+#include <algorithm>
+
+#include "engine/session_file.h"
+#include "kvstash/error.h"
+#include "kvstash/prefix_cache.h"
+#include "kvstash/tokenizer.h"
+
+namespace kvstash {
+namespace {
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+}
+
+bool has_system(const std::vector<ChatMessage>& messages) { return !messages.empty() && messages[0].role == "system"; }
+
+}  // namespace
+
+Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt, SessionOptions options)
+    : evaluator_(evaluator), template_(std::move(chat_template)), options_(options), state_(evaluator.model(), options.state) {
+    if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
+    system_tokens_ = session_file::system_block_tokens(evaluator_.model(), template_, messages_);
+    // With a cache the first reply() acquires the system block (maybe computed by another session);
+    // without one it is computed now, once, and kept for reset().
+    if (options_.cache == nullptr && !system_tokens_.empty()) evaluator_.eval(state_, system_tokens_);
+}
+
+Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt, StateOptions state_options)
+    : Session(evaluator, std::move(chat_template), std::move(system_prompt), SessionOptions{state_options, nullptr}) {}
+
+Session::Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, Loaded loaded)
+    : evaluator_(evaluator),
+      template_(std::move(chat_template)),
+      options_(options),
+      messages_(std::move(loaded.messages)),
+      state_(std::move(loaded.state)),
+      system_tokens_(std::move(loaded.system_tokens)),
+      turn_starts_(std::move(loaded.turn_starts)) {
+    if (options_.cache != nullptr) options_.cache->release(state_);
+}
+
+Session Session::open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path, SessionOptions options) {
+    Loaded loaded = session_file::read(evaluator.model(), chat_template, path);
+    return Session(evaluator, std::move(chat_template), options, std::move(loaded));
+}
+
+Session::Session(Session&&) noexcept = default;
+Session::~Session() = default;
+
+namespace session_file {
+
+std::vector<int32_t> encode_rendering(const Model& model, std::string_view text) {
+    return model.tokenizer().encode(text, /*add_special=*/false, /*parse_special=*/true);
+}
+
+std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages) {
+    std::vector<ChatMessage> a(messages.begin(), messages.begin() + (has_system(messages) ? 1 : 0)), b = a;
+    a.push_back({"user", "a"});
+    b.push_back({"user", "b"});
+    std::vector<int32_t> ta = encode_rendering(model, chat_template.render(a, /*add_generation_prompt=*/true));
+    const std::vector<int32_t> tb = encode_rendering(model, chat_template.render(b, /*add_generation_prompt=*/true));
+    ta.resize(common_prefix(ta, tb));
+    return ta;
+}
+
+}  // namespace session_file
+
+GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, const GenerateOptions& options,
+                              const TokenCallback& on_text) {
+    std::vector<ChatMessage> next = messages_;
+    next.push_back({"user", std::string(user_message)});
+    const std::string text = template_.render(next, /*add_generation_prompt=*/true);
+    const Tokenizer& tokenizer = evaluator_.model().tokenizer();
+    const int64_t held = state_.n_tokens();
+
+    // prompt: the token sequence the State will hold; keep: how many of the State's tokens it keeps.
+    std::vector<int32_t> prompt;
+    size_t keep = 0;
+    bool appended = false;
+    if (held > 0) {
+        // The State's own tokens (generated ids included) spell a prefix of the new rendering: append
+        // the rest (end-of-turn suffix + new user turn + generation prompt), encoded on its own.
+        const std::string held_text = tokenizer.decode(state_.tokens());
+        if (text.size() > held_text.size() && text.starts_with(held_text)) {
+            prompt.assign(state_.tokens().begin(), state_.tokens().end());
+            const std::vector<int32_t> tail =
+                session_file::encode_rendering(evaluator_.model(), std::string_view(text).substr(held_text.size()));
+            prompt.insert(prompt.end(), tail.begin(), tail.end());
+            // Guards against a tokenizer whose decode is not concatenative (SentencePiece's leading space).
+            appended = !tail.empty() && tokenizer.decode(prompt) == text;
+            if (appended) keep = static_cast<size_t>(held);
+        }
+    }
+    if (!appended) {
+        prompt = session_file::encode_rendering(evaluator_.model(), text);
+        keep = common_prefix(state_.tokens(), prompt);
+        // The logits after the last token are needed: when nothing new follows, evaluate the last one again.
+        if (keep == prompt.size() && keep > 0) --keep;
+    }
+    if (static_cast<int64_t>(prompt.size()) >= state_.n_ctx()) {
+        throw Error(ErrorCode::out_of_range, "the conversation (" + std::to_string(prompt.size()) +
+                                                 " tokens) no longer fits the context of " + std::to_string(state_.n_ctx()) +
+                                                 " tokens; /undo or /reset it, or use a larger context");
+    }
+    // Where this exchange begins: the State's tokens before it, as far as they are kept.
+    int64_t turn_start = std::min<int64_t>(held, static_cast<int64_t>(keep));
+    if (held == 0) turn_start = static_cast<int64_t>(common_prefix(system_tokens_, prompt));
+
+    if (held == 0 && options_.cache != nullptr) {
+        CachedPrefix hit = options_.cache->acquire(prompt, options_.state);
+        state_ = std::move(hit.state);
+        keep = static_cast<size_t>(hit.reused_tokens);
+    } else if (keep < static_cast<size_t>(held)) {
+        state_.truncate(static_cast<int64_t>(keep));
+        for (int64_t& start : turn_starts_) start = std::min(start, static_cast<int64_t>(keep));
+    }
+    evaluator_.eval(state_, std::span<const int32_t>(prompt).subspan(keep));
+    last_turn_ = {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(prompt.size() - keep), static_cast<int64_t>(keep), appended};
+
+    GenerateResult result = generate(evaluator_, state_, sampler, options, on_text);
+    if (options_.cache != nullptr) options_.cache->release(state_);
+    next.push_back({"assistant", result.text});
+    messages_ = std::move(next);
+    turn_starts_.push_back(turn_start);
+    return result;
+}
+
+bool Session::undo() {
+    if (turn_starts_.empty() || messages_.size() < 2) return false;
+    const int64_t start = turn_starts_.back();
+    if (start < state_.n_tokens()) state_.truncate(start);
+    turn_starts_.pop_back();
+    messages_.resize(messages_.size() - 2);
+    return true;
+}
+
+void Session::reset() {
+    messages_.resize(has_system(messages_) ? 1 : 0);
+    turn_starts_.clear();
+    const auto keep = static_cast<int64_t>(common_prefix(state_.tokens(), system_tokens_));
+    if (keep < state_.n_tokens()) state_.truncate(keep);
+}
+
+void Session::save(const std::string& path, const SaveOptions& options) const {
+    save_state(state_, path, options, session_file::encode(template_.name(), messages_, turn_starts_));
+}
+
+void Session::load(const std::string& path) {
+    adopt(session_file::read(evaluator_.model(), template_, path));
+    if (options_.cache != nullptr) options_.cache->release(state_);
+}
+
+void Session::adopt(Loaded&& loaded) noexcept {
+    state_ = std::move(loaded.state);
+    messages_ = std::move(loaded.messages);
+    turn_starts_ = std::move(loaded.turn_starts);
+    system_tokens_ = std::move(loaded.system_tokens);
+    last_turn_ = {};
+}
+
+}  // namespace kvstash
