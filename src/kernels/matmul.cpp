@@ -9,6 +9,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/quantize_act.h"
 #include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 
@@ -31,6 +32,16 @@ bool detect_cpu_has(Isa isa) {
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     }
     return false;
+}
+
+// The integer kernels' extra needs on top of the avx512 path: VNNI (vpdpbusd, vpdpwssd), VBMI (vpermb).
+bool detect_avx512_vnni() {
+    return detect_cpu_has(Isa::avx512) && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+}
+
+bool has_vnni_kernels() {
+    static const bool has = detect_avx512_vnni();
+    return has;
 }
 
 // Detected once: CPUID is slow in a virtual machine (a VM exit, microseconds) and matmul checks the ISA
@@ -71,10 +82,20 @@ const IsaChoice& isa_choice() {
     return choice;
 }
 
-kernels::MatmulRowsFn rows_kernel(Isa isa) {
+kernels::MatmulRowsFn rows_kernel(Isa isa, bool integer) {
     if (!cpu_has(isa)) {
         throw Error(ErrorCode::invalid_argument,
                     std::string("matmul: this CPU does not support the ") + isa_name(isa) + " path");
+    }
+    if (integer) {
+        // Every path computes the same bits (reference/matmul_int8_ref.cpp). AVX-512 without VNNI/VBMI
+        // takes the AVX2 code.
+        const bool vnni = has_vnni_kernels();
+        switch (isa) {
+            case Isa::scalar: return kernels::matmul_int8_rows_scalar;
+            case Isa::avx2: return kernels::matmul_int8_rows_avx2;
+            case Isa::avx512: return vnni ? kernels::matmul_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
+        }
     }
     switch (isa) {
         case Isa::scalar: return kernels::matmul_rows_scalar;
@@ -131,13 +152,27 @@ std::vector<Isa> available_isas() {
     return isas;
 }
 
-void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
-                 int64_t n_tokens, float* Y, ThreadPool* pool) {
+namespace {
+
+// One product on `isa`, with integer activations (the type must have an integer path) or f32 ones.
+void run_matmul(Isa isa, bool integer, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
+                int64_t n_tokens, float* Y, ThreadPool* pool) {
     check_shape(type, rows, cols, n_tokens);
-    const kernels::MatmulRowsFn kernel = rows_kernel(isa);
+    const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer);
     if (rows == 0 || n_tokens == 0) return;
-    const kernels::MatmulArgs args{type, static_cast<const uint8_t*>(W), tensor_row_bytes(type, cols), cols, X,
-                                   n_tokens, Y, rows};
+    kernels::MatmulArgs args{type, static_cast<const uint8_t*>(W), tensor_row_bytes(type, cols), cols, X,
+                             n_tokens, Y, rows};
+    // Integer path: each activation row is quantized once here, for all output rows.
+    thread_local kernels::QuantizedActivations xq;
+    if (integer) {
+        // The AVX-512 quantizer lives with the VNNI kernels (compiled for them); the bits are the same
+        // as the scalar one's.
+        const kernels::QuantizeRowFn quantize_row = isa == Isa::avx512 && has_vnni_kernels()
+                                                        ? kernels::quantize_activation_row_avx512
+                                                        : kernels::quantize_activation_row;
+        kernels::quantize_activations(X, n_tokens, cols, kernels::activation_block(type), xq, pool, quantize_row);
+        args.xq = &xq;
+    }
     const int n_threads = pool ? pool->n_threads() : 1;
     const int64_t chunk = rows_per_task(rows, n_threads);
     const int64_t n_tasks = (rows + chunk - 1) / chunk;
@@ -149,6 +184,28 @@ void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t 
         const int64_t begin = task * chunk;
         kernel(args, begin, std::min(rows, begin + chunk));
     });
+}
+
+}  // namespace
+
+bool matmul_uses_integer_activations(Isa isa, TensorType type) {
+    return isa == Isa::avx512 && has_vnni_kernels() && kernels::uses_integer_activations(type);
+}
+
+void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
+                 int64_t n_tokens, float* Y, ThreadPool* pool) {
+    check_shape(type, rows, cols, n_tokens);
+    run_matmul(isa, matmul_uses_integer_activations(isa, type), type, W, rows, cols, X, n_tokens, Y, pool);
+}
+
+void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
+                         int64_t n_tokens, float* Y, ThreadPool* pool) {
+    check_shape(type, rows, cols, n_tokens);
+    if (!kernels::has_integer_path(type)) {
+        throw Error(ErrorCode::invalid_argument, "matmul_integer_with: " + tensor_type_name(static_cast<uint32_t>(type)) +
+                                                     " has no integer-activation path (only block-quantized types)");
+    }
+    run_matmul(isa, true, type, W, rows, cols, X, n_tokens, Y, pool);
 }
 
 float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols) {

@@ -12,6 +12,8 @@
 
 namespace kvstash::kernels {
 
+struct QuantizedActivations;
+
 struct MatmulArgs {
     TensorType type;
     const uint8_t* W;    // rows × row_bytes
@@ -21,6 +23,9 @@ struct MatmulArgs {
     int64_t n_tokens;
     float* Y;          // n_tokens × y_stride
     int64_t y_stride;  // usually `rows`
+    // The integer-activation path (quantize_act.h): X quantized per row; the integer kernels read this
+    // instead of X.
+    const QuantizedActivations* xq = nullptr;
 };
 
 using MatmulRowsFn = void (*)(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
@@ -31,6 +36,14 @@ void matmul_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_e
 // CPU that has the instructions.
 void matmul_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+
+// The quantized weight types with int8 activations (args.xq), all with the arithmetic defined in
+// reference/matmul_int8_ref.cpp, bitwise equal to each other:
+//   scalar (the definition), AVX2 (the same code vectorized by the compiler, matmul_int8_avx2.cpp),
+//   AVX-512 F/BW/VL/DQ + VNNI + VBMI (matmul_int8_avx512vnni.cpp).
+void matmul_int8_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+void matmul_int8_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+void matmul_int8_rows_avx512vnni(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // Unpacks scale / min j (0..7) of a q4_K / q5_K super-block from its 12 packed bytes (ggml
 // get_scale_min_k4).

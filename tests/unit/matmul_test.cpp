@@ -1,5 +1,7 @@
-// matmul: every weight type on every ISA this CPU has, against reference::matmul; batch invariance
-// (bitwise) across n_tokens, chunking, row ranges and thread counts; argument checks; ISA dispatch.
+// matmul: every weight type on every ISA this CPU has, against reference::matmul (f32 weight types) or
+// the scalar int8-activation definition (quantized types: bitwise, plus a derived error bound against
+// the exact product); batch invariance (bitwise) across n_tokens, chunking, row ranges and thread
+// counts; argument checks; ISA dispatch.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "format/tensor_type.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
+#include "kernels/quantize_act.h"
 #include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 
@@ -107,14 +111,13 @@ std::vector<Case> all_cases() {
 
 class MatmulCase : public ::testing::TestWithParam<Case> {};
 
-// Accuracy against the scalar reference. Both compute sum_k w_k * x_k over the same exactly decoded
-// w_k (dequantize_row; the kernels decode with the same fp32 operations), in different orders (fma,
-// 8/16 lanes, tree sum). For any order, the fp32 result s satisfies the classic bound
+// Accuracy of the f32 path against the scalar reference. Both compute sum_k w_k * x_k over the same
+// exactly decoded w_k (dequantize_row; the kernels decode with the same fp32 operations), in different
+// orders (fma, 8/16 lanes, tree sum). For any order, the fp32 result s satisfies the classic bound
 //     |s - exact| <= gamma_n * sum_k |w_k x_k|,   gamma_n = n u / (1 - n u),  u = 2^-24,
 // with n = cols + 1 (cols - 1 additions, one rounded product, margin). So two such results differ by at
 // most 2 gamma_n sum |w_k x_k|. A tiny absolute term covers underflow of subnormal products.
-TEST_P(MatmulCase, MatchesReferenceWithinRoundingBound) {
-    const auto [isa, type] = GetParam();
+void check_f32_path(Isa isa, TensorType type) {
     const int64_t rows = 45, cols = test_cols(type);
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 1234);
     for (int64_t n_tokens : {1, 5}) {
@@ -147,10 +150,127 @@ TEST_P(MatmulCase, MatchesReferenceWithinRoundingBound) {
     }
 }
 
+// The part of each decoded weight that comes from a block minimum (q4_1: m; q4_K / q5_K: -dmin·m_j),
+// which the int8 path multiplies separately (activation sums): the float error bound counts it twice.
+std::vector<double> min_parts(TensorType type, const uint8_t* row, int64_t cols) {
+    std::vector<double> b(static_cast<size_t>(cols), 0.0);
+    auto half = [](const uint8_t* p) {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        return double(fp16_to_fp32(h));
+    };
+    if (type == TensorType::Q4_1) {
+        for (int64_t k = 0; k < cols; ++k) b[static_cast<size_t>(k)] = half(row + 20 * (k / 32) + 2);
+    } else if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
+        const int64_t bytes = type == TensorType::Q4_K ? 144 : 176;
+        for (int64_t k = 0; k < cols; ++k) {
+            const uint8_t* blk = row + bytes * (k / 256);
+            const int j = static_cast<int>(k % 256 / 32);
+            const uint8_t* sc = blk + 4;
+            const int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+            b[static_cast<size_t>(k)] = -half(blk + 2) * m;
+        }
+    }
+    return b;
+}
+
+// The integer-activation path. (1) Every ISA equals the scalar definition bitwise (integer sums are
+// exact and the float steps are the same operations in the same order). (2) The definition is within a
+// derived bound of the exact product sum_k w_k x_k of the dequantized weights:
+//   activation rounding: per block b of the activation (scale d_b = fl(max|x| / 32639), integers
+//       |q_k| <= 32639), |x_k - d_b q_k| <= d_b (1/2 + 3·32639 u) (the rounded half-step plus the
+//       roundings of 32639/max, of x·(32639/max) and of max/32639, each relative u on a value
+//       <= 32639 d_b), so the products move by at most  E_q = sum_b d_b (1/2 + 3·32639 u) sum_{k in b} |w_k|;
+//   float steps on x̂_k = d_b q_k: the block terms (one rounded scale product, a possibly rounded
+//       int -> float conversion, one fma per term, at most 2 terms per block) add up like a sum of
+//       n = 2·n_blocks + 3 rounded terms: <= gamma_n · sum_k (|w_k| + 2|m_k|) |x̂_k|, where m_k is the
+//       weight's minimum part (counted in both terms); the weights implied by the integer path differ
+//       from dequantize_row's by the latter's own roundings (<= 3u |w_k|).
+void check_int8_path(Isa isa, TensorType type) {
+    const int64_t rows = 45;
+    const int64_t block = tensor_type_traits(type).block_size;
+    for (int64_t cols : {test_cols(type), 8 * block}) {
+        const std::vector<uint8_t> W = random_weights(type, rows, cols, 1234 + static_cast<uint32_t>(cols));
+        for (int64_t n_tokens : {1, 2, 3, 5, 13}) {
+            std::vector<float> X = random_activations(n_tokens * cols, 99 + static_cast<uint32_t>(n_tokens));
+            // Edge rows: an all-zero token and a token with one huge value per block.
+            if (n_tokens == 13) {
+                std::fill(X.begin(), X.begin() + cols, 0.0f);
+                for (int64_t k = 0; k < cols; k += 32) X[static_cast<size_t>(cols + k)] = 1e6f;
+            }
+            std::vector<float> got(static_cast<size_t>(n_tokens * rows)), want(got.size());
+            matmul_integer_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, got.data(), nullptr);
+            matmul_integer_with(Isa::scalar, type, W.data(), rows, cols, X.data(), n_tokens, want.data(), nullptr);
+            if (matmul_uses_integer_activations(isa, type)) {  // matmul() takes this path here
+                std::vector<float> dispatched(got.size());
+                matmul_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, dispatched.data(), nullptr);
+                ASSERT_EQ(0, std::memcmp(dispatched.data(), got.data(), 4 * got.size()));
+            }
+            for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_TRUE(same_bits(got[i], want[i]))
+                    << "cols " << cols << " tokens " << n_tokens << " token " << i / rows << " row " << i % rows
+                    << ": " << got[i] << " vs scalar " << want[i];
+            }
+            if (isa != Isa::scalar) continue;
+            const int64_t ablock = kernels::activation_block(type);
+            std::vector<int8_t> qh(static_cast<size_t>(cols)), ql(static_cast<size_t>(cols));
+            std::vector<float> dx(static_cast<size_t>(cols / ablock));
+            std::vector<int32_t> h32(static_cast<size_t>(cols / 32)), l32(h32.size());
+            std::vector<int32_t> h16(static_cast<size_t>(cols / 16)), l16(h16.size());
+            std::vector<double> q(static_cast<size_t>(cols));
+            std::vector<float> w(static_cast<size_t>(cols));
+            const double u = std::ldexp(1.0, -24);
+            const double n = static_cast<double>(2 * (cols / block) + 3);
+            const double gamma = n * u / (1 - n * u);
+            const double half_step = 0.5 + 3 * kernels::kActivationMax * u;
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                const float* x = X.data() + t * cols;
+                kernels::quantize_activation_row(x, cols, ablock, qh.data(), ql.data(), dx.data(), h32.data(), l32.data(),
+                                                 h16.data(), l16.data());
+                for (int64_t k = 0; k < cols; ++k) {
+                    const auto kk = static_cast<size_t>(k);
+                    q[kk] = 256.0 * qh[kk] + ql[kk];
+                    ASSERT_LE(std::abs(q[kk]), kernels::kActivationMax);
+                    const double d = dx[static_cast<size_t>(k / ablock)];
+                    ASSERT_LE(std::abs(double(x[k]) - d * q[kk]), d * half_step) << k;
+                }
+                for (int64_t r = 0; r < rows; ++r) {
+                    const uint8_t* row = W.data() + r * tensor_row_bytes(type, cols);
+                    dequantize_row(type, row, w.data(), cols);
+                    const std::vector<double> m = min_parts(type, row, cols);
+                    double exact = 0, e_q = 0, abs_terms = 0, abs_wx = 0;
+                    for (int64_t k = 0; k < cols; ++k) {
+                        const auto kk = static_cast<size_t>(k);
+                        const double d = dx[static_cast<size_t>(k / ablock)];
+                        const double xhat = d * q[kk];
+                        exact += double(w[kk]) * double(x[k]);
+                        e_q += d * half_step * std::abs(double(w[kk]));
+                        abs_terms += (std::abs(double(w[kk])) + 2 * std::abs(m[kk])) * std::abs(xhat);
+                        abs_wx += std::abs(double(w[kk]) * xhat);
+                    }
+                    const double tol = e_q + gamma * abs_terms + 3 * u * abs_wx + cols * 1e-44;
+                    const double err = std::abs(double(want[static_cast<size_t>(t * rows + r)]) - exact);
+                    ASSERT_LE(err, tol) << "cols " << cols << " token " << t << " row " << r;
+                }
+            }
+        }
+    }
+}
+
+TEST_P(MatmulCase, MatchesReferenceWithinDerivedBound) {
+    const auto [isa, type] = GetParam();
+    if (!matmul_uses_integer_activations(isa, type)) check_f32_path(isa, type);
+    if (kernels::has_integer_path(type)) check_int8_path(isa, type);
+}
+
 // With one-hot activations the output is the decoded weight itself, so this checks that each kernel's
-// decoder reproduces dequantize_row bitwise (only a zero's sign could differ, and == ignores it).
+// decoder reproduces dequantize_row: bitwise on the f32 path (only a zero's sign could differ, and ==
+// ignores it). On the integer path a one-hot row is quantized exactly (q = 32639, d = fl(1/32639)), so
+// the output is the weight up to the definition's few roundings (the scale products d·dx, dmin·dx, the
+// fma of each term, dx·32639 ≠ 1 by an ulp): within 8u of the weight's two parts (value and minimum).
 TEST_P(MatmulCase, OneHotActivationsReturnTheDequantizedWeights) {
     const auto [isa, type] = GetParam();
+    const bool integer = matmul_uses_integer_activations(isa, type);
     const int64_t rows = 9, cols = tensor_type_traits(type).block_size == 256 ? 256 : 64;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 77);
     std::vector<float> X(static_cast<size_t>(cols * cols), 0.0f);
@@ -158,10 +278,20 @@ TEST_P(MatmulCase, OneHotActivationsReturnTheDequantizedWeights) {
     std::vector<float> Y(static_cast<size_t>(cols * rows));
     matmul_with(isa, type, W.data(), rows, cols, X.data(), cols, Y.data(), nullptr);
     std::vector<float> w(static_cast<size_t>(cols));
+    const double u = std::ldexp(1.0, -24);
     for (int64_t r = 0; r < rows; ++r) {
-        dequantize_row(type, W.data() + r * tensor_row_bytes(type, cols), w.data(), cols);
+        const uint8_t* row = W.data() + r * tensor_row_bytes(type, cols);
+        dequantize_row(type, row, w.data(), cols);
+        const std::vector<double> m = min_parts(type, row, cols);
         for (int64_t k = 0; k < cols; ++k) {
-            ASSERT_EQ(Y[static_cast<size_t>(k * rows + r)], w[static_cast<size_t>(k)]) << "row " << r << " col " << k;
+            const float y = Y[static_cast<size_t>(k * rows + r)];
+            const float want = w[static_cast<size_t>(k)];
+            if (!integer) {
+                ASSERT_EQ(y, want) << "row " << r << " col " << k;
+            } else {
+                const double tol = 8 * u * (std::abs(double(want)) + 2 * std::abs(m[static_cast<size_t>(k)])) + 1e-44;
+                ASSERT_LE(std::abs(double(y) - double(want)), tol) << "row " << r << " col " << k << ": " << y << " vs " << want;
+            }
         }
     }
 }
@@ -256,6 +386,55 @@ TEST(Matmul, OddColumnCountsForFloatTypes) {
                 }
             }
         }
+    }
+}
+
+// The AVX-512 activation quantizer against the scalar one, bitwise, including values the matmul tests
+// do not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
+TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
+    const std::vector<Isa> isas = available_isas();
+    if (isas.back() != Isa::avx512 || !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vbmi")) {
+        GTEST_SKIP() << "no AVX-512 VNNI/VBMI on this CPU";
+    }
+    for (int64_t block : {32, 256}) {
+        const int64_t cols = 1024;
+        std::vector<float> x = random_activations(cols, 31 + static_cast<uint32_t>(block));
+        x[3] = std::numeric_limits<float>::quiet_NaN();
+        x[40] = std::numeric_limits<float>::infinity();
+        x[300] = -std::numeric_limits<float>::infinity();
+        x[70] = 1e-40f;  // subnormal
+        x[71] = -0.0f;
+        for (int64_t k = 512; k < 512 + block; ++k) x[static_cast<size_t>(k)] = 1e-30f * static_cast<float>(k % 7);
+        for (int64_t k = 768; k < 768 + 32; ++k) x[static_cast<size_t>(k)] = 3e37f * static_cast<float>(k % 5 - 2);
+        struct Out {
+            std::vector<int8_t> h, l;
+            std::vector<float> d;
+            std::vector<int32_t> h32, l32, h16, l16;
+        };
+        auto run = [&](kernels::QuantizeRowFn fn) {
+            Out o{std::vector<int8_t>(cols), std::vector<int8_t>(cols), std::vector<float>(cols / block),
+                  std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 16),
+                  std::vector<int32_t>(cols / 16)};
+            fn(x.data(), cols, block, o.h.data(), o.l.data(), o.d.data(), o.h32.data(), o.l32.data(), o.h16.data(),
+               o.l16.data());
+            return o;
+        };
+        const Out a = run(kernels::quantize_activation_row), b = run(kernels::quantize_activation_row_avx512);
+        EXPECT_EQ(a.h, b.h) << block;
+        EXPECT_EQ(a.l, b.l) << block;
+        EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), 4 * a.d.size())) << block;
+        EXPECT_EQ(a.h32, b.h32) << block;
+        EXPECT_EQ(a.l32, b.l32) << block;
+        EXPECT_EQ(a.h16, b.h16) << block;
+        EXPECT_EQ(a.l16, b.l16) << block;
+    }
+}
+
+TEST(Matmul, IntegerPathOnlyForQuantizedTypes) {
+    std::vector<uint8_t> W(4096);
+    std::vector<float> X(64), Y(4);
+    for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+        EXPECT_THROW(matmul_integer_with(Isa::scalar, type, W.data(), 2, 32, X.data(), 1, Y.data(), nullptr), Error);
     }
 }
 

@@ -1,0 +1,105 @@
+// Per-row 16-bit (two int8 planes) quantization of activations (see quantize_act.h).
+#pragma GCC optimize("fp-contract=off")  // the scale and products exactly as written
+
+#include "kernels/quantize_act.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/thread_pool.h"
+
+namespace kvstash::kernels {
+
+bool uses_integer_activations(TensorType type) {
+    return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+}
+
+bool has_integer_path(TensorType type) {
+    switch (type) {
+        case TensorType::Q4_0:
+        case TensorType::Q4_1:
+        case TensorType::Q8_0:
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K: return true;
+        case TensorType::F32:
+        case TensorType::F16:
+        case TensorType::BF16: return false;
+    }
+    return false;
+}
+
+int64_t activation_block(TensorType type) { return tensor_type_traits(type).block_size == 256 ? 256 : 32; }
+
+void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                             int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16) {
+    constexpr auto kMax = static_cast<float>(kActivationMax);
+    for (int64_t b0 = 0; b0 < cols; b0 += block) {
+        float amax = 0.0f;
+        for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float scale = amax / kMax;
+        const float inv = amax > 0.0f ? kMax / amax : 0.0f;
+        d[b0 / block] = scale;
+        for (int64_t i = b0; i < b0 + block; ++i) {
+            // Round half to even without libm: adding 1.5 · 2^23 leaves the integer in the low mantissa
+            // bits (|v| <= 32639 + rounding, far below 2^22). Clamped against inf/NaN inputs.
+            const float v = x[i] * inv;
+            const float shifted = v + 12582912.0f;
+            int32_t bits;
+            std::memcpy(&bits, &shifted, 4);
+            const int32_t q = std::clamp(bits - 0x4B400000, -kActivationMax, kActivationMax);
+            const int32_t low = ((q + 128) & 0xFF) - 128;
+            l[i] = static_cast<int8_t>(low);
+            h[i] = static_cast<int8_t>((q - low) / 256);
+        }
+    }
+    for (int64_t i = 0; i < cols; i += 16) {
+        int32_t sh = 0, sl = 0;
+        for (int64_t k = i; k < i + 16; ++k) {
+            sh += h[k];
+            sl += l[k];
+        }
+        h16[i / 16] = sh;
+        l16[i / 16] = sl;
+    }
+    for (int64_t i = 0; i < cols / 32; ++i) {
+        h32[i] = h16[2 * i] + h16[2 * i + 1];
+        l32[i] = l16[2 * i] + l16[2 * i + 1];
+    }
+}
+
+void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_t block, QuantizedActivations& out,
+                          ThreadPool* pool, QuantizeRowFn row_fn) {
+    out.n_tokens = n_tokens;
+    out.cols = cols;
+    out.block = block;
+    const auto n = static_cast<size_t>(n_tokens);
+    auto fit = [n](auto& v, int64_t per_row) {
+        if (v.size() < n * static_cast<size_t>(per_row)) v.resize(n * static_cast<size_t>(per_row));
+    };
+    fit(out.h, cols);
+    fit(out.l, cols);
+    fit(out.d, cols / block);
+    fit(out.h32, cols / 32);
+    fit(out.l32, cols / 32);
+    fit(out.h16, cols / 16);
+    fit(out.l16, cols / 16);
+    auto one = [&](int64_t t) {
+        row_fn(X + t * cols, cols, block, out.h.data() + t * cols, out.l.data() + t * cols,
+                                out.d.data() + t * (cols / block), out.h32.data() + t * (cols / 32),
+                                out.l32.data() + t * (cols / 32), out.h16.data() + t * (cols / 16),
+                                out.l16.data() + t * (cols / 16));
+    };
+    constexpr int64_t kTokensPerTask = 16;
+    if (pool == nullptr || pool->n_threads() <= 1 || n_tokens < 2 * kTokensPerTask) {
+        for (int64_t t = 0; t < n_tokens; ++t) one(t);
+        return;
+    }
+    const int64_t n_tasks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
+    pool->run(n_tasks, [&](int64_t task) {
+        for (int64_t t = task * kTokensPerTask; t < std::min(n_tokens, (task + 1) * kTokensPerTask); ++t) one(t);
+    });
+}
+
+}  // namespace kvstash::kernels

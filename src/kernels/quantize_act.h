@@ -1,0 +1,82 @@
+// Activations quantized to 16-bit integers, stored as two int8 planes, for the integer dot products of
+// the quantized weight types.
+//
+// Why 16 bits in two planes. One int8 per activation (llama.cpp's q8_0 / q8_K) keeps 1/254 of a block's
+// largest |x|: on SmolLM2-135M that moved logits by up to 1.8 (of 43) against the fp32 reference and
+// changed greedy continuations after 3-31 tokens. A 16-bit value q = 256·h + l (h, l signed int8) keeps
+// 1/65278 of the block maximum, and its dot product with integer weights is two int8 dot products
+// (vpdpbusd on each plane), combined exactly: sum w·q = 256·sum w·h + sum w·l.
+//
+// Each activation row (one token) is quantized on its own, so the result depends on that row only
+// (batch invariance). A row of `cols` f32 values is cut into blocks of `block` elements (32 for the
+// 32-element weight types q4_0 / q4_1 / q8_0, 256 for the K-quants); each block gets one f32 scale
+// d = max|x| / 32639 and integers q = round_half_even(x · 32639/max|x|), |q| <= 32639 = 127·256 + 127,
+// split as l = ((q + 128) mod 256) - 128 in [-128, 127] and h = (q - l) / 256 in [-127, 127]. So
+// |x - d·q| <= d/2 (up to the roundings of 32639/max|x| and of the product). Stored per row, in element
+// order: h and l (cols int8 each), d (cols / block f32), and the exact sums of h and of l over every 32
+// and every 16 elements (for the weight types' offsets and minimums).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "format/tensor_type.h"
+
+namespace kvstash {
+
+class ThreadPool;
+
+namespace kernels {
+
+constexpr int32_t kActivationMax = 32639;  // largest |q|: 127 · 256 + 127
+
+// True for the types with an integer-activation path (all block-quantized types).
+bool has_integer_path(TensorType type);
+// True for the types whose matmul() uses it on the AVX-512 VNNI path (matmul_uses_integer_activations
+// in dispatch.h adds the ISA condition): where it is faster than f32 activations on the machine it was
+// measured on (docs/benchmarks.md, "Speed (issue 5)"): the K-quants (per thread: prefill 1.5-2.0×;
+// decode q6_K 1.7-1.8×, q4_K 0.9-1.1×). q4_0 / q4_1 / q8_0 keep f32 activations: their f32 decode kernel reads 28-42 GB/s per
+// thread, the integer one 20-35 (the per-block integer sums of 32-element blocks cost a reduction per
+// block), which outweighs their faster prefill on the models measured.
+bool uses_integer_activations(TensorType type);
+// The activation block size for such a type: 32 (q4_0, q4_1, q8_0) or 256 (q4_K, q5_K, q6_K).
+int64_t activation_block(TensorType type);
+
+struct QuantizedActivations {
+    int64_t n_tokens = 0, cols = 0, block = 0;
+    std::vector<int8_t> h, l;            // n_tokens × cols each: the two planes, q = 256 h + l
+    std::vector<float> d;                // n_tokens × (cols / block)
+    std::vector<int32_t> h32, l32;       // n_tokens × (cols / 32): sums of h, of l over each 32 elements
+    std::vector<int32_t> h16, l16;       // n_tokens × (cols / 16): the same over each 16 elements
+
+    const int8_t* h_row(int64_t t) const { return h.data() + t * cols; }
+    const int8_t* l_row(int64_t t) const { return l.data() + t * cols; }
+    const float* d_row(int64_t t) const { return d.data() + t * (cols / block); }
+    const int32_t* h32_row(int64_t t) const { return h32.data() + t * (cols / 32); }
+    const int32_t* l32_row(int64_t t) const { return l32.data() + t * (cols / 32); }
+    const int32_t* h16_row(int64_t t) const { return h16.data() + t * (cols / 16); }
+    const int32_t* l16_row(int64_t t) const { return l16.data() + t * (cols / 16); }
+};
+
+// Quantizes one row (cols a multiple of block and of 32) into the planes h, l, the scales d and the
+// sums. Scalar; every ISA uses this function, so the quantized activations are the same bits on every
+// path.
+void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                             int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+
+// quantize_activation_row or an ISA's version of it with the same result bits.
+using QuantizeRowFn = void (*)(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                               int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+// AVX-512 version (matmul_int8_avx512vnni.cpp): the same operations 16 lanes at a time (max and the
+// integer steps are exact, the product and the rounding add are the same single roundings), so the
+// same bits. Only on a CPU with the VNNI kernels' instruction sets (compiled with them).
+void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                                    int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+
+// Quantizes n_tokens rows of X (row stride cols) into out (resized as needed) with `row_fn`; rows split
+// over the pool's threads when there are many (each row's result is the same whoever computes it).
+void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_t block, QuantizedActivations& out,
+                          ThreadPool* pool, QuantizeRowFn row_fn = quantize_activation_row);
+
+}  // namespace kernels
+}  // namespace kvstash
