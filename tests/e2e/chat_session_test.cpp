@@ -7,7 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <regex>
+#include <cstdio>
+#include <sstream>
 #include <sstream>
 
 #include "support/paths.h"
@@ -44,10 +45,16 @@ struct TurnTiming {
 
 // The "timings: N prompt tokens computed (M reused)" lines of stderr, in order.
 std::vector<TurnTiming> timings_of(const std::string& err) {
-    static const std::regex line(R"(timings: (\d+) prompt tokens computed \((\d+) reused\))");
+    // Plain parsing rather than std::regex: GCC 12 reports a -Wmaybe-uninitialized false positive inside
+    // <regex> for this pattern at -O3, which -Werror turns into a build failure.
     std::vector<TurnTiming> out;
-    for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it) {
-        out.push_back({std::stol((*it)[1]), std::stol((*it)[2])});
+    std::istringstream lines(err);
+    std::string line;
+    while (std::getline(lines, line)) {
+        TurnTiming t;
+        if (std::sscanf(line.c_str(), "timings: %ld prompt tokens computed (%ld reused)", &t.computed, &t.reused) == 2) {
+            out.push_back(t);
+        }
     }
     return out;
 }
