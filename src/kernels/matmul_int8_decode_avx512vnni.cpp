@@ -98,7 +98,10 @@ void few_small(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, in
     const __m512i nibble_shift = _mm512_setr_epi32(0, 0, 0, 0, 0x00040004, 0x00040004, 0x00040004, 0x00040004, 0, 0, 0,
                                                    0, 0x00040004, 0x00040004, 0x00040004, 0x00040004);
     const __m512i low4z = _mm512_set1_epi8(0x0F);
-    const __mmask64 one_mask = (__mmask64(1) << bytes) - 1, pair_mask = (__mmask64(1) << (2 * bytes)) - 1;
+    // Masks for the q4_0 / q4_1 masked loads (2 × 18 or 2 × 20 bytes); q8_0's pair (68 bytes) does not use
+    // them, and shifting a 64-bit mask by 64 or more would be undefined.
+    const auto low_bytes = [](int n) { return n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1; };
+    const __mmask64 one_mask = low_bytes(bytes), pair_mask = low_bytes(2 * bytes);
     __m512 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blocks; b += 2) {
