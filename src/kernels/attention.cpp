@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/attention_group.h"
 #include "kernels/attention_rows.h"
 #include "kernels/thread_pool.h"
 
@@ -46,19 +47,67 @@ void attention(const AttentionShape& shape, const KvLayerView& kv, const float* 
     attention_with(active_isa(), shape, kv, q, n_tokens, first_pos, out, pool);
 }
 
-void attention_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
-                    int64_t first_pos, float* out, ThreadPool* pool) {
+void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q_row, int64_t pos,
+                         int64_t h_begin, int64_t h_end, float* out_row) {
+    thread_local std::vector<float> scratch;
+    const int64_t group = shape.n_head / shape.n_head_kv;
+    const int64_t kv_head = h_begin / group;
+    if (isa == Isa::avx512 && kernels::attention_group_avx512_supports(shape.head_dim)) {
+        const int64_t n_heads = h_end - h_begin;
+        scratch.resize(static_cast<size_t>(n_heads * (pos + 1)));
+        kernels::AttentionGroupArgs args;
+        args.q = q_row + h_begin * shape.head_dim;
+        args.out = out_row + h_begin * shape.head_dim;
+        args.n_heads = n_heads;
+        args.head_dim = shape.head_dim;
+        args.n_keys = pos + 1;
+        args.scale = shape.scale;
+        args.k_blocks = kv.k_blocks;
+        args.v_blocks = kv.v_blocks;
+        args.offset = static_cast<uint64_t>(kv_head * shape.head_dim) * (kv.type == TensorType::F16 ? 2 : 4);
+        args.block_tokens = kv.block_tokens;
+        args.row_bytes = kv.row_bytes;
+        args.type = kv.type;
+        args.scores = scratch.data();
+        kernels::attention_group_avx512(args);
+        return;
+    }
+    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
+    for (int64_t h = h_begin; h < h_end; ++h) {
+        attend_one(ops, shape, kv, q_row + h * shape.head_dim, pos, h / group, out_row + h * shape.head_dim, scratch);
+    }
+}
+
+void attention_per_row_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q,
+                            int64_t n_tokens, int64_t first_pos, float* out) {
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
     const int64_t q_width = shape.n_head * shape.head_dim;
     const int64_t group = shape.n_head / shape.n_head_kv;
+    std::vector<float> scores;
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t h = 0; h < shape.n_head; ++h) {
+            const int64_t offset = t * q_width + h * shape.head_dim;
+            attend_one(ops, shape, kv, q + offset, first_pos + t, h / group, out + offset, scores);
+        }
+    }
+}
+
+int64_t attention_heads_per_task(const AttentionShape& shape, int64_t n_rows, int n_threads) {
+    const int64_t group = shape.n_head / shape.n_head_kv;
+    return n_rows * shape.n_head_kv >= 4 * static_cast<int64_t>(n_threads) ? group : 1;
+}
+
+void attention_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
+                    int64_t first_pos, float* out, ThreadPool* pool) {
+    const int64_t q_width = shape.n_head * shape.head_dim;
+    const int64_t per_task = attention_heads_per_task(shape, n_tokens, pool ? pool->n_threads() : 1);
+    const int64_t tasks_per_row = shape.n_head / per_task;
     auto task = [&](int64_t index) {
-        thread_local std::vector<float> scores;
-        const int64_t t = index / shape.n_head;
-        const int64_t h = index % shape.n_head;
-        attend_one(ops, shape, kv, q + t * q_width + h * shape.head_dim, first_pos + t, h / group,
-                   out + t * q_width + h * shape.head_dim, scores);
+        const int64_t t = index / tasks_per_row;
+        const int64_t h = (index % tasks_per_row) * per_task;
+        attention_row_heads(isa, shape, kv, q + t * q_width, first_pos + t, h, h + per_task, out + t * q_width);
     };
-    const int64_t n_tasks = n_tokens * shape.n_head;
+    const int64_t n_tasks = n_tokens * tasks_per_row;
     if (pool) {
         pool->run(n_tasks, task);
     } else {

@@ -41,4 +41,19 @@ void attention(const AttentionShape& shape, const KvLayerView& kv, const float* 
 void attention_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
                     int64_t first_pos, float* out, ThreadPool* pool);
 
+// Heads [h_begin, h_end) of one query row at absolute position `pos` (keys 0..pos), which must all read
+// the same KV head. q_row / out_row: the row's whole n_head * head_dim vectors. Each head's output is
+// bitwise what attention_with gives it, whatever range it is computed in.
+void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q_row, int64_t pos,
+                         int64_t h_begin, int64_t h_end, float* out_row);
+
+// The definition the fast paths are tested against (bitwise): every (query, head) computed on its own
+// with the per-row operations of `isa` (kernels/attention_rows.h), serially.
+void attention_per_row_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q,
+                            int64_t n_tokens, int64_t first_pos, float* out);
+
+// Heads per task when `n_rows` query rows are split over `n_threads`: a whole GQA group (its K/V rows
+// read once) when that still gives every thread several tasks, else one head.
+int64_t attention_heads_per_task(const AttentionShape& shape, int64_t n_rows, int n_threads);
+
 }  // namespace kvstash

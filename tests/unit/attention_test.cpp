@@ -227,6 +227,23 @@ TEST_P(AttentionTest, ThreadPoolOfTwoEqualsNoPoolBitwise) {
     }
 }
 
+// The grouped fast path (kernels/attention_group.h on AVX-512) is bitwise the per-(query, head) definition
+// with that ISA's row operations, with and without a pool (which changes how heads are grouped into tasks).
+TEST_P(AttentionTest, EqualsPerRowDefinitionBitwise) {
+    std::mt19937 rng(17);
+    const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
+    const std::vector<float> q = random_queries(rng, 3.0f);
+    ThreadPool pool(2);
+    for (Isa isa : available_isas()) {
+        std::vector<float> definition(q.size()), serial(q.size()), pooled(q.size());
+        attention_per_row_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, definition.data());
+        attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, serial.data(), nullptr);
+        attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, pooled.data(), &pool);
+        EXPECT_EQ(0, std::memcmp(definition.data(), serial.data(), q.size() * sizeof(float))) << isa_name(isa);
+        EXPECT_EQ(0, std::memcmp(definition.data(), pooled.data(), q.size() * sizeof(float))) << isa_name(isa);
+    }
+}
+
 // attention() is attention_with(active_isa()), bitwise.
 TEST_P(AttentionTest, DefaultUsesTheActiveIsa) {
     std::mt19937 rng(13);
@@ -247,8 +264,8 @@ std::string param_name(const ::testing::TestParamInfo<Params>& info) {
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Combine(::testing::Values(TensorType::F16, TensorType::F32),
                                             ::testing::Values(int64_t{2}, int64_t{6}),  // GQA 6/2, MHA 6/6
-                                            ::testing::Values(int64_t{8}, int64_t{64}),
-                                            ::testing::Values(int64_t{0}, int64_t{37}),
+                                            ::testing::Values(int64_t{8}, int64_t{48}, int64_t{64}, int64_t{128}),
+                                            ::testing::Values(int64_t{0}, int64_t{37}, int64_t{130}),
                                             ::testing::Values(int64_t{1}, int64_t{5})),
                          param_name);
 
