@@ -36,6 +36,7 @@ constexpr int kRowTile = 4;           // buffered: rows per register tile (and p
 constexpr int kTokenTile = 6;         // buffered: tokens per register tile (4 × 6 accumulators)
 constexpr int64_t kTokenBlock = 64;   // buffered: most tokens per pass over a decoded row tile
 constexpr int64_t kActivationBlockBytes = 786432;  // buffered: activations of one pass (kept in L2)
+constexpr int64_t kColumnSlice = 512;  // buffered: columns per pass of the token tiles over a row tile
 constexpr int64_t kPrefetchBytes = 16384;  // fused: least distance of the weight prefetch (bytes)
 
 // F16C conversion: exact, equal to fp16_to_fp32 except that a signalling NaN comes back quiet.
@@ -458,16 +459,21 @@ bool run_fused(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 
 // ---- buffered tile: NR decoded f32 rows × NT tokens ----
 
-// y[j * y_stride + i] = dot(w[i], x + j * cols) for i < NR, j < NT.
+// Columns [k_begin, k_end) of y[j * y_stride + i] = dot(w[i], x + j * cols) for i < NR, j < NT: the
+// accumulators start at zero for k_begin = 0, else from `park` (where the previous slice left them), and
+// are summed into y after the last slice (k_end = cols), else parked. Parking a vector is exact, so the
+// FMA sequence of every output is the same as in one pass over all columns; slicing keeps the row
+// tile's slice (NR × 2 KiB) in L1 while the token tiles stream past it.
 template <int NR, int NT>
-void tile(const float* const* w, const float* x, int64_t cols, float* y, int64_t y_stride) {
+void tile(const float* const* w, const float* x, int64_t cols, int64_t k_begin, int64_t k_end, __m512* park,
+          float* y, int64_t y_stride) {
     __m512 acc[NR][NT];
 #pragma GCC unroll 16
     for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 16
-        for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= cols; k += 16) {
+        for (int j = 0; j < NT; ++j) acc[i][j] = k_begin == 0 ? _mm512_setzero_ps() : _mm512_load_ps(reinterpret_cast<const float*>(park + i * NT + j));
+    int64_t k = k_begin;
+    for (; k + 16 <= k_end; k += 16) {
         __m512 wv[NR];
 #pragma GCC unroll 16
         for (int i = 0; i < NR; ++i) wv[i] = _mm512_loadu_ps(w[i] + k);
@@ -478,8 +484,8 @@ void tile(const float* const* w, const float* x, int64_t cols, float* y, int64_t
             for (int i = 0; i < NR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
-    if (k < cols) {
-        const __mmask16 mask = static_cast<__mmask16>((1u << (cols - k)) - 1);
+    if (k < k_end) {  // a partial last chunk (k_end = cols)
+        const __mmask16 mask = static_cast<__mmask16>((1u << (k_end - k)) - 1);
         __m512 wv[NR];
 #pragma GCC unroll 16
         for (int i = 0; i < NR; ++i) wv[i] = _mm512_maskz_loadu_ps(mask, w[i] + k);
@@ -490,13 +496,20 @@ void tile(const float* const* w, const float* x, int64_t cols, float* y, int64_t
             for (int i = 0; i < NR; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
         }
     }
+    if (k_end < cols) {
+#pragma GCC unroll 16
+        for (int i = 0; i < NR; ++i)
+#pragma GCC unroll 16
+            for (int j = 0; j < NT; ++j) _mm512_store_ps(reinterpret_cast<float*>(park + i * NT + j), acc[i][j]);
+        return;
+    }
 #pragma GCC unroll 16
     for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) y[j * y_stride + i] = hsum16(acc[i][j]);
 }
 
-using TileFn = void (*)(const float* const*, const float*, int64_t, float*, int64_t);
+using TileFn = void (*)(const float* const*, const float*, int64_t, int64_t, int64_t, __m512*, float*, int64_t);
 
 template <int NR>
 TileFn tile_for_tokens(int nt) {
@@ -528,10 +541,15 @@ void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         decoded.resize(static_cast<size_t>(kRowTile * a.cols));
     }
     const float* w[kRowTile];
+    // Each token tile's accumulators between column slices.
+    alignas(64) __m512 park[(kTokenBlock + kTokenTile - 1) / kTokenTile][kRowTile * kTokenTile];
     // Tokens per pass over a decoded row tile: as many as keep their activations (token_block × cols
     // floats) within kActivationBlockBytes, so that they stay in L2, up to kTokenBlock.
     const int64_t fit = kActivationBlockBytes / (4 * std::max<int64_t>(a.cols, 1)) / kTokenTile * kTokenTile;
     const int64_t token_block = std::clamp<int64_t>(fit, kTokenTile, kTokenBlock);
+    // Column slices of about kColumnSlice, equal (whole 16-column chunks), one for short rows.
+    const int64_t n_slices = std::max<int64_t>(1, a.cols / kColumnSlice);
+    const int64_t slice = ((a.cols + n_slices - 1) / n_slices + 15) / 16 * 16;
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += token_block) {
         const int64_t t_end = std::min(a.n_tokens, t0 + token_block);
         for (int64_t r = row_begin; r < row_end; r += kRowTile) {
@@ -546,9 +564,14 @@ void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
                     w[i] = dst;
                 }
             }
-            for (int64_t t = t0; t < t_end; t += kTokenTile) {
-                const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, t_end - t));
-                tile_fn(nr, nt)(w, a.X + t * a.cols, a.cols, a.Y + t * a.y_stride + r, a.y_stride);
+            for (int64_t k0 = 0; k0 < a.cols; k0 += slice) {
+                const int64_t k1 = std::min(a.cols, k0 + slice);
+                int tile_index = 0;
+                for (int64_t t = t0; t < t_end; t += kTokenTile, ++tile_index) {
+                    const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, t_end - t));
+                    tile_fn(nr, nt)(w, a.X + t * a.cols, a.cols, k0, k1, park[tile_index], a.Y + t * a.y_stride + r,
+                                    a.y_stride);
+                }
             }
         }
     }

@@ -389,6 +389,35 @@ TEST(Matmul, OddColumnCountsForFloatTypes) {
     }
 }
 
+// Long rows: the many-token path runs its register tiles over column slices (accumulators parked
+// between slices), the one-token path in one pass; bitwise the same, for every type, partial last
+// vector included (odd float column counts), over more than one token block.
+TEST(Matmul, LongRowsColumnSlicesBitwise) {
+    for (Isa isa : available_isas()) {
+        for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_1, TensorType::Q4_K,
+                                TensorType::Q6_K}) {
+            const bool small_block = tensor_type_traits(type).block_size <= 32;
+            for (int64_t cols : {int64_t{1536}, small_block ? int64_t{2080} : int64_t{2560}, int64_t{1101}}) {
+                if (cols % tensor_type_traits(type).block_size != 0) continue;
+                const int64_t rows = 9, n_tokens = 71;
+                const std::vector<uint8_t> W = random_weights(type, rows, cols, 5);
+                const std::vector<float> X = random_activations(n_tokens * cols, 6);
+                std::vector<float> y(static_cast<size_t>(n_tokens * rows));
+                matmul_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, y.data(), nullptr);
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const float one = dot_row_with(isa, type, W.data() + r * tensor_row_bytes(type, cols),
+                                                       X.data() + t * cols, cols);
+                        ASSERT_TRUE(same_bits(one, y[static_cast<size_t>(t * rows + r)]))
+                            << isa_name(isa) << " " << tensor_type_traits(type).name << " cols " << cols << " token "
+                            << t << " row " << r;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // The AVX-512 activation quantizer against the scalar one, bitwise, including values the matmul tests
 // do not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
 TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
