@@ -4,8 +4,10 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "kernels/dispatch.h"
 #include "kernels/matmul_impl.h"
@@ -176,7 +178,7 @@ void run_matmul(Isa isa, bool integer, TensorType type, const void* W, int64_t r
     const int n_threads = pool ? pool->n_threads() : 1;
     const int64_t chunk = rows_per_task(rows, n_threads);
     const int64_t n_tasks = (rows + chunk - 1) / chunk;
-    if (n_tasks <= 1) {
+    if (!pool || n_tasks <= 1) {
         kernel(args, 0, rows);
         return;
     }
@@ -187,6 +189,62 @@ void run_matmul(Isa isa, bool integer, TensorType type, const void* W, int64_t r
 }
 
 }  // namespace
+
+void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, const float* X, int64_t n_tokens,
+                         ThreadPool* pool) {
+    for (const MatmulOperand& op : operands) check_shape(op.type, op.rows, cols, n_tokens);
+    const Isa isa = active_isa();
+    if (n_tokens == 0) return;
+    // Activations quantized once per block size (32 or 256) among the operands on the integer path.
+    thread_local std::array<kernels::QuantizedActivations, 2> xq_storage;
+    std::array<kernels::QuantizedActivations, 2>& xq = xq_storage;  // the caller's, named in the tasks
+    std::array<bool, 2> quantized{false, false};
+    struct Part {
+        kernels::MatmulRowsFn kernel;
+        kernels::MatmulArgs args;
+        int64_t chunk;
+        int64_t first_task;
+    };
+    thread_local std::vector<Part> parts_storage;
+    std::vector<Part>& parts = parts_storage;
+    parts.clear();
+    const int n_threads = pool ? pool->n_threads() : 1;
+    int64_t n_tasks = 0;
+    for (const MatmulOperand& op : operands) {
+        if (op.rows == 0) continue;
+        const bool integer = matmul_uses_integer_activations(isa, op.type);
+        Part part{rows_kernel(isa, integer),
+                  kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols,
+                                      X, n_tokens, op.Y, op.rows},
+                  rows_per_task(op.rows, n_threads), n_tasks};
+        if (integer) {
+            const int64_t block = kernels::activation_block(op.type);
+            const size_t slot = block == 256 ? 1 : 0;
+            if (!quantized[slot]) {
+                const kernels::QuantizeRowFn quantize_row = isa == Isa::avx512 && has_vnni_kernels()
+                                                                ? kernels::quantize_activation_row_avx512
+                                                                : kernels::quantize_activation_row;
+                kernels::quantize_activations(X, n_tokens, cols, block, xq[slot], pool, quantize_row);
+                quantized[slot] = true;
+            }
+            part.args.xq = &xq[slot];
+        }
+        n_tasks += (op.rows + part.chunk - 1) / part.chunk;
+        parts.push_back(part);
+    }
+    auto task = [&](int64_t t) {
+        size_t i = 0;
+        while (i + 1 < parts.size() && parts[i + 1].first_task <= t) ++i;
+        const Part& part = parts[i];
+        const int64_t begin = (t - part.first_task) * part.chunk;
+        part.kernel(part.args, begin, std::min(part.args.y_stride, begin + part.chunk));
+    };
+    if (!pool || n_tasks <= 1) {
+        for (int64_t t = 0; t < n_tasks; ++t) task(t);
+        return;
+    }
+    pool->run(n_tasks, task);
+}
 
 bool matmul_uses_integer_activations(Isa isa, TensorType type) {
     return isa == Isa::avx512 && has_vnni_kernels() && kernels::uses_integer_activations(type);

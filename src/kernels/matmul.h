@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "format/tensor_type.h"
 
@@ -21,6 +22,19 @@ class ThreadPool;
 
 void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
             float* Y, ThreadPool* pool);
+
+// Several products of one input X (n_tokens × cols) with matrices of `cols` columns: Y_i = X · W_iᵀ
+// (Y_i: n_tokens × rows_i). One thread-pool run for all of them, and X quantized once per activation
+// block size: for the projections that read the same normalized rows (Q, K, V; gate, up). Each Y_i is
+// bitwise what matmul(W_i) gives.
+struct MatmulOperand {
+    TensorType type;
+    const void* W;
+    int64_t rows;
+    float* Y;
+};
+void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, const float* X, int64_t n_tokens,
+                         ThreadPool* pool);
 
 // One dot product of a W row with an f32 vector, with the same arithmetic as `matmul` (so the two are
 // bitwise equal). Used for single rows (embedding lookups go through dequantize_row instead).

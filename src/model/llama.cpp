@@ -18,6 +18,18 @@ void project(const MatrixRef& w, const float* x, int64_t n_tokens, float* y, Thr
     matmul(w.type, w.data, w.rows, w.cols, x, n_tokens, y, &pool);
 }
 
+// Products that read the same rows x (same column count): one thread-pool run, x quantized once.
+void project2(const MatrixRef& a, float* ya, const MatrixRef& b, float* yb, const float* x, int64_t n_tokens,
+              ThreadPool& pool) {
+    const MatmulOperand ops[] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}};
+    matmul_shared_input(ops, a.cols, x, n_tokens, &pool);
+}
+void project3(const MatrixRef& a, float* ya, const MatrixRef& b, float* yb, const MatrixRef& c, float* yc,
+              const float* x, int64_t n_tokens, ThreadPool& pool) {
+    const MatmulOperand ops[] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}, {c.type, c.data, c.rows, yc}};
+    matmul_shared_input(ops, a.cols, x, n_tokens, &pool);
+}
+
 void norm_rows(const float* x, const std::vector<float>& weight, float* out, int64_t n_tokens, int64_t n, float eps) {
     for (int64_t t = 0; t < n_tokens; ++t) rms_norm_row(x + t * n, weight.data(), out + t * n, n, eps);
 }
@@ -93,9 +105,7 @@ void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> seg
         const LayerWeights& l = w.layers[static_cast<size_t>(il)];
         // Attention block: projections over all rows at once, then each row over its own sequence.
         norm_rows(s.x.data(), l.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-        project(l.wq, s.xn.data(), n, s.q.data(), pool);
-        project(l.wk, s.xn.data(), n, s.k.data(), pool);
-        project(l.wv, s.xn.data(), n, s.v.data(), pool);
+        project3(l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.xn.data(), n, pool);
         for (int64_t t = 0; t < n; ++t) {
             const float* cs = s.rope_cos.data() + t * half_rot;
             const float* sn = s.rope_sin.data() + t * half_rot;
@@ -115,8 +125,7 @@ void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> seg
 
         // Feed-forward block (SwiGLU).
         norm_rows(s.x.data(), l.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-        project(l.w_gate, s.xn.data(), n, s.gate.data(), pool);
-        project(l.w_up, s.xn.data(), n, s.up.data(), pool);
+        project2(l.w_gate, s.gate.data(), l.w_up, s.up.data(), s.xn.data(), n, pool);
         swiglu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
         project(l.w_down, s.gate.data(), n, s.proj.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];

@@ -418,6 +418,36 @@ TEST(Matmul, LongRowsColumnSlicesBitwise) {
     }
 }
 
+// matmul_shared_input: each product bitwise what matmul gives it alone, with mixed weight types (integer
+// activations of both block sizes and f32 ones on AVX-512 VNNI), with and without a pool, 1 to 70 tokens.
+TEST(Matmul, SharedInputEqualsSeparateProductsBitwise) {
+    const int64_t cols = 512;
+    const std::vector<TensorType> types = {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q6_K, TensorType::F16,
+                                           TensorType::Q4_1};
+    const std::vector<int64_t> rows = {64, 37, 16, 5, 130};
+    std::vector<std::vector<uint8_t>> W;
+    for (size_t i = 0; i < types.size(); ++i) W.push_back(random_weights(types[i], rows[i], cols, 40 + static_cast<uint32_t>(i)));
+    ThreadPool pool(2);
+    for (int64_t n_tokens : {1, 2, 3, 70}) {
+        const std::vector<float> X = random_activations(n_tokens * cols, 77);
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<std::vector<float>> together(types.size()), alone(types.size());
+            std::vector<MatmulOperand> ops;
+            for (size_t i = 0; i < types.size(); ++i) {
+                together[i].assign(static_cast<size_t>(n_tokens * rows[i]), -1.0f);
+                alone[i].assign(together[i].size(), -2.0f);
+                ops.push_back({types[i], W[i].data(), rows[i], together[i].data()});
+                matmul(types[i], W[i].data(), rows[i], cols, X.data(), n_tokens, alone[i].data(), nullptr);
+            }
+            matmul_shared_input(ops, cols, X.data(), n_tokens, p);
+            for (size_t i = 0; i < types.size(); ++i) {
+                EXPECT_EQ(0, std::memcmp(together[i].data(), alone[i].data(), 4 * together[i].size()))
+                    << tensor_type_traits(types[i]).name << ", " << n_tokens << " tokens, pool " << (p != nullptr);
+            }
+        }
+    }
+}
+
 // The AVX-512 activation quantizer against the scalar one, bitwise, including values the matmul tests
 // do not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
 TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
