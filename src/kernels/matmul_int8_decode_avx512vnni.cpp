@@ -81,11 +81,13 @@ inline __m512i gather_rows(const uint8_t* base, uint64_t row_bytes, int nr, int6
 inline __m512 low_half_fp16(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
 inline __m512 high_half_fp16(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
 
-template <int NT>
-void few_small(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols,
-               const QuantizedActivations& xa, int64_t t0, float* y, int64_t y_stride) {
-    const int bytes = type == TensorType::Q4_0 ? 18 : type == TensorType::Q4_1 ? 20 : 34;
-    const int shift = type == TensorType::Q4_0 ? 3 : type == TensorType::Q8_0 ? 7 : 0;
+// One instantiation per type (constant block layout; the 16-row loop unrolled so that the rows' vectors
+// stay in registers for the reduction tree).
+template <int NT, TensorType type>
+void few_small(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const QuantizedActivations& xa, int64_t t0,
+               float* y, int64_t y_stride) {
+    constexpr int bytes = type == TensorType::Q4_0 ? 18 : type == TensorType::Q4_1 ? 20 : 34;
+    constexpr int shift = type == TensorType::Q4_0 ? 3 : type == TensorType::Q8_0 ? 7 : 0;
     const int64_t n_blocks = cols / 32;
     const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
     const int64_t ahead = prefetch_distance(row_bytes);
@@ -115,7 +117,7 @@ void few_small(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, in
             const int32_t* h32 = xa.h32_row(t0 + j) + b;
             const int32_t* l32 = xa.l32_row(t0 + j) + b;
             init_h[j] = init_l[j] = _mm512_setzero_si512();
-            if (shift) {
+            if constexpr (shift != 0) {
                 init_h[j] = _mm512_mask_set1_epi32(init_h[j], 1, -(h32[0] << shift));
                 init_l[j] = _mm512_mask_set1_epi32(init_l[j], 1, -(l32[0] << shift));
                 if (pair) {
@@ -126,15 +128,16 @@ void few_small(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, in
         }
         __m512i v[NT][kRows];
         alignas(64) int32_t head[2][kRows];  // the first dword (d, or d and m) of blocks b, b+1 of each row
+#pragma GCC unroll 16
         for (int r = 0; r < kRows; ++r) {
             const uint8_t* blk = w + static_cast<uint64_t>(std::min(r, nr - 1)) * row_bytes + b * bytes;
             // Two blocks are 36-68 bytes: a line at the start, and for q8_0 one at the end of the pair.
             prefetch(blk + ahead, to_l1);
-            if (2 * bytes > 64) prefetch(blk + ahead + 2 * bytes - 1, to_l1);
+            if constexpr (2 * bytes > 64) prefetch(blk + ahead + 2 * bytes - 1, to_l1);
             head[0][r] = load_i32(blk);
             head[1][r] = pair ? load_i32(blk + bytes) : 0;
             __m512i wv;
-            if (type == TensorType::Q8_0) {
+            if constexpr (type == TensorType::Q8_0) {
                 const __m256i lo = _mm256_xor_si256(load256(blk + 2), bias);
                 wv = pair ? join(lo, _mm256_xor_si256(load256(blk + 36), bias)) : _mm512_zextsi256_si512(lo);
             } else {
@@ -158,13 +161,13 @@ void few_small(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, in
             const int32_t* h32 = xa.h32_row(t0 + j) + b;
             const int32_t* l32 = xa.l32_row(t0 + j) + b;
             acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d0, _mm512_set1_ps(dx[0])), _mm512_cvtepi32_ps(s0), acc[j]);
-            if (type == TensorType::Q4_1) {
+            if constexpr (type == TensorType::Q4_1) {
                 const float sx = dx[0] * static_cast<float>(256 * h32[0] + l32[0]);
                 acc[j] = _mm512_fmadd_ps(high_half_fp16(h0), _mm512_set1_ps(sx), acc[j]);
             }
             if (pair) {
                 acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d1, _mm512_set1_ps(dx[1])), _mm512_cvtepi32_ps(s1), acc[j]);
-                if (type == TensorType::Q4_1) {
+                if constexpr (type == TensorType::Q4_1) {
                     const float sx = dx[1] * static_cast<float>(256 * h32[1] + l32[1]);
                     acc[j] = _mm512_fmadd_ps(high_half_fp16(h1), _mm512_set1_ps(sx), acc[j]);
                 }
@@ -318,8 +321,12 @@ void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         const uint8_t* w = a.W + static_cast<uint64_t>(r) * a.row_bytes;
         if (k) {
             few_k<NT>(a.type, w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+        } else if (a.type == TensorType::Q8_0) {
+            few_small<NT, TensorType::Q8_0>(w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+        } else if (a.type == TensorType::Q4_1) {
+            few_small<NT, TensorType::Q4_1>(w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
         } else {
-            few_small<NT>(a.type, w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+            few_small<NT, TensorType::Q4_0>(w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
         }
     }
 }
