@@ -28,7 +28,7 @@ void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t 
                  int64_t n_tokens, float* Y, ThreadPool* pool);
 float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols);
 
-// Whether matmul_with(isa, type, ...) multiplies integer activations: the K-quants on the AVX-512 path
+// Whether matmul_with(isa, type, ...) multiplies integer activations: the K-quants and q8_0 on the AVX-512 path
 // when the CPU has VNNI and VBMI (where the integer kernels are faster); f32 activations otherwise.
 // (The AVX2 and scalar integer code is exact but slower than their f32 paths, so they keep f32.)
 bool matmul_uses_integer_activations(Isa isa, TensorType type);

@@ -12,7 +12,7 @@
 namespace kvstash::kernels {
 
 bool uses_integer_activations(TensorType type) {
-    return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+    return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K || type == TensorType::Q8_0;
 }
 
 bool has_integer_path(TensorType type) {
