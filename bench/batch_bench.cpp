@@ -26,6 +26,8 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "bench_common.h"
 #include <string>
 #include <vector>
 
@@ -34,53 +36,21 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::argmax;
+using bench::fnv1a;
+using bench::hex;
+using bench::process_cpu_seconds;
+using bench::random_tokens;
+using bench::seconds_since;
+using bench::summary;
 using nlohmann::json;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-json summary(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-    return {{"median", median}, {"min", values.front()}, {"max", values.back()}, {"runs", values}};
-}
-
-int32_t argmax(std::span<const float> logits) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// FNV-1a over the bytes of the logits: equal hashes = bitwise equal logits.
-uint64_t fnv1a(std::span<const float> logits) {
-    uint64_t h = 1469598103934665603ull;
-    const auto* p = reinterpret_cast<const uint8_t*>(logits.data());
-    for (size_t i = 0; i < logits.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-std::vector<int32_t> random_tokens(int64_t count, int64_t n_vocab, uint64_t seed) {
-    std::vector<int32_t> out;
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int64_t i = 0; i < count; ++i) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.push_back(static_cast<int32_t>(x % static_cast<uint64_t>(n_vocab)));
-    }
-    return out;
-}
 
 std::string load_average() {
     std::ifstream in("/proc/loadavg");
     std::string one, five, fifteen;
     in >> one >> five >> fifteen;
     return one + " " + five + " " + fifteen;
-}
-
-double process_cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 struct Run {
@@ -123,12 +93,6 @@ Run run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Evalua
     run.cpu_ms_per_step = (process_cpu_seconds() - cpu_start) * 1e3 / static_cast<double>(n_decode);
     run.stream0_hash = fnv1a(states[0].last_logits());
     return run;
-}
-
-std::string hex(uint64_t h) {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-    return buf;
 }
 
 }  // namespace

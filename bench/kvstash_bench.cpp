@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+
+#include "bench_common.h"
 #include <random>
 #include <string>
 #include <thread>
@@ -36,43 +38,14 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::argmax;
+using bench::fnv1a;
+using bench::process_cpu_seconds;
+using bench::seconds_since;
+using bench::summary;
+using bench::thread_cpu_seconds;
 using nlohmann::json;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// CPU time of the calling thread: on a shared machine, unlike wall time, it does not count the time
-// the thread waited for a core (single-threaded kernel timings use it).
-double thread_cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-json summary(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-    return {{"median", median}, {"min", values.front()}, {"max", values.back()}, {"runs", values}};
-}
-
-int32_t argmax(std::span<const float> logits) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// FNV-1a over the bytes of the logits: equal hashes across runs / thread counts = bitwise equal logits.
-uint64_t fnv1a(std::span<const float> logits) {
-    uint64_t h = 1469598103934665603ull;
-    const auto* p = reinterpret_cast<const uint8_t*>(logits.data());
-    for (size_t i = 0; i < logits.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-double process_cpu_seconds() {
-    timespec ts{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 struct Repeat {
     double prefill_tok_s = 0, ttft_s = 0, decode_tok_s = 0;

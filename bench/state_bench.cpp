@@ -49,6 +49,8 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+
+#include "bench_common.h"
 #include <sstream>
 #include <string>
 #include <vector>
@@ -65,23 +67,9 @@
 namespace {
 
 using namespace state_bench;
-
-uint64_t fnv1a(std::span<const float> logits) {
-    uint64_t h = 1469598103934665603ull;
-    const auto* p = reinterpret_cast<const uint8_t*>(logits.data());
-    for (size_t i = 0; i < logits.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-std::string hex(uint64_t v) {
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-    return buf;
-}
-
-int32_t argmax(std::span<const float> logits) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
+using bench::argmax;
+using bench::fnv1a;
+using bench::hex;
 
 struct Outcome {
     double seconds = 0;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "kvstash/cache_flags.h"
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
@@ -33,9 +34,7 @@ struct ChatFlags {
     int64_t ctx = 0;
     bool timings = false;
     std::string load_path;
-    std::string cache_dir;
-    uint64_t cache_ram_mib = 1024;
-    uint64_t cache_disk_mib = 4096;
+    CacheFlags cache;
 };
 
 const char* chat_help =
@@ -81,14 +80,7 @@ int run_chat(const ChatFlags& f) {
     auto model = Model::load(f.model_path);
     const ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
     Evaluator evaluator(model, f.threads);
-    std::unique_ptr<PrefixCache> cache;
-    if (!f.cache_dir.empty()) {
-        PrefixCacheOptions cache_options;
-        cache_options.ram_budget_bytes = f.cache_ram_mib << 20;
-        cache_options.disk_dir = f.cache_dir;
-        cache_options.disk_budget_bytes = f.cache_disk_mib << 20;
-        cache = std::make_unique<PrefixCache>(*model, cache_options);
-    }
+    const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
     const SessionOptions session_options{StateOptions{KvType::f16, f.ctx}, cache.get()};
     const SamplerParams params = sampler_params(f.sampling);
     std::optional<Session> session;
@@ -174,17 +166,9 @@ void register_chat(CLI::App& root, Action& action) {
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings, "print tokens computed vs reused and speed per turn to stderr");
     cmd->add_option("--load", f->load_path, "resume a conversation saved with /save");
-    auto* cache_dir = cmd->add_option("--cache-dir", f->cache_dir,
-                                      "take the system prompt's (and earlier conversations') KV from this prefix-cache directory "
-                                      "(created if missing; shared by runs and processes) and add this chat's blocks to it");
-    cmd->add_option("--cache-ram", f->cache_ram_mib, "MiB of KV blocks the cache keeps in memory when unused (with --cache-dir)")
-        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
-        ->capture_default_str()
-        ->needs(cache_dir);
-    cmd->add_option("--cache-disk", f->cache_disk_mib, "MiB of block files kept in --cache-dir (least recently used deleted first)")
-        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
-        ->capture_default_str()
-        ->needs(cache_dir);
+    add_cache_flags(*cmd, f->cache,
+                    "take the system prompt's (and earlier conversations') KV from this prefix-cache directory "
+                    "(created if missing; shared by runs and processes) and add this chat's blocks to it");
     cmd->callback([&action, f] { action = [f] { return run_chat(*f); }; });
 }
 

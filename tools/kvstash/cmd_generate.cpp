@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 
+#include "kvstash/cache_flags.h"
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
@@ -40,9 +41,7 @@ struct GenerateFlags {
     bool timings = false;
     bool resume_sampler = false;
     std::string dump_logits_path;
-    std::string cache_dir;
-    uint64_t cache_ram_mib = 1024;
-    uint64_t cache_disk_mib = 4096;
+    CacheFlags cache;
 };
 
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -114,14 +113,7 @@ int run_generate(const GenerateFlags& f) {
     } else {
         base.emplace(*model, StateOptions{parse_kv_type(f.kv_type), f.ctx});
     }
-    std::unique_ptr<PrefixCache> cache;
-    if (!f.cache_dir.empty()) {
-        PrefixCacheOptions cache_options;
-        cache_options.ram_budget_bytes = f.cache_ram_mib << 20;
-        cache_options.disk_dir = f.cache_dir;
-        cache_options.disk_budget_bytes = f.cache_disk_mib << 20;
-        cache = std::make_unique<PrefixCache>(*model, cache_options);
-    }
+    const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
 
     const SamplerParams params = sampler_params(f.sampling);
     GenerateOptions options = generate_options(f.sampling);
@@ -227,17 +219,9 @@ void register_generate(CLI::App& root, Action& action) {
     cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings, "print prompt and generation speed and time to first token (and the cache's counters) to stderr");
-    auto* cache_dir = cmd->add_option("--cache-dir", f->cache_dir,
-                                      "reuse the longest cached prefix of each prompt from this prefix-cache directory (created if missing; "
-                                      "shared by runs and processes) and add this run's blocks to it");
-    cmd->add_option("--cache-ram", f->cache_ram_mib, "MiB of KV blocks the cache keeps in memory when unused (with --cache-dir)")
-        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
-        ->capture_default_str()
-        ->needs(cache_dir);
-    cmd->add_option("--cache-disk", f->cache_disk_mib, "MiB of block files kept in --cache-dir (least recently used deleted first)")
-        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
-        ->capture_default_str()
-        ->needs(cache_dir);
+    add_cache_flags(*cmd, f->cache,
+                    "reuse the longest cached prefix of each prompt from this prefix-cache directory (created if missing; "
+                    "shared by runs and processes) and add this run's blocks to it");
     cmd->callback([&action, f, p, file] {
         if (p->count() == 0 && file->count() == 0 && f->state_path.empty()) {
             throw CLI::RequiredError("one of -p/--prompt, -f/--file or --state");
@@ -246,7 +230,7 @@ void register_generate(CLI::App& root, Action& action) {
         if (!f->system.empty() && !f->chat) throw CLI::ValidationError("--system", "needs --chat");
         if (!f->chat_template.empty() && !f->chat) throw CLI::ValidationError("--chat-template", "needs --chat");
         // A state file already is its prefix: mixing the two would leave unclear which one a prompt continues.
-        if (!f->cache_dir.empty() && !f->state_path.empty()) {
+        if (!f->cache.dir.empty() && !f->state_path.empty()) {
             throw CLI::ValidationError("--cache-dir",
                                        "cannot be combined with --state (a state file already holds its prefix); use one of them");
         }
