@@ -310,13 +310,223 @@ void few_k(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, int64_
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * y_stride, mask, acc[j]);
 }
 
+// ---- q4_K / q5_K: packed planes, rows reduced by lane-pair steps, mins in lane = row ----
+// Per row and weight vector g the two planes' products go into one vector of int16 pairs. The planes
+// are re-split (per tile) as q = 256·h' + l' with l' = q mod 256 in [0, 255] (the bytes of l read as
+// unsigned) and h' = h - [l < 0] in [-128, 127]. P_h = vpdpbusd(0, w, h') is shifted left 16 bits, then
+// vpdpbusd(·, l', w) (l' the unsigned operand, the weights <= 31 the signed one) adds P_l >= 0, so each
+// dword is 65536·P_h + P_l with 0 <= P_l <= 4 · 31 · 255 = 31620 < 2^15 and |P_h| <= 4 · 31 · 128: its
+// signed words are exactly (P_l, P_h) (a negative P_l would borrow from the high word). One vpdpwssd
+// with the scale pair (sc, 256·sc) (256 · 63 = 16128 fits int16) adds sc·(256·P_h + P_l) = sc·sum w·q.
+// So one vpdpwssd per vector instead of one per plane, and one vector per row to reduce. A lane sums
+// 16 elements (4 per vector), so |lane| <= 16 · 63 · wmax · 32639: q4_K 4.94e8, q5_K 1.02e9. Lanes are
+// summed in int32 while exact (q4_K: 4 lanes, 1.97e9; q5_K: 2 lanes, 2.04e9; < 2^31 - 1 = 2.147e9),
+// then split as 65536·hi + lo (hi = v >> 16 arithmetic, lo = v & 0xFFFF) and the rest summed per part;
+// S_b is formed from the two sums in int64: the same integer as the definition's (the test
+// ExtremeIntegerSumsBitwise reaches these bounds). The mins' sums M_b are vpdpwssd products of
+// (m_j, 256·m_j) with (l32_j, h32_j), lanes = rows from the start: no per-row work and no tree.
+
+// One reduction step on vectors a, b whose lanes L and L ^ D belong to the same row: out[L] =
+// a[L] + a[L ^ D] where bit D of L is clear, b[L] + b[L ^ D] where it is set. One shuffle each (the
+// other addend stays in place, a blend). Steps D = 1, 2, 4, 8 on rows 2i, 2i+1, then on the results
+// pairwise, and so on, leave row r's sum in lane r.
+template <int D>
+__attribute__((always_inline)) inline __m512i pair_step(__m512i a, __m512i b) {
+    constexpr __mmask16 m = D == 1 ? 0xAAAA : D == 2 ? 0xCCCC : D == 4 ? 0xF0F0 : 0xFF00;
+    __m512i y;  // y[L] = (bit D of L ? b : a)[L ^ D]
+    if constexpr (D == 1) {
+        y = _mm512_shuffle_epi32(_mm512_mask_blend_epi32(m, b, a), _MM_PERM_CDAB);
+    } else if constexpr (D == 2) {
+        y = _mm512_alignr_epi8(b, a, 8);
+    } else if constexpr (D == 4) {
+        const __m512i c = _mm512_mask_blend_epi32(m, b, a);
+        y = _mm512_shuffle_i32x4(c, c, _MM_SHUFFLE(2, 3, 0, 1));
+    } else {
+        y = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(1, 0, 3, 2));
+    }
+    return _mm512_add_epi32(_mm512_mask_blend_epi32(m, a, b), y);
+}
+
+// float(65536·hi + lo) per lane, the sum formed exactly in int64.
+inline __m512 combine_split(__m512i hi, __m512i lo) {
+    const __m512i a = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 16),
+                                       _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo)));
+    const __m512i b = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 16),
+                                       _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1)));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(a)), _mm512_cvtepi64_ps(b), 1);
+}
+
+// Weight vector g (0..3) is the low (g even) or high nibbles of quant bytes 64·(g/2) .. +63, one 512-bit
+// load: sub-blocks first(g) (bytes 0-31) and first(g) + 2 (bytes 32-63). The activations are rearranged
+// to that order once per tile instead of the weights once per row.
+constexpr int first_sub(int g) { return 4 * (g / 2) + g % 2; }
+
+// vpermb indices for the scale pairs: row r, vector parity p: bytes 0 and 3 of lane k take scale byte
+// 4r + p (k < 8) or 4r + p + 2 (k >= 8) of the lane = row scale vector (the other bytes are zeroed).
+struct ScaleIndex {
+    uint8_t idx[kRows][2][64] = {};
+    constexpr ScaleIndex() {
+        for (int r = 0; r < kRows; ++r)
+            for (int p = 0; p < 2; ++p)
+                for (int k = 0; k < 16; ++k) {
+                    const auto v = static_cast<uint8_t>(4 * r + p + (k < 8 ? 0 : 2));
+                    idx[r][p][4 * k] = v;
+                    idx[r][p][4 * k + 3] = v;
+                }
+    }
+};
+alignas(64) constexpr ScaleIndex kScaleIndex;
+constexpr __mmask64 kScalePairBytes = 0x9999999999999999ull;  // bytes 0 and 3 of each dword
+
+template <TensorType T, int NT>
+void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const QuantizedActivations& xa,
+            int64_t t0, float* y, int64_t y_stride) {
+    constexpr bool five = T == TensorType::Q5_K;
+    constexpr int bytes = five ? 176 : 144;
+    // Where per-lane sums stop being summable in int32 (see above): after the D = 2 step (q4_K) or the
+    // D = 1 step (q5_K).
+    constexpr bool split_early = five;
+    const int64_t n_blocks = cols / 256;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), low16 = _mm512_set1_epi32(0xFFFF);
+    const int64_t ahead = prefetch_distance(row_bytes);
+    const bool to_l1 = ahead <= kPrefetchL1Bytes;
+    const uint8_t* rows[kRows];
+    for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<uint64_t>(std::min(r, nr - 1)) * row_bytes;
+    // Transpose of 4 vectors of 4 rows' first 16 bytes (one 128-bit lane per row) into dword k of
+    // each row: vpermt2d to rows 0-7 of dwords k, k+1, then 256-bit halves.
+    alignas(64) static constexpr int32_t kT01[16] = {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29};
+    alignas(64) static constexpr int32_t kT23[16] = {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
+    // Min bytes to (m_j, 256·m_j) word pairs (bytes 0 and 3 of each dword, vpshufb inside 128-bit
+    // lanes): m_j is byte j % 4 of the row's dword of m_0..3 or m_4..7.
+    alignas(64) static constexpr struct MinPair {
+        uint32_t idx[4][16] = {};
+        constexpr MinPair() {
+            for (int s = 0; s < 4; ++s)
+                for (int k = 0; k < 16; ++k) idx[s][k] = 0x00808000u | (0x01000001u * static_cast<uint32_t>(4 * (k % 4) + s));
+        }
+    } kMinPair;
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t off = b * bytes;
+        // Activations (h', l'), in the weight vectors' sub-block order; the mins' (l32_j, h32_j) word pairs.
+        __m512i xh[NT][4], xl[NT][4];
+        int32_t xm[NT][8];
+        for (int j = 0; j < NT; ++j) {
+            const auto* ph = reinterpret_cast<const uint8_t*>(xa.h_row(t0 + j) + 256 * b);
+            const auto* pl = reinterpret_cast<const uint8_t*>(xa.l_row(t0 + j) + 256 * b);
+            for (int g = 0; g < 4; ++g) {
+                const int f = first_sub(g);
+                const __m512i h = join(load256(ph + 32 * f), load256(ph + 32 * f + 64));
+                xl[j][g] = join(load256(pl + 32 * f), load256(pl + 32 * f + 64));
+                xh[j][g] = _mm512_mask_sub_epi8(h, _mm512_movepi8_mask(xl[j][g]), h, _mm512_set1_epi8(1));  // h - [l < 0]
+            }
+            const int32_t* h32 = xa.h32_row(t0 + j) + 8 * b;
+            const int32_t* l32 = xa.l32_row(t0 + j) + 8 * b;
+            for (int s = 0; s < 8; ++s)
+                xm[j][s] = static_cast<int32_t>((static_cast<uint32_t>(h32[s]) << 16) | (static_cast<uint32_t>(l32[s]) & 0xFFFF));
+        }
+        // Headers of the 16 rows with lane = row: dword 0 (d, dmin), 1-3 (the 12 scale bytes).
+        __m512i z[4];
+        for (int q = 0; q < 4; ++q) {
+            z[q] = _mm512_castsi128_si512(load128(rows[4 * q] + off));
+            z[q] = _mm512_inserti32x4(z[q], load128(rows[4 * q + 1] + off), 1);
+            z[q] = _mm512_inserti32x4(z[q], load128(rows[4 * q + 2] + off), 2);
+            z[q] = _mm512_inserti32x4(z[q], load128(rows[4 * q + 3] + off), 3);
+        }
+        const __m512i i01 = _mm512_load_si512(kT01), i23 = _mm512_load_si512(kT23);
+        const __m512i ta = _mm512_permutex2var_epi32(z[0], i01, z[1]), tb = _mm512_permutex2var_epi32(z[0], i23, z[1]);
+        const __m512i tc = _mm512_permutex2var_epi32(z[2], i01, z[3]), td = _mm512_permutex2var_epi32(z[2], i23, z[3]);
+        const __m512i head = _mm512_shuffle_i64x2(ta, tc, 0x44), u0 = _mm512_shuffle_i64x2(ta, tc, 0xEE);
+        const __m512i u1 = _mm512_shuffle_i64x2(tb, td, 0x44), u2 = _mm512_shuffle_i64x2(tb, td, 0xEE);
+        // ggml's unpacking (k_quant_scale_min), 4 bytes per lane: the 32-bit shifts move bits across
+        // bytes only into bits the masks clear.
+        const __m512i c30 = _mm512_set1_epi8(0x30), l6 = _mm512_set1_epi8(0x3F);
+        const __m512i sc_lo = _mm512_and_si512(u0, l6);                                     // sc_0..3
+        const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(u2, low4), _mm512_srli_epi32(u0, 2), c30, 0xF8);  // sc_4..7
+        const __m512i m_lo = _mm512_and_si512(u1, l6);                                      // m_0..3
+        const __m512i m_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
+                                                       _mm512_srli_epi32(u1, 2), c30, 0xF8);  // m_4..7
+        // M_b = sum_j m_j·(256·h32_j + l32_j): per dword m_j·l32_j + 256·m_j·h32_j, |.| <= 63 · 32 · 32639
+        // = 6.6e7, |M_b| <= 5.3e8: exact in int32 (as the definition's int32 sum).
+        __m512i mins[NT];
+        for (int j = 0; j < NT; ++j) mins[j] = _mm512_setzero_si512();
+        for (int s = 0; s < 8; ++s) {
+            const __m512i pair = _mm512_shuffle_epi8(s < 4 ? m_lo : m_hi, _mm512_load_si512(kMinPair.idx[s % 4]));
+            for (int j = 0; j < NT; ++j) mins[j] = _mm512_dpwssd_epi32(mins[j], pair, _mm512_set1_epi32(xm[j][s]));
+        }
+        // Rows in groups of 4 (steps D = 1, 2 inside a group, 4 and 8 across groups), per token.
+        __m512i part_hi[NT][4], part_lo[NT][4];
+        for (int q = 0; q < 4; ++q) {
+            __m512i v[NT][4];
+            for (int i = 0; i < 4; ++i) {
+                const int r = 4 * q + i;
+                const uint8_t* blk = rows[r] + off;
+                for (int l = 0; l < bytes; l += 64) prefetch(blk + ahead + l, to_l1);
+                const uint8_t* qs = blk + (five ? 48 : 16);
+                const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
+                __m512i wv[4] = {_mm512_and_si512(q0, low4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4),
+                                 _mm512_and_si512(q1, low4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4)};
+                if constexpr (five) {
+                    // Bit 4 of element l of sub-block s is bit s of qh[l].
+                    const __m512i qh = _mm512_broadcast_i64x4(load256(blk + 16));
+                    for (int g = 0; g < 4; ++g) {
+                        const int f = first_sub(g);
+                        const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << f)),
+                                                               _mm256_set1_epi8(static_cast<char>(1 << (f + 2))), 1);
+                        wv[g] = _mm512_mask_add_epi8(wv[g], _mm512_test_epi8_mask(qh, bit), wv[g], _mm512_set1_epi8(16));
+                    }
+                }
+                __m512i scale[4];
+                for (int g = 0; g < 4; ++g) {
+                    scale[g] = _mm512_maskz_permutexvar_epi8(kScalePairBytes, _mm512_load_si512(kScaleIndex.idx[r][g % 2]),
+                                                             g < 2 ? sc_lo : sc_hi);
+                }
+                for (int j = 0; j < NT; ++j) {
+                    __m512i s = _mm512_setzero_si512();
+                    for (int g = 0; g < 4; ++g) {
+                        const __m512i ph = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], xh[j][g]), 16);
+                        s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(ph, xl[j][g], wv[g]), scale[g]);
+                    }
+                    v[j][i] = s;
+                }
+            }
+            for (int j = 0; j < NT; ++j) {
+                const __m512i a = pair_step<1>(v[j][0], v[j][1]), c = pair_step<1>(v[j][2], v[j][3]);
+                if constexpr (split_early) {
+                    part_hi[j][q] = pair_step<2>(_mm512_srai_epi32(a, 16), _mm512_srai_epi32(c, 16));
+                    part_lo[j][q] = pair_step<2>(_mm512_and_si512(a, low16), _mm512_and_si512(c, low16));
+                } else {
+                    const __m512i e = pair_step<2>(a, c);
+                    part_hi[j][q] = _mm512_srai_epi32(e, 16);
+                    part_lo[j][q] = _mm512_and_si512(e, low16);
+                }
+            }
+        }
+        const __m512 d = low_half_fp16(head), dmin = high_half_fp16(head);
+        for (int j = 0; j < NT; ++j) {
+            const __m512i hi = pair_step<8>(pair_step<4>(part_hi[j][0], part_hi[j][1]), pair_step<4>(part_hi[j][2], part_hi[j][3]));
+            const __m512i lo = pair_step<8>(pair_step<4>(part_lo[j][0], part_lo[j][1]), pair_step<4>(part_lo[j][2], part_lo[j][3]));
+            const __m512 x_scale = _mm512_set1_ps(xa.d_row(t0 + j)[b]);
+            acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, x_scale), combine_split(hi, lo), acc[j]);
+            acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, x_scale), _mm512_cvtepi32_ps(mins[j]), acc[j]);
+        }
+    }
+    const auto mask = static_cast<__mmask16>((1u << nr) - 1);
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * y_stride, mask, acc[j]);
+}
+
 template <int NT>
 void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const bool k = tensor_type_traits(a.type).block_size == 256;
     for (int64_t r = row_begin; r < row_end; r += kRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r));
         const uint8_t* w = a.W + static_cast<uint64_t>(r) * a.row_bytes;
-        if (k) {
+        if (a.type == TensorType::Q4_K) {
+            few_k4<TensorType::Q4_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+        } else if (a.type == TensorType::Q5_K) {
+            few_k4<TensorType::Q5_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+        } else if (k) {
             few_k<NT>(a.type, w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
         } else {
             few_small<NT>(a.type, w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
