@@ -5,6 +5,7 @@
 #include "kernels/matmul_int8_avx512vnni.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace kvstash::kernels::int8_avx512 {
 namespace {
@@ -378,9 +379,44 @@ struct ScaleIndex {
 alignas(64) constexpr ScaleIndex kScaleIndex;
 constexpr __mmask64 kScalePairBytes = 0x9999999999999999ull;  // bytes 0 and 3 of each dword
 
+struct alignas(64) Vec64 {
+    uint8_t b[64];
+};
+
+// The activations of a q4_K / q5_K product as few_k4 reads them, per super-block b and token j: the
+// planes h' (4 vectors), l' (4 vectors) in the weight vectors' sub-block order, then the mins' word
+// pairs (l32_s, h32_s), s = 0..7. Prepared once per call rather than once per row tile.
+constexpr int kK4ActVectors = 9;
+template <int NT>
+void prepare_k4(const QuantizedActivations& xa, std::vector<Vec64>& out) {
+    const int64_t n_blocks = xa.cols / 256;
+    out.resize(static_cast<size_t>(n_blocks * NT * kK4ActVectors));
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        for (int j = 0; j < NT; ++j) {
+            Vec64* o = out.data() + (b * NT + j) * kK4ActVectors;
+            const auto* ph = reinterpret_cast<const uint8_t*>(xa.h_row(j) + 256 * b);
+            const auto* pl = reinterpret_cast<const uint8_t*>(xa.l_row(j) + 256 * b);
+            for (int g = 0; g < 4; ++g) {
+                const int f = first_sub(g);
+                const __m512i h = join(load256(ph + 32 * f), load256(ph + 32 * f + 64));
+                const __m512i l = join(load256(pl + 32 * f), load256(pl + 32 * f + 64));
+                _mm512_store_si512(o[g].b, _mm512_mask_sub_epi8(h, _mm512_movepi8_mask(l), h, _mm512_set1_epi8(1)));  // h - [l < 0]
+                _mm512_store_si512(o[4 + g].b, l);
+            }
+            const int32_t* h32 = xa.h32_row(j) + 8 * b;
+            const int32_t* l32 = xa.l32_row(j) + 8 * b;
+            int32_t xm[16] = {};
+            for (int s = 0; s < 8; ++s)
+                xm[s] = static_cast<int32_t>((static_cast<uint32_t>(h32[s]) << 16) | (static_cast<uint32_t>(l32[s]) & 0xFFFF));
+            std::memcpy(o[8].b, xm, 64);
+        }
+    }
+}
+
 template <TensorType T, int NT>
 void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const QuantizedActivations& xa,
-            int64_t t0, float* y, int64_t y_stride) {
+            const Vec64* act, float* y, int64_t y_stride) {
+    constexpr int64_t t0 = 0;
     constexpr bool five = T == TensorType::Q5_K;
     constexpr int bytes = five ? 176 : 144;
     // Where per-lane sums stop being summable in int32 (see above): after the D = 2 step (q4_K) or the
@@ -409,23 +445,7 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
     for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t off = b * bytes;
-        // Activations (h', l'), in the weight vectors' sub-block order; the mins' (l32_j, h32_j) word pairs.
-        __m512i xh[NT][4], xl[NT][4];
-        int32_t xm[NT][8];
-        for (int j = 0; j < NT; ++j) {
-            const auto* ph = reinterpret_cast<const uint8_t*>(xa.h_row(t0 + j) + 256 * b);
-            const auto* pl = reinterpret_cast<const uint8_t*>(xa.l_row(t0 + j) + 256 * b);
-            for (int g = 0; g < 4; ++g) {
-                const int f = first_sub(g);
-                const __m512i h = join(load256(ph + 32 * f), load256(ph + 32 * f + 64));
-                xl[j][g] = join(load256(pl + 32 * f), load256(pl + 32 * f + 64));
-                xh[j][g] = _mm512_mask_sub_epi8(h, _mm512_movepi8_mask(xl[j][g]), h, _mm512_set1_epi8(1));  // h - [l < 0]
-            }
-            const int32_t* h32 = xa.h32_row(t0 + j) + 8 * b;
-            const int32_t* l32 = xa.l32_row(t0 + j) + 8 * b;
-            for (int s = 0; s < 8; ++s)
-                xm[j][s] = static_cast<int32_t>((static_cast<uint32_t>(h32[s]) << 16) | (static_cast<uint32_t>(l32[s]) & 0xFFFF));
-        }
+        const Vec64* xb = act + b * NT * kK4ActVectors;
         // Headers of the 16 rows with lane = row: dword 0 (d, dmin), 1-3 (the 12 scale bytes).
         __m512i z[4];
         for (int q = 0; q < 4; ++q) {
@@ -453,7 +473,10 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         for (int j = 0; j < NT; ++j) mins[j] = _mm512_setzero_si512();
         for (int s = 0; s < 8; ++s) {
             const __m512i pair = _mm512_shuffle_epi8(s < 4 ? m_lo : m_hi, _mm512_load_si512(kMinPair.idx[s % 4]));
-            for (int j = 0; j < NT; ++j) mins[j] = _mm512_dpwssd_epi32(mins[j], pair, _mm512_set1_epi32(xm[j][s]));
+            for (int j = 0; j < NT; ++j) {
+                const auto* xm = reinterpret_cast<const int32_t*>(xb[j * kK4ActVectors + 8].b);
+                mins[j] = _mm512_dpwssd_epi32(mins[j], pair, _mm512_set1_epi32(xm[s]));
+            }
         }
         // Rows in groups of 4 (steps D = 1, 2 inside a group, 4 and 8 across groups), per token.
         __m512i part_hi[NT][4], part_lo[NT][4];
@@ -485,8 +508,10 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
                 for (int j = 0; j < NT; ++j) {
                     __m512i s = _mm512_setzero_si512();
                     for (int g = 0; g < 4; ++g) {
-                        const __m512i ph = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], xh[j][g]), 16);
-                        s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(ph, xl[j][g], wv[g]), scale[g]);
+                        const __m512i xh = _mm512_load_si512(xb[j * kK4ActVectors + g].b);
+                        const __m512i xl = _mm512_load_si512(xb[j * kK4ActVectors + 4 + g].b);
+                        const __m512i ph = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], xh), 16);
+                        s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(ph, xl, wv[g]), scale[g]);
                     }
                     v[j][i] = s;
                 }
@@ -519,13 +544,15 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
 template <int NT>
 void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const bool k = tensor_type_traits(a.type).block_size == 256;
+    thread_local std::vector<Vec64> act;
+    if (a.type == TensorType::Q4_K || a.type == TensorType::Q5_K) prepare_k4<NT>(*a.xq, act);
     for (int64_t r = row_begin; r < row_end; r += kRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r));
         const uint8_t* w = a.W + static_cast<uint64_t>(r) * a.row_bytes;
         if (a.type == TensorType::Q4_K) {
-            few_k4<TensorType::Q4_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+            few_k4<TensorType::Q4_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, act.data(), a.Y + r, a.y_stride);
         } else if (a.type == TensorType::Q5_K) {
-            few_k4<TensorType::Q5_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+            few_k4<TensorType::Q5_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, act.data(), a.Y + r, a.y_stride);
         } else if (k) {
             few_k<NT>(a.type, w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
         } else {
