@@ -362,22 +362,20 @@ inline __m512 combine_split(__m512i hi, __m512i lo) {
 // to that order once per tile instead of the weights once per row.
 constexpr int first_sub(int g) { return 4 * (g / 2) + g % 2; }
 
-// vpermb indices for the scale pairs: row r, vector parity p: bytes 0 and 3 of lane k take scale byte
-// 4r + p (k < 8) or 4r + p + 2 (k >= 8) of the lane = row scale vector (the other bytes are zeroed).
-struct ScaleIndex {
-    uint8_t idx[kRows][2][64] = {};
-    constexpr ScaleIndex() {
-        for (int r = 0; r < kRows; ++r)
-            for (int p = 0; p < 2; ++p)
-                for (int k = 0; k < 16; ++k) {
-                    const auto v = static_cast<uint8_t>(4 * r + p + (k < 8 ? 0 : 2));
-                    idx[r][p][4 * k] = v;
-                    idx[r][p][4 * k + 3] = v;
-                }
+// vpshufb controls for the scale pairs, from a row's 8 scale bytes broadcast to every 64-bit lane:
+// bytes 0 and 3 of dword k take scale first(g) (k < 8) or first(g) + 2 (k >= 8), the others are zeroed.
+struct ScalePairControl {
+    uint8_t idx[4][64] = {};
+    constexpr ScalePairControl() {
+        for (int g = 0; g < 4; ++g)
+            for (int k = 0; k < 16; ++k) {
+                const auto s = static_cast<uint8_t>(4 * (g / 2) + g % 2 + (k < 8 ? 0 : 2));
+                idx[g][4 * k] = idx[g][4 * k + 3] = s;
+                idx[g][4 * k + 1] = idx[g][4 * k + 2] = 0x80;
+            }
     }
 };
-alignas(64) constexpr ScaleIndex kScaleIndex;
-constexpr __mmask64 kScalePairBytes = 0x9999999999999999ull;  // bytes 0 and 3 of each dword
+alignas(64) constexpr ScalePairControl kScalePair;
 
 struct alignas(64) Vec64 {
     uint8_t b[64];
@@ -464,6 +462,14 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         const __m512i c30 = _mm512_set1_epi8(0x30), l6 = _mm512_set1_epi8(0x3F);
         const __m512i sc_lo = _mm512_and_si512(u0, l6);                                     // sc_0..3
         const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(u2, low4), _mm512_srli_epi32(u0, 2), c30, 0xF8);  // sc_4..7
+        // Each row's 8 scales as one qword (a broadcast load per row, then in-lane vpshufb: cheaper than
+        // vpermb from the lane = row vectors). unpacklo / unpackhi of 128-bit lane L hold rows 4L, 4L+1
+        // and 4L+2, 4L+3.
+        alignas(64) int64_t sc_pairs[16];
+        _mm512_store_si512(sc_pairs, _mm512_unpacklo_epi32(sc_lo, sc_hi));
+        _mm512_store_si512(sc_pairs + 8, _mm512_unpackhi_epi32(sc_lo, sc_hi));
+        int64_t sc_rows[kRows];
+        for (int r = 0; r < kRows; ++r) sc_rows[r] = sc_pairs[(r % 4 < 2 ? 0 : 8) + 2 * (r / 4) + r % 2];
         const __m512i m_lo = _mm512_and_si512(u1, l6);                                      // m_0..3
         const __m512i m_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
                                                        _mm512_srli_epi32(u1, 2), c30, 0xF8);  // m_4..7
@@ -500,10 +506,10 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
                         wv[g] = _mm512_mask_add_epi8(wv[g], _mm512_test_epi8_mask(qh, bit), wv[g], _mm512_set1_epi8(16));
                     }
                 }
+                const __m512i row_sc = _mm512_set1_epi64(sc_rows[r]);
                 __m512i scale[4];
                 for (int g = 0; g < 4; ++g) {
-                    scale[g] = _mm512_maskz_permutexvar_epi8(kScalePairBytes, _mm512_load_si512(kScaleIndex.idx[r][g % 2]),
-                                                             g < 2 ? sc_lo : sc_hi);
+                    scale[g] = _mm512_shuffle_epi8(row_sc, _mm512_load_si512(kScalePair.idx[g]));
                 }
                 for (int j = 0; j < NT; ++j) {
                     __m512i s = _mm512_setzero_si512();
