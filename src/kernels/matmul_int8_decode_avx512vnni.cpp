@@ -13,12 +13,12 @@ namespace {
 // ---- few tokens (decode): natural layout, row sums by a reduction tree ----
 // For each row the products of a block group (a pair of 32-element blocks, or one K-quant super-block)
 // are computed with vpdpbusd on the weights as they lie in the row (no unpacked copy), into a vector V
-// whose lanes 0-7 sum to one integer and lanes 8-15 to another: S of blocks b and b+1 (both planes
-// already combined, 256·V_h + V_l, which fits int32 for 32-element blocks), or S_h and S_l of the
-// super-block (combined after the tree in int64), plus a second vector for the K-quant mins M_b. The
-// 16 rows' vectors are then summed lane-group-wise by a tree of vpermt2d + vpaddd into two vectors with
-// lane = row, and the float steps of the definition run on them. The integers are exact, so the result
-// is bitwise that of the unpacked path and of the scalar code.
+// whose lanes sum to the row's integers: for 32-element blocks, lanes 0-7 to S of block b and 8-15 to
+// S of b+1 (both planes already combined, 256·V_h + V_l, which fits int32 for 32-element blocks); for
+// the K-quants see few_k4 / few_k6 below. The 16 rows' vectors are then summed lane-group-wise by a
+// tree of vpermt2d + vpaddd (or the cheaper pair_step) into vectors with lane = row, and the float
+// steps of the definition run on them. The integers are exact, so the result is bitwise that of the
+// unpacked path and of the scalar code.
 
 // Indices of tree level L (R = 2^L rows per input vector, P = 8 / R partial sums per row and group):
 // output lane g·8 + row'·(P/2) + p' = input[g·8 + (row' mod R)·P + 2p'] + input[... + 1], rows row' < R
@@ -169,141 +169,6 @@ void few_small(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, in
                     const float sx = dx[1] * static_cast<float>(256 * h32[1] + l32[1]);
                     acc[j] = _mm512_fmadd_ps(high_half_fp16(h1), _mm512_set1_ps(sx), acc[j]);
                 }
-            }
-        }
-    }
-    const auto mask = static_cast<__mmask16>((1u << nr) - 1);
-    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * y_stride, mask, acc[j]);
-}
-
-// q4_K / q5_K: scales (lanes 0-7) and mins (lanes 8-15) of a super-block as int32 (ggml's unpacking of
-// the 12 scale bytes, as in matmul_avx512.cpp).
-inline __m512i k_scales_mins(const uint8_t* blk) {
-    uint32_t u[3];
-    std::memcpy(u, blk + 4, 12);
-    constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-    const __m128i packed = _mm_setr_epi32(static_cast<int>(u[0] & kLow6),
-                                          static_cast<int>((u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)),
-                                          static_cast<int>(u[1] & kLow6),
-                                          static_cast<int>(((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)));
-    return _mm512_cvtepu8_epi32(packed);
-}
-
-template <int NT>
-void few_k(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const QuantizedActivations& xa,
-           int64_t t0, float* y, int64_t y_stride) {
-    const bool q6 = type == TensorType::Q6_K, five = type == TensorType::Q5_K;
-    const int bytes = static_cast<int>(tensor_type_traits(type).type_size);
-    const int64_t n_blocks = cols / 256;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), sixteen = _mm256_set1_epi8(16);
-    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-    const int64_t ahead = prefetch_distance(row_bytes);
-    const bool to_l1 = ahead <= kPrefetchL1Bytes;
-    __m512 acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        // Activation side: the four 64-element vectors of each plane, and the sums the offsets / mins
-        // need: q6_K: -32 · (each plane's sums of 16), one per scale; q4_K / q5_K: the sums of q over 32
-        // (256 h + l) in lanes 8-15, to multiply with the mins.
-        __m512i xh[NT][4], xl[NT][4], oh[NT], ol[NT];
-        for (int j = 0; j < NT; ++j) {
-            const int8_t* ph = xa.h_row(t0 + j) + 256 * b;
-            const int8_t* pl = xa.l_row(t0 + j) + 256 * b;
-            for (int g = 0; g < 4; ++g) {
-                xh[j][g] = _mm512_loadu_si512(ph + 64 * g);
-                xl[j][g] = _mm512_loadu_si512(pl + 64 * g);
-            }
-            if (q6) {
-                oh[j] = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xa.h16_row(t0 + j) + 16 * b)), 5);
-                ol[j] = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xa.l16_row(t0 + j) + 16 * b)), 5);
-            } else {
-                const __m256i h32 = load256(reinterpret_cast<const uint8_t*>(xa.h32_row(t0 + j) + 8 * b));
-                const __m256i l32 = load256(reinterpret_cast<const uint8_t*>(xa.l32_row(t0 + j) + 8 * b));
-                oh[j] = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_add_epi32(_mm256_slli_epi32(h32, 8), l32), 1);
-                ol[j] = _mm512_setzero_si512();
-            }
-        }
-        __m512i v2[kFewTokensMax][kRows];  // q4_K / q5_K: the mins' products (lanes 0-7)
-        __m512i v[NT][kRows];
-        for (int r = 0; r < kRows; ++r) {
-            const uint8_t* blk = w + static_cast<uint64_t>(std::min(r, nr - 1)) * row_bytes + b * bytes;
-            for (int l = 0; l < bytes; l += 64) prefetch(blk + ahead + l, to_l1);
-            __m512i wv[4], scale_of[4], extra;
-            if (q6) {
-                const __m512i sc = _mm512_cvtepi8_epi32(load128(blk + 192));  // signed scales j = 0..15
-                const __m512i scw = _mm512_and_si512(sc, low16);            // as int16 with a zero high half
-                for (int h = 0; h < 2; ++h) {
-                    const __m256i ql0 = load256(blk + 64 * h), ql1 = load256(blk + 64 * h + 32);
-                    const __m256i qh = load256(blk + 128 + 32 * h);
-                    const __m256i o0 = _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bits45));
-                    const __m256i o1 = _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), bits45));
-                    const __m256i o2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_and_si256(qh, bits45));
-                    const __m256i o3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-                    wv[2 * h] = join(o0, o1);
-                    wv[2 * h + 1] = join(o2, o3);
-                }
-                // Vector g covers sub-blocks 4g .. 4g+3, four lanes (16 elements) each.
-                for (int g = 0; g < 4; ++g) {
-                    scale_of[g] = _mm512_permutexvar_epi32(
-                        _mm512_add_epi32(_mm512_set1_epi32(4 * g),
-                                         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
-                        scw);
-                }
-                extra = sc;
-            } else {
-                const __m512i scm = k_scales_mins(blk);  // high halves zero
-                const __m256i qh = five ? load256(blk + 16) : _mm256_setzero_si256();
-                const uint8_t* qs = blk + (five ? 48 : 16);
-                for (int g = 0; g < 4; ++g) {
-                    const __m256i q = load256(qs + 32 * g);
-                    __m256i lo = _mm256_and_si256(q, low4);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-                    if (five) {
-                        const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * g)));
-                        const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * g + 1)));
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), sixteen));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), sixteen));
-                    }
-                    wv[g] = join(lo, hi);
-                    scale_of[g] = _mm512_permutexvar_epi32(
-                        _mm512_setr_epi32(2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g, 2 * g + 1, 2 * g + 1,
-                                          2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1, 2 * g + 1),
-                        scm);
-                }
-                extra = scm;
-            }
-            for (int j = 0; j < NT; ++j) {
-                // Per lane: 4 products (|.| <= 4 · 63 · 128 < 2^15), times the sub-block's scale; per plane.
-                __m512i s_h = _mm512_setzero_si512(), s_l = _mm512_setzero_si512();
-                for (int g = 0; g < 4; ++g) {
-                    s_h = _mm512_dpwssd_epi32(s_h, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], xh[j][g]), scale_of[g]);
-                    s_l = _mm512_dpwssd_epi32(s_l, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], xl[j][g]), scale_of[g]);
-                }
-                if (q6) {
-                    // + sum_j sc_j · (-32 · sum16_j) per plane: any lanes, the tree sums them all.
-                    s_h = _mm512_add_epi32(s_h, _mm512_mullo_epi32(extra, oh[j]));
-                    s_l = _mm512_add_epi32(s_l, _mm512_mullo_epi32(extra, ol[j]));
-                } else {
-                    const __m512i mins = _mm512_mullo_epi32(extra, oh[j]);  // lanes 8-15: m_j · sum32_j
-                    v2[j][r] = _mm512_zextsi256_si512(_mm512_extracti64x4_epi64(mins, 1));
-                }
-                v[j][r] = join(_mm256_add_epi32(_mm512_castsi512_si256(s_h), _mm512_extracti64x4_epi64(s_h, 1)),
-                               _mm256_add_epi32(_mm512_castsi512_si256(s_l), _mm512_extracti64x4_epi64(s_l, 1)));
-            }
-        }
-        const __m512i head = gather_rows(w, row_bytes, nr, b * bytes + (q6 ? 206 : 0));
-        const __m512 d = q6 ? high_half_fp16(head) : low_half_fp16(head);
-        const __m512 dmin = high_half_fp16(head);
-        for (int j = 0; j < NT; ++j) {
-            __m512i s_h, s_l;
-            reduce_rows(v[j], s_h, s_l);
-            const __m512 x_scale = _mm512_set1_ps(xa.d_row(t0 + j)[b]);
-            acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, x_scale), combine_planes_wide(s_h, s_l), acc[j]);
-            if (!q6) {
-                __m512i m, unused;
-                reduce_rows(v2[j], m, unused);
-                acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, x_scale), _mm512_cvtepi32_ps(m), acc[j]);
             }
         }
     }
@@ -547,9 +412,99 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
     for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * y_stride, mask, acc[j]);
 }
 
+// ---- q6_K ----
+// Each plane's products are summed on their own (weights 0..63 give 4-product sums up to 4 · 63 · 255
+// on an unsigned plane, past int16, so the q4_K pairing does not apply): per vector g (sub-blocks
+// 4g .. 4g+3, 16 elements = one 128-bit lane each) vpdpbusd, then vpdpwssd with the scale (|4 products|
+// <= 4 · 63 · 128 < 2^15). The weights' offset -32 enters as sum_j sc_j · (-32 · sum16_j) per plane: one
+// vpdpwssd of the word pairs (-sc_j, -sc_j) (|sc| <= 128) and (16 · sum16_j, 16 · sum16_j), which fit
+// int16: 16 · h16 in [-32512, 32512], 16 · l16 in [-32768, 32512] (hence -sc, not sc, on the weight side).
+// Each plane's super-block sum is exact in int32 (|S_h| <= 256 · 128 · 32 · 128 = 2^28; with the
+// weights 0..63 before the offset, < 2^29). Per row the two planes are folded into one vector (h in
+// lanes 0-7, l in 8-15), reduced by pair_step, and combined in int64 as before.
+template <int NT>
+void few_k6(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const QuantizedActivations& xa, float* y,
+            int64_t y_stride) {
+    constexpr int bytes = 210;
+    const int64_t n_blocks = cols / 256;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30), low16 = _mm512_set1_epi32(0xFFFF);
+    // Per 256-bit half (elements k = 0 / 1 of a 64-byte vector, or k = 2 / 3): where qh's bits 2k, 2k+1 go
+    // to bits 4, 5 of the weight byte.
+    const __m512i qh_up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i qh_down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const int64_t ahead = prefetch_distance(row_bytes);
+    const bool to_l1 = ahead <= kPrefetchL1Bytes;
+    const uint8_t* rows[kRows];
+    for (int r = 0; r < kRows; ++r) rows[r] = w + static_cast<uint64_t>(std::min(r, nr - 1)) * row_bytes;
+    __m512 acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t off = b * bytes;
+        __m512i oh[NT], ol[NT];  // (16 · sum16_j) in both words of lane j
+        for (int j = 0; j < NT; ++j) {
+            const __m512i h16 = _mm512_slli_epi32(_mm512_loadu_si512(xa.h16_row(j) + 16 * b), 4);
+            const __m512i l16 = _mm512_slli_epi32(_mm512_loadu_si512(xa.l16_row(j) + 16 * b), 4);
+            oh[j] = _mm512_ternarylogic_epi32(h16, _mm512_slli_epi32(h16, 16), low16, 0xEC);  // (a & c) | b
+            ol[j] = _mm512_ternarylogic_epi32(l16, _mm512_slli_epi32(l16, 16), low16, 0xEC);
+        }
+        __m512i part[NT][4];
+        for (int q = 0; q < 4; ++q) {
+            __m512i v[NT][4];
+            for (int i = 0; i < 4; ++i) {
+                const uint8_t* blk = rows[4 * q + i] + off;
+                for (int l = 0; l < bytes; l += 64) prefetch(blk + ahead + l, to_l1);
+                const __m512i sc = _mm512_cvtepi8_epi32(load128(blk + 192));
+                const __m512i scw = _mm512_and_si512(sc, low16);  // sc_j as int16, zero high word
+                const __m512i nsc = _mm512_sub_epi32(_mm512_setzero_si512(), sc);
+                const __m512i nsc2 = _mm512_ternarylogic_epi32(nsc, _mm512_slli_epi32(nsc, 16), low16, 0xEC);  // (-sc_j, -sc_j)
+                __m512i wv[4];
+                for (int h = 0; h < 2; ++h) {
+                    // 64 quant bytes: elements 128h + 0..63 from the low nibbles, + 64..127 from the high.
+                    const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+                    const __m512i qh = _mm512_broadcast_i64x4(load256(blk + 128 + 32 * h));
+                    wv[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low4), _mm512_sllv_epi16(qh, qh_up), bits45, 0xF8);
+                    wv[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                              _mm512_srlv_epi16(qh, qh_down), bits45, 0xF8);
+                }
+                __m512i scale_of[4];
+                for (int g = 0; g < 4; ++g) {
+                    scale_of[g] = _mm512_permutexvar_epi32(
+                        _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
+                        scw);
+                }
+                for (int j = 0; j < NT; ++j) {
+                    const int8_t* ph = xa.h_row(j) + 256 * b;
+                    const int8_t* pl = xa.l_row(j) + 256 * b;
+                    __m512i s_h = _mm512_dpwssd_epi32(_mm512_setzero_si512(), nsc2, oh[j]);
+                    __m512i s_l = _mm512_dpwssd_epi32(_mm512_setzero_si512(), nsc2, ol[j]);
+                    for (int g = 0; g < 4; ++g) {
+                        s_h = _mm512_dpwssd_epi32(s_h, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], _mm512_loadu_si512(ph + 64 * g)), scale_of[g]);
+                        s_l = _mm512_dpwssd_epi32(s_l, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], _mm512_loadu_si512(pl + 64 * g)), scale_of[g]);
+                    }
+                    // Lanes 0-7: S_h partials, 8-15: S_l partials.
+                    v[j][i] = _mm512_add_epi32(_mm512_mask_blend_epi32(0xFF00, s_h, s_l),
+                                               _mm512_shuffle_i64x2(s_h, s_l, _MM_SHUFFLE(1, 0, 3, 2)));
+                }
+            }
+            for (int j = 0; j < NT; ++j)
+                part[j][q] = pair_step<2>(pair_step<1>(v[j][0], v[j][1]), pair_step<1>(v[j][2], v[j][3]));
+        }
+        const __m512 d = high_half_fp16(gather_rows(w, row_bytes, nr, off + 206));
+        for (int j = 0; j < NT; ++j) {
+            // Rows 0-7 (lane = row, plane h in lanes 0-7, l in 8-15) and rows 8-15.
+            const __m512i lo8 = pair_step<4>(part[j][0], part[j][1]), hi8 = pair_step<4>(part[j][2], part[j][3]);
+            const __m512i s_h = _mm512_shuffle_i64x2(lo8, hi8, _MM_SHUFFLE(1, 0, 1, 0));
+            const __m512i s_l = _mm512_shuffle_i64x2(lo8, hi8, _MM_SHUFFLE(3, 2, 3, 2));
+            const __m512 x_scale = _mm512_set1_ps(xa.d_row(j)[b]);
+            acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, x_scale), combine_planes_wide(s_h, s_l), acc[j]);
+        }
+    }
+    const auto mask = static_cast<__mmask16>((1u << nr) - 1);
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, mask, acc[j]);
+}
+
 template <int NT>
 void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    const bool k = tensor_type_traits(a.type).block_size == 256;
     thread_local std::vector<Vec64> act;
     if (a.type == TensorType::Q4_K || a.type == TensorType::Q5_K) prepare_k4<NT>(*a.xq, act);
     for (int64_t r = row_begin; r < row_end; r += kRows) {
@@ -559,8 +514,8 @@ void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
             few_k4<TensorType::Q4_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, act.data(), a.Y + r, a.y_stride);
         } else if (a.type == TensorType::Q5_K) {
             few_k4<TensorType::Q5_K, NT>(w, a.row_bytes, nr, a.cols, *a.xq, act.data(), a.Y + r, a.y_stride);
-        } else if (k) {
-            few_k<NT>(a.type, w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
+        } else if (a.type == TensorType::Q6_K) {
+            few_k6<NT>(w, a.row_bytes, nr, a.cols, *a.xq, a.Y + r, a.y_stride);
         } else {
             few_small<NT>(a.type, w, a.row_bytes, nr, a.cols, *a.xq, 0, a.Y + r, a.y_stride);
         }
