@@ -294,6 +294,9 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
     // Transpose of 4 vectors of 4 rows' first 16 bytes (one 128-bit lane per row) into dword k of
     // each row: vpermt2d to rows 0-7 of dwords k, k+1, then 256-bit halves.
     alignas(64) static constexpr int32_t kT01[16] = {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29};
+    // Row r's qword: (sc_0..3, sc_4..7) = dword r of sc_lo, then of sc_hi.
+    alignas(64) static constexpr int32_t kScaleRows[2][16] = {{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
+                                                              {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
     alignas(64) static constexpr int32_t kT23[16] = {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
     // Min bytes to (m_j, 256·m_j) word pairs (bytes 0 and 3 of each dword, vpshufb inside 128-bit
     // lanes): m_j is byte j % 4 of the row's dword of m_0..3 or m_4..7.
@@ -328,13 +331,10 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         const __m512i sc_lo = _mm512_and_si512(u0, l6);                                     // sc_0..3
         const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(u2, low4), _mm512_srli_epi32(u0, 2), c30, 0xF8);  // sc_4..7
         // Each row's 8 scales as one qword (a broadcast load per row, then in-lane vpshufb: cheaper than
-        // vpermb from the lane = row vectors). unpacklo / unpackhi of 128-bit lane L hold rows 4L, 4L+1
-        // and 4L+2, 4L+3.
-        alignas(64) int64_t sc_pairs[16];
-        _mm512_store_si512(sc_pairs, _mm512_unpacklo_epi32(sc_lo, sc_hi));
-        _mm512_store_si512(sc_pairs + 8, _mm512_unpackhi_epi32(sc_lo, sc_hi));
-        int64_t sc_rows[kRows];
-        for (int r = 0; r < kRows; ++r) sc_rows[r] = sc_pairs[(r % 4 < 2 ? 0 : 8) + 2 * (r / 4) + r % 2];
+        // vpermb from the lane = row vectors).
+        alignas(64) int64_t sc_rows[kRows];
+        _mm512_store_si512(sc_rows, _mm512_permutex2var_epi32(sc_lo, _mm512_load_si512(kScaleRows[0]), sc_hi));
+        _mm512_store_si512(sc_rows + 8, _mm512_permutex2var_epi32(sc_lo, _mm512_load_si512(kScaleRows[1]), sc_hi));
         const __m512i m_lo = _mm512_and_si512(u1, l6);                                      // m_0..3
         const __m512i m_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
                                                        _mm512_srli_epi32(u1, 2), c30, 0xF8);  // m_4..7
