@@ -178,7 +178,7 @@ void few_small(TensorType type, const uint8_t* w, uint64_t row_bytes, int nr, in
 
 // ---- q4_K / q5_K: packed planes, rows reduced by lane-pair steps, mins in lane = row ----
 // Per row and weight vector g the two planes' products go into one vector of int16 pairs. The planes
-// are re-split (per tile) as q = 256·h' + l' with l' = q mod 256 in [0, 255] (the bytes of l read as
+// are re-split (once per call) as q = 256·h' + l' with l' = q mod 256 in [0, 255] (the bytes of l read as
 // unsigned) and h' = h - [l < 0] in [-128, 127]. P_h = vpdpbusd(0, w, h') is shifted left 16 bits, then
 // vpdpbusd(·, l', w) (l' the unsigned operand, the weights <= 31 the signed one) adds P_l >= 0, so each
 // dword is 65536·P_h + P_l with 0 <= P_l <= 4 · 31 · 255 = 31620 < 2^15 and |P_h| <= 4 · 31 · 128: its
@@ -224,7 +224,7 @@ inline __m512 combine_split(__m512i hi, __m512i lo) {
 
 // Weight vector g (0..3) is the low (g even) or high nibbles of quant bytes 64·(g/2) .. +63, one 512-bit
 // load: sub-blocks first(g) (bytes 0-31) and first(g) + 2 (bytes 32-63). The activations are rearranged
-// to that order once per tile instead of the weights once per row.
+// to that order once per call instead of the weights once per row.
 constexpr int first_sub(int g) { return 4 * (g / 2) + g % 2; }
 
 // vpshufb controls for the scale pairs, from a row's 8 scale bytes broadcast to every 64-bit lane:
@@ -234,7 +234,7 @@ struct ScalePairControl {
     constexpr ScalePairControl() {
         for (int g = 0; g < 4; ++g)
             for (int k = 0; k < 16; ++k) {
-                const auto s = static_cast<uint8_t>(4 * (g / 2) + g % 2 + (k < 8 ? 0 : 2));
+                const auto s = static_cast<uint8_t>(first_sub(g) + (k < 8 ? 0 : 2));
                 idx[g][4 * k] = idx[g][4 * k + 3] = s;
                 idx[g][4 * k + 1] = idx[g][4 * k + 2] = 0x80;
             }
@@ -268,10 +268,10 @@ void prepare_k4(const QuantizedActivations& xa, std::vector<Vec64>& out) {
             }
             const int32_t* h32 = xa.h32_row(j) + 8 * b;
             const int32_t* l32 = xa.l32_row(j) + 8 * b;
-            int32_t xm[16] = {};
+            int32_t pairs[16] = {};
             for (int s = 0; s < 8; ++s)
-                xm[s] = static_cast<int32_t>((static_cast<uint32_t>(h32[s]) << 16) | (static_cast<uint32_t>(l32[s]) & 0xFFFF));
-            std::memcpy(o[8].b, xm, 64);
+                pairs[s] = static_cast<int32_t>((static_cast<uint32_t>(h32[s]) << 16) | (static_cast<uint32_t>(l32[s]) & 0xFFFF));
+            std::memcpy(o[8].b, pairs, 64);
         }
     }
 }
@@ -279,7 +279,6 @@ void prepare_k4(const QuantizedActivations& xa, std::vector<Vec64>& out) {
 template <TensorType T, int NT>
 void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const QuantizedActivations& xa,
             const Vec64* act, float* y, int64_t y_stride) {
-    constexpr int64_t t0 = 0;
     constexpr bool five = T == TensorType::Q5_K;
     constexpr int bytes = five ? 176 : 144;
     // Where per-lane sums stop being summable in int32 (see above): after the D = 2 step (q4_K) or the
@@ -294,10 +293,10 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
     // Transpose of 4 vectors of 4 rows' first 16 bytes (one 128-bit lane per row) into dword k of
     // each row: vpermt2d to rows 0-7 of dwords k, k+1, then 256-bit halves.
     alignas(64) static constexpr int32_t kT01[16] = {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29};
+    alignas(64) static constexpr int32_t kT23[16] = {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
     // Row r's qword: (sc_0..3, sc_4..7) = dword r of sc_lo, then of sc_hi.
     alignas(64) static constexpr int32_t kScaleRows[2][16] = {{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
                                                               {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
-    alignas(64) static constexpr int32_t kT23[16] = {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
     // Min bytes to (m_j, 256·m_j) word pairs (bytes 0 and 3 of each dword, vpshufb inside 128-bit
     // lanes): m_j is byte j % 4 of the row's dword of m_0..3 or m_4..7.
     alignas(64) static constexpr struct MinPair {
@@ -338,8 +337,9 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         const __m512i m_lo = _mm512_and_si512(u1, l6);                                      // m_0..3
         const __m512i m_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
                                                        _mm512_srli_epi32(u1, 2), c30, 0xF8);  // m_4..7
-        // M_b = sum_j m_j·(256·h32_j + l32_j): per dword m_j·l32_j + 256·m_j·h32_j, |.| <= 63 · 32 · 32639
-        // = 6.6e7, |M_b| <= 5.3e8: exact in int32 (as the definition's int32 sum).
+        // M_b = sum_j m_j·(256·h32_j + l32_j): per dword m_j·l32_j + 256·m_j·h32_j (int16 operands: m_j,
+        // 256·m_j <= 16128, |h32| <= 32 · 127, |l32| <= 32 · 128), |.| <= 63 · 32 · 32639 = 6.6e7, so
+        // |M_b| <= 5.3e8: exact in int32 (as the definition's int32 sum).
         __m512i mins[NT];
         for (int j = 0; j < NT; ++j) mins[j] = _mm512_setzero_si512();
         for (int s = 0; s < 8; ++s) {
@@ -403,13 +403,13 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         for (int j = 0; j < NT; ++j) {
             const __m512i hi = pair_step<8>(pair_step<4>(part_hi[j][0], part_hi[j][1]), pair_step<4>(part_hi[j][2], part_hi[j][3]));
             const __m512i lo = pair_step<8>(pair_step<4>(part_lo[j][0], part_lo[j][1]), pair_step<4>(part_lo[j][2], part_lo[j][3]));
-            const __m512 x_scale = _mm512_set1_ps(xa.d_row(t0 + j)[b]);
+            const __m512 x_scale = _mm512_set1_ps(xa.d_row(j)[b]);
             acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, x_scale), combine_split(hi, lo), acc[j]);
             acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, x_scale), _mm512_cvtepi32_ps(mins[j]), acc[j]);
         }
     }
     const auto mask = static_cast<__mmask16>((1u << nr) - 1);
-    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * y_stride, mask, acc[j]);
+    for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + j * y_stride, mask, acc[j]);
 }
 
 // ---- q6_K ----
@@ -419,9 +419,11 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
 // <= 4 · 63 · 128 < 2^15). The weights' offset -32 enters as sum_j sc_j · (-32 · sum16_j) per plane: one
 // vpdpwssd of the word pairs (-sc_j, -sc_j) (|sc| <= 128) and (16 · sum16_j, 16 · sum16_j), which fit
 // int16: 16 · h16 in [-32512, 32512], 16 · l16 in [-32768, 32512] (hence -sc, not sc, on the weight side).
-// Each plane's super-block sum is exact in int32 (|S_h| <= 256 · 128 · 32 · 128 = 2^28; with the
-// weights 0..63 before the offset, < 2^29). Per row the two planes are folded into one vector (h in
-// lanes 0-7, l in 8-15), reduced by pair_step, and combined in int64 as before.
+// Each plane's sums are exact in int32: the offset term (the accumulator's start) is at most
+// 256 · 128 · 32 · 128 = 2^27 in magnitude, the unsigned-weight products add at most 256 · 128 · 63 · 128
+// < 2^28, so every partial sum (per lane, and over lanes in the tree) stays below 2^29. Per row the two
+// planes are folded into one vector (h in lanes 0-7, l in 8-15), reduced by pair_step, and combined
+// into S_b in int64 (combine_planes_wide).
 template <int NT>
 void few_k6(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const QuantizedActivations& xa, float* y,
             int64_t y_stride) {
