@@ -345,8 +345,8 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         for (int s = 0; s < 8; ++s) {
             const __m512i pair = _mm512_shuffle_epi8(s < 4 ? m_lo : m_hi, _mm512_load_si512(kMinPair.idx[s % 4]));
             for (int j = 0; j < NT; ++j) {
-                const auto* xm = reinterpret_cast<const int32_t*>(xb[j * kK4ActVectors + 8].b);
-                mins[j] = _mm512_dpwssd_epi32(mins[j], pair, _mm512_set1_epi32(xm[s]));
+                const int32_t x_pair = load_i32(xb[j * kK4ActVectors + 8].b + 4 * s);
+                mins[j] = _mm512_dpwssd_epi32(mins[j], pair, _mm512_set1_epi32(x_pair));
             }
         }
         // Rows in groups of 4 (steps D = 1, 2 inside a group, 4 and 8 across groups), per token.
