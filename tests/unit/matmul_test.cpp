@@ -296,6 +296,52 @@ TEST_P(MatmulCase, OneHotActivationsReturnTheDequantizedWeights) {
     }
 }
 
+// The integer sums at their largest: every quant bit set (largest weights, 6-bit scales and mins 63;
+// q6_K scales -128 or 127), activations of one magnitude (|q| = 32639 everywhere: h = l = 127, or the
+// negative split h = -127, l = -127) with every sign pattern that keeps the sums extreme or makes the
+// two planes disagree. The kernels' int32 steps are only exact within bounds that these inputs reach
+// (K-quant super-block sums pass 2^32), so this pins the bounds reasoning, bitwise against the scalar
+// definition, for the decode (1, 2 tokens) and batched paths and partial row tiles.
+TEST_P(MatmulCase, ExtremeIntegerSumsBitwise) {
+    const auto [isa, type] = GetParam();
+    if (!kernels::has_integer_path(type)) return;
+    const int64_t rows = 21, cols = 512;  // partial row tiles; two K-quant super-blocks
+    const uint64_t row_bytes = tensor_row_bytes(type, cols);
+    const uint32_t block_bytes = tensor_type_traits(type).type_size;
+    std::vector<uint8_t> W(row_bytes * rows, 0xFF);
+    for (uint64_t off = 0; off < W.size(); off += block_bytes) {
+        uint8_t* blk = W.data() + off;
+        const int row = static_cast<int>(off / row_bytes);
+        switch (type) {
+            case TensorType::Q4_K:
+            case TensorType::Q5_K: put_fp16(blk, 0.001f); put_fp16(blk + 2, 0.003f); break;
+            case TensorType::Q6_K:
+                std::memset(blk + 192, row % 2 ? 0x80 : 0x7F, 16);
+                put_fp16(blk + 208, 0.001f);
+                break;
+            case TensorType::Q4_1: put_fp16(blk, 0.001f); put_fp16(blk + 2, -0.003f); break;
+            default: put_fp16(blk, 0.001f); break;
+        }
+    }
+    for (int pattern = 0; pattern < 4; ++pattern) {
+        for (int64_t n_tokens : {1, 2, 3}) {
+            std::vector<float> X(static_cast<size_t>(n_tokens * cols));
+            for (size_t i = 0; i < X.size(); ++i) {
+                const bool negative = pattern == 1 || (pattern == 2 && i % 2) || (pattern == 3 && (i / 4 + i / 256) % 2);
+                X[i] = negative ? -1.0f : 1.0f;
+            }
+            std::vector<float> got(static_cast<size_t>(n_tokens * rows)), want(got.size());
+            matmul_integer_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, got.data(), nullptr);
+            matmul_integer_with(Isa::scalar, type, W.data(), rows, cols, X.data(), n_tokens, want.data(), nullptr);
+            for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_TRUE(same_bits(got[i], want[i])) << "pattern " << pattern << " tokens " << n_tokens << " token "
+                                                        << i / rows << " row " << i % rows << ": " << got[i] << " vs "
+                                                        << want[i];
+            }
+        }
+    }
+}
+
 // Y[t][r] depends only on (W[r], X[t]): compare the full product against per-token dot_row, against
 // X split into chunks of odd sizes, against sub-ranges of rows, and across thread counts. Bitwise.
 TEST_P(MatmulCase, BatchInvariantBitwise) {
