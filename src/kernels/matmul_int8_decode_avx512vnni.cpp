@@ -15,28 +15,10 @@ namespace {
 // are computed with vpdpbusd on the weights as they lie in the row (no unpacked copy), into a vector V
 // whose lanes sum to the row's integers: for 32-element blocks, lanes 0-7 to S of block b and 8-15 to
 // S of b+1 (both planes already combined, 256·V_h + V_l, which fits int32 for 32-element blocks); for
-// the K-quants see few_k4 / few_k6 below. The 16 rows' vectors are then summed lane-group-wise by a
-// tree of vpermt2d + vpaddd (or the cheaper pair_step) into vectors with lane = row, and the float
+// the K-quants see few_k4 / few_k6 below. The 16 rows' vectors are then summed lane-group-wise by
+// pair_step reductions (a shuffle and a blend per step) into vectors with lane = row, and the float
 // steps of the definition run on them. The integers are exact, so the result is bitwise that of the
 // unpacked path and of the scalar code.
-
-// Indices of tree level L (R = 2^L rows per input vector, P = 8 / R partial sums per row and group):
-// output lane g·8 + row'·(P/2) + p' = input[g·8 + (row' mod R)·P + 2p'] + input[... + 1], rows row' < R
-// from the first input, the others from the second (index bit 4).
-struct TreeIndex {
-    int32_t even[3][16] = {}, odd[3][16] = {};
-    constexpr TreeIndex() {
-        for (int level = 0; level < 3; ++level) {
-            const int R = 1 << level, P = 8 / R, P2 = P / 2;
-            for (int lane = 0; lane < 16; ++lane) {
-                const int g = lane / 8, k = lane % 8, row = k / P2, p = k % P2;
-                const int src = (row < R ? 0 : 16) + g * 8 + (row % R) * P + 2 * p;
-                even[level][lane] = src;
-                odd[level][lane] = src + 1;
-            }
-        }
-    }
-};
 
 // Decode streams the weights from memory once. Each row's block is prefetched at the same position of
 // the next 16-row tile (the rows of a task form one contiguous stream), at least 16 KiB ahead; into L1
@@ -53,22 +35,39 @@ inline void prefetch(const uint8_t* p, bool to_l1) {
     }
 }
 
-// v[r] (r < 16): row r's vector. Returns group 0 (lanes 0-7 summed) and group 1 (8-15) with lane = row.
-__attribute__((always_inline)) inline void reduce_rows(__m512i* v, __m512i& group0, __m512i& group1) {
-    static constexpr TreeIndex kIdx;
-    int n = 16;
-    for (int level = 0; level < 3; ++level, n /= 2) {
-        const __m512i e = _mm512_loadu_si512(kIdx.even[level]), o = _mm512_loadu_si512(kIdx.odd[level]);
-        for (int i = 0; i < n / 2; ++i) {
-            v[i] = _mm512_add_epi32(_mm512_permutex2var_epi32(v[2 * i], e, v[2 * i + 1]),
-                                    _mm512_permutex2var_epi32(v[2 * i], o, v[2 * i + 1]));
-        }
+// One reduction step on vectors a, b whose lanes L and L ^ D belong to the same row: out[L] =
+// a[L] + a[L ^ D] where bit D of L is clear, b[L] + b[L ^ D] where it is set. One shuffle each (the
+// other addend stays in place, a blend). Steps D = 1, 2, 4, 8 on rows 2i, 2i+1, then on the results
+// pairwise, and so on, leave row r's sum in lane r.
+template <int D>
+__attribute__((always_inline)) inline __m512i pair_step(__m512i a, __m512i b) {
+    constexpr __mmask16 m = D == 1 ? 0xAAAA : D == 2 ? 0xCCCC : D == 4 ? 0xF0F0 : 0xFF00;
+    __m512i y;  // y[L] = (bit D of L ? b : a)[L ^ D]
+    if constexpr (D == 1) {
+        y = _mm512_shuffle_epi32(_mm512_mask_blend_epi32(m, b, a), _MM_PERM_CDAB);
+    } else if constexpr (D == 2) {
+        y = _mm512_alignr_epi8(b, a, 8);
+    } else if constexpr (D == 4) {
+        const __m512i c = _mm512_mask_blend_epi32(m, b, a);
+        y = _mm512_shuffle_i32x4(c, c, _MM_SHUFFLE(2, 3, 0, 1));
+    } else {
+        y = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(1, 0, 3, 2));
     }
-    // v[0]: rows 0-7 (lanes g·8 + row), v[1]: rows 8-15.
-    group0 = _mm512_permutex2var_epi32(
-        v[0], _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), v[1]);
-    group1 = _mm512_permutex2var_epi32(
-        v[0], _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31), v[1]);
+    return _mm512_add_epi32(_mm512_mask_blend_epi32(m, a, b), y);
+}
+
+// v[r] (r < 16): row r's vector. Returns group 0 (lanes 0-7 summed) and group 1 (8-15) with lane = row:
+// steps D = 1, 2, 4 on rows 0-7 and on rows 8-15 (sums never cross lane 8), then the halves joined.
+__attribute__((always_inline)) inline void reduce_rows(__m512i* v, __m512i& group0, __m512i& group1) {
+    __m512i half[2];
+    for (int h = 0; h < 2; ++h) {
+        const __m512i* x = v + 8 * h;
+        const __m512i a = pair_step<1>(x[0], x[1]), b = pair_step<1>(x[2], x[3]);
+        const __m512i c = pair_step<1>(x[4], x[5]), d = pair_step<1>(x[6], x[7]);
+        half[h] = pair_step<4>(pair_step<2>(a, b), pair_step<2>(c, d));
+    }
+    group0 = _mm512_shuffle_i64x2(half[0], half[1], _MM_SHUFFLE(1, 0, 1, 0));
+    group1 = _mm512_shuffle_i64x2(half[0], half[1], _MM_SHUFFLE(3, 2, 3, 2));
 }
 
 
@@ -194,27 +193,6 @@ void few_small(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const
 // S_b is formed from the two sums in int64: the same integer as the definition's (the test
 // ExtremeIntegerSumsBitwise reaches these bounds). The mins' sums M_b are vpdpwssd products of
 // (m_j, 256·m_j) with (l32_j, h32_j), lanes = rows from the start: no per-row work and no tree.
-
-// One reduction step on vectors a, b whose lanes L and L ^ D belong to the same row: out[L] =
-// a[L] + a[L ^ D] where bit D of L is clear, b[L] + b[L ^ D] where it is set. One shuffle each (the
-// other addend stays in place, a blend). Steps D = 1, 2, 4, 8 on rows 2i, 2i+1, then on the results
-// pairwise, and so on, leave row r's sum in lane r.
-template <int D>
-__attribute__((always_inline)) inline __m512i pair_step(__m512i a, __m512i b) {
-    constexpr __mmask16 m = D == 1 ? 0xAAAA : D == 2 ? 0xCCCC : D == 4 ? 0xF0F0 : 0xFF00;
-    __m512i y;  // y[L] = (bit D of L ? b : a)[L ^ D]
-    if constexpr (D == 1) {
-        y = _mm512_shuffle_epi32(_mm512_mask_blend_epi32(m, b, a), _MM_PERM_CDAB);
-    } else if constexpr (D == 2) {
-        y = _mm512_alignr_epi8(b, a, 8);
-    } else if constexpr (D == 4) {
-        const __m512i c = _mm512_mask_blend_epi32(m, b, a);
-        y = _mm512_shuffle_i32x4(c, c, _MM_SHUFFLE(2, 3, 0, 1));
-    } else {
-        y = _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(1, 0, 3, 2));
-    }
-    return _mm512_add_epi32(_mm512_mask_blend_epi32(m, a, b), y);
-}
 
 // float(65536·hi + lo) per lane, the sum formed exactly in int64.
 inline __m512 combine_split(__m512i hi, __m512i lo) {
