@@ -32,6 +32,7 @@ namespace {
 constexpr int kFusedRows = 4;         // rows decoded together in the fused tile for 2 or 3 tokens
                                       // (Block::kRowsOneToken for one token)
 constexpr int kFusedMaxTokens = 3;    // n_tokens up to this use the fused tile
+constexpr int kFusedChunkedMaxTokens = 9;  // up to this, quantized types run the fused tile per 3 tokens
 constexpr int kRowTile = 4;           // buffered: rows per register tile (and per decoded buffer)
 constexpr int kTokenTile = 6;         // buffered: tokens per register tile (4 × 6 accumulators)
 constexpr int64_t kTokenBlock = 64;   // buffered: most tokens per pass over a decoded row tile
@@ -581,6 +582,20 @@ void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 
 void matmul_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     if (a.n_tokens <= kFusedMaxTokens && run_fused(a, row_begin, row_end)) return;
+    if (a.n_tokens <= kFusedChunkedMaxTokens && a.type != TensorType::F32 && a.type != TensorType::F16 &&
+        a.type != TensorType::BF16) {
+        // A few tokens (continuous batching of a few sequences): the fused tile on chunks of up to 3
+        // tokens, the task's rows re-read from L2 per chunk, beats decoding them into the buffer (the
+        // buffered tile's decode is amortized only over many tokens). Same bits either way.
+        for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kFusedMaxTokens) {
+            MatmulArgs chunk = a;
+            chunk.X = a.X + t0 * a.cols;
+            chunk.Y = a.Y + t0 * a.y_stride;
+            chunk.n_tokens = std::min<int64_t>(kFusedMaxTokens, a.n_tokens - t0);
+            run_fused(chunk, row_begin, row_end);
+        }
+        return;
+    }
     buffered_rows(a, row_begin, row_end);
 }
 
