@@ -10,7 +10,8 @@
 
 namespace kvstash {
 
-// On the process's instruction set (kernels/dispatch.h).
+// On the process's instruction set (kernels/dispatch.h); _with: on `isa`, which must be one of
+// available_isas() (not checked here, unlike matmul_with: these run per row).
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_with(Isa isa, const float* gate, const float* up, float* out, int64_t n);
 

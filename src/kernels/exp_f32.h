@@ -45,7 +45,8 @@ inline constexpr float kC0 = 1.0f;
 // The scalar reference.
 float exp_f32(float x);
 
-// out[j] = exp_f32(in[j] - shift) for j < n, on `isa` (in == out allowed): the softmax numerators.
+// out[j] = exp_f32(in[j] - shift) for j < n, on `isa` (one of available_isas(), not checked; in == out
+// allowed): the softmax numerators.
 // Every ISA gives the scalar reference's bits.
 void exp_f32_shifted_row(Isa isa, const float* in, float* out, int64_t n, float shift);
 

@@ -14,7 +14,8 @@
 
 namespace kvstash {
 
-// On the process's instruction set (kernels/dispatch.h).
+// On the process's instruction set (kernels/dispatch.h); _with: on `isa`, which must be one of
+// available_isas() (not checked here, unlike matmul_with: these run per row).
 void rms_norm_row(const float* x, const float* weight, float* out, int64_t n, float eps);
 void rms_norm_row_with(Isa isa, const float* x, const float* weight, float* out, int64_t n, float eps);
 
