@@ -26,12 +26,10 @@ void attend_one(const kernels::AttentionRowOps& ops, const AttentionShape& s, co
         scores[static_cast<size_t>(j)] = score;
         if (score > max_score) max_score = score;
     }
+    // The numerators (vectorised, the same bits on every ISA), then their sum in key order.
+    ops.exp_shifted(scores.data(), scores.data(), n_keys, max_score);
     float sum = 0.0f;
-    for (int64_t j = 0; j < n_keys; ++j) {
-        const float e = std::exp(scores[static_cast<size_t>(j)] - max_score);
-        scores[static_cast<size_t>(j)] = e;
-        sum += e;
-    }
+    for (int64_t j = 0; j < n_keys; ++j) sum += scores[static_cast<size_t>(j)];
     for (int64_t d = 0; d < s.head_dim; ++d) out[d] = 0.0f;
     for (int64_t j = 0; j < n_keys; ++j) {
         ops.axpy(out, scores[static_cast<size_t>(j)], kv_row(kv.v_blocks, kv, j) + offset, s.head_dim, kv.type);

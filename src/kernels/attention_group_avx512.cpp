@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "kernels/attention_group.h"
+#include "kernels/exp_f32.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -122,12 +123,9 @@ float softmax_numerators(float* s, int64_t n) {
         m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask, s + j));
     }
     const float max_score = _mm512_reduce_max_ps(m);
+    exp_f32_shifted_row_avx512(s, s, n, max_score);  // what the per-row path's exp_shifted is on AVX-512
     float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) {
-        const float e = std::exp(s[i] - max_score);
-        s[i] = e;
-        sum += e;
-    }
+    for (int64_t i = 0; i < n; ++i) sum += s[i];
     return 1.0f / sum;
 }
 

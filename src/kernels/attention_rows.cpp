@@ -1,5 +1,7 @@
 #include "kernels/attention_rows.h"
 
+#include "kernels/exp_f32.h"
+
 namespace kvstash::kernels {
 namespace reference {
 
@@ -28,7 +30,7 @@ AttentionRowOps attention_row_ops(Isa isa) {
         case Isa::avx2: return attention_row_ops_avx2();
         case Isa::scalar: break;
     }
-    return {reference::attention_dot, reference::attention_axpy};
+    return {reference::attention_dot, reference::attention_axpy, reference::exp_f32_shifted_row};
 }
 
 }  // namespace kvstash::kernels

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "kernels/attention_rows.h"
+#include "kernels/exp_f32.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -38,6 +39,6 @@ void axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type)
 
 }  // namespace
 
-AttentionRowOps attention_row_ops_avx2() { return {dot, axpy}; }
+AttentionRowOps attention_row_ops_avx2() { return {dot, axpy, exp_f32_shifted_row_avx2}; }
 
 }  // namespace kvstash::kernels

@@ -6,6 +6,7 @@
 #pragma GCC diagnostic pop
 
 #include "kernels/attention_rows.h"
+#include "kernels/exp_f32.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -37,6 +38,6 @@ void axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type)
 
 }  // namespace
 
-AttentionRowOps attention_row_ops_avx512() { return {dot, axpy}; }
+AttentionRowOps attention_row_ops_avx512() { return {dot, axpy, exp_f32_shifted_row_avx512}; }
 
 }  // namespace kvstash::kernels

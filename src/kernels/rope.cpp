@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/rope_rotate.h"
+
 namespace kvstash {
 
 RopeTable::RopeTable(const ModelConfig& config, std::vector<float> freq_factors)
@@ -28,19 +30,14 @@ void RopeTable::angles(int64_t pos, float* cos_out, float* sin_out) const {
 }
 
 void RopeTable::apply(float* x, int64_t n_heads, const float* cos_v, const float* sin_v) const {
-    const int64_t half = n_rot_ / 2;
-    for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x + h * head_dim_;
-        for (int64_t i = 0; i < half; ++i) {
-            // normal: pairs (2i, 2i+1); neox: pairs (i, i + half)
-            const int64_t a = layout_ == RopeLayout::normal ? 2 * i : i;
-            const int64_t b = layout_ == RopeLayout::normal ? 2 * i + 1 : i + half;
-            const float x0 = v[a];
-            const float x1 = v[b];
-            v[a] = x0 * cos_v[i] - x1 * sin_v[i];
-            v[b] = x0 * sin_v[i] + x1 * cos_v[i];
-        }
-    }
+    apply_with(active_isa(), x, n_heads, cos_v, sin_v);
+}
+
+void RopeTable::apply_with(Isa isa, float* x, int64_t n_heads, const float* cos_v, const float* sin_v) const {
+    kernels::RopeRotateFn rotate = kernels::reference::rope_rotate;
+    if (isa == Isa::avx512) rotate = kernels::rope_rotate_avx512;
+    if (isa == Isa::avx2) rotate = kernels::rope_rotate_avx2;
+    for (int64_t h = 0; h < n_heads; ++h) rotate(layout_, x + h * head_dim_, n_rot_ / 2, 0, cos_v, sin_v);
 }
 
 }  // namespace kvstash

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "model/config.h"
 
 namespace kvstash {
@@ -18,8 +19,11 @@ public:
 
     // cos/sin of the n_rot/2 angles at `pos` into cos_out/sin_out.
     void angles(int64_t pos, float* cos_out, float* sin_out) const;
-    // Rotates the first n_rot dims of each of n_heads vectors of head_dim floats in place.
+    // Rotates the first n_rot dims of each of n_heads vectors of head_dim floats in place, on the
+    // process's instruction set; apply_with picks one (of available_isas(), not checked). Every ISA
+    // gives the same bits (kernels/rope_rotate.h).
     void apply(float* x, int64_t n_heads, const float* cos_v, const float* sin_v) const;
+    void apply_with(Isa isa, float* x, int64_t n_heads, const float* cos_v, const float* sin_v) const;
 
 private:
     std::vector<float> inv_freq_;  // (n_rot/2)

@@ -87,7 +87,7 @@ struct TestCache {
 //  * score s_j = fl(fl(q·k_j)·scale): |Δs_j| <= (D + 1)·u·scale·Σ_d|q_d·k_jd| (a dot of D terms in any
 //    summation order, lanes and FMA included, then one product).
 //  * softmax is invariant to the shift by the max, so only the rounding of s_j - m (u·|s_j - m|) and
-//    expf (<= 2u relative, generous for glibc's < 1 ulp) add, so e_j carries a relative error
+//    exp_f32 (<= 2u relative: it is within 1 ulp, kernels/exp_f32.h) add, so e_j carries a relative error
 //    ε_j <= |Δs_j| + u·|s_j - m| + 2u.
 //  * sum of n weights and the weighted value sum (one product and n additions per term) add
 //    gamma_n + gamma_{n+1}; the final 1/sum and product add 2u.

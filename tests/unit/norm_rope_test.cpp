@@ -1,13 +1,16 @@
-// rms_norm_row against a double reference; RopeTable: angles against the documented formula (base,
-// frequency factors, linear position scaling), the pairs each layout rotates, partial rotation, norm
-// preservation, and position 0 as the identity.
+// rms_norm_row against a double reference on every ISA, and every ISA bitwise equal to the scalar
+// reference (16-lane sum structure, kernels/norm.h); RopeTable: angles against the documented formula
+// (base, frequency factors, linear position scaling), the pairs each layout rotates, partial rotation,
+// norm preservation, position 0 as the identity, and apply_with bitwise the scalar reference on every ISA.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 #include "model/config.h"
@@ -33,14 +36,16 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float sigma = 1.0f) {
 void check_rms_norm(const std::vector<float>& x, float eps, uint32_t seed) {
     const auto n = static_cast<int64_t>(x.size());
     const std::vector<float> w = random_vector(x.size(), seed, 1.0f);
-    std::vector<float> out(x.size());
-    rms_norm_row(x.data(), w.data(), out.data(), n, eps);
     double sum_sq = 0.0;
     for (float v : x) sum_sq += static_cast<double>(v) * v;
     const double inv_rms = 1.0 / std::sqrt(sum_sq / static_cast<double>(n) + eps);
-    for (size_t i = 0; i < x.size(); ++i) {
-        const double ref = static_cast<double>(w[i]) * x[i] * inv_rms;
-        ASSERT_NEAR(out[i], ref, 8 * kUnit * std::fabs(ref)) << "n " << n << " element " << i;
+    for (Isa isa : available_isas()) {
+        std::vector<float> out(x.size());
+        rms_norm_row_with(isa, x.data(), w.data(), out.data(), n, eps);
+        for (size_t i = 0; i < x.size(); ++i) {
+            const double ref = static_cast<double>(w[i]) * x[i] * inv_rms;
+            ASSERT_NEAR(out[i], ref, 8 * kUnit * std::fabs(ref)) << isa_name(isa) << " n " << n << " element " << i;
+        }
     }
 }
 
@@ -64,6 +69,46 @@ TEST(RmsNorm, SmallSquaresAreNotLostNextToALargeOne) {
     std::vector<float> x(4097, 1.0f);
     x[0] = 1e4f;
     check_rms_norm(x, 1e-5f, 10);
+}
+
+// The 16 partial sums and their fixed combination (kernels/norm.h) make every ISA give the reference's
+// bits: lengths around the 8/16-lane boundaries, long rows, values of very different sizes (so that a
+// different summation order changes the last bits of the double sum, compared directly: the float mean
+// rounds most such differences away).
+TEST(RmsNorm, EveryIsaEqualsReferenceBitwise) {
+    std::vector<int64_t> lengths = {576, 2048, 4097};
+    for (int64_t n = 1; n <= 70; ++n) lengths.push_back(n);
+    for (int64_t n : lengths) {
+        std::vector<float> x = random_vector(static_cast<size_t>(n), static_cast<uint32_t>(n) + 100, 3.0f);
+        for (size_t i = 3; i < x.size(); i += 7) x[i] *= 1e4f;
+        for (size_t i = 5; i < x.size(); i += 13) x[i] = 1e-20f;
+        const std::vector<float> w = random_vector(x.size(), static_cast<uint32_t>(n) + 200, 1.0f);
+        std::vector<float> expected(x.size());
+        rms_norm_row_with(Isa::scalar, x.data(), w.data(), expected.data(), n, 1e-5f);
+        // The reference is the documented sequence: 16 partial sums, the tree, then the scale.
+        double acc[16] = {};
+        for (size_t i = 0; i < x.size(); ++i) acc[i % 16] += static_cast<double>(x[i]) * x[i];
+        for (int width = 8; width >= 1; width /= 2) {
+            for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
+        }
+        EXPECT_EQ(kernels::reference::sum_of_squares(x.data(), n), acc[0]) << "n " << n;
+        for (Isa isa : available_isas()) {
+            EXPECT_EQ(kernels::sum_of_squares(isa, x.data(), n), acc[0]) << isa_name(isa) << " n " << n;
+            std::vector<float> got(x.size() + 1, 7.0f);
+            rms_norm_row_with(isa, x.data(), w.data(), got.data(), n, 1e-5f);
+            EXPECT_EQ(0, std::memcmp(expected.data(), got.data(), x.size() * sizeof(float)))
+                << isa_name(isa) << " n " << n;
+            EXPECT_EQ(got[x.size()], 7.0f) << isa_name(isa) << ": wrote past the end";
+        }
+    }
+}
+
+TEST(RmsNorm, DefaultUsesTheActiveIsa) {
+    const std::vector<float> x = random_vector(576, 3), w = random_vector(576, 4);
+    std::vector<float> a(576), b(576);
+    rms_norm_row(x.data(), w.data(), a.data(), 576, 1e-5f);
+    rms_norm_row_with(active_isa(), x.data(), w.data(), b.data(), 576, 1e-5f);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
 TEST(RmsNorm, ZeroRowGivesZerosNotNaN) {
@@ -223,6 +268,33 @@ TEST(Rope, PartialRotationLeavesTheRestAndEachHeadAlike) {
                 EXPECT_EQ(got, rotated_one[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
                 if (d >= n_rot) EXPECT_EQ(got, one_head[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
                 else EXPECT_NE(got, one_head[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
+            }
+        }
+    }
+}
+
+// apply_with on every ISA gives the scalar reference's bits, for both layouts, head sizes around the 4/8/16-
+// pair vector steps (and their tails), partial rotation, several heads and positions.
+TEST(Rope, EveryIsaEqualsReferenceBitwise) {
+    for (RopeLayout layout : {RopeLayout::normal, RopeLayout::neox}) {
+        for (auto [head_dim, n_rot] : {std::pair<int64_t, int64_t>{4, 4}, {12, 12}, {16, 16}, {20, 18}, {32, 32},
+                                       {48, 48}, {64, 64}, {64, 32}, {80, 80}, {128, 128}, {128, 64}, {256, 256}}) {
+            const ModelConfig c = rope_config(head_dim, n_rot, layout);
+            const RopeTable rope(c, {});
+            const int64_t n_heads = 3;
+            for (int64_t pos : {1, 37, 5000}) {
+                const Angles a = angles_at(rope, n_rot, pos);
+                const auto seed = static_cast<uint32_t>(head_dim + pos);
+                const std::vector<float> x = random_vector(static_cast<size_t>(n_heads * head_dim + 1), seed, 5.0f);
+                std::vector<float> expected = x;
+                rope.apply_with(Isa::scalar, expected.data(), n_heads, a.cos.data(), a.sin.data());
+                for (Isa isa : available_isas()) {
+                    std::vector<float> got = x;
+                    rope.apply_with(isa, got.data(), n_heads, a.cos.data(), a.sin.data());
+                    EXPECT_EQ(0, std::memcmp(expected.data(), got.data(), x.size() * sizeof(float)))
+                        << isa_name(isa) << (layout == RopeLayout::normal ? " normal" : " neox") << " head_dim "
+                        << head_dim << " n_rot " << n_rot << " pos " << pos;
+                }
             }
         }
     }
