@@ -34,10 +34,10 @@ constexpr int32_t kActivationMax = 32639;  // largest |q|: 127 · 256 + 127
 bool has_integer_path(TensorType type);
 // True for the types whose matmul() uses it on the AVX-512 VNNI path (matmul_uses_integer_activations
 // in dispatch.h adds the ISA condition): where it is faster than f32 activations on the machine it was
-// measured on (docs/benchmarks.md, "Speed (issue 5)"): the K-quants and q8_0 (per thread: prefill
-// 1.5-2.0×; decode q6_K 1.7-1.8×, q4_K 0.9-1.1×, q8_0 0.9-1.1×). q4_0 / q4_1 keep f32 activations: their
-// integer decode is 10-15% slower than the f32 one (a reduction per 32-element block and two planes,
-// against f32 lanes accumulating across blocks), and their models meet the speed goal without it.
+// measured on (docs/benchmarks.md, "Speed (issue 5)"): the K-quants and q8_0 (per thread, against f32:
+// prefill 1.5-2.0×; decode q4_K and q6_K about 2×, q8_0 0.85-1.15×). q4_0 / q4_1 keep f32 activations:
+// their integer decode is 10-15% slower than the f32 one (a reduction per 32-element block and two
+// planes, against f32 lanes accumulating across blocks), and their models meet the speed goal without it.
 bool uses_integer_activations(TensorType type);
 // The activation block size for such a type: 32 (q4_0, q4_1, q8_0) or 256 (q4_K, q5_K, q6_K).
 int64_t activation_block(TensorType type);
