@@ -311,7 +311,6 @@ using TileFn = void (*)(const Tile&, int64_t, int64_t, const QuantizedActivation
 
 constexpr int kTokenTile = 6;         // tokens per register tile (32-element blocks)
 constexpr int kTokenTileK = 4;        // the same for K-quants (more accumulators per token)
-constexpr int64_t kChunkCols = 512;   // few tokens: columns unpacked at a time (stays in L1)
 
 template <template <int> class F>
 TileFn for_tokens(int nt) {
@@ -383,16 +382,14 @@ void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block,
     }
 }
 
-// A 16-row tile at a time. Few tokens (decode): unpack a chunk of kChunkCols columns, multiply it into
-// every token, next chunk (the unpacked chunk stays in L1). Many tokens (prefill): unpack the whole tile
-// once, then token tile after token tile over it. The chunking changes no operation or its order.
+// A 16-row tile at a time: unpack the whole tile once, then token tile after token tile over it. Up to
+// kFewTokensChunkedMax tokens go to the decode kernels instead (few_tokens_rows).
 void matmul_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens <= kFewTokensMax) return few_tokens_rows(a, row_begin, row_end);
+    if (a.n_tokens <= kFewTokensChunkedMax) return few_tokens_rows(a, row_begin, row_end);
     const int64_t block = tensor_type_traits(a.type).block_size;
     const int64_t n_blocks = a.cols / block;
     const int n_sub = a.type == TensorType::Q6_K ? 16 : 8;
-    const bool few = a.n_tokens <= kTokenTile;
-    const int64_t chunk = few ? std::max(block, kChunkCols / block * block) : a.cols;
+    const int64_t chunk = a.cols;
     thread_local Tile tile;
     tile.reserve(chunk, n_blocks, n_sub);
     thread_local std::vector<float> acc;

@@ -49,9 +49,14 @@ inline __m512 combine_planes_wide(__m512i s_h, __m512i s_l) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(lo)), _mm512_cvtepi64_ps(hi), 1);
 }
 
-constexpr int kFewTokensMax = 2;  // token counts up to this take the decode path
+constexpr int kFewTokensMax = 2;  // token counts up to this take the decode kernels directly
+// Up to this many tokens (continuous batching of a few sequences) take them in chunks of 2: below it the
+// decode kernels re-reading the task's rows per chunk beat the many-token kernel, whose unpacking of
+// every 16-row tile costs about as much for 3 tokens as for 8.
+constexpr int kFewTokensChunkedMax = 8;
 
-// The decode path (matmul_int8_decode_avx512vnni.cpp): rows [row_begin, row_end), a.n_tokens <= 2.
+// The decode path (matmul_int8_decode_avx512vnni.cpp): rows [row_begin, row_end),
+// a.n_tokens <= kFewTokensChunkedMax.
 void few_tokens_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
 }  // namespace kvstash::kernels::int8_avx512

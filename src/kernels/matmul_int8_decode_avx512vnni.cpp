@@ -515,8 +515,28 @@ void few_tokens_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     static_assert(kFewTokensMax == 2);
     if (a.n_tokens == 1) {
         few_tokens<1>(a, row_begin, row_end);
-    } else {
+        return;
+    }
+    if (a.n_tokens == 2) {
         few_tokens<2>(a, row_begin, row_end);
+        return;
+    }
+    // 3 .. kFewTokensChunkedMax tokens: pairs of tokens (and a last single one), each with its own copy of
+    // its activation rows; every output is computed exactly as for those tokens alone.
+    thread_local QuantizedActivations chunk_xq;
+    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += 2) {
+        const int64_t n = std::min<int64_t>(2, a.n_tokens - t0);
+        copy_activation_rows(*a.xq, t0, n, chunk_xq);
+        MatmulArgs chunk = a;
+        chunk.X = a.X + t0 * a.cols;
+        chunk.n_tokens = n;
+        chunk.Y = a.Y + t0 * a.y_stride;
+        chunk.xq = &chunk_xq;
+        if (n == 1) {
+            few_tokens<1>(chunk, row_begin, row_end);
+        } else {
+            few_tokens<2>(chunk, row_begin, row_end);
+        }
     }
 }
 

@@ -102,4 +102,21 @@ void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_
     });
 }
 
+void copy_activation_rows(const QuantizedActivations& from, int64_t t0, int64_t n, QuantizedActivations& to) {
+    to.n_tokens = n;
+    to.cols = from.cols;
+    to.block = from.block;
+    auto copy = [&](const auto& src, auto& dst, int64_t per_row) {
+        const auto begin = src.begin() + t0 * per_row;
+        dst.assign(begin, begin + n * per_row);
+    };
+    copy(from.h, to.h, from.cols);
+    copy(from.l, to.l, from.cols);
+    copy(from.d, to.d, from.cols / from.block);
+    copy(from.h32, to.h32, from.cols / 32);
+    copy(from.l32, to.l32, from.cols / 32);
+    copy(from.h16, to.h16, from.cols / 16);
+    copy(from.l16, to.l16, from.cols / 16);
+}
+
 }  // namespace kvstash::kernels

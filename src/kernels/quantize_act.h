@@ -73,6 +73,10 @@ using QuantizeRowFn = void (*)(const float* x, int64_t cols, int64_t block, int8
 void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
                                     int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
 
+// Rows [t0, t0 + n) of `from` as a QuantizedActivations of n rows (the same bits: each row is quantized
+// on its own), for kernels that take a few tokens at a time.
+void copy_activation_rows(const QuantizedActivations& from, int64_t t0, int64_t n, QuantizedActivations& to);
+
 // Quantizes n_tokens rows of X (row stride cols) into out (resized as needed) with `row_fn`; rows split
 // over the pool's threads when there are many (each row's result is the same whoever computes it).
 void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_t block, QuantizedActivations& out,
