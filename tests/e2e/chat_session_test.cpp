@@ -90,6 +90,7 @@ TEST_F(ChatSession, SaveThenLoadInAFreshProcessContinuesAsTheUninterruptedChat) 
     EXPECT_EQ(g.exit_code, 0) << g.err;
     const auto info = run_cli({"state", "info", path("chat_0.kvs")});
     EXPECT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find("chat session:  yes"), std::string::npos) << info.out;
 }
 
 TEST_F(ChatSession, UndoDropsTheLastExchangeWithoutRecomputing) {

@@ -88,6 +88,7 @@ TEST_F(StateCli, StateInfoVerifiesChecksums) {
     ASSERT_EQ(ok.exit_code, 0) << ok.err;
     EXPECT_NE(ok.out.find("checksums:     ok"), std::string::npos) << ok.out;
     EXPECT_NE(ok.out.find("bit-exact"), std::string::npos) << ok.out;
+    EXPECT_NE(ok.out.find("chat session:  no"), std::string::npos) << ok.out;
 
     std::string bytes = read_bytes(path("p.kvs"));
     bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x10);

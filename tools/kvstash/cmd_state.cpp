@@ -29,6 +29,7 @@ void register_state(CLI::App& root, Action& action) {
             std::printf("compressed:    %s\n", i.compressed ? "zstd" : "no");
             std::printf("logits:        %s\n", i.has_logits ? "yes" : "no");
             std::printf("sampler:       %s\n", i.has_sampler ? "yes" : "no");
+            std::printf("chat session:  %s\n", i.has_session ? "yes (resume with `kvstash chat --load`)" : "no");
             std::printf("checksums:     %s\n", *no_verify ? "not verified" : (i.checksums_ok ? "ok" : "MISMATCH"));
             return (*no_verify || i.checksums_ok) ? 0 : 3;
         };
