@@ -156,64 +156,32 @@ std::vector<Isa> available_isas() {
 
 namespace {
 
-// One product on `isa`, with integer activations (the type must have an integer path) or f32 ones.
-void run_matmul(Isa isa, bool integer, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
-                int64_t n_tokens, float* Y, ThreadPool* pool) {
-    check_shape(type, rows, cols, n_tokens);
-    const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer);
-    if (rows == 0 || n_tokens == 0) return;
-    kernels::MatmulArgs args{type, static_cast<const uint8_t*>(W), tensor_row_bytes(type, cols), cols, X,
-                             n_tokens, Y, rows};
-    // Integer path: each activation row is quantized once here, for all output rows.
-    thread_local kernels::QuantizedActivations xq;
-    if (integer) {
-        // The AVX-512 quantizer lives with the VNNI kernels (compiled for them); the bits are the same
-        // as the scalar one's.
-        const kernels::QuantizeRowFn quantize_row = isa == Isa::avx512 && has_vnni_kernels()
-                                                        ? kernels::quantize_activation_row_avx512
-                                                        : kernels::quantize_activation_row;
-        kernels::quantize_activations(X, n_tokens, cols, kernels::activation_block(type), xq, pool, quantize_row);
-        args.xq = &xq;
-    }
-    const int n_threads = pool ? pool->n_threads() : 1;
-    const int64_t chunk = rows_per_task(rows, n_threads);
-    const int64_t n_tasks = (rows + chunk - 1) / chunk;
-    if (!pool || n_tasks <= 1) {
-        kernel(args, 0, rows);
-        return;
-    }
-    pool->run(n_tasks, [&](int64_t task) {
-        const int64_t begin = task * chunk;
-        kernel(args, begin, std::min(rows, begin + chunk));
-    });
-}
-
-}  // namespace
-
-void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, const float* X, int64_t n_tokens,
-                         ThreadPool* pool) {
-    for (const MatmulOperand& op : operands) check_shape(op.type, op.rows, cols, n_tokens);
-    const Isa isa = active_isa();
-    if (n_tokens == 0) return;
-    // Activations quantized once per block size (32 or 256) among the operands on the integer path.
-    thread_local std::array<kernels::QuantizedActivations, 2> xq_storage;
-    std::array<kernels::QuantizedActivations, 2>& xq = xq_storage;  // the caller's, named in the tasks
-    std::array<bool, 2> quantized{false, false};
+// Products of one input X with every operand on `isa`, in one thread-pool run: integer activations for
+// the types matmul_uses_integer_activations names, or for all of them with force_integer (every type
+// must then have an integer path); X quantized once per activation block size (32 or 256).
+void run_products(Isa isa, bool force_integer, std::span<const MatmulOperand> operands, int64_t cols, const float* X,
+                  int64_t n_tokens, ThreadPool* pool) {
     struct Part {
         kernels::MatmulRowsFn kernel;
         kernels::MatmulArgs args;
         int64_t chunk;
         int64_t first_task;
     };
+    // The caller's thread_locals, named through references: a thread_local named in the tasks would be
+    // each worker's own.
+    thread_local std::array<kernels::QuantizedActivations, 2> xq_storage;
     thread_local std::vector<Part> parts_storage;
+    std::array<kernels::QuantizedActivations, 2>& xq = xq_storage;
     std::vector<Part>& parts = parts_storage;
     parts.clear();
+    std::array<bool, 2> quantized{false, false};
     const int n_threads = pool ? pool->n_threads() : 1;
     int64_t n_tasks = 0;
     for (const MatmulOperand& op : operands) {
-        if (op.rows == 0) continue;
-        const bool integer = matmul_uses_integer_activations(isa, op.type);
-        Part part{rows_kernel(isa, integer),
+        const bool integer = force_integer || matmul_uses_integer_activations(isa, op.type);
+        const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer);  // throws if the CPU lacks `isa`
+        if (op.rows == 0 || n_tokens == 0) continue;
+        Part part{kernel,
                   kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols,
                                       X, n_tokens, op.Y, op.rows},
                   rows_per_task(op.rows, n_threads), n_tasks};
@@ -221,6 +189,8 @@ void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, 
             const int64_t block = kernels::activation_block(op.type);
             const size_t slot = block == 256 ? 1 : 0;
             if (!quantized[slot]) {
+                // The AVX-512 quantizer lives with the VNNI kernels (compiled for them); the bits are the
+                // same as the scalar one's.
                 const kernels::QuantizeRowFn quantize_row = isa == Isa::avx512 && has_vnni_kernels()
                                                                 ? kernels::quantize_activation_row_avx512
                                                                 : kernels::quantize_activation_row;
@@ -246,6 +216,14 @@ void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, 
     pool->run(n_tasks, task);
 }
 
+}  // namespace
+
+void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, const float* X, int64_t n_tokens,
+                         ThreadPool* pool) {
+    for (const MatmulOperand& op : operands) check_shape(op.type, op.rows, cols, n_tokens);
+    run_products(active_isa(), false, operands, cols, X, n_tokens, pool);
+}
+
 bool matmul_uses_integer_activations(Isa isa, TensorType type) {
     return isa == Isa::avx512 && has_vnni_kernels() && kernels::uses_integer_activations(type);
 }
@@ -253,7 +231,8 @@ bool matmul_uses_integer_activations(Isa isa, TensorType type) {
 void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
                  int64_t n_tokens, float* Y, ThreadPool* pool) {
     check_shape(type, rows, cols, n_tokens);
-    run_matmul(isa, matmul_uses_integer_activations(isa, type), type, W, rows, cols, X, n_tokens, Y, pool);
+    const MatmulOperand op{type, W, rows, Y};
+    run_products(isa, false, {&op, 1}, cols, X, n_tokens, pool);
 }
 
 void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
@@ -263,7 +242,8 @@ void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, 
         throw Error(ErrorCode::invalid_argument, "matmul_integer_with: " + tensor_type_name(static_cast<uint32_t>(type)) +
                                                      " has no integer-activation path (only block-quantized types)");
     }
-    run_matmul(isa, true, type, W, rows, cols, X, n_tokens, Y, pool);
+    const MatmulOperand op{type, W, rows, Y};
+    run_products(isa, true, {&op, 1}, cols, X, n_tokens, pool);
 }
 
 float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols) {

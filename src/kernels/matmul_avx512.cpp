@@ -32,7 +32,7 @@ namespace {
 constexpr int kFusedRows = 4;         // rows decoded together in the fused tile for 2 or 3 tokens
                                       // (Block::kRowsOneToken for one token)
 constexpr int kFusedMaxTokens = 3;    // n_tokens up to this use the fused tile
-constexpr int kFusedChunkedMaxTokens = 9;  // up to this, quantized types run the fused tile per 3 tokens
+constexpr int kFusedChunkedMaxTokens = 9;  // up to this, quantized types run the fused tile, 3 tokens at a time
 constexpr int kRowTile = 4;           // buffered: rows per register tile (and per decoded buffer)
 constexpr int kTokenTile = 6;         // buffered: tokens per register tile (4 × 6 accumulators)
 constexpr int64_t kTokenBlock = 64;   // buffered: most tokens per pass over a decoded row tile
@@ -442,20 +442,24 @@ void fused_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     }
 }
 
-// Returns false for the plain float types (they take the buffered path whatever the token count).
-bool run_fused(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+// The block-quantized types have a fused tile; the plain float types take the buffered path whatever the
+// token count.
+bool has_fused_tile(TensorType type) {
+    return type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16;
+}
+
+void run_fused(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     switch (a.type) {
-        case TensorType::Q8_0: fused_rows<Q8_0>(a, row_begin, row_end); return true;
-        case TensorType::Q4_0: fused_rows<Q4_0>(a, row_begin, row_end); return true;
-        case TensorType::Q4_1: fused_rows<Q4_1>(a, row_begin, row_end); return true;
-        case TensorType::Q4_K: fused_rows<Q45_K<false>>(a, row_begin, row_end); return true;
-        case TensorType::Q5_K: fused_rows<Q45_K<true>>(a, row_begin, row_end); return true;
-        case TensorType::Q6_K: fused_rows<Q6_K>(a, row_begin, row_end); return true;
+        case TensorType::Q8_0: fused_rows<Q8_0>(a, row_begin, row_end); return;
+        case TensorType::Q4_0: fused_rows<Q4_0>(a, row_begin, row_end); return;
+        case TensorType::Q4_1: fused_rows<Q4_1>(a, row_begin, row_end); return;
+        case TensorType::Q4_K: fused_rows<Q45_K<false>>(a, row_begin, row_end); return;
+        case TensorType::Q5_K: fused_rows<Q45_K<true>>(a, row_begin, row_end); return;
+        case TensorType::Q6_K: fused_rows<Q6_K>(a, row_begin, row_end); return;
         case TensorType::F32:
         case TensorType::F16:
-        case TensorType::BF16: return false;
+        case TensorType::BF16: return;  // has_fused_tile is false
     }
-    return false;
 }
 
 // ---- buffered tile: NR decoded f32 rows × NT tokens ----
@@ -581,12 +585,10 @@ void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 }  // namespace
 
 void matmul_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens <= kFusedMaxTokens && run_fused(a, row_begin, row_end)) return;
-    if (a.n_tokens <= kFusedChunkedMaxTokens && a.type != TensorType::F32 && a.type != TensorType::F16 &&
-        a.type != TensorType::BF16) {
-        // A few tokens (continuous batching of a few sequences): the fused tile on chunks of up to 3
-        // tokens, the task's rows re-read from L2 per chunk, beats decoding them into the buffer (the
-        // buffered tile's decode is amortized only over many tokens). Same bits either way.
+    if (a.n_tokens <= kFusedChunkedMaxTokens && has_fused_tile(a.type)) {
+        // Up to 3 tokens (decode) the fused tile at once; a few more (continuous batching of a few
+        // sequences) in chunks of up to 3, the task's rows re-read from L2 per chunk, which beats
+        // decoding them into the buffer (its decode is amortized only over many tokens). Same bits.
         for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kFusedMaxTokens) {
             MatmulArgs chunk = a;
             chunk.X = a.X + t0 * a.cols;
