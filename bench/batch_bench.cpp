@@ -27,17 +27,17 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "bench_common.h"
 #include <string>
 #include <vector>
+#include "bench_common.h"
 
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 
 namespace {
 
-using bench::Clock;
 using bench::argmax;
+using bench::Clock;
 using bench::fnv1a;
 using bench::hex;
 using bench::process_cpu_seconds;
@@ -71,7 +71,8 @@ Run run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Evalua
         prompts.push_back(random_tokens(n_prompt, model->n_vocab(), seed + static_cast<uint64_t>(i)));
     }
     std::vector<kvstash::EvalRequest> requests;
-    for (int64_t i = 0; i < n_streams; ++i) requests.push_back({&states[static_cast<size_t>(i)], prompts[static_cast<size_t>(i)]});
+    for (int64_t i = 0; i < n_streams; ++i)
+        requests.push_back({&states[static_cast<size_t>(i)], prompts[static_cast<size_t>(i)]});
     evaluator.eval_batch(requests);
 
     std::vector<int32_t> next(static_cast<size_t>(n_streams));
@@ -155,7 +156,8 @@ int main(int argc, char** argv) {
         }
         json per_streams = json::array();
         for (int64_t b : streams) {
-            json row = {{"streams", b}, {"batched_tok_s", summary(batched_tok_s[b])}, {"stream0_logits_fnv1a", hex(hashes[b])}};
+            json row = {
+                {"streams", b}, {"batched_tok_s", summary(batched_tok_s[b])}, {"stream0_logits_fnv1a", hex(hashes[b])}};
             row["cpu_ms_per_step"] = summary(batched_cpu_ms[b]);
             row["step_ms"] = 1e3 * static_cast<double>(b) / row["batched_tok_s"]["median"].get<double>();
             if (sequential) row["sequential_tok_s"] = summary(sequential_tok_s[b]);
@@ -164,8 +166,8 @@ int main(int argc, char** argv) {
         out["results"] = per_streams;
         const auto median_of = [&](int64_t b) { return summary(batched_tok_s[b])["median"].get<double>(); };
         const int64_t smallest = *std::min_element(streams.begin(), streams.end());
-        out["ratio_largest_to_smallest"] = {{"largest", largest}, {"smallest", smallest},
-                                            {"ratio", median_of(largest) / median_of(smallest)}};
+        out["ratio_largest_to_smallest"] = {
+            {"largest", largest}, {"smallest", smallest}, {"ratio", median_of(largest) / median_of(smallest)}};
         out["invariant"] = invariant;
         out["load_average_end"] = load_average();
         std::cout << out.dump(2) << "\n";

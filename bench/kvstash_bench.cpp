@@ -10,8 +10,8 @@
 //
 // --bandwidth adds a STREAM-like read test (sum of a large buffer, 1 thread and `threads` threads) so
 // that decode's achieved bandwidth (weight bytes per token × decode tok/s) can be put against it.
-#include <CLI/CLI.hpp>
 #include <immintrin.h>
+#include <CLI/CLI.hpp>
 
 #include <time.h>
 
@@ -23,11 +23,11 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "bench_common.h"
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+#include "bench_common.h"
 
 #include "format/tensor_type.h"
 #include "kernels/dispatch.h"
@@ -38,8 +38,8 @@
 
 namespace {
 
-using bench::Clock;
 using bench::argmax;
+using bench::Clock;
 using bench::fnv1a;
 using bench::process_cpu_seconds;
 using bench::seconds_since;
@@ -157,7 +157,10 @@ std::vector<uint8_t> random_weights(kvstash::TensorType type, int64_t rows, int6
         switch (type) {
             case kvstash::TensorType::Q4_1:
             case kvstash::TensorType::Q4_K:
-            case kvstash::TensorType::Q5_K: put(off); put(off + 2); break;
+            case kvstash::TensorType::Q5_K:
+                put(off);
+                put(off + 2);
+                break;
             case kvstash::TensorType::Q6_K: put(off + 208); break;
             default: put(off); break;
         }
@@ -181,7 +184,8 @@ json kernel_speed(kvstash::TensorType type, int64_t rows, int64_t cols, int64_t 
     for (int rep = 0; rep < repeats; ++rep) {
         const auto start = Clock::now();
         const double cpu_start = thread_cpu_seconds();
-        for (int c = 0; c < calls; ++c) kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool);
+        for (int c = 0; c < calls; ++c)
+            kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool);
         cpu_per_call.push_back((thread_cpu_seconds() - cpu_start) / calls);
         per_call.push_back(seconds_since(start) / calls);
     }
@@ -220,7 +224,8 @@ int main(int argc, char** argv) {
     app.add_flag("--bandwidth", bandwidth, "also measure memory read bandwidth");
     app.add_flag("--bandwidth-only", bandwidth_only, "only measure memory read bandwidth (no model)");
     app.add_flag("--kernels", kernels, "only time the matmul kernels on random weights (no model)");
-    app.add_option("--bandwidth-mib", bandwidth_mib, "buffer size of the bandwidth test")->check(CLI::Range(64, 1 << 16));
+    app.add_option("--bandwidth-mib", bandwidth_mib, "buffer size of the bandwidth test")
+        ->check(CLI::Range(64, 1 << 16));
     CLI11_PARSE(app, argc, argv);
     if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 
@@ -251,11 +256,13 @@ int main(int argc, char** argv) {
             const int runs = 20000;
             std::atomic<int64_t> sink{0};
             const auto start = Clock::now();
-            for (int i = 0; i < runs; ++i) pool.run(threads, [&](int64_t t) { sink.fetch_add(t, std::memory_order_relaxed); });
+            for (int i = 0; i < runs; ++i)
+                pool.run(threads, [&](int64_t t) { sink.fetch_add(t, std::memory_order_relaxed); });
             out["pool_run_us"] = seconds_since(start) / runs * 1e6;
         } else if (!bandwidth_only) {
             if (model_path.empty()) {
-                throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "give a model with -m (or --bandwidth-only)");
+                throw kvstash::Error(kvstash::ErrorCode::invalid_argument,
+                                     "give a model with -m (or --bandwidth-only)");
             }
             auto model = kvstash::Model::load(model_path);
             kvstash::Evaluator evaluator(model, threads);

@@ -17,9 +17,9 @@
 // Per turn: prompt tokens, tokens computed (evaluated) and reused, the turn's wall time (prompt + reply),
 // the reply's generation time, and the process's peak RSS (VmHWM) and current RSS (VmRSS) after it.
 // Peak RSS is a per-process high-water mark: run one mode per process (as above).
-#include <CLI/CLI.hpp>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -109,16 +109,17 @@ struct Row {
 };
 
 void print_header() {
-    std::printf("| session | turn | prompt tokens | computed | reused | generated | turn time (s) | of which reply (s) "
-                "| CPU (s) | peak RSS (MiB) | RSS (MiB) |\n");
+    std::printf(
+        "| session | turn | prompt tokens | computed | reused | generated | turn time (s) | of which reply (s) "
+        "| CPU (s) | peak RSS (MiB) | RSS (MiB) |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 }
 
 void print_row(const Row& r) {
     std::printf("| %s | %s | %lld | %lld | %lld | %zu | %.3f | %.3f | %.2f | %.1f | %.1f |\n", r.who.c_str(),
                 r.turn == 0 ? "setup" : std::to_string(r.turn).c_str(), static_cast<long long>(r.prompt),
-                static_cast<long long>(r.computed), static_cast<long long>(r.reused), r.generated, r.seconds, r.generate_seconds, r.cpu,
-                status_mib("VmHWM:"), status_mib("VmRSS:"));
+                static_cast<long long>(r.computed), static_cast<long long>(r.reused), r.generated, r.seconds,
+                r.generate_seconds, r.cpu, status_mib("VmHWM:"), status_mib("VmRSS:"));
     std::fflush(stdout);
 }
 
@@ -132,12 +133,20 @@ struct Bench {
     int shared_turns = 3;
 };
 
-Row session_turn(Session& s, const std::string& who, int turn, const std::string& message, const GenerateOptions& options) {
+Row session_turn(Session& s, const std::string& who, int turn, const std::string& message,
+                 const GenerateOptions& options) {
     Sampler sampler(greedy());
     const Stopwatch clock;
     const GenerateResult result = s.reply(message, sampler, options);
-    return {who, turn, s.last_turn().prompt_tokens, s.last_computed(), s.last_reused(), result.tokens.size(), clock.wall_s(),
-            result.seconds, clock.cpu_s()};
+    return {who,
+            turn,
+            s.last_turn().prompt_tokens,
+            s.last_computed(),
+            s.last_reused(),
+            result.tokens.size(),
+            clock.wall_s(),
+            result.seconds,
+            clock.cpu_s()};
 }
 
 void run_session(Bench& b) {
@@ -165,8 +174,15 @@ void run_baseline(Bench& b) {
             Sampler sampler(greedy());
             const GenerateResult result = generate(*b.evaluator, state, sampler, b.options);
             messages.push_back({"assistant", result.text});
-            r = {"baseline", t, static_cast<int64_t>(tokens.size()), static_cast<int64_t>(tokens.size()), 0, result.tokens.size(),
-                 clock.wall_s(), result.seconds, clock.cpu_s()};
+            r = {"baseline",
+                 t,
+                 static_cast<int64_t>(tokens.size()),
+                 static_cast<int64_t>(tokens.size()),
+                 0,
+                 result.tokens.size(),
+                 clock.wall_s(),
+                 result.seconds,
+                 clock.cpu_s()};
         }
         print_row(r);
     }
@@ -203,16 +219,24 @@ std::string read_file(const std::string& path) {
 
 int main(int argc, char** argv) {
     CLI::App app{"kvstash_session_bench: chat sessions vs no reuse (docs/benchmarks.md, \"Chat sessions\")"};
-    std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf", text_path = "tests/fixtures/text/persuasion_ch1-2.txt", mode;
+    std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                text_path = "tests/fixtures/text/persuasion_ch1-2.txt", mode;
     int threads = 2, system_tokens = 6000, max_tokens = 32;
     Bench b;
     app.add_option("-m,--model", model_path, "GGUF model")->capture_default_str();
     app.add_option("-t,--threads", threads)->capture_default_str();
     app.add_option("-f,--file", text_path, "text of the system prompt")->capture_default_str();
-    app.add_option("--system-tokens", system_tokens, "tokens of the text put in the system prompt")->capture_default_str();
-    app.add_option("--mode", mode, "session, baseline or shared")->required()->check(CLI::IsMember({"session", "baseline", "shared"}));
-    app.add_option("--turns", b.turns, "user turns (session, baseline)")->capture_default_str()->check(CLI::Range(1, 1000));
-    app.add_option("--shared-turns", b.shared_turns, "turns of each session (shared)")->capture_default_str()->check(CLI::Range(1, 20));
+    app.add_option("--system-tokens", system_tokens, "tokens of the text put in the system prompt")
+        ->capture_default_str();
+    app.add_option("--mode", mode, "session, baseline or shared")
+        ->required()
+        ->check(CLI::IsMember({"session", "baseline", "shared"}));
+    app.add_option("--turns", b.turns, "user turns (session, baseline)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    app.add_option("--shared-turns", b.shared_turns, "turns of each session (shared)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 20));
     app.add_option("-n,--max-tokens", max_tokens, "reply length limit")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     try {
@@ -224,8 +248,10 @@ int main(int argc, char** argv) {
         if (ids.size() > static_cast<size_t>(system_tokens)) ids.resize(static_cast<size_t>(system_tokens));
         b.system = "Answer questions about the following text in one short sentence.\n\n" + tok.decode(ids);
         b.options.max_tokens = max_tokens;
-        std::printf("mode %s, %d threads, system prompt: %zu tokens of %s, replies <= %d tokens (greedy), load average at start: ",
-                    mode.c_str(), threads, ids.size(), text_path.c_str(), max_tokens);
+        std::printf(
+            "mode %s, %d threads, system prompt: %zu tokens of %s, replies <= %d tokens (greedy), load average at "
+            "start: ",
+            mode.c_str(), threads, ids.size(), text_path.c_str(), max_tokens);
         double load[3] = {0, 0, 0};
         if (getloadavg(load, 3) == 3) std::printf("%.2f %.2f %.2f\n\n", load[0], load[1], load[2]);
         if (mode == "session") run_session(b);

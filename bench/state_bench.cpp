@@ -33,13 +33,13 @@
 // --throughput-only: only the file part, in a few minutes instead of ~45: per size, save, load in this
 // process and in a fresh one, `cat` and the read(2) loop, interleaved; the state files in --dir are
 // reused when they hold the same tokens (see throughput_only() below).
-#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -50,10 +50,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "bench_common.h"
 #include <sstream>
 #include <string>
 #include <vector>
+#include "bench_common.h"
 
 #include "kvstash/error.h"
 #include "kvstash/model.h"
@@ -133,9 +133,11 @@ int child_restore(const std::string& model_path, int threads, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"kvstash_state_bench: time to first token with full recompute / restore from file / fork, state file "
-                 "save and load throughput (JSON on stdout)"};
-    std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf", text_path = "tests/fixtures/text/persuasion_ch1-2.txt";
+    CLI::App app{
+        "kvstash_state_bench: time to first token with full recompute / restore from file / fork, state file "
+        "save and load throughput (JSON on stdout)"};
+    std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                text_path = "tests/fixtures/text/persuasion_ch1-2.txt";
     std::string dir = "build-sb/state-bench", sizes_csv = "512,2048,8184", cold = "fadvise", dump_tokens;
     std::string child_file, child_suffix, child_cold;
     int threads = 2, repeats = 5, n_suffix = 8, variants_size = 2048, full_repeats_long = -1;
@@ -154,9 +156,11 @@ int main(int argc, char** argv) {
     app.add_option("--variants-size", variants_size, "prefix length for the compress / q8_0 variants (0: none)");
     app.add_option("--cold", cold, "how to evict a file from the page cache: fadvise, drop_caches (root), none");
     app.add_flag("--no-fresh", no_fresh, "skip the fresh-process restores");
-    app.add_flag("--throughput-only", throughput,
-                 "only save / load throughput beside cat and read(2), reusing the state files in --dir when they match");
-    app.add_option("--dump-tokens", dump_tokens, "write the token ids (space-separated, one line) to this file and exit");
+    app.add_flag(
+        "--throughput-only", throughput,
+        "only save / load throughput beside cat and read(2), reusing the state files in --dir when they match");
+    app.add_option("--dump-tokens", dump_tokens,
+                   "write the token ids (space-separated, one line) to this file and exit");
     app.add_flag("--child-restore", child, "internal: one restore in this (fresh) process");
     app.add_option("--child-file", child_file, "internal");
     app.add_option("--child-suffix", child_suffix, "internal");
@@ -198,7 +202,8 @@ int main(int argc, char** argv) {
         warm_up(*model, evaluator, ids);
         if (throughput) {
             json out{{"model", model_path}, {"mode", "throughput"}};
-            out["sizes"] = throughput_only(model_path, threads, *model, evaluator, ids, sizes, n_ctx, repeats, dir, no_fresh);
+            out["sizes"] =
+                throughput_only(model_path, threads, *model, evaluator, ids, sizes, n_ctx, repeats, dir, no_fresh);
             std::printf("%s\n", out.dump(2).c_str());
             return 0;
         }
@@ -247,7 +252,8 @@ int main(int argc, char** argv) {
             const uint64_t bytes = file_size(path);
             const std::string suffix_csv = join(std::vector<int32_t>(suffix.begin(), suffix.end()));
 
-            std::vector<double> full_s, restore_s, restore_load_s, fresh_s, fresh_load_s, cold_s, cold_load_s, fork_s, cold_resident;
+            std::vector<double> full_s, restore_s, restore_load_s, fresh_s, fresh_load_s, cold_s, cold_load_s, fork_s,
+                cold_resident;
             std::vector<std::string> tokens_seen, hashes_seen;
             auto record = [&](const std::string& way, int32_t token, const std::string& hash) {
                 tokens_seen.push_back(way + ":" + std::to_string(token));
@@ -275,8 +281,9 @@ int main(int argc, char** argv) {
                     if (i == 0) record("restore", tok, hex(fnv1a(s.last_logits())));
                 }
                 if (!no_fresh) {
-                    std::vector<std::string> args{"kvstash_state_bench", "--child-restore", "-m", self_model, "-t",
-                                                  std::to_string(threads), "--child-file", path, "--child-suffix", suffix_csv};
+                    std::vector<std::string> args{
+                        "kvstash_state_bench",   "--child-restore", "-m", self_model,       "-t",
+                        std::to_string(threads), "--child-file",    path, "--child-suffix", suffix_csv};
                     const json warm = run_child(args);  // the file is in the page cache: it was just written / read
                     fresh_s.push_back(warm["ttft_s"]);
                     fresh_load_s.push_back(warm["load_s"]);

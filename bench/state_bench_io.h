@@ -27,7 +27,9 @@ namespace state_bench {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-inline double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+inline double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 inline json summary(std::vector<double> values) {
     if (values.empty()) return nullptr;
@@ -37,7 +39,6 @@ inline json summary(std::vector<double> values) {
     const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
     return {{"median", median}, {"min", values.front()}, {"max", values.back()}, {"runs", runs}};
 }
-
 
 inline std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -115,8 +116,7 @@ inline double time_read(const std::string& path) {
     const auto start = Clock::now();
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw kvstash::Error(kvstash::ErrorCode::io, "cannot open '" + path + "'");
-    while (::read(fd, buf.data(), buf.size()) > 0) {
-    }
+    while (::read(fd, buf.data(), buf.size()) > 0) {}
     ::close(fd);
     return seconds_since(start);
 }
@@ -144,7 +144,8 @@ inline json run_child(const std::vector<std::string>& args) {
     ::close(pipefd[0]);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw kvstash::Error(kvstash::ErrorCode::internal, "child run failed");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw kvstash::Error(kvstash::ErrorCode::internal, "child run failed");
     return json::parse(out);
 }
 

@@ -23,7 +23,8 @@ namespace state_bench {
 //   hash_copy: per `piece` bytes (a block half), XXH3 then memcpy into `dst` (pre-touched, reused:
 //              the load's copy into recycled KV blocks).
 // Seconds, including mmap and munmap.
-inline double time_load_part(const std::string& path, const std::string& part, size_t piece, std::vector<uint8_t>& dst) {
+inline double time_load_part(const std::string& path, const std::string& part, size_t piece,
+                             std::vector<uint8_t>& dst) {
     const auto start = Clock::now();
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw kvstash::Error(kvstash::ErrorCode::io, "cannot open '" + path + "'");
@@ -60,9 +61,10 @@ inline double time_load_part(const std::string& path, const std::string& part, s
 // fresh process (new pages: what a restarted server pays), with the repeats interleaved. The state is
 // prefix_N.kvs from an earlier run when it holds exactly ids[0, N) (a prefill of 8184 tokens takes
 // minutes), else prefilled and saved. Also checks that save(load(file)) reproduces the file bytewise.
-inline json throughput_only(const std::string& model_path, int threads, const kvstash::Model& model, kvstash::Evaluator& evaluator,
-                     const std::vector<int32_t>& ids, const std::vector<int64_t>& sizes, int64_t n_ctx, int repeats,
-                     const std::string& dir, bool no_fresh) {
+inline json throughput_only(const std::string& model_path, int threads, const kvstash::Model& model,
+                            kvstash::Evaluator& evaluator, const std::vector<int32_t>& ids,
+                            const std::vector<int64_t>& sizes, int64_t n_ctx, int repeats, const std::string& dir,
+                            bool no_fresh) {
     json out = json::array();
     for (const int64_t n : sizes) {
         const std::span<const int32_t> prefix(ids.data(), static_cast<size_t>(n));
@@ -92,8 +94,16 @@ inline json throughput_only(const std::string& model_path, int threads, const kv
         r["resave_identical"] = read_file(resaved) == read_file(path);
         std::remove(resaved.c_str());
         state.reset();
-        const std::vector<std::string> child{"kvstash_state_bench", "--child-restore", "-m", model_path, "-t", std::to_string(threads),
-                                             "--child-file", path, "--child-suffix", std::to_string(ids[static_cast<size_t>(n)])};
+        const std::vector<std::string> child{"kvstash_state_bench",
+                                             "--child-restore",
+                                             "-m",
+                                             model_path,
+                                             "-t",
+                                             std::to_string(threads),
+                                             "--child-file",
+                                             path,
+                                             "--child-suffix",
+                                             std::to_string(ids[static_cast<size_t>(n)])};
         const kvstash::ModelConfig& c = model.config();
         const size_t half_bytes = static_cast<size_t>(c.n_layer * 32 * c.n_embd_kv() * 2);  // f16 block half
         std::vector<uint8_t> dst;
@@ -124,7 +134,8 @@ inline json throughput_only(const std::string& model_path, int threads, const kv
         r["load_fresh_process_s"] = summary(fresh_load_s);
         r["cat_s"] = summary(cat_s);
         r["read_s"] = summary(read_s);
-        r["parts_s"] = {{"map_touch", summary(touch_s)}, {"map_hash", summary(hash_s)}, {"map_hash_copy", summary(hash_copy_s)}};
+        r["parts_s"] = {
+            {"map_touch", summary(touch_s)}, {"map_hash", summary(hash_s)}, {"map_hash_copy", summary(hash_copy_s)}};
         out.push_back(r);
     }
     return out;

@@ -27,7 +27,7 @@ namespace kvstash {
 class Model;
 
 struct ChatMessage {
-    std::string role;     // "system", "user" or "assistant"
+    std::string role;  // "system", "user" or "assistant"
     std::string content;
 };
 

@@ -27,8 +27,9 @@ namespace kvstash {
 State process_prefix(Evaluator& evaluator, std::string_view text, StateOptions options = {});
 
 // Forks `prefix`, appends `continuation` (no BOS), and generates. `prefix` is left untouched.
-GenerateResult generate_with_prefix(Evaluator& evaluator, const State& prefix, std::string_view continuation, Sampler& sampler,
-                                    const GenerateOptions& options, const TokenCallback& on_text = {});
+GenerateResult generate_with_prefix(Evaluator& evaluator, const State& prefix, std::string_view continuation,
+                                    Sampler& sampler, const GenerateOptions& options,
+                                    const TokenCallback& on_text = {});
 
 // A multi-turn chat over one State: the system prompt is evaluated once, each reply() evaluates only the
 // new turn. Kept under its first name; see session.h (undo, save/resume, sharing through a PrefixCache).

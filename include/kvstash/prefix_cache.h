@@ -72,25 +72,25 @@ struct PrefixCacheStats {
                                       // references, and their ancestors
     uint64_t ram_budget_bytes = 0;
     // Disk tier (all zero without one).
-    uint64_t disk_hits = 0;           // blocks a lookup found on disk (not in RAM) and read back
-    uint64_t disk_misses = 0;         // lookups that also looked on disk and found no further block
-    uint64_t disk_blocks_written = 0; // block files this cache wrote
-    uint64_t disk_bytes_written = 0;  // their bytes (header + K + V)
-    uint64_t disk_bytes_read = 0;     // bytes of the block files read back (disk_hits of them)
-    uint64_t disk_rejected = 0;       // block files found but refused and deleted (other model, corrupt, truncated)
-    uint64_t disk_evictions = 0;      // block files deleted to stay within disk_budget_bytes
-    uint64_t disk_write_errors = 0;   // block files that could not be written (disk full, permissions)
-    uint64_t disk_blocks_held = 0;    // block files under disk_dir now, as far as this process knows
-    uint64_t disk_bytes_held = 0;     // their bytes
+    uint64_t disk_hits = 0;            // blocks a lookup found on disk (not in RAM) and read back
+    uint64_t disk_misses = 0;          // lookups that also looked on disk and found no further block
+    uint64_t disk_blocks_written = 0;  // block files this cache wrote
+    uint64_t disk_bytes_written = 0;   // their bytes (header + K + V)
+    uint64_t disk_bytes_read = 0;      // bytes of the block files read back (disk_hits of them)
+    uint64_t disk_rejected = 0;        // block files found but refused and deleted (other model, corrupt, truncated)
+    uint64_t disk_evictions = 0;       // block files deleted to stay within disk_budget_bytes
+    uint64_t disk_write_errors = 0;    // block files that could not be written (disk full, permissions)
+    uint64_t disk_blocks_held = 0;     // block files under disk_dir now, as far as this process knows
+    uint64_t disk_bytes_held = 0;      // their bytes
     uint64_t disk_budget_bytes = 0;
 };
 
 // What acquire() hands back.
 struct CachedPrefix {
-    State state;                  // tokens[0, reused_tokens) and their KV; no logits
-    int64_t reused_tokens = 0;    // == state.n_tokens()
+    State state;                     // tokens[0, reused_tokens) and their KV; no logits
+    int64_t reused_tokens = 0;       // == state.n_tokens()
     int64_t tokens_to_evaluate = 0;  // the request's tokens past the prefix: evaluate them before sampling
-    bool partial_block = false;   // the prefix ends inside a shared cached block
+    bool partial_block = false;      // the prefix ends inside a shared cached block
 };
 
 class PrefixCache {

@@ -42,8 +42,9 @@ namespace kvstash {
 class PrefixCache;
 
 struct SessionOptions {
-    StateOptions state;            // KV type and context of the session's State
-    PrefixCache* cache = nullptr;  // not owned; must outlive the session; null = the session keeps its own system prompt
+    StateOptions state;  // KV type and context of the session's State
+    PrefixCache* cache =
+        nullptr;  // not owned; must outlive the session; null = the session keeps its own system prompt
 };
 
 // What the last reply() did with the prompt (the rendered conversation up to the assistant's turn).
@@ -59,10 +60,12 @@ public:
     // Without a cache, evaluates the system block (the tokens every rendering starts with: the system
     // message, or the template's default one) at once and keeps it for reset(). With a cache, nothing is
     // evaluated before the first reply(), which takes whatever the cache has.
-    Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt = {}, SessionOptions options = {});
+    Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt = {},
+            SessionOptions options = {});
     Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt, StateOptions state_options);
     // A session saved by save(), resumed (see load()).
-    static Session open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path, SessionOptions options = {});
+    static Session open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path,
+                        SessionOptions options = {});
 
     Session(Session&&) noexcept;
     ~Session();

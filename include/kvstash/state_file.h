@@ -52,16 +52,16 @@ struct StateFileInfo {
     std::string model_name;         // informational (general.name at save time)
     int64_t n_tokens = 0;
     int64_t n_ctx = 0;
-    std::string kv_type;            // KV as stored: "f16", "f32" or "q8_0"
-    bool lossy_kv = false;          // stored as q8_0: loads into f16/f32, continuation close but NOT bit-exact
+    std::string kv_type;    // KV as stored: "f16", "f32" or "q8_0"
+    bool lossy_kv = false;  // stored as q8_0: loads into f16/f32, continuation close but NOT bit-exact
     bool compressed = false;
     bool has_logits = false;
     bool has_sampler = false;
-    bool has_session = false;       // a chat session (messages) is saved beside the state
+    bool has_session = false;  // a chat session (messages) is saved beside the state
     uint64_t file_bytes = 0;
-    uint64_t kv_bytes = 0;          // KV payload as stored
-    bool checksums_ok = false;      // only meaningful when verified
-    std::string checksum_error;     // when verified and !checksums_ok: the first section that failed
+    uint64_t kv_bytes = 0;       // KV payload as stored
+    bool checksums_ok = false;   // only meaningful when verified
+    std::string checksum_error;  // when verified and !checksums_ok: the first section that failed
 };
 
 // Reads the header, section table and meta section (and, with verify, every section's checksum) without

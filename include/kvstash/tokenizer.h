@@ -15,7 +15,6 @@
 #include <string_view>
 #include <vector>
 
-
 namespace kvstash {
 
 struct Vocabulary;  // src/tokenizer/vocabulary.h: the GGUF's tokenizer.ggml.* values

@@ -12,10 +12,11 @@ State process_prefix(Evaluator& evaluator, std::string_view text, StateOptions o
     return state;
 }
 
-GenerateResult generate_with_prefix(Evaluator& evaluator, const State& prefix, std::string_view continuation, Sampler& sampler,
-                                    const GenerateOptions& options, const TokenCallback& on_text) {
+GenerateResult generate_with_prefix(Evaluator& evaluator, const State& prefix, std::string_view continuation,
+                                    Sampler& sampler, const GenerateOptions& options, const TokenCallback& on_text) {
     State state = prefix.fork();
-    evaluator.eval(state, evaluator.model().tokenizer().encode(continuation, /*add_special=*/false, /*parse_special=*/true));
+    evaluator.eval(state,
+                   evaluator.model().tokenizer().encode(continuation, /*add_special=*/false, /*parse_special=*/true));
     return generate(evaluator, state, sampler, options, on_text);
 }
 

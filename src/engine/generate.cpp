@@ -20,8 +20,7 @@ void validate(const State& state, const GenerateOptions& options) {
                     "generate() needs a state holding at least one token; evaluate the prompt first");
     }
     if (options.max_tokens < 0) {
-        throw Error(ErrorCode::invalid_argument,
-                    "max_tokens must be >= 0, got " + std::to_string(options.max_tokens));
+        throw Error(ErrorCode::invalid_argument, "max_tokens must be >= 0, got " + std::to_string(options.max_tokens));
     }
     for (const std::string& stop : options.stop_strings) {
         if (stop.empty()) {

@@ -41,7 +41,8 @@ struct PrefixCache::Impl {
           shape_f32(block_shape(m, KvType::f32)),
           id_f16(file_identity(fingerprint, KvType::f16, shape_f16)),
           id_f32(file_identity(fingerprint, KvType::f32, shape_f32)) {
-        if (!options.disk_dir.empty()) disk = std::make_unique<PrefixDiskTier>(options.disk_dir, options.disk_budget_bytes);
+        if (!options.disk_dir.empty())
+            disk = std::make_unique<PrefixDiskTier>(options.disk_dir, options.disk_budget_bytes);
     }
 
     const PrefixKeyDomain& domain(KvType type) const { return type == KvType::f16 ? f16 : f32; }
@@ -61,12 +62,13 @@ struct PrefixCache::Impl {
     std::unique_ptr<PrefixDiskTier> disk;  // null without disk_dir; thread-safe on its own
 
     mutable std::mutex mutex;
-    PrefixIndex index;         // guarded by mutex
+    PrefixIndex index;          // guarded by mutex
     PrefixCacheStats counters;  // guarded by mutex; the byte figures are filled in by stats()
 };
 
-std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_disk(KvType type, std::span<const BlockKey> keys, size_t first,
-                                                                          std::span<const int32_t> tokens) const {
+std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_disk(KvType type, std::span<const BlockKey> keys,
+                                                                        size_t first,
+                                                                        std::span<const int32_t> tokens) const {
     std::vector<std::shared_ptr<KvBlock>> blocks;
     for (size_t i = first; i < keys.size(); ++i) {
         const BlockFileName name{keys[i], i == 0 ? domain(type).root() : keys[i - 1],
@@ -78,7 +80,8 @@ std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_disk(KvType t
     return blocks;
 }
 
-PrefixCache::PrefixCache(const Model& model, PrefixCacheOptions options) : impl_(std::make_unique<Impl>(model, options)) {}
+PrefixCache::PrefixCache(const Model& model, PrefixCacheOptions options)
+    : impl_(std::make_unique<Impl>(model, options)) {}
 
 PrefixCache::~PrefixCache() = default;
 
@@ -108,9 +111,11 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
         PrefixCacheStats& c = impl_->counters;
         if (!from_disk.empty()) {
             const size_t n_full = ram_full + from_disk.size();
-            std::vector<std::shared_ptr<KvBlock>> chain(match.blocks.begin(), match.blocks.begin() + static_cast<std::ptrdiff_t>(ram_full));
+            std::vector<std::shared_ptr<KvBlock>> chain(match.blocks.begin(),
+                                                        match.blocks.begin() + static_cast<std::ptrdiff_t>(ram_full));
             chain.insert(chain.end(), from_disk.begin(), from_disk.end());
-            c.blocks_inserted += impl_->index.insert(domain.root(), std::span(keys).first(n_full), tokens, std::move(chain));
+            c.blocks_inserted +=
+                impl_->index.insert(domain.root(), std::span(keys).first(n_full), tokens, std::move(chain));
             match = impl_->index.lookup(domain.root(), keys, tokens, limit);
         } else if (look_on_disk) {
             ++c.disk_misses;
@@ -136,13 +141,15 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
 
 void PrefixCache::release(const State& state) {
     const State::Impl& s = state.impl();
-    const bool same_model = s.model == &impl_->model || (s.model != nullptr && cached_model_fingerprint(*s.model) == impl_->fingerprint);
+    const bool same_model =
+        s.model == &impl_->model || (s.model != nullptr && cached_model_fingerprint(*s.model) == impl_->fingerprint);
     if (!same_model || !s.kv_exact) {
         const std::lock_guard lock(impl_->mutex);
         ++impl_->counters.releases_rejected;
         return;
     }
-    if (s.kv.n_tokens() != state.n_tokens()) throw Error(ErrorCode::internal, "PrefixCache::release: a State whose KV and tokens disagree");
+    if (s.kv.n_tokens() != state.n_tokens())
+        throw Error(ErrorCode::internal, "PrefixCache::release: a State whose KV and tokens disagree");
     const int64_t n_full = state.n_tokens() / kv_block_tokens;
     const PrefixKeyDomain& domain = impl_->domain(s.kv.type() == TensorType::F16 ? KvType::f16 : KvType::f32);
     const std::vector<BlockKey> keys = domain.chain(state.tokens(), n_full);

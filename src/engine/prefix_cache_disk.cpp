@@ -26,7 +26,8 @@ PrefixDiskTier::PrefixDiskTier(std::string dir, uint64_t budget_bytes) : dir_(st
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec || !fs::is_directory(dir_, ec)) {
-        throw Error(ErrorCode::io, "cannot use '" + dir_ + "' as the prefix cache directory" + (ec ? ": " + ec.message() : std::string()) +
+        throw Error(ErrorCode::io, "cannot use '" + dir_ + "' as the prefix cache directory" +
+                                       (ec ? ": " + ec.message() : std::string()) +
                                        "; give a writable directory (it is created if missing)");
     }
     scan();
@@ -106,7 +107,8 @@ void PrefixDiskTier::delete_files(const std::vector<BlockKey>& victims) {
     for (const BlockKey& key : victims) ::unlink(path_of(key).c_str());
 }
 
-std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const BlockFileIdentity& id, const KvCache& shape) {
+std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const BlockFileIdentity& id,
+                                              const KvCache& shape) {
     if (shape.block_bytes() != 2 * id.half_bytes()) {
         throw Error(ErrorCode::internal, "PrefixDiskTier::load: block shape and file identity disagree");
     }

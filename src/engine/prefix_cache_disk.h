@@ -63,9 +63,10 @@ private:
     const uint64_t budget_;
     mutable std::mutex mutex_;
     std::unordered_map<BlockKey, File, BlockKeyHash> files_;  // guarded by mutex_
-    std::list<BlockKey> lru_;                                  // most recently used first
+    std::list<BlockKey> lru_;                                 // most recently used first
     uint64_t bytes_ = 0;
-    uint64_t hits_ = 0, written_ = 0, bytes_written_ = 0, bytes_read_ = 0, rejected_ = 0, evictions_ = 0, write_errors_ = 0;
+    uint64_t hits_ = 0, written_ = 0, bytes_written_ = 0, bytes_read_ = 0, rejected_ = 0, evictions_ = 0,
+             write_errors_ = 0;
 };
 
 }  // namespace kvstash

@@ -116,20 +116,22 @@ std::optional<BlockKey> parse_block_file_name(const std::string& name) {
     return key;
 }
 
-bool write_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id, std::span<const uint8_t> k,
-                      std::span<const uint8_t> v) {
+bool write_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,
+                      std::span<const uint8_t> k, std::span<const uint8_t> v) {
     const uint64_t half = id.half_bytes();
     if (k.size() != half || v.size() != half) return false;
     static std::atomic<uint64_t> counter{0};
     const std::string target = dir + "/" + block_file_name(block.key);
     // A name no other writer uses (pid + per-process counter), hidden, never parsed as a block file.
-    const std::string temp = dir + "/.tmp-" + block.key.hex() + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    const std::string temp =
+        dir + "/.tmp-" + block.key.hex() + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     const Header header = make_header(block, id, payload_checksum(k.data(), v.data(), half));
     bool ok = false;
     {
         Fd out{::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
         if (out.fd < 0) return false;
-        ok = write_all(out.fd, header.data(), header.size()) && write_all(out.fd, k.data(), half) && write_all(out.fd, v.data(), half);
+        ok = write_all(out.fd, header.data(), header.size()) && write_all(out.fd, k.data(), half) &&
+             write_all(out.fd, v.data(), half);
         const int fd = out.fd;
         out.fd = -1;
         ok = (::close(fd) == 0) && ok;
@@ -139,7 +141,8 @@ bool write_block_file(const std::string& dir, const BlockFileName& block, const 
     return ok;
 }
 
-BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id, uint8_t* k, uint8_t* v) {
+BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,
+                              uint8_t* k, uint8_t* v) {
     const std::string path = dir + "/" + block_file_name(block.key);
     Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
     // Any failure to open (gone, or unreadable to us) is a miss: nothing here says the file is bad.

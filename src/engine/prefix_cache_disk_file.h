@@ -56,8 +56,8 @@ std::optional<BlockKey> parse_block_file_name(const std::string& name);
 // identical file another process wrote meanwhile is simply replaced). No fsync: this is a cache, and a
 // file torn by a power loss fails its checksum and is deleted by the next reader. Returns false (and
 // leaves no temp file) on any I/O error; `k` and `v` must be id.half_bytes() each.
-bool write_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id, std::span<const uint8_t> k,
-                      std::span<const uint8_t> v);
+bool write_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,
+                      std::span<const uint8_t> k, std::span<const uint8_t> v);
 
 enum class BlockFileRead {
     ok,        // k and v hold the verified payload; the file's times were set to now (recency for LRU)
@@ -67,6 +67,7 @@ enum class BlockFileRead {
 
 // Reads "<dir>/<key>.kvb" into k and v (id.half_bytes() each) and verifies every header field against
 // `block` and `id`, then the payload checksum. k and v are unspecified unless the result is ok.
-BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id, uint8_t* k, uint8_t* v);
+BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,
+                              uint8_t* k, uint8_t* v);
 
 }  // namespace kvstash

@@ -16,9 +16,10 @@ void PrefixIndex::touch(Entry& e) { lru_.splice(lru_.begin(), lru_, e.lru); }
 
 bool PrefixIndex::has_children(const BlockKey& key) const { return children_.contains(key); }
 
-PrefixIndex::Match PrefixIndex::lookup(const BlockKey& root, std::span<const BlockKey> keys, std::span<const int32_t> tokens,
-                                       int64_t limit) {
-    if (limit < 0 || static_cast<uint64_t>(limit) > tokens.size() || keys.size() != static_cast<size_t>(limit / kv_block_tokens)) {
+PrefixIndex::Match PrefixIndex::lookup(const BlockKey& root, std::span<const BlockKey> keys,
+                                       std::span<const int32_t> tokens, int64_t limit) {
+    if (limit < 0 || static_cast<uint64_t>(limit) > tokens.size() ||
+        keys.size() != static_cast<size_t>(limit / kv_block_tokens)) {
         throw Error(ErrorCode::internal, "PrefixIndex::lookup: keys and limit do not fit the tokens");
     }
     Match match;
@@ -26,7 +27,9 @@ PrefixIndex::Match PrefixIndex::lookup(const BlockKey& root, std::span<const Blo
     size_t full = 0;
     for (; full < keys.size(); ++full) {
         const auto it = entries_.find(keys[full]);
-        if (it == entries_.end() || it->second.parent != parent || !same_tokens(it->second, tokens.subspan(full * kv_block_tokens))) break;
+        if (it == entries_.end() || it->second.parent != parent ||
+            !same_tokens(it->second, tokens.subspan(full * kv_block_tokens)))
+            break;
         touch(it->second);
         match.blocks.push_back(it->second.block);
         parent = keys[full];
@@ -42,7 +45,8 @@ PrefixIndex::Match PrefixIndex::lookup(const BlockKey& root, std::span<const Blo
     size_t best_shared = 0;
     for (const BlockKey& child : children->second) {
         Entry& e = entries_.at(child);
-        const size_t shared = static_cast<size_t>(std::mismatch(next.begin(), next.end(), e.tokens.begin()).first - next.begin());
+        const size_t shared =
+            static_cast<size_t>(std::mismatch(next.begin(), next.end(), e.tokens.begin()).first - next.begin());
         if (shared > best_shared) best = &e, best_shared = shared;
     }
     if (best == nullptr) return match;
@@ -90,7 +94,8 @@ std::list<BlockKey>::iterator PrefixIndex::erase_leaf(std::list<BlockKey>::itera
     const BlockKey key = *it;
     const auto entry = entries_.find(key);
     const auto siblings = children_.find(entry->second.parent);
-    if (siblings == children_.end()) throw Error(ErrorCode::internal, "PrefixIndex: a block missing from its parent's children");
+    if (siblings == children_.end())
+        throw Error(ErrorCode::internal, "PrefixIndex: a block missing from its parent's children");
     std::vector<BlockKey>& list = siblings->second;
     const auto at = std::find(list.begin(), list.end(), key);
     *at = list.back();
@@ -126,7 +131,8 @@ uint64_t PrefixIndex::bytes_in_use() const {
     for (const auto& [key, entry] : entries_) {
         if (entry.block.use_count() == 1) continue;
         // The block and its ancestors up to the first one already counted.
-        for (auto at = entries_.find(key); at != entries_.end() && pinned.insert(at->first).second; at = entries_.find(at->second.parent)) {
+        for (auto at = entries_.find(key); at != entries_.end() && pinned.insert(at->first).second;
+             at = entries_.find(at->second.parent)) {
             bytes += at->second.bytes;
         }
     }

@@ -51,9 +51,9 @@ public:
 private:
     struct Entry {
         std::shared_ptr<KvBlock> block;
-        BlockKey parent;  // a root or another entry
+        BlockKey parent;                                // a root or another entry
         std::array<int32_t, kv_block_tokens> tokens{};  // checked on every match: a key collision never shares
-        uint64_t bytes = 0;                           // K + V
+        uint64_t bytes = 0;                             // K + V
         std::list<BlockKey>::iterator lru;
     };
 
@@ -63,7 +63,8 @@ private:
     std::list<BlockKey>::iterator erase_leaf(std::list<BlockKey>::iterator it);
 
     std::unordered_map<BlockKey, Entry, BlockKeyHash> entries_;
-    std::unordered_map<BlockKey, std::vector<BlockKey>, BlockKeyHash> children_;  // parent -> children (non-empty lists only)
+    std::unordered_map<BlockKey, std::vector<BlockKey>, BlockKeyHash>
+        children_;             // parent -> children (non-empty lists only)
     std::list<BlockKey> lru_;  // most recently used first; a block is always touched after its parent
     uint64_t bytes_ = 0;
 };

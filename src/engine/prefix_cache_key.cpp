@@ -12,7 +12,8 @@
 namespace kvstash {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "block keys hash token ids in their in-memory (little-endian) form");
+static_assert(std::endian::native == std::endian::little,
+              "block keys hash token ids in their in-memory (little-endian) form");
 
 constexpr char kTag[17] = {'k', 'v', 's', 't', 'a', 's', 'h', '.', 'p', 'r', 'e', 'f', 'i', 'x', '.', 'v', '1'};
 
@@ -31,7 +32,8 @@ void put_key(uint8_t* out, const BlockKey& key) {
 
 std::string BlockKey::hex() const {
     char text[33];
-    std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(high), static_cast<unsigned long long>(low));
+    std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(high),
+                  static_cast<unsigned long long>(low));
     return text;
 }
 

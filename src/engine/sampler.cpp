@@ -63,8 +63,8 @@ void adjust_logits(const SamplerParams& p, std::span<const float> logits, std::s
     }
     const bool penalised = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     if (penalised && p.repeat_last_n != 0 && !history.empty()) {
-        const size_t window = p.repeat_last_n < 0 ? history.size()
-                                                  : std::min(history.size(), static_cast<size_t>(p.repeat_last_n));
+        const size_t window =
+            p.repeat_last_n < 0 ? history.size() : std::min(history.size(), static_cast<size_t>(p.repeat_last_n));
         window_scratch.assign(history.end() - static_cast<std::ptrdiff_t>(window), history.end());
         std::sort(window_scratch.begin(), window_scratch.end());
         for (size_t i = 0; i < window_scratch.size();) {
@@ -173,8 +173,9 @@ Sampler::Sampler(const SamplerParams& params) {
 Sampler::Sampler(const SamplerState& state) {
     validate(state.params);
     if (state.rng == std::array<uint64_t, 4>{}) {
-        invalid("SamplerState.rng is all zero, which is not a state taken from a Sampler; build the Sampler "
-                "from SamplerParams (seeded) instead");
+        invalid(
+            "SamplerState.rng is all zero, which is not a state taken from a Sampler; build the Sampler "
+            "from SamplerParams (seeded) instead");
     }
     state_ = state;
 }

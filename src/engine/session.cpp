@@ -22,7 +22,10 @@ bool has_system(const std::vector<ChatMessage>& messages) { return !messages.emp
 }  // namespace
 
 Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt, SessionOptions options)
-    : evaluator_(evaluator), template_(std::move(chat_template)), options_(options), state_(evaluator.model(), options.state) {
+    : evaluator_(evaluator),
+      template_(std::move(chat_template)),
+      options_(options),
+      state_(evaluator.model(), options.state) {
     if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
     system_tokens_ = session_file::system_block_tokens(evaluator_.model(), template_, messages_);
     // With a cache the first reply() acquires the system block (maybe computed by another session);
@@ -30,7 +33,8 @@ Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string s
     if (options_.cache == nullptr && !system_tokens_.empty()) evaluator_.eval(state_, system_tokens_);
 }
 
-Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt, StateOptions state_options)
+Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt,
+                 StateOptions state_options)
     : Session(evaluator, std::move(chat_template), std::move(system_prompt), SessionOptions{state_options, nullptr}) {}
 
 Session::Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, Loaded loaded)
@@ -44,7 +48,8 @@ Session::Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOption
     if (options_.cache != nullptr) options_.cache->release(state_);
 }
 
-Session Session::open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path, SessionOptions options) {
+Session Session::open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path,
+                      SessionOptions options) {
     Loaded loaded = session_file::read(evaluator.model(), chat_template, path);
     return Session(evaluator, std::move(chat_template), options, std::move(loaded));
 }
@@ -58,7 +63,8 @@ std::vector<int32_t> encode_rendering(const Model& model, std::string_view text)
     return model.tokenizer().encode(text, /*add_special=*/false, /*parse_special=*/true);
 }
 
-std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages) {
+std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template,
+                                         const std::vector<ChatMessage>& messages) {
     std::vector<ChatMessage> a(messages.begin(), messages.begin() + (has_system(messages) ? 1 : 0)), b = a;
     a.push_back({"user", "a"});
     b.push_back({"user", "b"});
@@ -103,9 +109,9 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
         if (keep == prompt.size() && keep > 0) --keep;
     }
     if (static_cast<int64_t>(prompt.size()) >= state_.n_ctx()) {
-        throw Error(ErrorCode::out_of_range, "the conversation (" + std::to_string(prompt.size()) +
-                                                 " tokens) no longer fits the context of " + std::to_string(state_.n_ctx()) +
-                                                 " tokens; /undo or /reset it, or use a larger context");
+        throw Error(ErrorCode::out_of_range,
+                    "the conversation (" + std::to_string(prompt.size()) + " tokens) no longer fits the context of " +
+                        std::to_string(state_.n_ctx()) + " tokens; /undo or /reset it, or use a larger context");
     }
     // Where this exchange begins: the State's tokens before it, as far as they are kept.
     int64_t turn_start = std::min<int64_t>(held, static_cast<int64_t>(keep));
@@ -120,7 +126,8 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
         for (int64_t& start : turn_starts_) start = std::min(start, static_cast<int64_t>(keep));
     }
     evaluator_.eval(state_, std::span<const int32_t>(prompt).subspan(keep));
-    last_turn_ = {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(prompt.size() - keep), static_cast<int64_t>(keep), appended};
+    last_turn_ = {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(prompt.size() - keep),
+                  static_cast<int64_t>(keep), appended};
 
     GenerateResult result = generate(evaluator_, state_, sampler, options, on_text);
     if (options_.cache != nullptr) options_.cache->release(state_);

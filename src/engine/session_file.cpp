@@ -17,7 +17,8 @@ using nlohmann::json;
 
 }  // namespace
 
-std::string encode(const std::string& template_name, const std::vector<ChatMessage>& messages, const std::vector<int64_t>& turn_starts) {
+std::string encode(const std::string& template_name, const std::vector<ChatMessage>& messages,
+                   const std::vector<int64_t>& turn_starts) {
     json j;
     j["format"] = kFormatName;
     j["version"] = kVersion;
@@ -37,7 +38,8 @@ Decoded decode(const std::string& text, const std::string& path, int64_t n_token
     } catch (const json::exception& e) {
         malformed(path, std::string("is not valid JSON (") + e.what() + ")");
     }
-    if (!j.is_object() || !j.contains("format") || j["format"] != kFormatName) malformed(path, "is not a kvstash session");
+    if (!j.is_object() || !j.contains("format") || j["format"] != kFormatName)
+        malformed(path, "is not a kvstash session");
     if (!j.contains("version") || !j["version"].is_number_integer()) malformed(path, "has no integer 'version'");
     if (j["version"].get<int64_t>() > kVersion) {
         throw Error(ErrorCode::unsupported, "state file '" + path + "': its session is version " + j["version"].dump() +
@@ -52,26 +54,29 @@ Decoded decode(const std::string& text, const std::string& path, int64_t n_token
     Decoded d;
     d.template_name = j["template"].get<std::string>();
     for (const json& m : j["messages"]) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string()) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+            !m["content"].is_string()) {
             malformed(path, "has a message that is not {\"role\": string, \"content\": string}");
         }
         d.messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
     // An optional system message, then user/assistant exchanges.
     const size_t first = !d.messages.empty() && d.messages[0].role == "system" ? 1 : 0;
-    if ((d.messages.size() - first) % 2 != 0) malformed(path, "ends without the assistant's reply to the last user message");
+    if ((d.messages.size() - first) % 2 != 0)
+        malformed(path, "ends without the assistant's reply to the last user message");
     for (size_t i = first; i < d.messages.size(); ++i) {
         const char* expected = (i - first) % 2 == 0 ? "user" : "assistant";
         if (d.messages[i].role != expected) {
-            malformed(path, "message " + std::to_string(i) + " has role '" + d.messages[i].role + "' where '" + expected + "' belongs");
+            malformed(path, "message " + std::to_string(i) + " has role '" + d.messages[i].role + "' where '" +
+                                expected + "' belongs");
         }
     }
     for (const json& t : j["turn_starts"]) {
         if (!t.is_number_integer()) malformed(path, "has a turn start that is not an integer");
         const auto start = t.get<int64_t>();
         if (start < 0 || start > n_tokens || (!d.turn_starts.empty() && start < d.turn_starts.back())) {
-            malformed(path, "has turn start " + std::to_string(start) + ", not in order within the state's " + std::to_string(n_tokens) +
-                                " tokens");
+            malformed(path, "has turn start " + std::to_string(start) + ", not in order within the state's " +
+                                std::to_string(n_tokens) + " tokens");
         }
         d.turn_starts.push_back(start);
     }
@@ -86,9 +91,11 @@ Session::Loaded read(const Model& model, const ChatTemplate& chat_template, cons
     std::optional<std::string> section;
     State state = load_state(model, path, &section);
     if (!section) {
-        throw Error(ErrorCode::invalid_argument, "'" + path + "' is a state file without a chat session (saved by `kvstash prefill` or "
-                                                 "--save-state?): it has no messages to resume; load a file saved by /save "
-                                                 "(or continue it with `kvstash generate --state`)");
+        throw Error(ErrorCode::invalid_argument,
+                    "'" + path +
+                        "' is a state file without a chat session (saved by `kvstash prefill` or "
+                        "--save-state?): it has no messages to resume; load a file saved by /save "
+                        "(or continue it with `kvstash generate --state`)");
     }
     Decoded d = decode(*section, path, state.n_tokens());
     if (d.template_name != chat_template.name()) {

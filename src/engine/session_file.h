@@ -24,7 +24,8 @@ namespace session_file {
 std::vector<int32_t> encode_rendering(const Model& model, std::string_view text);
 // The tokens every conversation with these messages' system message (or the template's default one)
 // starts with: the common prefix of two renderings that differ only in the user's text.
-std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template, const std::vector<ChatMessage>& messages);
+std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template,
+                                         const std::vector<ChatMessage>& messages);
 
 // Reads a session file for `model` and `chat_template`: throws as Session::load documents.
 Session::Loaded read(const Model& model, const ChatTemplate& chat_template, const std::string& path);
@@ -34,7 +35,8 @@ inline constexpr int kVersion = 1;
 
 // {"format": "kvstash-session", "version": 1, "template": name, "messages": [{"role", "content"}...],
 //  "turn_starts": [i64...]}
-std::string encode(const std::string& template_name, const std::vector<ChatMessage>& messages, const std::vector<int64_t>& turn_starts);
+std::string encode(const std::string& template_name, const std::vector<ChatMessage>& messages,
+                   const std::vector<int64_t>& turn_starts);
 
 struct Decoded {
     std::string template_name;

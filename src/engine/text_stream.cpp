@@ -7,11 +7,13 @@
 
 namespace kvstash {
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool stop_at_end_of_generation)
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+                       bool stop_at_end_of_generation)
     : tokenizer_(tokenizer), stops_(std::move(stop_strings)), stop_at_eog_(stop_at_end_of_generation) {
     for (const std::string& stop : stops_) {
         if (stop.empty()) {
-            throw Error(ErrorCode::invalid_argument, "a stop string is empty (it would match before any text); remove it");
+            throw Error(ErrorCode::invalid_argument,
+                        "a stop string is empty (it would match before any text); remove it");
         }
     }
 }

@@ -22,11 +22,15 @@ using NameIndex = std::unordered_map<std::string, size_t, StringHash, std::equal
 
 bool is_integer_type(ValueType t) {
     switch (t) {
-        case ValueType::UINT8: case ValueType::INT8: case ValueType::UINT16: case ValueType::INT16:
-        case ValueType::UINT32: case ValueType::INT32: case ValueType::UINT64: case ValueType::INT64:
-            return true;
-        default:
-            return false;
+        case ValueType::UINT8:
+        case ValueType::INT8:
+        case ValueType::UINT16:
+        case ValueType::INT16:
+        case ValueType::UINT32:
+        case ValueType::INT32:
+        case ValueType::UINT64:
+        case ValueType::INT64: return true;
+        default: return false;
     }
 }
 

@@ -15,15 +15,26 @@
 namespace kvstash::gguf {
 
 enum class ValueType : uint32_t {
-    UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
-    BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+    UINT8 = 0,
+    INT8 = 1,
+    UINT16 = 2,
+    INT16 = 3,
+    UINT32 = 4,
+    INT32 = 5,
+    FLOAT32 = 6,
+    BOOL = 7,
+    STRING = 8,
+    ARRAY = 9,
+    UINT64 = 10,
+    INT64 = 11,
+    FLOAT64 = 12,
 };
 
 // One metadata value. Scalars are widened into `integer` (all integer types and BOOL), or `real`
 // (FLOAT32/FLOAT64); STRING into `string`; ARRAY into `array` (elements of `array_type`).
 struct Value {
     ValueType type = ValueType::UINT8;
-    int64_t integer = 0;       // for UINT64 values above INT64_MAX see `uinteger`
+    int64_t integer = 0;  // for UINT64 values above INT64_MAX see `uinteger`
     uint64_t uinteger = 0;
     double real = 0.0;
     std::string string;
@@ -47,8 +58,8 @@ struct TensorInfo {
     std::vector<int64_t> dims;  // ggml order: dims[0] is the contiguous (fastest) dimension
     TensorType type;            // only supported types; others fail at load with the tensor's name
     uint32_t raw_type;
-    uint64_t offset;            // from the start of the data section, aligned
-    uint64_t n_bytes;           // size of the tensor's data
+    uint64_t offset;   // from the start of the data section, aligned
+    uint64_t n_bytes;  // size of the tensor's data
     int64_t n_elements() const;
 };
 

@@ -34,12 +34,19 @@ constexpr std::array kSupportedTypes = {TensorType::F32,  TensorType::F16,  Tens
 
 uint64_t min_encoded_size(ValueType type) {
     switch (type) {
-        case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
-        case ValueType::UINT16: case ValueType::INT16: return 2;
-        case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
-        case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
-        case ValueType::STRING: return 8;      // length, empty string
-        case ValueType::ARRAY: return 4 + 8;   // element type, count, no elements
+        case ValueType::UINT8:
+        case ValueType::INT8:
+        case ValueType::BOOL: return 1;
+        case ValueType::UINT16:
+        case ValueType::INT16: return 2;
+        case ValueType::UINT32:
+        case ValueType::INT32:
+        case ValueType::FLOAT32: return 4;
+        case ValueType::UINT64:
+        case ValueType::INT64:
+        case ValueType::FLOAT64: return 8;
+        case ValueType::STRING: return 8;     // length, empty string
+        case ValueType::ARRAY: return 4 + 8;  // element type, count, no elements
     }
     return 1;
 }
@@ -138,9 +145,10 @@ private:
                          4, ErrorCode::unsupported);
         }
         if (version == 1) {
-            cursor_.fail("GGUF version 1 is not supported (it used 32-bit counts); kvstash reads v2 and v3: "
-                         "re-convert the model with a current llama.cpp",
-                         4, ErrorCode::unsupported);
+            cursor_.fail(
+                "GGUF version 1 is not supported (it used 32-bit counts); kvstash reads v2 and v3: "
+                "re-convert the model with a current llama.cpp",
+                4, ErrorCode::unsupported);
         }
         if (version == 0) cursor_.fail("invalid GGUF version 0, expected 2 or 3", 4);
         if (version > 3) {
@@ -274,16 +282,15 @@ private:
             const uint64_t dims_at = cursor_.pos();
             const uint32_t n_dims = cursor_.read<uint32_t>("dimension count");
             if (n_dims == 0 || n_dims > kMaxTensorDims) {
-                cursor_.fail("has " + std::to_string(n_dims) + " dimensions, expected 1.." +
-                                 std::to_string(kMaxTensorDims),
-                             dims_at);
+                cursor_.fail(
+                    "has " + std::to_string(n_dims) + " dimensions, expected 1.." + std::to_string(kMaxTensorDims),
+                    dims_at);
             }
             for (uint32_t d = 0; d < n_dims; ++d) {
                 const uint64_t at = cursor_.pos();
                 const uint64_t ne = cursor_.read<uint64_t>("dimension");
                 if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-                    cursor_.fail("dims[" + std::to_string(d) + "] is " + std::to_string(ne) +
-                                     ", expected 1..2^63-1",
+                    cursor_.fail("dims[" + std::to_string(d) + "] is " + std::to_string(ne) + ", expected 1..2^63-1",
                                  at);
                 }
                 info.dims.push_back(static_cast<int64_t>(ne));
@@ -343,9 +350,9 @@ private:
             if (__builtin_add_overflow(out_.data_offset, t.offset, &begin) ||
                 __builtin_add_overflow(begin, t.n_bytes, &end) || end > size_) {
                 cursor_.fail(std::to_string(t.n_bytes) + " bytes of " + type_name + " data at data offset " +
-                                 std::to_string(t.offset) + " (file offset " +
-                                 std::to_string(out_.data_offset) + " + " + std::to_string(t.offset) +
-                                 ") run past the end of the file (" + std::to_string(size_) + " bytes)",
+                                 std::to_string(t.offset) + " (file offset " + std::to_string(out_.data_offset) +
+                                 " + " + std::to_string(t.offset) + ") run past the end of the file (" +
+                                 std::to_string(size_) + " bytes)",
                              at);
             }
         }
@@ -355,7 +362,7 @@ private:
     uint64_t size_;
     uint64_t tensor_count_ = 0;
     uint64_t kv_count_ = 0;
-    uint64_t values_ = 0;  // metadata values read so far, bounded by kMaxMetadataValues
+    uint64_t values_ = 0;                 // metadata values read so far, bounded by kMaxMetadataValues
     std::vector<uint64_t> info_offsets_;  // file offset of each tensor info, for messages
     ParsedFile out_;
 };

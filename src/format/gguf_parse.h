@@ -15,7 +15,7 @@ namespace kvstash::gguf::detail {
 struct ParsedFile {
     uint32_t version = 0;
     uint64_t alignment = kDefaultAlignment;
-    uint64_t data_offset = 0;  // file offset of the aligned data section
+    uint64_t data_offset = 0;                             // file offset of the aligned data section
     std::vector<std::pair<std::string, Value>> metadata;  // file order, keys unique
     std::vector<TensorInfo> tensors;                      // file order, names unique, bounds checked
 };

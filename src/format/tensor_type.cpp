@@ -28,48 +28,17 @@ struct TypeEntry {
 // Every ggml_type number known to date (ggml.c type_traits). Types 4, 5, 31-33 and 36-38 were removed
 // from ggml; their old names are kept so that a file using them gets a readable error.
 constexpr TypeEntry kTypes[] = {
-    {0, "f32", 1, 4},
-    {1, "f16", 1, 2},
-    {2, "q4_0", 32, 18},
-    {3, "q4_1", 32, 20},
-    {4, "q4_2", 0, 0},
-    {5, "q4_3", 0, 0},
-    {6, "q5_0", 32, 22},
-    {7, "q5_1", 32, 24},
-    {8, "q8_0", 32, 34},
-    {9, "q8_1", 32, 36},
-    {10, "q2_K", 256, 84},
-    {11, "q3_K", 256, 110},
-    {12, "q4_K", 256, 144},
-    {13, "q5_K", 256, 176},
-    {14, "q6_K", 256, 210},
-    {15, "q8_K", 256, 292},
-    {16, "iq2_xxs", 256, 66},
-    {17, "iq2_xs", 256, 74},
-    {18, "iq3_xxs", 256, 98},
-    {19, "iq1_s", 256, 50},
-    {20, "iq4_nl", 32, 18},
-    {21, "iq3_s", 256, 110},
-    {22, "iq2_s", 256, 82},
-    {23, "iq4_xs", 256, 136},
-    {24, "i8", 1, 1},
-    {25, "i16", 1, 2},
-    {26, "i32", 1, 4},
-    {27, "i64", 1, 8},
-    {28, "f64", 1, 8},
-    {29, "iq1_m", 256, 56},
-    {30, "bf16", 1, 2},
-    {31, "q4_0_4_4", 0, 0},
-    {32, "q4_0_4_8", 0, 0},
-    {33, "q4_0_8_8", 0, 0},
-    {34, "tq1_0", 256, 54},
-    {35, "tq2_0", 256, 66},
-    {36, "iq4_nl_4_4", 0, 0},
-    {37, "iq4_nl_4_8", 0, 0},
-    {38, "iq4_nl_8_8", 0, 0},
-    {39, "mxfp4", 32, 17},
-    {40, "nvfp4", 64, 36},
-    {41, "q1_0", 128, 18},
+    {0, "f32", 1, 4},         {1, "f16", 1, 2},         {2, "q4_0", 32, 18},      {3, "q4_1", 32, 20},
+    {4, "q4_2", 0, 0},        {5, "q4_3", 0, 0},        {6, "q5_0", 32, 22},      {7, "q5_1", 32, 24},
+    {8, "q8_0", 32, 34},      {9, "q8_1", 32, 36},      {10, "q2_K", 256, 84},    {11, "q3_K", 256, 110},
+    {12, "q4_K", 256, 144},   {13, "q5_K", 256, 176},   {14, "q6_K", 256, 210},   {15, "q8_K", 256, 292},
+    {16, "iq2_xxs", 256, 66}, {17, "iq2_xs", 256, 74},  {18, "iq3_xxs", 256, 98}, {19, "iq1_s", 256, 50},
+    {20, "iq4_nl", 32, 18},   {21, "iq3_s", 256, 110},  {22, "iq2_s", 256, 82},   {23, "iq4_xs", 256, 136},
+    {24, "i8", 1, 1},         {25, "i16", 1, 2},        {26, "i32", 1, 4},        {27, "i64", 1, 8},
+    {28, "f64", 1, 8},        {29, "iq1_m", 256, 56},   {30, "bf16", 1, 2},       {31, "q4_0_4_4", 0, 0},
+    {32, "q4_0_4_8", 0, 0},   {33, "q4_0_8_8", 0, 0},   {34, "tq1_0", 256, 54},   {35, "tq2_0", 256, 66},
+    {36, "iq4_nl_4_4", 0, 0}, {37, "iq4_nl_4_8", 0, 0}, {38, "iq4_nl_8_8", 0, 0}, {39, "mxfp4", 32, 17},
+    {40, "nvfp4", 64, 36},    {41, "q1_0", 128, 18},
 };
 constexpr uint32_t kTypeCount = sizeof(kTypes) / sizeof(kTypes[0]);
 static_assert(kTypes[kTypeCount - 1].raw == kTypeCount - 1, "kTypes is indexed by the type number");
@@ -77,9 +46,9 @@ static_assert(kTypes[kTypeCount - 1].raw == kTypeCount - 1, "kTypes is indexed b
 const TensorTypeTraits kF32{"f32", 1, 4};
 const TensorTypeTraits kF16{"f16", 1, 2};
 const TensorTypeTraits kBF16{"bf16", 1, 2};
-const TensorTypeTraits kQ4_0{"q4_0", 32, 18};   // fp16 d; 16 B of nibbles
-const TensorTypeTraits kQ4_1{"q4_1", 32, 20};   // fp16 d, fp16 m; 16 B of nibbles
-const TensorTypeTraits kQ8_0{"q8_0", 32, 34};   // fp16 d; 32 int8
+const TensorTypeTraits kQ4_0{"q4_0", 32, 18};    // fp16 d; 16 B of nibbles
+const TensorTypeTraits kQ4_1{"q4_1", 32, 20};    // fp16 d, fp16 m; 16 B of nibbles
+const TensorTypeTraits kQ8_0{"q8_0", 32, 34};    // fp16 d; 32 int8
 const TensorTypeTraits kQ4_K{"q4_K", 256, 144};  // fp16 d, dmin; 12 B scales; 128 B nibbles
 const TensorTypeTraits kQ5_K{"q5_K", 256, 176};  // fp16 d, dmin; 12 B scales; 32 B high bits; 128 B nibbles
 const TensorTypeTraits kQ6_K{"q6_K", 256, 210};  // 128 B low nibbles; 64 B high 2 bits; 16 int8 scales; fp16 d
@@ -266,9 +235,9 @@ const TensorTypeTraits& tensor_type_traits(TensorType type) {
 uint64_t tensor_row_bytes(TensorType type, int64_t n) {
     const TensorTypeTraits& traits = tensor_type_traits(type);
     if (n < 0 || n % traits.block_size != 0) {
-        throw Error(ErrorCode::bad_format, "a row of " + std::to_string(n) + " elements of type " +
-                                               traits.name + " is not a whole number of " +
-                                               std::to_string(traits.block_size) + "-element blocks");
+        throw Error(ErrorCode::bad_format, "a row of " + std::to_string(n) + " elements of type " + traits.name +
+                                               " is not a whole number of " + std::to_string(traits.block_size) +
+                                               "-element blocks");
     }
     return static_cast<uint64_t>(n / traits.block_size) * traits.type_size;
 }
@@ -333,8 +302,8 @@ uint16_t fp32_to_fp16(float f) {
         return static_cast<uint16_t>(sign | 0x7E00 | ((abs >> 13) & 0x3FF));
     }
     if (abs >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);  // rounds to >= 65520: inf
-    if (abs >= 0x38800000) {                                                // normal half (>= 2^-14)
-        const uint32_t rounded = abs + 0xFFF + ((abs >> 13) & 1);           // nearest even at bit 13
+    if (abs >= 0x38800000) {                                             // normal half (>= 2^-14)
+        const uint32_t rounded = abs + 0xFFF + ((abs >> 13) & 1);        // nearest even at bit 13
         return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
     }
     if (abs < 0x33000000) return sign;  // below 2^-25: rounds to zero (2^-25 itself is a tie to 0)

@@ -40,8 +40,8 @@ void attend_one(const kernels::AttentionRowOps& ops, const AttentionShape& s, co
 
 }  // namespace
 
-void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
-               int64_t first_pos, float* out, ThreadPool* pool) {
+void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens, int64_t first_pos,
+               float* out, ThreadPool* pool) {
     attention_with(active_isa(), shape, kv, q, n_tokens, first_pos, out, pool);
 }
 

@@ -36,8 +36,8 @@ struct AttentionShape {
 // q:   n_tokens × (n_head * head_dim) f32, already rotated.
 // out: n_tokens × (n_head * head_dim) f32.
 // Uses the process's instruction set (kernels/dispatch.h); attention_with picks one explicitly.
-void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
-               int64_t first_pos, float* out, ThreadPool* pool);
+void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens, int64_t first_pos,
+               float* out, ThreadPool* pool);
 void attention_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
                     int64_t first_pos, float* out, ThreadPool* pool);
 

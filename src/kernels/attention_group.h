@@ -20,7 +20,7 @@ struct AttentionGroupArgs {
     float* out = nullptr;      // n_heads output rows, same layout
     int64_t n_heads = 0;       // heads of the group handled here (>= 1)
     int64_t head_dim = 0;
-    int64_t n_keys = 0;        // keys 0..n_keys-1 (>= 1)
+    int64_t n_keys = 0;  // keys 0..n_keys-1 (>= 1)
     float scale = 1.0f;
     // Key j's K row for this KV head: k_blocks[j / block_tokens] + (j % block_tokens) * row_bytes + offset.
     const uint8_t* const* k_blocks = nullptr;

@@ -24,8 +24,8 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // `matmul` and `dot_row` (kernels/matmul.h) on a given path, whatever KVSTASH_ISA says. Throws
 // Error(invalid_argument) if this CPU cannot run `isa`. Results of one ISA are bitwise reproducible;
 // different ISAs agree to rounding (their reduction orders differ).
-void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
-                 int64_t n_tokens, float* Y, ThreadPool* pool);
+void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
+                 float* Y, ThreadPool* pool);
 float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols);
 
 // Whether matmul_with(isa, type, ...) multiplies integer activations: the K-quants and q8_0 on the AVX-512 path

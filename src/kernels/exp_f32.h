@@ -30,7 +30,7 @@ namespace exp_f32_constants {
 inline constexpr float kMinInput = -104.0f;
 inline constexpr float kMaxInput = 89.0f;
 inline constexpr float kLog2e = 0x1.715476p+0f;
-inline constexpr float kLn2Hi = 0x1.62e430p-1f;   // ln 2 rounded to fp32
+inline constexpr float kLn2Hi = 0x1.62e430p-1f;    // ln 2 rounded to fp32
 inline constexpr float kLn2Lo = -0x1.05c610p-29f;  // ln 2 - kLn2Hi
 inline constexpr float kC7 = 1.9875691500e-4f;
 inline constexpr float kC6 = 1.3981999507e-3f;

@@ -27,11 +27,11 @@ bool cpu_has_f16c() {
 bool detect_cpu_has(Isa isa) {
     switch (isa) {
         case Isa::scalar: return true;
-        case Isa::avx2:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+        case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
         case Isa::avx512:
-            return detect_cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+            return detect_cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                   __builtin_cpu_supports("avx512dq");
     }
     return false;
 }
@@ -115,8 +115,8 @@ void check_shape(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens) 
     const uint32_t block = tensor_type_traits(type).block_size;
     if (rows < 0 || n_tokens < 0 || cols < 0 || cols % block != 0) {
         throw Error(ErrorCode::invalid_argument,
-                    "matmul: bad shape (rows " + std::to_string(rows) + ", cols " + std::to_string(cols) +
-                        ", tokens " + std::to_string(n_tokens) + "); cols must be a multiple of the " +
+                    "matmul: bad shape (rows " + std::to_string(rows) + ", cols " + std::to_string(cols) + ", tokens " +
+                        std::to_string(n_tokens) + "); cols must be a multiple of the " +
                         tensor_type_traits(type).name + " block size " + std::to_string(block));
     }
 }
@@ -228,8 +228,8 @@ bool matmul_uses_integer_activations(Isa isa, TensorType type) {
     return isa == Isa::avx512 && has_vnni_kernels() && kernels::uses_integer_activations(type);
 }
 
-void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
-                 int64_t n_tokens, float* Y, ThreadPool* pool) {
+void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
+                 float* Y, ThreadPool* pool) {
     check_shape(type, rows, cols, n_tokens);
     const MatmulOperand op{type, W, rows, Y};
     run_products(isa, false, {&op, 1}, cols, X, n_tokens, pool);
@@ -239,8 +239,9 @@ void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, 
                          int64_t n_tokens, float* Y, ThreadPool* pool) {
     check_shape(type, rows, cols, n_tokens);
     if (!kernels::has_integer_path(type)) {
-        throw Error(ErrorCode::invalid_argument, "matmul_integer_with: " + tensor_type_name(static_cast<uint32_t>(type)) +
-                                                     " has no integer-activation path (only block-quantized types)");
+        throw Error(ErrorCode::invalid_argument,
+                    "matmul_integer_with: " + tensor_type_name(static_cast<uint32_t>(type)) +
+                        " has no integer-activation path (only block-quantized types)");
     }
     const MatmulOperand op{type, W, rows, Y};
     run_products(isa, true, {&op, 1}, cols, X, n_tokens, pool);
@@ -252,8 +253,8 @@ float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, 
     return y;
 }
 
-void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
-            float* Y, ThreadPool* pool) {
+void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y,
+            ThreadPool* pool) {
     check_shape(type, rows, cols, n_tokens);  // report bad arguments before a bad KVSTASH_ISA
     matmul_with(active_isa(), type, W, rows, cols, X, n_tokens, Y, pool);
 }

@@ -20,8 +20,8 @@ namespace kvstash {
 
 class ThreadPool;
 
-void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
-            float* Y, ThreadPool* pool);
+void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y,
+            ThreadPool* pool);
 
 // Several products of one input X (n_tokens × cols) with matrices of `cols` columns: Y_i = X · W_iᵀ
 // (Y_i: n_tokens × rows_i). One thread-pool run for all of them, and X quantized once per activation
@@ -43,8 +43,7 @@ float dot_row(TensorType type, const void* w_row, const float* x, int64_t cols);
 namespace reference {
 // Plain scalar reference: dequantize_row then a sequential double-free f32 sum. The fast path is
 // tested against it with a tolerance derived from the operands.
-void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
-            float* Y);
+void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y);
 }  // namespace reference
 
 }  // namespace kvstash

@@ -21,11 +21,11 @@
 namespace kvstash::kernels {
 namespace {
 
-constexpr int kMaxRows = 8;          // row tile when n_tokens == 1
-constexpr int kRowsMulti = 4;        // row tile when several tokens share the decoded rows
-constexpr int kMaxTokens = 2;        // token tile (16 ymm registers: 8 accumulators + operands)
-constexpr int64_t kTokenBlock = 64;  // tokens per pass over a decoded row tile (keeps X in L2)
-constexpr int kFusedRows = 4;        // rows decoded together by the fused one-token tile
+constexpr int kMaxRows = 8;                // row tile when n_tokens == 1
+constexpr int kRowsMulti = 4;              // row tile when several tokens share the decoded rows
+constexpr int kMaxTokens = 2;              // token tile (16 ymm registers: 8 accumulators + operands)
+constexpr int64_t kTokenBlock = 64;        // tokens per pass over a decoded row tile (keeps X in L2)
+constexpr int kFusedRows = 4;              // rows decoded together by the fused one-token tile
 constexpr int64_t kPrefetchBytes = 16384;  // fused: least distance of the weight prefetch (bytes)
 
 // F16C conversion: exact, equal to fp16_to_fp32 except that a signalling NaN comes back quiet.
@@ -448,7 +448,7 @@ void matmul_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     if (a.n_tokens == 1 && run_fused(a, row_begin, row_end)) return;
     const int max_rows = a.n_tokens == 1 ? kMaxRows : kRowsMulti;
     const bool direct = a.type == TensorType::F32;  // f32 rows are used in place
-    thread_local std::vector<float> decoded;      // max_rows × cols, per worker
+    thread_local std::vector<float> decoded;        // max_rows × cols, per worker
     if (!direct && decoded.size() < static_cast<size_t>(max_rows * a.cols)) {
         decoded.resize(static_cast<size_t>(max_rows * a.cols));
     }

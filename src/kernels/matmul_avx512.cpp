@@ -29,16 +29,16 @@
 namespace kvstash::kernels {
 namespace {
 
-constexpr int kFusedRows = 4;         // rows decoded together in the fused tile for 2 or 3 tokens
-                                      // (Block::kRowsOneToken for one token)
-constexpr int kFusedMaxTokens = 3;    // n_tokens up to this use the fused tile
-constexpr int kFusedChunkedMaxTokens = 9;  // up to this, quantized types run the fused tile, 3 tokens at a time
-constexpr int kRowTile = 4;           // buffered: rows per register tile (and per decoded buffer)
-constexpr int kTokenTile = 6;         // buffered: tokens per register tile (4 × 6 accumulators)
-constexpr int64_t kTokenBlock = 64;   // buffered: most tokens per pass over a decoded row tile
+constexpr int kFusedRows = 4;                      // rows decoded together in the fused tile for 2 or 3 tokens
+                                                   // (Block::kRowsOneToken for one token)
+constexpr int kFusedMaxTokens = 3;                 // n_tokens up to this use the fused tile
+constexpr int kFusedChunkedMaxTokens = 9;          // up to this, quantized types run the fused tile, 3 tokens at a time
+constexpr int kRowTile = 4;                        // buffered: rows per register tile (and per decoded buffer)
+constexpr int kTokenTile = 6;                      // buffered: tokens per register tile (4 × 6 accumulators)
+constexpr int64_t kTokenBlock = 64;                // buffered: most tokens per pass over a decoded row tile
 constexpr int64_t kActivationBlockBytes = 786432;  // buffered: activations of one pass (kept in L2)
-constexpr int64_t kColumnSlice = 512;  // buffered: columns per pass of the token tiles over a row tile
-constexpr int64_t kPrefetchBytes = 16384;  // fused: least distance of the weight prefetch (bytes)
+constexpr int64_t kColumnSlice = 512;              // buffered: columns per pass of the token tiles over a row tile
+constexpr int64_t kPrefetchBytes = 16384;          // fused: least distance of the weight prefetch (bytes)
 
 // F16C conversion: exact, equal to fp16_to_fp32 except that a signalling NaN comes back quiet.
 inline float load_fp16(const uint8_t* p) {
@@ -195,10 +195,9 @@ struct Q45_K {
             uint32_t u[3];
             std::memcpy(u, row + 4, 12);
             constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-            const __m128i packed = _mm_setr_epi32(static_cast<int>(u[0] & kLow6),
-                                                  static_cast<int>((u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)),
-                                                  static_cast<int>(u[1] & kLow6),
-                                                  static_cast<int>(((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)));
+            const __m128i packed = _mm_setr_epi32(
+                static_cast<int>(u[0] & kLow6), static_cast<int>((u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4)),
+                static_cast<int>(u[1] & kLow6), static_cast<int>(((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)));
             const __m512 factor =
                 _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(load_fp16(row)), _mm512_set1_ps(-load_fp16(row + 2)));
             _mm512_storeu_ps(p, _mm512_mul_ps(factor, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(packed))));
@@ -378,7 +377,8 @@ void fused_tile(const uint8_t* w, uint64_t row_bytes, const float* x, int64_t co
 #pragma GCC unroll 16
                 for (int j = 0; j < NT; ++j)
 #pragma GCC unroll 16
-                    for (int c = 0; c < Block::kStepChunks; ++c) xs[j][c] = _mm512_loadu_ps(xb + j * cols + 16 * (c0 + c));
+                    for (int c = 0; c < Block::kStepChunks; ++c)
+                        xs[j][c] = _mm512_loadu_ps(xb + j * cols + 16 * (c0 + c));
 #pragma GCC unroll 16
                 for (int i = 0; i < NR; ++i) {
                     const uint8_t* src = w + i * row_bytes + (g + b) * Block::kBytes;
@@ -470,13 +470,15 @@ void run_fused(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 // FMA sequence of every output is the same as in one pass over all columns; slicing keeps the row
 // tile's slice (NR × 2 KiB) in L1 while the token tiles stream past it.
 template <int NR, int NT>
-void tile(const float* const* w, const float* x, int64_t cols, int64_t k_begin, int64_t k_end, __m512* park,
-          float* y, int64_t y_stride) {
+void tile(const float* const* w, const float* x, int64_t cols, int64_t k_begin, int64_t k_end, __m512* park, float* y,
+          int64_t y_stride) {
     __m512 acc[NR][NT];
 #pragma GCC unroll 16
     for (int i = 0; i < NR; ++i)
 #pragma GCC unroll 16
-        for (int j = 0; j < NT; ++j) acc[i][j] = k_begin == 0 ? _mm512_setzero_ps() : _mm512_load_ps(reinterpret_cast<const float*>(park + i * NT + j));
+        for (int j = 0; j < NT; ++j)
+            acc[i][j] =
+                k_begin == 0 ? _mm512_setzero_ps() : _mm512_load_ps(reinterpret_cast<const float*>(park + i * NT + j));
     int64_t k = k_begin;
     for (; k + 16 <= k_end; k += 16) {
         __m512 wv[NR];

@@ -98,8 +98,10 @@ void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t b1, int64
                         const __m256i sixteen = _mm256_set1_epi8(16);
                         const __m256i bit_lo = _mm256_set1_epi8(static_cast<char>(1 << (2 * g)));
                         const __m256i bit_hi = _mm256_set1_epi8(static_cast<char>(1 << (2 * g + 1)));
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), sixteen));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), sixteen));
+                        lo = _mm256_or_si256(
+                            lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_lo), bit_lo), sixteen));
+                        hi = _mm256_or_si256(
+                            hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit_hi), bit_hi), sixteen));
                     }
                     store256(u + 64 * g, lo);
                     store256(u + 64 * g + 32, hi);
@@ -309,8 +311,8 @@ void tile_k(const Tile& t, int64_t b0, int64_t b1, const QuantizedActivations& x
 
 using TileFn = void (*)(const Tile&, int64_t, int64_t, const QuantizedActivations&, int64_t, float*);
 
-constexpr int kTokenTile = 6;         // tokens per register tile (32-element blocks)
-constexpr int kTokenTileK = 4;        // the same for K-quants (more accumulators per token)
+constexpr int kTokenTile = 6;   // tokens per register tile (32-element blocks)
+constexpr int kTokenTileK = 4;  // the same for K-quants (more accumulators per token)
 
 template <template <int> class F>
 TileFn for_tokens(int nt) {
@@ -325,11 +327,26 @@ TileFn for_tokens(int nt) {
     }
 }
 
-template <int NT> struct Q4_0Tile { static constexpr TileFn fn = &tile_small<NT, 3, false>; };
-template <int NT> struct Q4_1Tile { static constexpr TileFn fn = &tile_small<NT, 0, true>; };
-template <int NT> struct Q8_0Tile { static constexpr TileFn fn = &tile_small<NT, 7, false>; };
-template <int NT> struct Q45KTile { static constexpr TileFn fn = &tile_k<std::min(NT, kTokenTileK), false>; };
-template <int NT> struct Q6KTile { static constexpr TileFn fn = &tile_k<std::min(NT, kTokenTileK), true>; };
+template <int NT>
+struct Q4_0Tile {
+    static constexpr TileFn fn = &tile_small<NT, 3, false>;
+};
+template <int NT>
+struct Q4_1Tile {
+    static constexpr TileFn fn = &tile_small<NT, 0, true>;
+};
+template <int NT>
+struct Q8_0Tile {
+    static constexpr TileFn fn = &tile_small<NT, 7, false>;
+};
+template <int NT>
+struct Q45KTile {
+    static constexpr TileFn fn = &tile_k<std::min(NT, kTokenTileK), false>;
+};
+template <int NT>
+struct Q6KTile {
+    static constexpr TileFn fn = &tile_k<std::min(NT, kTokenTileK), true>;
+};
 
 TileFn tile_fn(TensorType type, int nt) {
     switch (type) {
@@ -367,7 +384,8 @@ void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block,
                       byte = _mm512_set1_epi32(0xFF);
         for (int64_t i = b0; i < b0 + block; i += 16) {
             const __m512 shifted = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv), magic);
-            const __m512i q = _mm512_max_epi32(lo, _mm512_min_epi32(hi, _mm512_sub_epi32(_mm512_castps_si512(shifted), bias)));
+            const __m512i q =
+                _mm512_max_epi32(lo, _mm512_min_epi32(hi, _mm512_sub_epi32(_mm512_castps_si512(shifted), bias)));
             const __m512i low = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(q, half), byte), half);
             const __m512i high = _mm512_srai_epi32(_mm512_sub_epi32(q, low), 8);
             _mm_storeu_si128(reinterpret_cast<__m128i*>(l + i), _mm512_cvtepi32_epi8(low));

@@ -70,7 +70,6 @@ __attribute__((always_inline)) inline void reduce_rows(__m512i* v, __m512i& grou
     group1 = _mm512_shuffle_i64x2(half[0], half[1], _MM_SHUFFLE(3, 2, 3, 2));
 }
 
-
 // The first dword of block b of each of the 16 rows (plus `offset` bytes): rows >= nr read nothing.
 inline __m512i gather_rows(const uint8_t* base, uint64_t row_bytes, int nr, int64_t offset) {
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -112,8 +111,10 @@ void few_small(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const
         for (int j = 0; j < NT; ++j) {
             const int8_t* ph = xa.h_row(t0 + j) + 32 * b;
             const int8_t* pl = xa.l_row(t0 + j) + 32 * b;
-            x_h[j] = pair ? _mm512_loadu_si512(ph) : _mm512_zextsi256_si512(load256(reinterpret_cast<const uint8_t*>(ph)));
-            x_l[j] = pair ? _mm512_loadu_si512(pl) : _mm512_zextsi256_si512(load256(reinterpret_cast<const uint8_t*>(pl)));
+            x_h[j] =
+                pair ? _mm512_loadu_si512(ph) : _mm512_zextsi256_si512(load256(reinterpret_cast<const uint8_t*>(ph)));
+            x_l[j] =
+                pair ? _mm512_loadu_si512(pl) : _mm512_zextsi256_si512(load256(reinterpret_cast<const uint8_t*>(pl)));
             const int32_t* h32 = xa.h32_row(t0 + j) + b;
             const int32_t* l32 = xa.l32_row(t0 + j) + b;
             init_h[j] = init_l[j] = _mm512_setzero_si512();
@@ -244,14 +245,16 @@ void prepare_k4(const QuantizedActivations& xa, std::vector<Vec64>& out) {
                 const int f = first_sub(g);
                 const __m512i h = join(load256(ph + 32 * f), load256(ph + 32 * f + 64));
                 const __m512i l = join(load256(pl + 32 * f), load256(pl + 32 * f + 64));
-                _mm512_store_si512(o[g].b, _mm512_mask_sub_epi8(h, _mm512_movepi8_mask(l), h, _mm512_set1_epi8(1)));  // h - [l < 0]
+                _mm512_store_si512(
+                    o[g].b, _mm512_mask_sub_epi8(h, _mm512_movepi8_mask(l), h, _mm512_set1_epi8(1)));  // h - [l < 0]
                 _mm512_store_si512(o[4 + g].b, l);
             }
             const int32_t* h32 = xa.h32_row(j) + 8 * b;
             const int32_t* l32 = xa.l32_row(j) + 8 * b;
             int32_t pairs[16] = {};
             for (int s = 0; s < 8; ++s)
-                pairs[s] = static_cast<int32_t>((static_cast<uint32_t>(h32[s]) << 16) | (static_cast<uint32_t>(l32[s]) & 0xFFFF));
+                pairs[s] = static_cast<int32_t>((static_cast<uint32_t>(h32[s]) << 16) |
+                                                (static_cast<uint32_t>(l32[s]) & 0xFFFF));
             std::memcpy(o[8].b, pairs, 64);
         }
     }
@@ -276,15 +279,17 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
     alignas(64) static constexpr int32_t kT01[16] = {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29};
     alignas(64) static constexpr int32_t kT23[16] = {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31};
     // Row r's qword: (sc_0..3, sc_4..7) = dword r of sc_lo, then of sc_hi.
-    alignas(64) static constexpr int32_t kScaleRows[2][16] = {{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
-                                                              {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
+    alignas(64) static constexpr int32_t kScaleRows[2][16] = {
+        {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
+        {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
     // Min bytes to (m_j, 256·m_j) word pairs (bytes 0 and 3 of each dword, vpshufb inside 128-bit
     // lanes): m_j is byte j % 4 of the row's dword of m_0..3 or m_4..7.
     alignas(64) static constexpr struct MinPair {
         uint32_t idx[4][16] = {};
         constexpr MinPair() {
             for (int s = 0; s < 4; ++s)
-                for (int k = 0; k < 16; ++k) idx[s][k] = 0x00808000u | (0x01000001u * static_cast<uint32_t>(4 * (k % 4) + s));
+                for (int k = 0; k < 16; ++k)
+                    idx[s][k] = 0x00808000u | (0x01000001u * static_cast<uint32_t>(4 * (k % 4) + s));
         }
     } kMinPair;
     __m512 acc[NT];
@@ -308,14 +313,15 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         // ggml's unpacking (k_quant_scale_min), 4 bytes per lane: the 32-bit shifts move bits across
         // bytes only into bits the masks clear.
         const __m512i c30 = _mm512_set1_epi8(0x30), l6 = _mm512_set1_epi8(0x3F);
-        const __m512i sc_lo = _mm512_and_si512(u0, l6);                                     // sc_0..3
-        const __m512i sc_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(u2, low4), _mm512_srli_epi32(u0, 2), c30, 0xF8);  // sc_4..7
+        const __m512i sc_lo = _mm512_and_si512(u0, l6);  // sc_0..3
+        const __m512i sc_hi =
+            _mm512_ternarylogic_epi32(_mm512_and_si512(u2, low4), _mm512_srli_epi32(u0, 2), c30, 0xF8);  // sc_4..7
         // Each row's 8 scales as one qword (a broadcast load per row, then in-lane vpshufb: cheaper than
         // vpermb from the lane = row vectors).
         alignas(64) int64_t sc_rows[kRows];
         _mm512_store_si512(sc_rows, _mm512_permutex2var_epi32(sc_lo, _mm512_load_si512(kScaleRows[0]), sc_hi));
         _mm512_store_si512(sc_rows + 8, _mm512_permutex2var_epi32(sc_lo, _mm512_load_si512(kScaleRows[1]), sc_hi));
-        const __m512i m_lo = _mm512_and_si512(u1, l6);                                      // m_0..3
+        const __m512i m_lo = _mm512_and_si512(u1, l6);  // m_0..3
         const __m512i m_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(u2, 4), low4),
                                                        _mm512_srli_epi32(u1, 2), c30, 0xF8);  // m_4..7
         // M_b = sum_j m_j·(256·h32_j + l32_j): per dword m_j·l32_j + 256·m_j·h32_j (int16 operands: m_j,
@@ -349,7 +355,8 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
                         const int f = first_sub(g);
                         const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << f)),
                                                                _mm256_set1_epi8(static_cast<char>(1 << (f + 2))), 1);
-                        wv[g] = _mm512_mask_add_epi8(wv[g], _mm512_test_epi8_mask(qh, bit), wv[g], _mm512_set1_epi8(16));
+                        wv[g] =
+                            _mm512_mask_add_epi8(wv[g], _mm512_test_epi8_mask(qh, bit), wv[g], _mm512_set1_epi8(16));
                     }
                 }
                 const __m512i row_sc = _mm512_set1_epi64(sc_rows[r]);
@@ -362,7 +369,8 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
                     for (int g = 0; g < 4; ++g) {
                         const __m512i xh = _mm512_load_si512(xb[j * kK4ActVectors + g].b);
                         const __m512i xl = _mm512_load_si512(xb[j * kK4ActVectors + 4 + g].b);
-                        const __m512i ph = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], xh), 16);
+                        const __m512i ph =
+                            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], xh), 16);
                         s = _mm512_dpwssd_epi32(s, _mm512_dpbusd_epi32(ph, xl, wv[g]), scale[g]);
                     }
                     v[j][i] = s;
@@ -382,8 +390,10 @@ void few_k4(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
         }
         const __m512 d = low_half_fp16(head), dmin = high_half_fp16(head);
         for (int j = 0; j < NT; ++j) {
-            const __m512i hi = pair_step<8>(pair_step<4>(part_hi[j][0], part_hi[j][1]), pair_step<4>(part_hi[j][2], part_hi[j][3]));
-            const __m512i lo = pair_step<8>(pair_step<4>(part_lo[j][0], part_lo[j][1]), pair_step<4>(part_lo[j][2], part_lo[j][3]));
+            const __m512i hi =
+                pair_step<8>(pair_step<4>(part_hi[j][0], part_hi[j][1]), pair_step<4>(part_hi[j][2], part_hi[j][3]));
+            const __m512i lo =
+                pair_step<8>(pair_step<4>(part_lo[j][0], part_lo[j][1]), pair_step<4>(part_lo[j][2], part_lo[j][3]));
             const __m512 x_scale = _mm512_set1_ps(xa.d_row(j)[b]);
             acc[j] = _mm512_fmadd_ps(_mm512_mul_ps(d, x_scale), combine_split(hi, lo), acc[j]);
             acc[j] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, x_scale), _mm512_cvtepi32_ps(mins[j]), acc[j]);
@@ -439,20 +449,23 @@ void few_k6(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
                 const __m512i sc = _mm512_cvtepi8_epi32(load128(blk + 192));
                 const __m512i scw = _mm512_and_si512(sc, low16);  // sc_j as int16, zero high word
                 const __m512i nsc = _mm512_sub_epi32(_mm512_setzero_si512(), sc);
-                const __m512i nsc2 = _mm512_ternarylogic_epi32(nsc, _mm512_slli_epi32(nsc, 16), low16, 0xEC);  // (-sc_j, -sc_j)
+                const __m512i nsc2 =
+                    _mm512_ternarylogic_epi32(nsc, _mm512_slli_epi32(nsc, 16), low16, 0xEC);  // (-sc_j, -sc_j)
                 __m512i wv[4];
                 for (int h = 0; h < 2; ++h) {
                     // 64 quant bytes: elements 128h + 0..63 from the low nibbles, + 64..127 from the high.
                     const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
                     const __m512i qh = _mm512_broadcast_i64x4(load256(blk + 128 + 32 * h));
-                    wv[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low4), _mm512_sllv_epi16(qh, qh_up), bits45, 0xF8);
+                    wv[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low4), _mm512_sllv_epi16(qh, qh_up),
+                                                          bits45, 0xF8);
                     wv[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                                                               _mm512_srlv_epi16(qh, qh_down), bits45, 0xF8);
                 }
                 __m512i scale_of[4];
                 for (int g = 0; g < 4; ++g) {
                     scale_of[g] = _mm512_permutexvar_epi32(
-                        _mm512_add_epi32(_mm512_set1_epi32(4 * g), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
+                        _mm512_add_epi32(_mm512_set1_epi32(4 * g),
+                                         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
                         scw);
                 }
                 for (int j = 0; j < NT; ++j) {
@@ -461,8 +474,12 @@ void few_k6(const uint8_t* w, uint64_t row_bytes, int nr, int64_t cols, const Qu
                     __m512i s_h = _mm512_dpwssd_epi32(_mm512_setzero_si512(), nsc2, oh[j]);
                     __m512i s_l = _mm512_dpwssd_epi32(_mm512_setzero_si512(), nsc2, ol[j]);
                     for (int g = 0; g < 4; ++g) {
-                        s_h = _mm512_dpwssd_epi32(s_h, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], _mm512_loadu_si512(ph + 64 * g)), scale_of[g]);
-                        s_l = _mm512_dpwssd_epi32(s_l, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], _mm512_loadu_si512(pl + 64 * g)), scale_of[g]);
+                        s_h = _mm512_dpwssd_epi32(
+                            s_h, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], _mm512_loadu_si512(ph + 64 * g)),
+                            scale_of[g]);
+                        s_l = _mm512_dpwssd_epi32(
+                            s_l, _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[g], _mm512_loadu_si512(pl + 64 * g)),
+                            scale_of[g]);
                     }
                     // Lanes 0-7: S_h partials, 8-15: S_l partials.
                     v[j][i] = _mm512_add_epi32(_mm512_mask_blend_epi32(0xFF00, s_h, s_l),

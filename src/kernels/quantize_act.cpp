@@ -32,8 +32,8 @@ bool has_integer_path(TensorType type) {
 
 int64_t activation_block(TensorType type) { return tensor_type_traits(type).block_size == 256 ? 256 : 32; }
 
-void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
-                             int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16) {
+void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d, int32_t* h32,
+                             int32_t* l32, int32_t* h16, int32_t* l16) {
     constexpr auto kMax = static_cast<float>(kActivationMax);
     for (int64_t b0 = 0; b0 < cols; b0 += block) {
         float amax = 0.0f;
@@ -87,9 +87,8 @@ void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_
     fit(out.l16, cols / 16);
     auto one = [&](int64_t t) {
         row_fn(X + t * cols, cols, block, out.h.data() + t * cols, out.l.data() + t * cols,
-                                out.d.data() + t * (cols / block), out.h32.data() + t * (cols / 32),
-                                out.l32.data() + t * (cols / 32), out.h16.data() + t * (cols / 16),
-                                out.l16.data() + t * (cols / 16));
+               out.d.data() + t * (cols / block), out.h32.data() + t * (cols / 32), out.l32.data() + t * (cols / 32),
+               out.h16.data() + t * (cols / 16), out.l16.data() + t * (cols / 16));
     };
     constexpr int64_t kTokensPerTask = 16;
     if (pool == nullptr || pool->n_threads() <= 1 || n_tokens < 2 * kTokensPerTask) {

@@ -44,10 +44,10 @@ int64_t activation_block(TensorType type);
 
 struct QuantizedActivations {
     int64_t n_tokens = 0, cols = 0, block = 0;
-    std::vector<int8_t> h, l;            // n_tokens × cols each: the two planes, q = 256 h + l
-    std::vector<float> d;                // n_tokens × (cols / block)
-    std::vector<int32_t> h32, l32;       // n_tokens × (cols / 32): sums of h, of l over each 32 elements
-    std::vector<int32_t> h16, l16;       // n_tokens × (cols / 16): the same over each 16 elements
+    std::vector<int8_t> h, l;       // n_tokens × cols each: the two planes, q = 256 h + l
+    std::vector<float> d;           // n_tokens × (cols / block)
+    std::vector<int32_t> h32, l32;  // n_tokens × (cols / 32): sums of h, of l over each 32 elements
+    std::vector<int32_t> h16, l16;  // n_tokens × (cols / 16): the same over each 16 elements
 
     const int8_t* h_row(int64_t t) const { return h.data() + t * cols; }
     const int8_t* l_row(int64_t t) const { return l.data() + t * cols; }
@@ -61,8 +61,8 @@ struct QuantizedActivations {
 // Quantizes one row (cols a multiple of block and of 32) into the planes h, l, the scales d and the
 // sums. Scalar; every ISA uses this function, so the quantized activations are the same bits on every
 // path.
-void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
-                             int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d, int32_t* h32,
+                             int32_t* l32, int32_t* h16, int32_t* l16);
 
 // quantize_activation_row or an ISA's version of it with the same result bits.
 using QuantizeRowFn = void (*)(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,

@@ -7,7 +7,9 @@
 namespace kvstash {
 
 RopeTable::RopeTable(const ModelConfig& config, std::vector<float> freq_factors)
-    : n_rot_(config.n_rot), head_dim_(config.head_dim), position_scale_(1.0f / config.rope_linear_factor),
+    : n_rot_(config.n_rot),
+      head_dim_(config.head_dim),
+      position_scale_(1.0f / config.rope_linear_factor),
       layout_(config.rope_layout) {
     const int64_t half = n_rot_ / 2;
     inv_freq_.resize(static_cast<size_t>(half));

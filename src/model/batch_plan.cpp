@@ -8,7 +8,8 @@
 namespace kvstash {
 
 std::vector<MicroBatch> plan_micro_batches(std::span<const int64_t> sizes, int64_t max_rows) {
-    if (max_rows < 1) throw Error(ErrorCode::internal, "plan_micro_batches: max_rows " + std::to_string(max_rows) + " < 1");
+    if (max_rows < 1)
+        throw Error(ErrorCode::internal, "plan_micro_batches: max_rows " + std::to_string(max_rows) + " < 1");
     std::vector<MicroBatch> plan;
     int64_t space = 0;  // rows left in plan.back()
     for (size_t request = 0; request < sizes.size(); ++request) {

@@ -18,8 +18,8 @@ ModelConfig read_model_config(const gguf::File& file) {
     ModelConfig c;
     c.architecture = file.require_string("general.architecture");
     if (c.architecture != "llama") {
-        throw Error(ErrorCode::unsupported, "model architecture '" + c.architecture +
-                                                "' is not supported by kvstash yet (supported: llama)");
+        throw Error(ErrorCode::unsupported,
+                    "model architecture '" + c.architecture + "' is not supported by kvstash yet (supported: llama)");
     }
     c.name = file.get_string("general.name").value_or("");
     const std::string a = c.architecture + ".";
@@ -51,7 +51,8 @@ ModelConfig read_model_config(const gguf::File& file) {
             c.rope_linear_factor = static_cast<float>(file.require_float(a + "rope.scaling.factor"));
             if (!(c.rope_linear_factor > 0.0f)) inconsistent("rope.scaling.factor must be positive");
         } else if (*type != "llama3") {  // llama3 scaling is carried by the rope_freqs tensor
-            throw Error(ErrorCode::unsupported, "rope scaling type '" + *type + "' is not supported (supported: none, linear, llama3)");
+            throw Error(ErrorCode::unsupported,
+                        "rope scaling type '" + *type + "' is not supported (supported: none, linear, llama3)");
         }
     }
     c.has_rope_freqs = file.find_tensor("rope_freqs.weight") != nullptr;

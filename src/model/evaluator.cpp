@@ -59,9 +59,9 @@ struct PendingRequest {
     State::Impl* state = nullptr;
     std::span<const int32_t> tokens;
     std::vector<float>* all_logits = nullptr;
-    int64_t first = 0;          // the state's n_tokens before the call
-    std::vector<float> last;    // (n_vocab) logits of its last token
-    bool grown = false;         // KV grown: truncate back to `first` on error
+    int64_t first = 0;        // the state's n_tokens before the call
+    std::vector<float> last;  // (n_vocab) logits of its last token
+    bool grown = false;       // KV grown: truncate back to `first` on error
 };
 
 // "request 3: " in a batch of several, nothing for a single request (eval()).
@@ -79,19 +79,22 @@ void validate_requests(std::span<const EvalRequest> requests, const Model* model
         if (r.state == nullptr) throw Error(ErrorCode::invalid_argument, where + "no state given");
         const State::Impl& st = r.state->impl();
         if (st.model != model) {
-            throw Error(ErrorCode::invalid_argument, where + "this state belongs to another model than the evaluator's");
+            throw Error(ErrorCode::invalid_argument,
+                        where + "this state belongs to another model than the evaluator's");
         }
         for (int32_t id : r.tokens) {
             if (id < 0 || id >= n_vocab) {
-                throw Error(ErrorCode::invalid_argument, where + "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                throw Error(ErrorCode::invalid_argument, where + "token id " + std::to_string(id) +
+                                                             " is outside the vocabulary (0.." +
                                                              std::to_string(n_vocab - 1) + ")");
             }
         }
         const auto n = static_cast<int64_t>(r.tokens.size());
         const int64_t first = r.state->n_tokens();
         if (first + n > st.n_ctx) {
-            throw Error(ErrorCode::out_of_range, where + "evaluating " + std::to_string(n) + " tokens after " + std::to_string(first) +
-                                                     " exceeds the context of " + std::to_string(st.n_ctx) +
+            throw Error(ErrorCode::out_of_range, where + "evaluating " + std::to_string(n) + " tokens after " +
+                                                     std::to_string(first) + " exceeds the context of " +
+                                                     std::to_string(st.n_ctx) +
                                                      " tokens; use a larger context or a shorter input");
         }
         states.emplace_back(r.state, i);
@@ -105,11 +108,13 @@ void validate_requests(std::span<const EvalRequest> requests, const Model* model
         return {0, 0};
     };
     if (const auto [a, b] = find_repeat(states); a != b) {
-        throw Error(ErrorCode::invalid_argument, "eval_batch: requests " + std::to_string(a) + " and " + std::to_string(b) +
-                                                     " name the same State; give each sequence at most one request per batch");
+        throw Error(ErrorCode::invalid_argument,
+                    "eval_batch: requests " + std::to_string(a) + " and " + std::to_string(b) +
+                        " name the same State; give each sequence at most one request per batch");
     }
     if (const auto [a, b] = find_repeat(outputs); a != b) {
-        throw Error(ErrorCode::invalid_argument, "eval_batch: requests " + std::to_string(a) + " and " + std::to_string(b) +
+        throw Error(ErrorCode::invalid_argument, "eval_batch: requests " + std::to_string(a) + " and " +
+                                                     std::to_string(b) +
                                                      " share one all_logits vector; give each its own");
     }
 }
@@ -160,7 +165,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
                 if (p.all_logits) {  // every row
                     seg.logits_from = 0;
                     seg.logits = p.all_logits->data() + planned.offset * n_vocab;
-                } else {             // only the request's very last token
+                } else {  // only the request's very last token
                     seg.logits_from = is_final ? planned.count - 1 : planned.count;
                     seg.logits = p.last.data();
                 }

@@ -26,7 +26,8 @@ void project2(const MatrixRef& a, float* ya, const MatrixRef& b, float* yb, cons
 }
 void project3(const MatrixRef& a, float* ya, const MatrixRef& b, float* yb, const MatrixRef& c, float* yc,
               const float* x, int64_t n_tokens, ThreadPool& pool) {
-    const MatmulOperand ops[] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}, {c.type, c.data, c.rows, yc}};
+    const MatmulOperand ops[] = {
+        {a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}, {c.type, c.data, c.rows, yc}};
     matmul_shared_input(ops, a.cols, x, n_tokens, &pool);
 }
 
@@ -89,7 +90,8 @@ void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> seg
             for (int64_t t = 0; t < count; ++t, ++row) {
                 dequantize_row(w.token_embd.type, w.token_embd.row(seg.tokens[static_cast<size_t>(t)]),
                                s.x.data() + row * c.n_embd, c.n_embd);
-                model.rope.angles(seg.first_pos + t, s.rope_cos.data() + row * half_rot, s.rope_sin.data() + row * half_rot);
+                model.rope.angles(seg.first_pos + t, s.rope_cos.data() + row * half_rot,
+                                  s.rope_sin.data() + row * half_rot);
             }
             attention_segments.push_back(AttentionSegment{seg.kv, seg.first_pos, count});
         }
@@ -115,8 +117,10 @@ void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> seg
         int64_t row = 0;
         for (const ForwardSegment& seg : segments) {
             const auto count = static_cast<int64_t>(seg.tokens.size());
-            store_rows(s.k.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/true, *seg.kv, il, seg.first_pos);
-            store_rows(s.v.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/false, *seg.kv, il, seg.first_pos);
+            store_rows(s.k.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/true, *seg.kv, il,
+                       seg.first_pos);
+            store_rows(s.v.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/false, *seg.kv, il,
+                       seg.first_pos);
             row += count;
         }
         segment_attention(shape, attention_segments, il, s.q.data(), s.attn.data(), s.attention, pool);

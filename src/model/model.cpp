@@ -2,8 +2,8 @@
 
 #include "kvstash/error.h"
 #include "kvstash/model.h"
-#include "model/model_impl.h"
 #include "kvstash/tokenizer.h"
+#include "model/model_impl.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {
@@ -34,7 +34,8 @@ uint64_t Model::weight_bytes() const { return impl_->weights.matrix_bytes; }
 
 const Tokenizer& Model::tokenizer() const {
     if (!impl_->tokenizer) {
-        throw Error(ErrorCode::unsupported, "model '" + path() + "' has no usable tokenizer: " + impl_->tokenizer_error);
+        throw Error(ErrorCode::unsupported,
+                    "model '" + path() + "' has no usable tokenizer: " + impl_->tokenizer_error);
     }
     return *impl_->tokenizer;
 }
@@ -60,9 +61,10 @@ std::string Model::describe() const {
     s << "weights:       " << impl_->weights.matrix_bytes << " bytes of matrices ("
       << tensor_type_name(static_cast<uint32_t>(impl_->weights.layers.at(0).wq.type)) << " attention, "
       << tensor_type_name(static_cast<uint32_t>(impl_->weights.output.type)) << " output)\n";
-    s << "tokenizer:     " << (impl_->tokenizer ? f.get_string("tokenizer.ggml.model").value_or("?") + " / " +
-                                                      f.get_string("tokenizer.ggml.pre").value_or("default")
-                                                : "unavailable (" + impl_->tokenizer_error + ")")
+    s << "tokenizer:     "
+      << (impl_->tokenizer ? f.get_string("tokenizer.ggml.model").value_or("?") + " / " +
+                                 f.get_string("tokenizer.ggml.pre").value_or("default")
+                           : "unavailable (" + impl_->tokenizer_error + ")")
       << "\n";
     return s.str();
 }

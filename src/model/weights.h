@@ -40,12 +40,12 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-    MatrixRef token_embd;           // n_vocab × n_embd
+    MatrixRef token_embd;  // n_vocab × n_embd
     std::vector<LayerWeights> layers;
-    std::vector<float> output_norm; // (n_embd)
-    MatrixRef output;               // n_vocab × n_embd (token_embd when tied)
-    std::vector<float> rope_freqs;  // (n_rot / 2) frequency divisors, empty when absent
-    uint64_t matrix_bytes = 0;      // bytes of all matrices read per token (for bandwidth figures)
+    std::vector<float> output_norm;  // (n_embd)
+    MatrixRef output;                // n_vocab × n_embd (token_embd when tied)
+    std::vector<float> rope_freqs;   // (n_rot / 2) frequency divisors, empty when absent
+    uint64_t matrix_bytes = 0;       // bytes of all matrices read per token (for bandwidth figures)
 };
 
 // Binds every tensor a Llama-family model needs. Throws Error(bad_format) naming a missing tensor or

@@ -31,7 +31,8 @@ inline ApiError bad_request(std::string message, std::string param = {}, std::st
 // The OpenAI error type for a status: invalid_request_error, authentication_error, not_found_error, ...
 const char* error_type(int status);
 // {"error": {...}}; empty param / code become null.
-nlohmann::json error_json(int status, const std::string& message, const std::string& param = {}, const std::string& code = {});
+nlohmann::json error_json(int status, const std::string& message, const std::string& param = {},
+                          const std::string& code = {});
 // JSON text for the wire: invalid UTF-8 (a token's bytes can be part of a character) is replaced by U+FFFD
 // instead of throwing.
 std::string dump_json(const nlohmann::json& value);

@@ -28,8 +28,8 @@ struct TokenLogprob {
 };
 
 struct Usage {
-    int64_t prompt_tokens = 0;    // tokens the generation started from (a named state's tokens included)
-    int64_t cached_tokens = 0;    // of those, tokens not computed for this request (prefix cache, named state)
+    int64_t prompt_tokens = 0;      // tokens the generation started from (a named state's tokens included)
+    int64_t cached_tokens = 0;      // of those, tokens not computed for this request (prefix cache, named state)
     int64_t completion_tokens = 0;  // tokens sampled, all choices together
 };
 
@@ -37,13 +37,13 @@ struct ChannelEvent {
     enum class Kind { piece, finish, done, error };
     Kind kind = Kind::piece;
     int choice = 0;
-    std::string text;                      // piece: complete UTF-8 characters (the last piece may end inside one)
-    std::optional<TokenLogprob> logprob;   // piece: the token sampled at this step, when logprobs were asked for
-    std::string finish_reason;             // finish: "stop" or "length"
-    Usage usage;                           // done
-    std::shared_ptr<State> state;          // done, for a prefill job: the prefilled state
-    int status = 500;                      // error: HTTP status
-    std::string message;                   // error
+    std::string text;                     // piece: complete UTF-8 characters (the last piece may end inside one)
+    std::optional<TokenLogprob> logprob;  // piece: the token sampled at this step, when logprobs were asked for
+    std::string finish_reason;            // finish: "stop" or "length"
+    Usage usage;                          // done
+    std::shared_ptr<State> state;         // done, for a prefill job: the prefilled state
+    int status = 500;                     // error: HTTP status
+    std::string message;                  // error
 };
 
 class RequestChannel {

@@ -2,8 +2,8 @@
 
 #include <sys/socket.h>
 
-#include <filesystem>
 #include <httplib.h>
+#include <filesystem>
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
@@ -18,22 +18,26 @@ bool is_upload(const httplib::Request& req) {
 
 // The metrics label of a path: the route template, never the caller's text (bounded label set).
 std::string route_label(const std::string& path) {
-    for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health", "/metrics"}) {
+    for (const char* known :
+         {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health", "/metrics"}) {
         if (path == known) return known;
     }
-    if (path.starts_with("/v1/states/")) return path.ends_with("/file") ? "/v1/states/{name}/file" : "/v1/states/{name}";
+    if (path.starts_with("/v1/states/"))
+        return path.ends_with("/file") ? "/v1/states/{name}/file" : "/v1/states/{name}";
     return "other";
 }
 
 }  // namespace
 
-HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options) : ctx_(std::make_unique<ServerContext>()) {
+HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options)
+    : ctx_(std::make_unique<ServerContext>()) {
     ServerContext& ctx = *ctx_;
     ctx.model = model;
     ctx.options = options;
     ctx.model_id = std::filesystem::path(model->path()).stem().string();
     try {
-        ctx.chat_template = options.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(options.chat_template);
+        ctx.chat_template = options.chat_template.empty() ? ChatTemplate::for_model(*model)
+                                                          : ChatTemplate::named(options.chat_template);
     } catch (const Error& e) {
         if (!options.chat_template.empty()) throw;
         ctx.chat_template_error = std::string("this model has no chat template kvstash knows (") + e.what() +
@@ -66,16 +70,20 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     http.set_payload_max_length(static_cast<size_t>(std::max(options.max_body, options.max_state_bytes)));
     http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
         const ServerOptions& o = ctx.options;
-        if (!o.api_key.empty() && req.path != "/health" && req.get_header_value("Authorization") != "Bearer " + o.api_key) {
-            send_error(res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+        if (!o.api_key.empty() && req.path != "/health" &&
+            req.get_header_value("Authorization") != "Bearer " + o.api_key) {
+            send_error(res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "",
+                                     "invalid_api_key"));
             return httplib::Server::HandlerResponse::Handled;
         }
         if (req.has_header("Content-Length")) {
             const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
             const uint64_t limit = is_upload(req) ? o.max_state_bytes : o.max_body;
             if (length > limit) {
-                send_error(res, ApiError(413, "the request body has " + std::to_string(length) + " bytes; the limit is " +
-                                                  std::to_string(limit) + (is_upload(req) ? " (--max-state-bytes)" : " (--max-body)"),
+                send_error(res, ApiError(413,
+                                         "the request body has " + std::to_string(length) + " bytes; the limit is " +
+                                             std::to_string(limit) +
+                                             (is_upload(req) ? " (--max-state-bytes)" : " (--max-body)"),
                                          "", "request_too_large"));
                 res.set_header("Connection", "close");
                 return httplib::Server::HandlerResponse::Handled;
@@ -84,22 +92,23 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
         return httplib::Server::HandlerResponse::Unhandled;
     });
     // Errors httplib answers itself (unknown route, oversized or malformed request) get the same JSON shape.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        std::string message = res.status == 404 ? "no route for " + req.method + " " + req.path
-                              : res.status == 413 ? "the request body is too large"
-                                                  : "the request could not be handled (HTTP " + std::to_string(res.status) + ")";
-        send_error(res, ApiError(res.status, message));
-        return httplib::Server::HandlerResponse::Handled;
-    }));
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+            std::string message = res.status == 404 ? "no route for " + req.method + " " + req.path
+                                  : res.status == 413
+                                      ? "the request body is too large"
+                                      : "the request could not be handled (HTTP " + std::to_string(res.status) + ")";
+            send_error(res, ApiError(res.status, message));
+            return httplib::Server::HandlerResponse::Handled;
+        }));
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string message = "internal error";
         try {
             std::rethrow_exception(ep);
         } catch (const std::exception& e) {
             message = std::string("internal error: ") + e.what();
-        } catch (...) {
-        }
+        } catch (...) {}
         send_error(res, ApiError(500, message));
     });
     http.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {

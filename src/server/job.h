@@ -23,7 +23,7 @@ struct GenerationJob {
     SamplerParams sampling;
     int64_t max_tokens = 16;
     std::vector<std::string> stop;
-    int top_logprobs = -1;        // < 0: no logprobs; else the number of alternatives per token
+    int top_logprobs = -1;  // < 0: no logprobs; else the number of alternatives per token
     std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
 };
 

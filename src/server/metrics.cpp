@@ -42,33 +42,42 @@ double Metrics::decode_tokens_per_second() const {
 std::string Metrics::render(const PrefixCacheStats& cache, const StateStoreTotals& states) const {
     std::ostringstream out;
     auto metric = [&out](const char* name, const char* type, const char* help, auto value) {
-        out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name << ' ' << value << '\n';
+        out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+            << name << ' ' << value << '\n';
     };
     out << "# HELP kvstash_requests_total HTTP requests answered, by route and status.\n"
            "# TYPE kvstash_requests_total counter\n";
     {
         std::lock_guard lock(mutex_);
         for (const auto& [key, count] : requests_) {
-            out << "kvstash_requests_total{route=\"" << key.first << "\",status=\"" << key.second << "\"} " << count << '\n';
+            out << "kvstash_requests_total{route=\"" << key.first << "\",status=\"" << key.second << "\"} " << count
+                << '\n';
         }
     }
     const uint64_t computed = prompt_computed_.load(), reused = prompt_reused_.load();
     metric("kvstash_prompt_tokens_computed_total", "counter", "Prompt tokens evaluated.", computed);
-    metric("kvstash_prompt_tokens_reused_total", "counter", "Prompt tokens taken from the prefix cache or a named state.", reused);
+    metric("kvstash_prompt_tokens_reused_total", "counter",
+           "Prompt tokens taken from the prefix cache or a named state.", reused);
     metric("kvstash_prompt_cache_hit_ratio", "gauge", "Reused / (reused + computed) prompt tokens since start.",
            computed + reused == 0 ? 0.0 : static_cast<double>(reused) / static_cast<double>(computed + reused));
     metric("kvstash_generated_tokens_total", "counter", "Tokens sampled, all choices.", generated_.load());
-    metric("kvstash_decode_tokens_per_second", "gauge", "Tokens sampled per second over the last 10 s.", decode_tokens_per_second());
-    metric("kvstash_batch_steps_total", "counter", "Batched evaluation steps (one eval_batch call each).", steps_.load());
-    metric("kvstash_batch_sequences_total", "counter", "Sequences evaluated, summed over steps (/ steps = mean batch).", step_sequences_.load());
-    metric("kvstash_batch_tokens_total", "counter", "Tokens evaluated in batched steps (prompt chunks and decode tokens).", step_tokens_.load());
-    metric("kvstash_requests_cancelled_total", "counter", "Requests cancelled because the client went away.", cancelled_.load());
+    metric("kvstash_decode_tokens_per_second", "gauge", "Tokens sampled per second over the last 10 s.",
+           decode_tokens_per_second());
+    metric("kvstash_batch_steps_total", "counter", "Batched evaluation steps (one eval_batch call each).",
+           steps_.load());
+    metric("kvstash_batch_sequences_total", "counter", "Sequences evaluated, summed over steps (/ steps = mean batch).",
+           step_sequences_.load());
+    metric("kvstash_batch_tokens_total", "counter",
+           "Tokens evaluated in batched steps (prompt chunks and decode tokens).", step_tokens_.load());
+    metric("kvstash_requests_cancelled_total", "counter", "Requests cancelled because the client went away.",
+           cancelled_.load());
     metric("kvstash_queue_depth", "gauge", "Requests waiting for a sequence slot.", queue_depth.load());
     metric("kvstash_active_sequences", "gauge", "Sequences being evaluated or generated.", active_sequences.load());
     metric("kvstash_prefix_cache_lookups_total", "counter", "Prefix cache lookups.", cache.lookups);
     metric("kvstash_prefix_cache_hits_total", "counter", "Prefix cache lookups that reused tokens.", cache.hits);
     metric("kvstash_prefix_cache_evictions_total", "counter", "Blocks evicted from RAM.", cache.evictions);
-    out << "# HELP kvstash_cache_bytes Bytes held per tier (ram: cached KV blocks; ram_in_use: of those, referenced by live "
+    out << "# HELP kvstash_cache_bytes Bytes held per tier (ram: cached KV blocks; ram_in_use: of those, referenced by "
+           "live "
            "states; disk: block files).\n# TYPE kvstash_cache_bytes gauge\n"
         << "kvstash_cache_bytes{tier=\"ram\"} " << cache.bytes_held << '\n'
         << "kvstash_cache_bytes{tier=\"ram_in_use\"} " << cache.bytes_in_use << '\n'

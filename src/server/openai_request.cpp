@@ -30,8 +30,9 @@ int64_t get_int(const json& value, const char* name, int64_t min, int64_t max) {
     }
     const int64_t v = value.get<int64_t>();
     if (v < min || v > max) {
-        throw bad_request("'" + std::string(name) + "' must be between " + std::to_string(min) + " and " + std::to_string(max) +
-                              ", got " + std::to_string(v), name, "invalid_value");
+        throw bad_request("'" + std::string(name) + "' must be between " + std::to_string(min) + " and " +
+                              std::to_string(max) + ", got " + std::to_string(v),
+                          name, "invalid_value");
     }
     return v;
 }
@@ -40,8 +41,9 @@ double get_number(const json& value, const char* name, double min, double max) {
     if (!value.is_number()) throw wrong_type(name, "a number");
     const double v = value.get<double>();
     if (!(v >= min && v <= max)) {
-        throw bad_request("'" + std::string(name) + "' must be between " + std::to_string(min) + " and " + std::to_string(max),
-                          name, "invalid_value");
+        throw bad_request(
+            "'" + std::string(name) + "' must be between " + std::to_string(min) + " and " + std::to_string(max), name,
+            "invalid_value");
     }
     return v;
 }
@@ -57,7 +59,8 @@ std::string get_string(const json& value, const char* name) {
 }
 
 std::vector<ChatMessage> parse_messages(const json& value) {
-    if (!value.is_array() || value.empty()) throw wrong_type("messages", "a non-empty array of {role, content} objects");
+    if (!value.is_array() || value.empty())
+        throw wrong_type("messages", "a non-empty array of {role, content} objects");
     std::vector<ChatMessage> messages;
     for (const json& m : value) {
         if (!m.is_object()) throw wrong_type("messages", "an array of {role, content} objects");
@@ -65,8 +68,8 @@ std::vector<ChatMessage> parse_messages(const json& value) {
         if (!role || !role->is_string()) throw wrong_type("messages", "an array of objects with a string 'role'");
         ChatMessage message{role->get<std::string>(), {}};
         if (message.role != "system" && message.role != "user" && message.role != "assistant") {
-            throw bad_request("unsupported message role '" + message.role + "' (use system, user or assistant)", "messages",
-                              "invalid_value");
+            throw bad_request("unsupported message role '" + message.role + "' (use system, user or assistant)",
+                              "messages", "invalid_value");
         }
         const json* content = field(m, "content");
         if (content && content->is_string()) {
@@ -74,9 +77,10 @@ std::vector<ChatMessage> parse_messages(const json& value) {
         } else if (content && content->is_array()) {
             // Content parts: only text parts can be read by a text model.
             for (const json& part : *content) {
-                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
-                    throw bad_request("message content parts must be {\"type\": \"text\", \"text\": \"...\"}", "messages",
-                                      "invalid_value");
+                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+                    !part["text"].is_string()) {
+                    throw bad_request("message content parts must be {\"type\": \"text\", \"text\": \"...\"}",
+                                      "messages", "invalid_value");
                 }
                 message.content += part["text"].get<std::string>();
             }
@@ -127,15 +131,20 @@ SamplerParams parse_sampling(const json& body) {
     p.top_k = 40;
     p.top_p = 1.0f;
     p.min_p = 0.0f;
-    if (const json* v = field(body, "temperature")) p.temperature = static_cast<float>(get_number(*v, "temperature", 0.0, 100.0));
+    if (const json* v = field(body, "temperature"))
+        p.temperature = static_cast<float>(get_number(*v, "temperature", 0.0, 100.0));
     if (const json* v = field(body, "top_p")) p.top_p = static_cast<float>(get_number(*v, "top_p", 0.0, 1.0));
     if (const json* v = field(body, "top_k")) p.top_k = static_cast<int32_t>(get_int(*v, "top_k", 0, 1 << 20));
     if (const json* v = field(body, "min_p")) p.min_p = static_cast<float>(get_number(*v, "min_p", 0.0, 1.0));
-    if (const json* v = field(body, "presence_penalty")) p.presence_penalty = static_cast<float>(get_number(*v, "presence_penalty", -2.0, 2.0));
-    if (const json* v = field(body, "frequency_penalty")) p.frequency_penalty = static_cast<float>(get_number(*v, "frequency_penalty", -2.0, 2.0));
-    if (const json* v = field(body, "repeat_penalty")) p.repeat_penalty = static_cast<float>(get_number(*v, "repeat_penalty", 1e-6, 100.0));
+    if (const json* v = field(body, "presence_penalty"))
+        p.presence_penalty = static_cast<float>(get_number(*v, "presence_penalty", -2.0, 2.0));
+    if (const json* v = field(body, "frequency_penalty"))
+        p.frequency_penalty = static_cast<float>(get_number(*v, "frequency_penalty", -2.0, 2.0));
+    if (const json* v = field(body, "repeat_penalty"))
+        p.repeat_penalty = static_cast<float>(get_number(*v, "repeat_penalty", 1e-6, 100.0));
     if (const json* v = field(body, "seed")) {
-        p.seed = static_cast<uint64_t>(get_int(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+        p.seed = static_cast<uint64_t>(
+            get_int(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
     } else {
         p.seed = std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
     }
@@ -150,7 +159,8 @@ SamplerParams parse_sampling(const json& body) {
             } catch (const std::exception&) {
                 id = -1;
             }
-            if (id < 0) throw bad_request("logit_bias key '" + key + "' is not a token id", "logit_bias", "invalid_value");
+            if (id < 0)
+                throw bad_request("logit_bias key '" + key + "' is not a token id", "logit_bias", "invalid_value");
             p.logit_bias.emplace_back(static_cast<int32_t>(std::min<int64_t>(id, INT32_MAX)),
                                       static_cast<float>(get_number(bias, "logit_bias", -100.0, 100.0)));
         }
@@ -162,7 +172,8 @@ void check_token_ids(const SamplerParams& p, const Model& model) {
     for (const auto& [id, bias] : p.logit_bias) {
         if (id >= model.n_vocab()) {
             throw bad_request("logit_bias token id " + std::to_string(id) + " is outside the vocabulary (" +
-                                  std::to_string(model.n_vocab()) + " tokens)", "logit_bias", "invalid_value");
+                                  std::to_string(model.n_vocab()) + " tokens)",
+                              "logit_bias", "invalid_value");
         }
     }
     try {
@@ -194,7 +205,8 @@ void reject_unsupported(const json& body) {
     if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
         throw bad_request("'best_of' is not supported (use n)", "best_of", "unsupported");
     }
-    if (const json* v = field(body, "tools"); v && !v->empty()) throw bad_request("'tools' are not supported", "tools", "unsupported");
+    if (const json* v = field(body, "tools"); v && !v->empty())
+        throw bad_request("'tools' are not supported", "tools", "unsupported");
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string");
 }
 
@@ -203,7 +215,8 @@ void reject_unsupported(const json& body) {
 void require_state_name(const std::string& name, const char* param) {
     if (!StateStore::valid_name(name)) {
         throw bad_request("invalid state name '" + name.substr(0, 80) +
-                              "': use 1 to 64 of A-Z a-z 0-9 _ . - and do not start with '.'", param, "invalid_state_name");
+                              "': use 1 to 64 of A-Z a-z 0-9 _ . - and do not start with '.'",
+                          param, "invalid_state_name");
     }
 }
 
@@ -226,7 +239,8 @@ CompletionRequest parse_completion_request(const json& body, bool chat, ServerCo
     if (const json* v = field(body, "stream")) out.stream = get_bool(*v, "stream");
     if (const json* v = field(body, "stream_options")) {
         if (!v->is_object()) throw wrong_type("stream_options", "an object");
-        if (const json* u = field(*v, "include_usage")) out.include_usage = get_bool(*u, "stream_options.include_usage");
+        if (const json* u = field(*v, "include_usage"))
+            out.include_usage = get_bool(*u, "stream_options.include_usage");
     }
     if (const json* v = field(body, "n")) job->n = static_cast<int>(get_int(*v, "n", 1, ctx.options.parallel));
     if (const json* v = field(body, "stop")) job->stop = parse_stop(*v);
@@ -235,7 +249,8 @@ CompletionRequest parse_completion_request(const json& body, bool chat, ServerCo
     if (chat) {
         if (const json* v = field(body, "logprobs")) out.logprobs = get_bool(*v, "logprobs");
         if (const json* v = field(body, "top_logprobs")) {
-            if (!out.logprobs) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value");
+            if (!out.logprobs)
+                throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value");
             job->top_logprobs = static_cast<int>(get_int(*v, "top_logprobs", 0, 20));
         } else if (out.logprobs) {
             job->top_logprobs = 0;
@@ -256,8 +271,10 @@ CompletionRequest parse_completion_request(const json& body, bool chat, ServerCo
             // The state must hold the start of this conversation (e.g. made from its system message).
             const auto held = job->base->tokens();
             if (held.size() > job->prompt.size() || !std::equal(held.begin(), held.end(), job->prompt.begin())) {
-                throw bad_request("the state's tokens are not the start of this conversation; create the state from the "
-                                  "conversation's first messages", "state", "state_mismatch");
+                throw bad_request(
+                    "the state's tokens are not the start of this conversation; create the state from the "
+                    "conversation's first messages",
+                    "state", "state_mismatch");
             }
             job->prompt.erase(job->prompt.begin(), job->prompt.begin() + static_cast<std::ptrdiff_t>(held.size()));
         }
@@ -279,12 +296,13 @@ CompletionRequest parse_completion_request(const json& body, bool chat, ServerCo
     const int64_t total = held + static_cast<int64_t>(job->prompt.size());
     if (total == 0) throw bad_request("the prompt is empty", chat ? "messages" : "prompt", "empty_prompt");
     if (job->prompt.empty() && job->base->last_logits().empty()) {
-        throw bad_request("the state holds no logits to continue from; give a prompt to append", "prompt", "invalid_value");
+        throw bad_request("the state holds no logits to continue from; give a prompt to append", "prompt",
+                          "invalid_value");
     }
     if (total >= n_ctx) {
-        throw bad_request("the prompt has " + std::to_string(total) + " tokens but the context holds " + std::to_string(n_ctx) +
-                              "; shorten it (or start the server with a larger --ctx)", chat ? "messages" : "prompt",
-                          "context_length_exceeded");
+        throw bad_request("the prompt has " + std::to_string(total) + " tokens but the context holds " +
+                              std::to_string(n_ctx) + "; shorten it (or start the server with a larger --ctx)",
+                          chat ? "messages" : "prompt", "context_length_exceeded");
     }
     const json* max_tokens = field(body, "max_tokens");
     if (!max_tokens) max_tokens = field(body, "max_completion_tokens");
@@ -292,8 +310,9 @@ CompletionRequest parse_completion_request(const json& body, bool chat, ServerCo
         job->max_tokens = get_int(*max_tokens, "max_tokens", 1, std::numeric_limits<int32_t>::max());
         if (total + job->max_tokens > n_ctx) {
             throw bad_request("this model's context holds " + std::to_string(n_ctx) + " tokens; the prompt has " +
-                                  std::to_string(total) + " and max_tokens asks for " + std::to_string(job->max_tokens) +
-                                  "; reduce max_tokens to at most " + std::to_string(n_ctx - total),
+                                  std::to_string(total) + " and max_tokens asks for " +
+                                  std::to_string(job->max_tokens) + "; reduce max_tokens to at most " +
+                                  std::to_string(n_ctx - total),
                               "max_tokens", "context_length_exceeded");
         }
     } else {
@@ -315,19 +334,23 @@ PrefillRequest parse_prefill_request(const json& body, ServerContext& ctx) {
     const json* prompt = field(body, "prompt");
     const json* messages = field(body, "messages");
     if ((prompt != nullptr) == (messages != nullptr)) {
-        throw bad_request("give exactly one of 'prompt' and 'messages'", prompt ? "messages" : "prompt", "missing_field");
+        throw bad_request("give exactly one of 'prompt' and 'messages'", prompt ? "messages" : "prompt",
+                          "missing_field");
     }
     if (messages) {
         bool add_generation_prompt = false;
-        if (const json* v = field(body, "add_generation_prompt")) add_generation_prompt = get_bool(*v, "add_generation_prompt");
+        if (const json* v = field(body, "add_generation_prompt"))
+            add_generation_prompt = get_bool(*v, "add_generation_prompt");
         job->prompt = chat_tokens(*messages, add_generation_prompt, ctx);
     } else {
-        job->prompt = ctx.model->tokenizer().encode(get_string(*prompt, "prompt"), /*add_special=*/true, /*parse_special=*/true);
+        job->prompt =
+            ctx.model->tokenizer().encode(get_string(*prompt, "prompt"), /*add_special=*/true, /*parse_special=*/true);
     }
     if (job->prompt.empty()) throw bad_request("the prompt is empty", "prompt", "empty_prompt");
     if (static_cast<int64_t>(job->prompt.size()) >= ctx.scheduler->n_ctx()) {
         throw bad_request("the prompt has " + std::to_string(job->prompt.size()) + " tokens but the context holds " +
-                              std::to_string(ctx.scheduler->n_ctx()), messages ? "messages" : "prompt", "context_length_exceeded");
+                              std::to_string(ctx.scheduler->n_ctx()),
+                          messages ? "messages" : "prompt", "context_length_exceeded");
     }
     out.job = std::move(job);
     return out;

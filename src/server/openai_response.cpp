@@ -27,13 +27,15 @@ json bytes_json(const std::string& s) {
 
 }  // namespace
 
-CompletionFormatter::CompletionFormatter(bool chat, std::string model_id, const Tokenizer& tokenizer, int n_choices, bool logprobs)
+CompletionFormatter::CompletionFormatter(bool chat, std::string model_id, const Tokenizer& tokenizer, int n_choices,
+                                         bool logprobs)
     : chat_(chat),
       model_id_(std::move(model_id)),
       tokenizer_(tokenizer),
       logprobs_(logprobs),
       id_(random_id(chat ? "chatcmpl-" : "cmpl-")),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count()),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                   .count()),
       choices_(static_cast<size_t>(n_choices)) {}
 
 json CompletionFormatter::envelope() const {
@@ -47,7 +49,8 @@ json CompletionFormatter::usage_json(const Usage& usage) {
             {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
-json CompletionFormatter::logprobs_json(const std::vector<TokenLogprob>& tokens, const std::vector<size_t>& offsets) const {
+json CompletionFormatter::logprobs_json(const std::vector<TokenLogprob>& tokens,
+                                        const std::vector<size_t>& offsets) const {
     if (chat_) {
         json content = json::array();
         for (const TokenLogprob& t : tokens) {
@@ -57,11 +60,15 @@ json CompletionFormatter::logprobs_json(const std::vector<TokenLogprob>& tokens,
                 const std::string alt = tokenizer_.token_piece(id);
                 top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", bytes_json(alt)}});
             }
-            content.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_json(piece)}, {"top_logprobs", top}});
+            content.push_back(
+                {{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_json(piece)}, {"top_logprobs", top}});
         }
         return {{"content", content}};
     }
-    json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+    json out = {{"tokens", json::array()},
+                {"token_logprobs", json::array()},
+                {"top_logprobs", json::array()},
+                {"text_offset", json::array()}};
     for (size_t i = 0; i < tokens.size(); ++i) {
         out["tokens"].push_back(tokenizer_.token_piece(tokens[i].token));
         out["token_logprobs"].push_back(tokens[i].logprob);
@@ -78,8 +85,10 @@ std::string CompletionFormatter::sse_chunk(const ChannelEvent& event) {
     json c = {{"index", event.choice}, {"finish_reason", nullptr}};
     if (event.kind == ChannelEvent::Kind::finish) {
         c["finish_reason"] = event.finish_reason;
-        if (chat_) c["delta"] = json::object();
-        else c["text"] = "";
+        if (chat_)
+            c["delta"] = json::object();
+        else
+            c["text"] = "";
     } else if (event.kind == ChannelEvent::Kind::piece) {
         std::vector<TokenLogprob> lps;
         std::vector<size_t> offsets{choice.text.size()};
@@ -131,8 +140,10 @@ json CompletionFormatter::response(const Usage& usage) const {
     for (size_t i = 0; i < choices_.size(); ++i) {
         const Choice& choice = choices_[i];
         json c = {{"index", i}, {"finish_reason", choice.finish_reason}};
-        if (chat_) c["message"] = {{"role", "assistant"}, {"content", choice.text}};
-        else c["text"] = choice.text;
+        if (chat_)
+            c["message"] = {{"role", "assistant"}, {"content", choice.text}};
+        else
+            c["text"] = choice.text;
         c["logprobs"] = logprobs_ ? logprobs_json(choice.logprobs, choice.text_offsets) : json(nullptr);
         out["choices"].push_back(c);
     }

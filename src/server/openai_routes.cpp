@@ -36,16 +36,18 @@ void guarded(httplib::Response& res, const std::function<void()>& body) {
 
 void require_body_size(const httplib::Request& req, const ServerContext& ctx) {
     if (req.body.size() > ctx.options.max_body) {
-        throw ApiError(413, "the request body has " + std::to_string(req.body.size()) + " bytes; the limit is " +
-                                std::to_string(ctx.options.max_body) + " (--max-body)", "", "request_too_large");
+        throw ApiError(413,
+                       "the request body has " + std::to_string(req.body.size()) + " bytes; the limit is " +
+                           std::to_string(ctx.options.max_body) + " (--max-body)",
+                       "", "request_too_large");
     }
 }
 
 namespace {
 
 ApiError queue_full(const ServerContext& ctx) {
-    return ApiError(503, "the server is busy (" + std::to_string(ctx.options.queue) + " requests waiting); retry later", "",
-                    "queue_full");
+    return ApiError(503, "the server is busy (" + std::to_string(ctx.options.queue) + " requests waiting); retry later",
+                    "", "queue_full");
 }
 
 // Blocks until the job is done; feeds every piece / finish to `formatter`. Throws ApiError on an error event.
@@ -63,15 +65,14 @@ Usage wait_for_job(RequestChannel& channel, CompletionFormatter* formatter, std:
                 case ChannelEvent::Kind::done:
                     if (state) *state = std::move(event.state);
                     return event.usage;
-                case ChannelEvent::Kind::error:
-                    throw ApiError(event.status, event.message);
+                case ChannelEvent::Kind::error: throw ApiError(event.status, event.message);
             }
         }
     }
 }
 
-void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> channel, std::shared_ptr<CompletionFormatter> formatter,
-                     bool include_usage) {
+void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> channel,
+                     std::shared_ptr<CompletionFormatter> formatter, bool include_usage) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -114,7 +115,8 @@ void handle_completion(const httplib::Request& req, httplib::Response& res, Serv
     require_body_size(req, ctx);
     CompletionRequest request = parse_completion_request(parse_json_body(req.body), chat, ctx);
     auto channel = request.job->channel;
-    auto formatter = std::make_shared<CompletionFormatter>(chat, ctx.model_id, ctx.model->tokenizer(), request.job->n, request.logprobs);
+    auto formatter = std::make_shared<CompletionFormatter>(chat, ctx.model_id, ctx.model->tokenizer(), request.job->n,
+                                                           request.logprobs);
     if (!ctx.scheduler->submit(std::move(request.job))) throw queue_full(ctx);
     if (request.stream) {
         stream_response(res, channel, formatter, request.include_usage);
@@ -144,16 +146,19 @@ void register_openai_routes(httplib::Server& http, ServerContext& ctx) {
         guarded(res, [&] { handle_completion(req, res, ctx, true); });
     });
     http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
-        json model = {{"id", ctx.model_id},
-                      {"object", "model"},
-                      {"created", 0},
-                      {"owned_by", "kvstash"},
-                      {"meta", {{"n_ctx", ctx.scheduler->n_ctx()}, {"n_vocab", ctx.model->n_vocab()}, {"path", ctx.model->path()}}}};
+        json model = {
+            {"id", ctx.model_id},
+            {"object", "model"},
+            {"created", 0},
+            {"owned_by", "kvstash"},
+            {"meta",
+             {{"n_ctx", ctx.scheduler->n_ctx()}, {"n_vocab", ctx.model->n_vocab()}, {"path", ctx.model->path()}}}};
         send_json(res, {{"object", "list"}, {"data", json::array({model})}});
     });
     http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); });
     http.Get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
-        res.set_content(ctx.metrics.render(ctx.scheduler->cache_stats(), ctx.states->totals()), "text/plain; version=0.0.4");
+        res.set_content(ctx.metrics.render(ctx.scheduler->cache_stats(), ctx.states->totals()),
+                        "text/plain; version=0.0.4");
     });
 }
 

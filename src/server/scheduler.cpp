@@ -66,7 +66,8 @@ void Scheduler::run() {
         } catch (const std::exception& e) {
             // A bug or out of memory: answer everyone in flight instead of taking the process down.
             for (auto& seq : sequences_) {
-                if (!seq->job->failed) fail(*seq->job, 500, std::string("internal error in the scheduler: ") + e.what());
+                if (!seq->job->failed)
+                    fail(*seq->job, 500, std::string("internal error in the scheduler: ") + e.what());
             }
             for (auto& seq : sequences_) {
                 if (--seq->job->live_sequences == 0) slots_used_ -= seq->job->slots;
@@ -143,13 +144,15 @@ namespace {
 // Whole 32-token KV blocks two prompts start with.
 int64_t shared_block_tokens(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
     const size_t n = std::min(a.size(), b.size());
-    const auto common = std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin();
+    const auto common =
+        std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first - a.begin();
     return static_cast<int64_t>(common) / 32 * 32;
 }
 
 }  // namespace
 
-bool Scheduler::waits_for_shared_prefix(const GenerationJob& job, const std::vector<std::unique_ptr<GenerationJob>>& admitting) const {
+bool Scheduler::waits_for_shared_prefix(const GenerationJob& job,
+                                        const std::vector<std::unique_ptr<GenerationJob>>& admitting) const {
     if (job.base) return false;
     for (const auto& other : admitting) {  // admitted in this same pass: nothing of theirs is computed yet
         if (!other->base && shared_block_tokens(job.prompt, other->prompt) > 0) return true;
@@ -198,7 +201,10 @@ void Scheduler::step() {
             const auto& prompt = seq.job->job->prompt;
             const int64_t n = std::min<int64_t>(static_cast<int64_t>(prompt.size()) - seq.prompt_done, budget);
             budget -= n;
-            requests.push_back({&seq.state, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(seq.prompt_done), static_cast<size_t>(n)), nullptr});
+            requests.push_back(
+                {&seq.state,
+                 std::span<const int32_t>(prompt).subspan(static_cast<size_t>(seq.prompt_done), static_cast<size_t>(n)),
+                 nullptr});
             prompt_chunk.push_back(n);
         } else if (seq.next_token) {
             requests.push_back({&seq.state, std::span<const int32_t>(&*seq.next_token, 1), nullptr});

@@ -28,11 +28,11 @@
 namespace kvstash::server {
 
 struct SchedulerOptions {
-    int threads = 0;           // evaluator threads (0 = hardware threads)
-    int parallel = 8;          // maximum sequences at once (a job with n choices takes n)
-    int queue = 64;            // maximum jobs waiting for slots
-    int64_t n_ctx = 0;         // context of new sequences (0 = the model's)
-    int64_t step_tokens = 256; // prompt tokens evaluated per step, all prefilling sequences together
+    int threads = 0;            // evaluator threads (0 = hardware threads)
+    int parallel = 8;           // maximum sequences at once (a job with n choices takes n)
+    int queue = 64;             // maximum jobs waiting for slots
+    int64_t n_ctx = 0;          // context of new sequences (0 = the model's)
+    int64_t step_tokens = 256;  // prompt tokens evaluated per step, all prefilling sequences together
     PrefixCacheOptions cache;
 };
 
@@ -57,7 +57,8 @@ private:
     // job waits in the queue and then takes them from the prefix cache instead of computing them again
     // (a burst of requests with one long system prompt computes it once).
     // `admitting`: jobs admitted earlier in the same pass.
-    bool waits_for_shared_prefix(const GenerationJob& job, const std::vector<std::unique_ptr<GenerationJob>>& admitting) const;
+    bool waits_for_shared_prefix(const GenerationJob& job,
+                                 const std::vector<std::unique_ptr<GenerationJob>>& admitting) const;
     void drop_cancelled();
     void step();
     void after_prefill(size_t index);  // a sequence's prompt is done: hand back its state or fork the choices
@@ -74,7 +75,7 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_;
     std::deque<std::unique_ptr<GenerationJob>> queue_;  // guarded by mutex_
-    bool stopping_ = false;                              // guarded by mutex_
+    bool stopping_ = false;                             // guarded by mutex_
 
     // Scheduler thread only.
     std::vector<std::unique_ptr<Sequence>> sequences_;

@@ -21,11 +21,13 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
         std::vector<int32_t> ids(logits.size());
         std::iota(ids.begin(), ids.end(), 0);
         const size_t k = std::min(static_cast<size_t>(top), ids.size());
-        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
-            const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-            return la != lb ? la > lb : a < b;
-        });
-        for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], static_cast<double>(logits[static_cast<size_t>(ids[i])]) - log_norm);
+        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                          [&](int32_t a, int32_t b) {
+                              const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+                              return la != lb ? la > lb : a < b;
+                          });
+        for (size_t i = 0; i < k; ++i)
+            out.top.emplace_back(ids[i], static_cast<double>(logits[static_cast<size_t>(ids[i])]) - log_norm);
     }
     return out;
 }

@@ -19,9 +19,9 @@ namespace kvstash::server {
 struct JobProgress {
     std::unique_ptr<GenerationJob> job;
     Usage usage;
-    int slots = 1;           // sequence slots reserved at admission, given back when the job ends
-    int live_sequences = 0;  // sequences of this job not finished yet
-    bool failed = false;     // an error was sent (or the client left); nothing more is sent
+    int slots = 1;                     // sequence slots reserved at admission, given back when the job ends
+    int live_sequences = 0;            // sequences of this job not finished yet
+    bool failed = false;               // an error was sent (or the client left); nothing more is sent
     std::shared_ptr<State> prefilled;  // prefill jobs: the state handed back with `done`
 };
 

@@ -18,12 +18,12 @@ namespace kvstash::server {
 struct ServerContext {
     std::shared_ptr<const Model> model;
     ServerOptions options;
-    std::string model_id;                        // the model file's name without .gguf
-    std::optional<ChatTemplate> chat_template;   // none: /v1/chat/completions answers 400 with why
+    std::string model_id;                       // the model file's name without .gguf
+    std::optional<ChatTemplate> chat_template;  // none: /v1/chat/completions answers 400 with why
     std::string chat_template_error;
     Metrics metrics;
     std::unique_ptr<StateStore> states;
-    std::unique_ptr<Scheduler> scheduler;        // last: its thread uses the members above
+    std::unique_ptr<Scheduler> scheduler;  // last: its thread uses the members above
 };
 
 }  // namespace kvstash::server

@@ -8,19 +8,19 @@ namespace kvstash::server {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;               // 0: any free port (the chosen one is printed)
-    int threads = 0;               // evaluator threads (0 = hardware threads)
-    int64_t n_ctx = 0;             // context per sequence (0 = the model's training context)
-    int parallel = 8;              // maximum sequences evaluated together
-    int queue = 64;                // maximum requests waiting for a sequence slot (then 503)
-    int64_t step_tokens = 256;     // prompt tokens per scheduler step (keeps decode steps short)
-    std::string api_key;           // non-empty: every route but /health needs "Authorization: Bearer <key>"
-    uint64_t max_body = 4u << 20;  // bytes of a JSON request body (413 past it)
-    uint64_t cache_ram_mib = 1024; // prefix cache RAM budget
-    std::string cache_dir;         // prefix cache disk tier (empty: none)
-    std::string state_dir;         // named states as files (empty: memory only)
+    int port = 8080;                // 0: any free port (the chosen one is printed)
+    int threads = 0;                // evaluator threads (0 = hardware threads)
+    int64_t n_ctx = 0;              // context per sequence (0 = the model's training context)
+    int parallel = 8;               // maximum sequences evaluated together
+    int queue = 64;                 // maximum requests waiting for a sequence slot (then 503)
+    int64_t step_tokens = 256;      // prompt tokens per scheduler step (keeps decode steps short)
+    std::string api_key;            // non-empty: every route but /health needs "Authorization: Bearer <key>"
+    uint64_t max_body = 4u << 20;   // bytes of a JSON request body (413 past it)
+    uint64_t cache_ram_mib = 1024;  // prefix cache RAM budget
+    std::string cache_dir;          // prefix cache disk tier (empty: none)
+    std::string state_dir;          // named states as files (empty: memory only)
     uint64_t max_state_bytes = uint64_t{1} << 30;  // bytes of an uploaded state file (413 past it)
-    std::string chat_template;     // empty: the model's own
+    std::string chat_template;                     // empty: the model's own
 };
 
 }  // namespace kvstash::server

@@ -19,10 +19,11 @@ namespace kvstash::server {
 namespace {
 
 json info_json(const NamedStateInfo& info, const ServerContext& ctx) {
-    return {{"object", "state"},        {"name", info.name},           {"tokens", info.n_tokens},
-            {"n_ctx", info.n_ctx},      {"bytes", info.kv_bytes},      {"file_bytes", info.file_bytes},
-            {"in_memory", info.in_memory}, {"has_logits", info.has_logits}, {"created", info.created},
-            {"model", ctx.model_id}};
+    return {{"object", "state"},           {"name", info.name},
+            {"tokens", info.n_tokens},     {"n_ctx", info.n_ctx},
+            {"bytes", info.kv_bytes},      {"file_bytes", info.file_bytes},
+            {"in_memory", info.in_memory}, {"has_logits", info.has_logits},
+            {"created", info.created},     {"model", ctx.model_id}};
 }
 
 std::string name_from(const httplib::Request& req) {
@@ -39,7 +40,9 @@ ApiError unknown_state(const std::string& name) {
 std::string temp_path(const ServerContext& ctx, const char* kind) {
     const fs::path dir = ctx.options.state_dir.empty() ? fs::temp_directory_path() : fs::path(ctx.options.state_dir);
     std::random_device device;
-    return (dir / (std::string(".kvstash-") + kind + "-" + std::to_string(device()) + std::to_string(device()) + ".tmp")).string();
+    return (dir /
+            (std::string(".kvstash-") + kind + "-" + std::to_string(device()) + std::to_string(device()) + ".tmp"))
+        .string();
 }
 
 void handle_download(const httplib::Request& req, httplib::Response& res, ServerContext& ctx) {
@@ -67,7 +70,8 @@ void handle_download(const httplib::Request& req, httplib::Response& res, Server
         });
 }
 
-void handle_upload(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader, ServerContext& ctx) {
+void handle_upload(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                   ServerContext& ctx) {
     const std::string name = name_from(req);
     const std::string path = temp_path(ctx, "upload");
     struct Cleanup {
@@ -91,14 +95,18 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
             out.write(data, static_cast<std::streamsize>(length));
             return static_cast<bool>(out);
         });
-        if (!too_large && !out.flush()) throw Error(ErrorCode::io, "cannot write the uploaded state to a temporary file");
+        if (!too_large && !out.flush())
+            throw Error(ErrorCode::io, "cannot write the uploaded state to a temporary file");
     }
     if (too_large) {
         res.set_header("Connection", "close");
-        throw ApiError(413, "the state file is larger than " + std::to_string(ctx.options.max_state_bytes) + " bytes (--max-state-bytes)",
+        throw ApiError(413,
+                       "the state file is larger than " + std::to_string(ctx.options.max_state_bytes) +
+                           " bytes (--max-state-bytes)",
                        "", "request_too_large");
     }
-    if (received == 0) throw bad_request("the upload is empty: send the state file as the request body", "", "empty_body");
+    if (received == 0)
+        throw bad_request("the upload is empty: send the state file as the request body", "", "empty_body");
     State state = [&] {
         try {
             return load_state(*ctx.model, path);
@@ -106,8 +114,10 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
             if (e.code() == ErrorCode::io) throw;
             // The loader names the file: say "the upload" instead of a server-side temporary path.
             std::string message = e.what();
-            for (size_t at; (at = message.find("'" + path + "'")) != std::string::npos;) message.replace(at, path.size() + 2, "(the upload)");
-            for (size_t at; (at = message.find(path)) != std::string::npos;) message.replace(at, path.size(), "(the upload)");
+            for (size_t at; (at = message.find("'" + path + "'")) != std::string::npos;)
+                message.replace(at, path.size() + 2, "(the upload)");
+            for (size_t at; (at = message.find(path)) != std::string::npos;)
+                message.replace(at, path.size(), "(the upload)");
             throw bad_request("not a usable state file for this model: " + message, "", "invalid_state_file");
         }
     }();
@@ -125,7 +135,8 @@ void register_state_routes(httplib::Server& http, ServerContext& ctx) {
             Usage usage;
             std::shared_ptr<State> state = run_prefill(ctx, std::move(request.job), usage);
             json body = info_json(ctx.states->put(request.name, std::move(*state)), ctx);
-            body["usage"] = {{"prompt_tokens", usage.prompt_tokens}, {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+            body["usage"] = {{"prompt_tokens", usage.prompt_tokens},
+                             {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
             send_json(res, body, 201);
         });
     });

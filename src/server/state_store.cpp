@@ -20,7 +20,8 @@ uint64_t state_kv_bytes(const State& state) {
 namespace {
 
 int64_t unix_now() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 }  // namespace
@@ -41,9 +42,11 @@ StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir
             entry.info.n_ctx = meta.n_ctx;
             entry.info.file_bytes = meta.file_bytes;
             entry.info.has_logits = meta.has_logits;
-            entry.info.created = std::chrono::duration_cast<std::chrono::seconds>(
-                                     fs::last_write_time(path).time_since_epoch() - fs::file_time_type::clock::now().time_since_epoch())
-                                     .count() + unix_now();
+            entry.info.created =
+                std::chrono::duration_cast<std::chrono::seconds>(fs::last_write_time(path).time_since_epoch() -
+                                                                 fs::file_time_type::clock::now().time_since_epoch())
+                    .count() +
+                unix_now();
             entries_.emplace(entry.info.name, std::move(entry));
         } catch (const Error& e) {
             std::fprintf(stderr, "kvstash serve: skipping '%s': %s\n", path.c_str(), e.what());
@@ -55,7 +58,8 @@ StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir
 bool StateStore::valid_name(std::string_view name) {
     if (name.empty() || name.size() > 64 || name.front() == '.') return false;
     for (char c : name) {
-        const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+        const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+                        c == '.' || c == '-';
         if (!ok) return false;
     }
     return true;
@@ -91,7 +95,8 @@ NamedStateInfo StateStore::put_file(const std::string& name, State state, const 
     if (!dir_.empty()) {
         std::error_code ec;
         fs::rename(file_path_now, file_path(name), ec);
-        if (ec) throw Error(ErrorCode::io, "cannot move the uploaded state to '" + file_path(name) + "': " + ec.message());
+        if (ec)
+            throw Error(ErrorCode::io, "cannot move the uploaded state to '" + file_path(name) + "': " + ec.message());
         file_bytes = fs::file_size(file_path(name));
     }
     return store(name, std::move(state), file_bytes);

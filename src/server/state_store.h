@@ -26,7 +26,7 @@ struct NamedStateInfo {
     uint64_t file_bytes = 0;  // size of <dir>/<name>.kvs; 0 without a directory
     bool in_memory = false;
     bool has_logits = false;
-    int64_t created = 0;      // unix seconds
+    int64_t created = 0;  // unix seconds
 };
 
 class StateStore {

@@ -80,7 +80,6 @@ bool is_fingerprinted_key(std::string_view key, std::string_view arch) {
     return !arch.empty() && key.size() > arch.size() && key.starts_with(arch) && key[arch.size()] == '.';
 }
 
-
 }  // namespace
 
 std::string ModelFingerprint::hex() const {
@@ -148,7 +147,8 @@ ModelFingerprint cached_model_fingerprint(const Model& model) {
     // both hash the same new file once; both get one answer.
     ModelFingerprint fp;
     if (const auto hex = fingerprint_cache_lookup(id)) {
-        for (size_t i = 0; i < fp.bytes.size(); ++i) fp.bytes[i] = static_cast<uint8_t>(std::stoi(hex->substr(2 * i, 2), nullptr, 16));
+        for (size_t i = 0; i < fp.bytes.size(); ++i)
+            fp.bytes[i] = static_cast<uint8_t>(std::stoi(hex->substr(2 * i, 2), nullptr, 16));
     } else {
         fp = compute_model_fingerprint(file);
         fingerprint_cache_store(id, fp.hex());

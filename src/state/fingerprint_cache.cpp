@@ -19,8 +19,10 @@ std::optional<std::filesystem::path> cache_file() {
         if (*dir == '\0') return std::nullopt;
         return std::filesystem::path(dir) / "fingerprints";
     }
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "kvstash" / "fingerprints";
-    if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "kvstash" / "fingerprints";
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+        return std::filesystem::path(xdg) / "kvstash" / "fingerprints";
+    if (const char* home = std::getenv("HOME"); home && *home)
+        return std::filesystem::path(home) / ".cache" / "kvstash" / "fingerprints";
     return std::nullopt;
 }
 

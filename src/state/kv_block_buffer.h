@@ -18,7 +18,8 @@ namespace kvstash {
 class KvBlockBuffer {
 public:
     KvBlockBuffer() = default;
-    explicit KvBlockBuffer(size_t bytes) : data_(bytes ? KvBlockPool::instance().allocate(bytes) : nullptr), size_(bytes) {}
+    explicit KvBlockBuffer(size_t bytes)
+        : data_(bytes ? KvBlockPool::instance().allocate(bytes) : nullptr), size_(bytes) {}
     ~KvBlockBuffer() { KvBlockPool::instance().release(data_, size_); }
 
     KvBlockBuffer(const KvBlockBuffer& other) : KvBlockBuffer(other.size_) {

@@ -7,7 +7,8 @@
 
 namespace kvstash {
 
-static_assert(sizeof(XXH3_state_t) <= KvBlockHash::kStateBytes, "KvBlockHash::kStateBytes is too small for XXH3_state_t");
+static_assert(sizeof(XXH3_state_t) <= KvBlockHash::kStateBytes,
+              "KvBlockHash::kStateBytes is too small for XXH3_state_t");
 static_assert(alignof(XXH3_state_t) <= 64, "XXH3_state_t needs more than 64-byte alignment");
 
 bool KvBlockHash::cpu_has_avx512() {
@@ -19,7 +20,8 @@ KvBlockHash::KvBlockHash(Path path) {
     avx512_ = path == Path::avx512 || (path == Path::automatic && cpu_has_avx512());
     if (avx512_ && !cpu_has_avx512()) throw Error(ErrorCode::invalid_argument, "KvBlockHash: this CPU has no AVX-512F");
     if (avx512_) {
-        if (kv_block_hash_avx512::state_bytes() > kStateBytes) throw Error(ErrorCode::internal, "KvBlockHash: XXH3 state too large");
+        if (kv_block_hash_avx512::state_bytes() > kStateBytes)
+            throw Error(ErrorCode::internal, "KvBlockHash: XXH3 state too large");
         kv_block_hash_avx512::reset(state_);
     } else if (XXH3_64bits_reset(reinterpret_cast<XXH3_state_t*>(state_)) == XXH_ERROR) {
         throw Error(ErrorCode::internal, "cannot initialise XXH3");
@@ -35,7 +37,8 @@ void KvBlockHash::update(const uint8_t* bytes, size_t n) {
 }
 
 uint64_t KvBlockHash::digest() const {
-    return avx512_ ? kv_block_hash_avx512::digest(state_) : XXH3_64bits_digest(reinterpret_cast<const XXH3_state_t*>(state_));
+    return avx512_ ? kv_block_hash_avx512::digest(state_)
+                   : XXH3_64bits_digest(reinterpret_cast<const XXH3_state_t*>(state_));
 }
 
 }  // namespace kvstash

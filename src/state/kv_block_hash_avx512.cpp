@@ -16,7 +16,9 @@ namespace kvstash::kv_block_hash_avx512 {
 
 size_t state_bytes() { return sizeof(XXH3_state_t); }
 void reset(void* state) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state)); }
-void update(void* state, const void* bytes, size_t n) { XXH3_64bits_update(static_cast<XXH3_state_t*>(state), bytes, n); }
+void update(void* state, const void* bytes, size_t n) {
+    XXH3_64bits_update(static_cast<XXH3_state_t*>(state), bytes, n);
+}
 uint64_t digest(const void* state) { return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state)); }
 
 }  // namespace kvstash::kv_block_hash_avx512

@@ -29,8 +29,8 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kPage = 4096;
-constexpr size_t kSlotAlign = 64;            // a cache line: blocks never share one
-constexpr uint32_t kSmallSlots = 16;         // blocks per chunk when 16 of them fit in less than a huge page
+constexpr size_t kSlotAlign = 64;     // a cache line: blocks never share one
+constexpr uint32_t kSmallSlots = 16;  // blocks per chunk when 16 of them fit in less than a huge page
 constexpr size_t kMaxHugeChunk = size_t{32} << 20;
 constexpr uint64_t kDefaultRetainBytes = uint64_t{256} << 20;
 

@@ -50,8 +50,8 @@ public:
     // How a block size is laid out in chunks (exposed for tests).
     struct Geometry {
         size_t chunk_bytes = 0;
-        uint32_t slots = 0;     // blocks per chunk
-        bool huge = false;      // chunk is 2 MiB-aligned and advised MADV_HUGEPAGE
+        uint32_t slots = 0;  // blocks per chunk
+        bool huge = false;   // chunk is 2 MiB-aligned and advised MADV_HUGEPAGE
     };
     static Geometry geometry(size_t bytes);
 
@@ -70,8 +70,8 @@ private:
     static Chunk map_chunk(size_t slot_bytes, const Geometry& g);
 
     mutable std::mutex mu_;
-    std::map<size_t, FreeList> free_;           // by slot size
-    std::map<uintptr_t, Chunk> chunks_;          // by base address
+    std::map<size_t, FreeList> free_;    // by slot size
+    std::map<uintptr_t, Chunk> chunks_;  // by base address
     uint64_t retained_limit_ = 0;
     uint64_t empty_chunks_ = 0;  // chunks with no live block (the only ones trim can unmap)
     Stats stats_;

@@ -12,9 +12,7 @@ KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, TensorType type)
     row_bytes_ = tensor_row_bytes(type, n_embd_kv);
 }
 
-uint64_t KvCache::block_bytes() const {
-    return 2 * static_cast<uint64_t>(n_layer_) * kv_block_tokens * row_bytes_;
-}
+uint64_t KvCache::block_bytes() const { return 2 * static_cast<uint64_t>(n_layer_) * kv_block_tokens * row_bytes_; }
 
 void KvCache::make_unique(size_t i) {
     if (blocks_[i].use_count() > 1) blocks_[i] = std::make_shared<KvBlock>(*blocks_[i]);
@@ -24,7 +22,8 @@ void KvCache::grow(int64_t n) {
     if (n < n_tokens_) throw Error(ErrorCode::internal, "KvCache::grow cannot shrink; use truncate");
     const size_t needed = static_cast<size_t>((n + kv_block_tokens - 1) / kv_block_tokens);
     // The block holding position n_tokens_ (if partly filled) is about to be written: un-share it.
-    if (n > n_tokens_ && n_tokens_ % kv_block_tokens != 0) make_unique(static_cast<size_t>(n_tokens_ / kv_block_tokens));
+    if (n > n_tokens_ && n_tokens_ % kv_block_tokens != 0)
+        make_unique(static_cast<size_t>(n_tokens_ / kv_block_tokens));
     const size_t half = static_cast<size_t>(n_layer_) * kv_block_tokens * row_bytes_;
     while (blocks_.size() < needed) {
         blocks_.push_back(std::make_shared<KvBlock>(KvBlock{KvBlockBuffer(half), KvBlockBuffer(half)}));
@@ -33,7 +32,9 @@ void KvCache::grow(int64_t n) {
 }
 
 void KvCache::truncate(int64_t n) {
-    if (n < 0 || n > n_tokens_) throw Error(ErrorCode::out_of_range, "cannot truncate the KV cache to " + std::to_string(n) + " tokens: it holds " + std::to_string(n_tokens_));
+    if (n < 0 || n > n_tokens_)
+        throw Error(ErrorCode::out_of_range, "cannot truncate the KV cache to " + std::to_string(n) +
+                                                 " tokens: it holds " + std::to_string(n_tokens_));
     blocks_.resize(static_cast<size_t>((n + kv_block_tokens - 1) / kv_block_tokens));
     n_tokens_ = n;
 }
@@ -41,8 +42,8 @@ void KvCache::truncate(int64_t n) {
 void KvCache::assign_blocks(std::vector<std::shared_ptr<KvBlock>> blocks, int64_t n) {
     const size_t half = static_cast<size_t>(n_layer_) * kv_block_tokens * row_bytes_;
     if (n < 0 || blocks.size() != static_cast<size_t>((n + kv_block_tokens - 1) / kv_block_tokens)) {
-        throw Error(ErrorCode::internal, "KvCache::assign_blocks: " + std::to_string(blocks.size()) + " blocks cannot hold exactly " +
-                                             std::to_string(n) + " positions");
+        throw Error(ErrorCode::internal, "KvCache::assign_blocks: " + std::to_string(blocks.size()) +
+                                             " blocks cannot hold exactly " + std::to_string(n) + " positions");
     }
     for (const auto& block : blocks) {
         if (!block || block->k.size() != half || block->v.size() != half) {
@@ -64,12 +65,14 @@ KvCache KvCache::fork() const {
 
 uint8_t* KvCache::k_row(int64_t layer, int64_t pos) {
     KvBlock& b = *blocks_[static_cast<size_t>(pos / kv_block_tokens)];
-    return b.k.data() + (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
+    return b.k.data() +
+           (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
 }
 
 uint8_t* KvCache::v_row(int64_t layer, int64_t pos) {
     KvBlock& b = *blocks_[static_cast<size_t>(pos / kv_block_tokens)];
-    return b.v.data() + (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
+    return b.v.data() +
+           (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
 }
 
 uint8_t* KvCache::writable_block_k(int64_t i) {

@@ -32,9 +32,9 @@ std::string section_name(uint32_t type) {
 uint64_t kv_row_bytes(uint32_t encoding, int64_t n_embd_kv) {
     const auto n = static_cast<uint64_t>(n_embd_kv);
     switch (encoding) {
-        case 0: return 4 * n;                // f32
-        case 1: return 2 * n;                // f16
-        case 8: return (n + 31) / 32 * 34;   // q8_0
+        case 0: return 4 * n;               // f32
+        case 1: return 2 * n;               // f16
+        case 8: return (n + 31) / 32 * 34;  // q8_0
         default: return 0;
     }
 }
@@ -45,7 +45,8 @@ void validate_sampler_state(const SamplerState& sampler, int64_t n_vocab, ErrorC
     if (!std::isfinite(p.temperature)) fail("sampler temperature is not finite");
     if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) fail("sampler top_p " + std::to_string(p.top_p) + " is outside [0, 1]");
     if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("sampler min_p " + std::to_string(p.min_p) + " is outside [0, 1]");
-    if (!(std::isfinite(p.repeat_penalty) && p.repeat_penalty > 0.0f)) fail("sampler repeat_penalty must be finite and > 0");
+    if (!(std::isfinite(p.repeat_penalty) && p.repeat_penalty > 0.0f))
+        fail("sampler repeat_penalty must be finite and > 0");
     if (p.repeat_last_n < -1) fail("sampler repeat_last_n " + std::to_string(p.repeat_last_n) + " is below -1");
     if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty)) {
         fail("sampler presence/frequency penalties must be finite");
@@ -56,9 +57,11 @@ void validate_sampler_state(const SamplerState& sampler, int64_t n_vocab, ErrorC
     }
     for (const auto& [id, bias] : p.logit_bias) {
         if (id < 0 || id >= n_vocab) {
-            fail("sampler logit_bias token id " + std::to_string(id) + " is outside [0, " + std::to_string(n_vocab) + ")");
+            fail("sampler logit_bias token id " + std::to_string(id) + " is outside [0, " + std::to_string(n_vocab) +
+                 ")");
         }
-        if (std::isnan(bias) || bias == INFINITY) fail("sampler logit_bias for token " + std::to_string(id) + " is NaN or +inf");
+        if (std::isnan(bias) || bias == INFINITY)
+            fail("sampler logit_bias for token " + std::to_string(id) + " is NaN or +inf");
     }
     if (sampler.rng[0] == 0 && sampler.rng[1] == 0 && sampler.rng[2] == 0 && sampler.rng[3] == 0) {
         fail("sampler RNG state is all zero (not taken from a Sampler)");
@@ -73,8 +76,10 @@ void rewrite_checksums(std::span<uint8_t> file) {
     if (count <= kMaxSections && table <= file.size() && count * kSectionEntryBytes <= file.size() - table) {
         for (uint64_t i = 0; i < count; ++i) {
             uint8_t* e = p + table + i * kSectionEntryBytes;
-            const uint64_t offset = load_le<uint64_t>(e + entry::offset), n = load_le<uint64_t>(e + entry::stored_bytes);
-            if (offset <= file.size() && n <= file.size() - offset) store_le<uint64_t>(e + entry::checksum, XXH3_64bits(p + offset, n));
+            const uint64_t offset = load_le<uint64_t>(e + entry::offset),
+                           n = load_le<uint64_t>(e + entry::stored_bytes);
+            if (offset <= file.size() && n <= file.size() - offset)
+                store_le<uint64_t>(e + entry::checksum, XXH3_64bits(p + offset, n));
         }
         store_le<uint64_t>(p + header::table_checksum, XXH3_64bits(p + table, count * kSectionEntryBytes));
     }

@@ -20,14 +20,15 @@
 
 namespace kvstash::state_file {
 
-static_assert(std::endian::native == std::endian::little, "state files are read and written in place: little-endian hosts only");
+static_assert(std::endian::native == std::endian::little,
+              "state files are read and written in place: little-endian hosts only");
 
 inline constexpr char kMagic[8] = {'K', 'V', 'S', 'T', 'A', 'T', 'E', '\0'};
-inline constexpr uint32_t kFormatVersion = 1;        // what this build writes and the newest it reads
+inline constexpr uint32_t kFormatVersion = 1;  // what this build writes and the newest it reads
 inline constexpr uint32_t kOldestReadableVersion = 1;
 inline constexpr uint64_t kHeaderBytes = 64;
 inline constexpr uint64_t kSectionEntryBytes = 64;
-inline constexpr uint64_t kSectionAlignment = 64;    // section offsets are multiples of this
+inline constexpr uint64_t kSectionAlignment = 64;  // section offsets are multiples of this
 inline constexpr uint32_t kMaxSections = 64;
 // A compressed section may not expand by more than this on decompression: it bounds what a small
 // hostile file can make the reader allocate (writers store a section raw rather than exceed it).
@@ -51,12 +52,12 @@ inline constexpr size_t header_checksum = 56;       // u64 XXH3-64 of bytes [0, 
 
 // Section entry field offsets (each entry kSectionEntryBytes long; bytes 40..63 are reserved, zero).
 namespace entry {
-inline constexpr size_t type = 0;          // u32 SectionType
-inline constexpr size_t flags = 4;         // u32 SectionFlag bits
-inline constexpr size_t offset = 8;        // u64 from the start of the file
-inline constexpr size_t stored_bytes = 16; // u64 bytes in the file
-inline constexpr size_t raw_bytes = 24;    // u64 bytes after decompression (== stored_bytes when raw)
-inline constexpr size_t checksum = 32;     // u64 XXH3-64 (seed 0) of the stored bytes
+inline constexpr size_t type = 0;           // u32 SectionType
+inline constexpr size_t flags = 4;          // u32 SectionFlag bits
+inline constexpr size_t offset = 8;         // u64 from the start of the file
+inline constexpr size_t stored_bytes = 16;  // u64 bytes in the file
+inline constexpr size_t raw_bytes = 24;     // u64 bytes after decompression (== stored_bytes when raw)
+inline constexpr size_t checksum = 32;      // u64 XXH3-64 (seed 0) of the stored bytes
 inline constexpr size_t reserved = 40;
 }  // namespace entry
 
@@ -160,6 +161,7 @@ void rewrite_checksums(std::span<uint8_t> file);
 // With `session`, also returns the 'session' section's bytes (nullopt when the file has none).
 State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name,
                    std::optional<std::string>* session = nullptr);
-StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name, bool verify_checksums);
+StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name,
+                                  bool verify_checksums);
 
 }  // namespace kvstash::state_file

@@ -20,14 +20,16 @@ void Reader::parse_layout() {
     const uint8_t* p = file_.data();
     const uint64_t size = file_.size();
     if (size < sizeof(kMagic) || std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
-        corrupt("not a kvstash state file (no \"KVSTATE\" magic at the start of its " + std::to_string(size) + " bytes)");
+        corrupt("not a kvstash state file (no \"KVSTATE\" magic at the start of its " + std::to_string(size) +
+                " bytes)");
     }
     if (size < kHeaderBytes) corrupt("truncated: " + std::to_string(size) + " bytes, shorter than the 64-byte header");
     version_ = load_le<uint32_t>(p + header::format_version);
     if (version_ > kFormatVersion) {
-        fail(ErrorCode::unsupported, "format version " + std::to_string(version_) + " is newer than this kvstash reads (" +
-                                         std::to_string(kOldestReadableVersion) + " to " + std::to_string(kFormatVersion) +
-                                         "); load it with a newer kvstash");
+        fail(ErrorCode::unsupported, "format version " + std::to_string(version_) +
+                                         " is newer than this kvstash reads (" +
+                                         std::to_string(kOldestReadableVersion) + " to " +
+                                         std::to_string(kFormatVersion) + "); load it with a newer kvstash");
     }
     if (version_ < kOldestReadableVersion) corrupt("format version " + std::to_string(version_) + " does not exist");
     const uint32_t header_bytes = load_le<uint32_t>(p + header::header_bytes);
@@ -35,25 +37,30 @@ void Reader::parse_layout() {
         corrupt("header size " + std::to_string(header_bytes) + " is not the 64 bytes of format version 1");
     }
     const uint64_t header_sum = XXH3_64bits(p, header::header_checksum);
-    if (header_sum != load_le<uint64_t>(p + header::header_checksum)) corrupt("header checksum mismatch: the file is corrupt");
+    if (header_sum != load_le<uint64_t>(p + header::header_checksum))
+        corrupt("header checksum mismatch: the file is corrupt");
     if (const uint32_t flags = load_le<uint32_t>(p + header::flags); flags != 0) {
-        fail(ErrorCode::unsupported, "file flags " + hex64(flags) + " are unknown to this kvstash (format version 1 defines none)");
+        fail(ErrorCode::unsupported,
+             "file flags " + hex64(flags) + " are unknown to this kvstash (format version 1 defines none)");
     }
     if (load_le<uint32_t>(p + header::reserved) != 0) corrupt("reserved header field is not zero");
     const uint64_t declared = load_le<uint64_t>(p + header::file_bytes);
     if (declared != size) {
-        corrupt(size < declared ? "truncated: " + std::to_string(size) + " bytes of the " + std::to_string(declared) + " its header declares"
+        corrupt(size < declared ? "truncated: " + std::to_string(size) + " bytes of the " + std::to_string(declared) +
+                                      " its header declares"
                                 : std::to_string(size) + " bytes, but its header declares " + std::to_string(declared) +
                                       " (trailing data)");
     }
     const uint32_t count = load_le<uint32_t>(p + header::section_count);
     if (count == 0 || count > kMaxSections) corrupt("section count " + std::to_string(count) + " is not in [1, 64]");
     if (load_le<uint32_t>(p + header::section_entry_bytes) != kSectionEntryBytes) {
-        corrupt("section entry size " + std::to_string(load_le<uint32_t>(p + header::section_entry_bytes)) + " is not 64");
+        corrupt("section entry size " + std::to_string(load_le<uint32_t>(p + header::section_entry_bytes)) +
+                " is not 64");
     }
     const uint64_t table_offset = load_le<uint64_t>(p + header::section_table_offset);
     const uint64_t table_bytes = uint64_t{count} * kSectionEntryBytes;
-    if (table_offset < kHeaderBytes || table_offset % 8 != 0 || table_offset > size || table_bytes > size - table_offset) {
+    if (table_offset < kHeaderBytes || table_offset % 8 != 0 || table_offset > size ||
+        table_bytes > size - table_offset) {
         corrupt("section table (offset " + std::to_string(table_offset) + ", " + std::to_string(table_bytes) +
                 " bytes) is not inside the file after the header");
     }
@@ -83,13 +90,16 @@ void Reader::parse_entries(uint64_t table_offset, uint32_t count) {
             corrupt(what + " has non-zero reserved bytes");
         }
         if (s.type == 0 || (s.type > kSectionSampler && (s.type & kSectionAncillary) == 0)) {
-            fail(ErrorCode::unsupported, what + " has a type unknown to this kvstash and required to read the file "
-                                                "(written by a newer kvstash?)");
+            fail(ErrorCode::unsupported, what +
+                                             " has a type unknown to this kvstash and required to read the file "
+                                             "(written by a newer kvstash?)");
         }
         if ((s.flags & ~kKnownSectionFlags) != 0) {
-            fail(ErrorCode::unsupported, what + " uses flags " + hex64(s.flags & ~kKnownSectionFlags) + " unknown to this kvstash");
+            fail(ErrorCode::unsupported,
+                 what + " uses flags " + hex64(s.flags & ~kKnownSectionFlags) + " unknown to this kvstash");
         }
-        if (s.offset % kSectionAlignment != 0) corrupt(what + " offset " + std::to_string(s.offset) + " is not a multiple of 64");
+        if (s.offset % kSectionAlignment != 0)
+            corrupt(what + " offset " + std::to_string(s.offset) + " is not a multiple of 64");
         if (s.offset > size || s.stored_bytes > size - s.offset) {
             corrupt(what + " (offset " + std::to_string(s.offset) + ", " + std::to_string(s.stored_bytes) +
                     " bytes) extends past the end of the file (" + std::to_string(size) + " bytes)");
@@ -98,9 +108,10 @@ void Reader::parse_entries(uint64_t table_offset, uint32_t count) {
             corrupt(what + " is not compressed but declares " + std::to_string(s.raw_bytes) + " raw bytes for " +
                     std::to_string(s.stored_bytes) + " stored");
         }
-        if (s.compressed() && (s.stored_bytes == 0 || s.raw_bytes > static_cast<unsigned __int128>(s.stored_bytes) * kMaxCompressionRatio)) {
-            corrupt(what + " declares " + std::to_string(s.raw_bytes) + " bytes from " + std::to_string(s.stored_bytes) +
-                    " compressed: more than the 256:1 a state file may use");
+        if (s.compressed() && (s.stored_bytes == 0 ||
+                               s.raw_bytes > static_cast<unsigned __int128>(s.stored_bytes) * kMaxCompressionRatio)) {
+            corrupt(what + " declares " + std::to_string(s.raw_bytes) + " bytes from " +
+                    std::to_string(s.stored_bytes) + " compressed: more than the 256:1 a state file may use");
         }
         if (find(s.type) != nullptr) corrupt(what + " appears twice");
         sections_.push_back(s);
@@ -113,14 +124,17 @@ void Reader::check_coverage(uint64_t table_offset, uint64_t table_bytes) const {
         uint64_t begin, end;
         std::string what;
     };
-    std::vector<Range> ranges{{0, kHeaderBytes, "the header"}, {table_offset, table_offset + table_bytes, "the section table"}};
+    std::vector<Range> ranges{{0, kHeaderBytes, "the header"},
+                              {table_offset, table_offset + table_bytes, "the section table"}};
     for (const SectionRef& s : sections_) {
-        if (s.stored_bytes > 0) ranges.push_back({s.offset, s.offset + s.stored_bytes, "section '" + section_name(s.type) + "'"});
+        if (s.stored_bytes > 0)
+            ranges.push_back({s.offset, s.offset + s.stored_bytes, "section '" + section_name(s.type) + "'"});
     }
     std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
     uint64_t covered = 0;
     for (size_t i = 0; i < ranges.size(); ++i) {
-        if (i > 0 && ranges[i].begin < ranges[i - 1].end) corrupt(ranges[i - 1].what + " and " + ranges[i].what + " overlap");
+        if (i > 0 && ranges[i].begin < ranges[i - 1].end)
+            corrupt(ranges[i - 1].what + " and " + ranges[i].what + " overlap");
         for (uint64_t at = covered; at < ranges[i].begin; ++at) {
             if (file_[at] != 0) corrupt("non-zero byte at offset " + std::to_string(at) + ", outside every section");
         }
@@ -177,7 +191,8 @@ Meta Reader::read_meta() const {
         fail(ErrorCode::unsupported, "KV blocks of " + std::to_string(block_tokens) + " positions; this kvstash uses " +
                                          std::to_string(kv_block_tokens));
     }
-    if (m.cache_type != 0 && m.cache_type != 1) corrupt("KV cache type " + std::to_string(m.cache_type) + " is not f32 (0) or f16 (1)");
+    if (m.cache_type != 0 && m.cache_type != 1)
+        corrupt("KV cache type " + std::to_string(m.cache_type) + " is not f32 (0) or f16 (1)");
     if (m.kv_encoding != m.cache_type && m.kv_encoding != static_cast<uint32_t>(TensorType::Q8_0)) {
         corrupt("KV stored as type " + std::to_string(m.kv_encoding) + " for a " + tensor_type_name(m.cache_type) +
                 " cache (allowed: the cache type or q8_0)");
@@ -198,8 +213,8 @@ Meta Reader::read_meta() const {
     auto expect_raw = [&](uint32_t type, uint64_t bytes) {
         const SectionRef* sec = find(type);
         if (sec != nullptr && sec->raw_bytes != bytes) {
-            corrupt("section '" + section_name(type) + "' holds " + std::to_string(sec->raw_bytes) + " bytes; the meta section's shapes need " +
-                    std::to_string(bytes));
+            corrupt("section '" + section_name(type) + "' holds " + std::to_string(sec->raw_bytes) +
+                    " bytes; the meta section's shapes need " + std::to_string(bytes));
         }
     };
     const auto n_blocks = static_cast<uint64_t>((m.n_tokens + kv_block_tokens - 1) / kv_block_tokens);
@@ -210,12 +225,14 @@ Meta Reader::read_meta() const {
     expect_raw(kSectionTokens, 4 * static_cast<uint64_t>(m.n_tokens));
     expect_raw(kSectionLogits, 4 * static_cast<uint64_t>(m.n_vocab));
     if (const SectionRef* sampler = find(kSectionSampler);
-        sampler != nullptr && (sampler->raw_bytes < kSamplerFixedBytes ||
-                               sampler->raw_bytes > kSamplerFixedBytes + kLogitBiasEntryBytes * static_cast<uint64_t>(m.n_vocab))) {
+        sampler != nullptr &&
+        (sampler->raw_bytes < kSamplerFixedBytes ||
+         sampler->raw_bytes > kSamplerFixedBytes + kLogitBiasEntryBytes * static_cast<uint64_t>(m.n_vocab))) {
         corrupt("section 'sampler' has " + std::to_string(sampler->raw_bytes) + " bytes, outside what " +
                 std::to_string(m.n_vocab) + " tokens allow");
     }
-    if (const SectionRef* session = find(kSectionSession); session != nullptr && session->raw_bytes > kMaxSessionBytes) {
+    if (const SectionRef* session = find(kSectionSession);
+        session != nullptr && session->raw_bytes > kMaxSessionBytes) {
         corrupt("section 'session' declares " + std::to_string(session->raw_bytes) + " bytes, more than the " +
                 std::to_string(kMaxSessionBytes) + " allowed");
     }

@@ -39,7 +39,8 @@ SamplerState decode_sampler(const Reader& r, const std::vector<uint8_t>& b, int6
     const uint32_t n_bias = load_le<uint32_t>(&b[sampler::n_logit_bias]);
     if (load_le<uint32_t>(&b[sampler::reserved]) != 0) r.corrupt("section 'sampler' has non-zero reserved bytes");
     if (b.size() != kSamplerFixedBytes + kLogitBiasEntryBytes * uint64_t{n_bias}) {
-        r.corrupt("section 'sampler' declares " + std::to_string(n_bias) + " logit_bias entries in " + std::to_string(b.size()) + " bytes");
+        r.corrupt("section 'sampler' declares " + std::to_string(n_bias) + " logit_bias entries in " +
+                  std::to_string(b.size()) + " bytes");
     }
     p.logit_bias.resize(n_bias);
     for (uint32_t i = 0; i < n_bias; ++i) {
@@ -122,15 +123,16 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
 
     const ModelFingerprint fp = cached_model_fingerprint(model);
     if (m.fingerprint != fp) {
-        r.fail(ErrorCode::invalid_argument, "it was saved from model '" + m.model_name + "' (fingerprint " + m.fingerprint.hex() +
-                                                "), not from '" + model.path() + "' (fingerprint " + fp.hex() +
-                                                "); load it with the model it was saved from");
+        r.fail(ErrorCode::invalid_argument,
+               "it was saved from model '" + m.model_name + "' (fingerprint " + m.fingerprint.hex() + "), not from '" +
+                   model.path() + "' (fingerprint " + fp.hex() + "); load it with the model it was saved from");
     }
     const ModelConfig& c = model.config();
     if (m.n_vocab != c.n_vocab || m.n_layer != c.n_layer || m.n_embd_kv != c.n_embd_kv()) {
-        r.corrupt("its shapes (n_vocab " + std::to_string(m.n_vocab) + ", n_layer " + std::to_string(m.n_layer) + ", n_embd_kv " +
-                  std::to_string(m.n_embd_kv) + ") do not match its model's (" + std::to_string(c.n_vocab) + ", " +
-                  std::to_string(c.n_layer) + ", " + std::to_string(c.n_embd_kv()) + ") although the fingerprints agree");
+        r.corrupt("its shapes (n_vocab " + std::to_string(m.n_vocab) + ", n_layer " + std::to_string(m.n_layer) +
+                  ", n_embd_kv " + std::to_string(m.n_embd_kv) + ") do not match its model's (" +
+                  std::to_string(c.n_vocab) + ", " + std::to_string(c.n_layer) + ", " + std::to_string(c.n_embd_kv()) +
+                  ") although the fingerprints agree");
     }
 
     StateOptions options;
@@ -144,8 +146,8 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     if (!tokens.empty()) std::memcpy(s.tokens.data(), tokens.data(), tokens.size());
     for (size_t i = 0; i < s.tokens.size(); ++i) {
         if (s.tokens[i] < 0 || s.tokens[i] >= c.n_vocab) {
-            r.corrupt("token " + std::to_string(s.tokens[i]) + " at position " + std::to_string(i) + " is outside the vocabulary of " +
-                      std::to_string(c.n_vocab));
+            r.corrupt("token " + std::to_string(s.tokens[i]) + " at position " + std::to_string(i) +
+                      " is outside the vocabulary of " + std::to_string(c.n_vocab));
         }
     }
     if (const SectionRef* logits = r.find(kSectionLogits)) {
@@ -153,7 +155,8 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
         s.last_logits.resize(static_cast<size_t>(c.n_vocab));
         std::memcpy(s.last_logits.data(), b.data(), b.size());
     }
-    if (const SectionRef* sampler = r.find(kSectionSampler)) s.sampler = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
+    if (const SectionRef* sampler = r.find(kSectionSampler))
+        s.sampler = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
     decode_kv(r, *r.find(kSectionKv), m, s.kv);
     s.kv_exact = m.kv_encoding == m.cache_type;  // q8_0 KV is not what recomputing would give
     if (session != nullptr) {
@@ -166,7 +169,8 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     return state;
 }
 
-StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name, bool verify_checksums) {
+StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name,
+                                  bool verify_checksums) {
     Reader r(file, display_name);
     r.parse_layout();
     const Meta m = r.read_meta();

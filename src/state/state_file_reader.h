@@ -119,7 +119,8 @@ public:
             const size_t in_before = in_.pos;
             const size_t ret = ZSTD_decompressStream(dctx_.get(), &out, &in_);
             if (ZSTD_isError(ret)) fail(std::string("zstd: ") + ZSTD_getErrorName(ret));
-            if (out.pos > 0) fail("decompresses to more than the " + std::to_string(section_.raw_bytes) + " bytes declared");
+            if (out.pos > 0)
+                fail("decompresses to more than the " + std::to_string(section_.raw_bytes) + " bytes declared");
             frame_done_ = ret == 0;
             if (!frame_done_ && in_.pos == in_before) fail("the zstd frame is truncated");
         }

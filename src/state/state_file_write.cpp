@@ -66,7 +66,8 @@ private:
             ZSTD_outBuffer out{out_.data(), out_.size(), pos_};
             const size_t left = ZSTD_compressStream2(cctx_.get(), &out, &in, mode);
             pos_ = out.pos;
-            if (ZSTD_isError(left)) throw Error(ErrorCode::internal, std::string("zstd compression failed: ") + ZSTD_getErrorName(left));
+            if (ZSTD_isError(left))
+                throw Error(ErrorCode::internal, std::string("zstd compression failed: ") + ZSTD_getErrorName(left));
             if (mode == ZSTD_e_end ? left == 0 : in.pos == in.size) return;
             if (out.pos == out.size) out_.resize(out_.size() * 2);
         }
@@ -111,7 +112,8 @@ Section small_section(uint32_t type, std::vector<uint8_t> raw, bool compress) {
     return s;
 }
 
-std::vector<uint8_t> encode_meta(const State::Impl& s, const ModelConfig& c, const ModelFingerprint& fp, uint32_t encoding) {
+std::vector<uint8_t> encode_meta(const State::Impl& s, const ModelConfig& c, const ModelFingerprint& fp,
+                                 uint32_t encoding) {
     std::string name = c.name.substr(0, kMaxModelNameBytes);
     // Cut at a UTF-8 character boundary.
     if (c.name.size() > kMaxModelNameBytes) {
@@ -243,7 +245,8 @@ public:
 
 class FileSink final : public ByteSink {
 public:
-    FileSink(int fd, std::string path, std::string temp_path) : fd_(fd), path_(std::move(path)), temp_(std::move(temp_path)) {}
+    FileSink(int fd, std::string path, std::string temp_path)
+        : fd_(fd), path_(std::move(path)), temp_(std::move(temp_path)) {}
     void write_at(uint64_t offset, const uint8_t* data, size_t n) override {
         while (n > 0) {
             const ssize_t w = ::pwrite(fd_, data, n, static_cast<off_t>(offset));
@@ -276,7 +279,8 @@ std::string parent_directory(const std::string& path) {
 
 void encode_state(const State& state, const SaveOptions& options, ByteSink& sink, std::string_view session) {
     const State::Impl& s = state.impl();
-    if (s.model == nullptr) throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
+    if (s.model == nullptr)
+        throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
     const ModelConfig& c = s.model->config();
     const std::string what = "cannot save the state of model '" + s.model->path() + "'";
     if (static_cast<int64_t>(s.tokens.size()) != s.kv.n_tokens()) {
@@ -307,9 +311,11 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
     if (!session.empty()) {
         if (session.size() > kMaxSessionBytes) {
             throw Error(ErrorCode::invalid_argument, what + ": its session data (" + std::to_string(session.size()) +
-                                                         " bytes) exceeds the " + std::to_string(kMaxSessionBytes) + " a state file allows");
+                                                         " bytes) exceeds the " + std::to_string(kMaxSessionBytes) +
+                                                         " a state file allows");
         }
-        sections.push_back(small_section(kSectionSession, std::vector<uint8_t>(session.begin(), session.end()), options.compress));
+        sections.push_back(
+            small_section(kSectionSession, std::vector<uint8_t>(session.begin(), session.end()), options.compress));
     }
     sections.push_back(kv_section(s.kv, encoding, options.compress));  // last: the big one
 
@@ -346,7 +352,8 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
     store_le<uint32_t>(&head[header::section_entry_bytes], static_cast<uint32_t>(kSectionEntryBytes));
     store_le<uint64_t>(&head[header::section_table_offset], kHeaderBytes);
     store_le<uint64_t>(&head[header::file_bytes], file_bytes);
-    store_le<uint64_t>(&head[header::table_checksum], XXH3_64bits(head.data() + kHeaderBytes, head.size() - kHeaderBytes));
+    store_le<uint64_t>(&head[header::table_checksum],
+                       XXH3_64bits(head.data() + kHeaderBytes, head.size() - kHeaderBytes));
     store_le<uint64_t>(&head[header::header_checksum], XXH3_64bits(head.data(), header::header_checksum));
     sink.write_at(0, head.data(), head.size());
     sink.finish(file_bytes);
@@ -362,7 +369,9 @@ std::vector<uint8_t> encode_state_to_memory(const State& state, const SaveOption
 
 namespace kvstash {
 
-void save_state(const State& state, const std::string& path, const SaveOptions& options) { save_state(state, path, options, {}); }
+void save_state(const State& state, const std::string& path, const SaveOptions& options) {
+    save_state(state, path, options, {});
+}
 
 void save_state(const State& state, const std::string& path, const SaveOptions& options, std::string_view session) {
     const std::string temp = path + ".tmp." + std::to_string(::getpid());

@@ -27,8 +27,7 @@ namespace {
 // WS, B or S or category Zs (this list is Python 3.11's, all code points checked). Not U+200B, U+FEFF, U+180E.
 bool is_python_space(char32_t c) {
     return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-           c == 0x3000;
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 // The code point of the well-formed UTF-8 sequence at s[i] and its length in bytes; length 0 when the bytes

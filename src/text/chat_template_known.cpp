@@ -12,7 +12,8 @@ namespace {
 constexpr KnownChatTemplate kKnown[] = {
     // plain ChatML (Felladrin/Llama-68M-Chat-v1; transformers' old default template)
     {"chatml",
-     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+     "'\n'}}"
      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"},
     // SmolLM2-Instruct (its GGUF), Qwen2-Instruct, Qwen1.5-Chat
     {"chatml",
@@ -79,7 +80,8 @@ constexpr KnownChatTemplate kKnown[] = {
     // Llama 3 (3.0) Instruct
     {"llama3.0",
      "{% set loop_messages = messages %}{% for message in loop_messages %}"
-     "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}"
+     "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+     "'<|eot_id|>' %}"
      "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
      "{% endfor %}"
      "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"},

@@ -6,8 +6,7 @@
 
 namespace kvstash::tokenization {
 
-BytePairEncoder::BytePairEncoder(const Vocabulary& vocab, bool ignore_merges)
-    : ignore_merges_(ignore_merges) {
+BytePairEncoder::BytePairEncoder(const Vocabulary& vocab, bool ignore_merges) : ignore_merges_(ignore_merges) {
     token_ids_.reserve(vocab.tokens.size());
     for (size_t id = 0; id < vocab.tokens.size(); ++id) token_ids_[vocab.tokens[id]] = static_cast<int32_t>(id);
 

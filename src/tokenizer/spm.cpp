@@ -12,10 +12,14 @@ int SentencePieceEncoder::parse_byte_token(std::string_view token) {
     int value = 0;
     for (char c : token.substr(3, 2)) {
         value <<= 4;
-        if (c >= '0' && c <= '9') value |= c - '0';
-        else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-        else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-        else return -1;
+        if (c >= '0' && c <= '9')
+            value |= c - '0';
+        else if (c >= 'A' && c <= 'F')
+            value |= c - 'A' + 10;
+        else if (c >= 'a' && c <= 'f')
+            value |= c - 'a' + 10;
+        else
+            return -1;
     }
     return value;
 }
@@ -103,8 +107,8 @@ void SentencePieceEncoder::encode(std::string_view text, std::vector<int32_t>& o
             out.push_back(id);
             continue;
         }
-        const bool all_bytes = std::all_of(piece.begin(), piece.end(),
-                                           [&](char c) { return byte_ids_[static_cast<uint8_t>(c)] >= 0; });
+        const bool all_bytes =
+            std::all_of(piece.begin(), piece.end(), [&](char c) { return byte_ids_[static_cast<uint8_t>(c)] >= 0; });
         if (all_bytes) {
             for (char c : piece) out.push_back(byte_ids_[static_cast<uint8_t>(c)]);
         } else if (unk_id_ >= 0) {

@@ -23,8 +23,8 @@ constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiec
 
 // Texts of control tokens that end a turn (llama.cpp llama_vocab::impl::load, special_eog_ids).
 constexpr std::string_view kEndOfGenerationTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>",      "<|endoftext|>", "<|eom_id|>",
+    "<EOT>",      "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>", "<|return|>",    "<|call|>",
 };
 
 // Special tokens found in text: leftmost, then longest. A byte trie; the root is a direct table
@@ -119,8 +119,8 @@ size_t whitespace_length(std::string_view text, size_t pos) {
     if (length == 0) return 0;
     const uint32_t cp = tokenization::decode_utf8(text, pos, length);
     const bool white = (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-                       (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-                       cp == 0x205F || cp == 0x3000;
+                       (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+                       cp == 0x3000;
     return white ? length : 0;
 }
 
@@ -141,8 +141,8 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
 struct Tokenizer::Impl {
     Vocabulary vocab;
     bool sentencepiece = false;
-    std::unique_ptr<PreTokenizer> pre_tokenizer;       // byte-level only
-    std::optional<BytePairEncoder> byte_pair;          // byte-level only
+    std::unique_ptr<PreTokenizer> pre_tokenizer;         // byte-level only
+    std::optional<BytePairEncoder> byte_pair;            // byte-level only
     std::optional<SentencePieceEncoder> sentence_piece;  // SentencePiece only
     SpecialTokenMatcher specials;
     std::vector<std::string> pieces;  // token id -> decoded bytes
@@ -309,9 +309,7 @@ std::string Tokenizer::token_piece(int32_t id) const {
 int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->vocab.tokens.size()); }
 int32_t Tokenizer::bos() const { return impl_->vocab.bos_id; }
 int32_t Tokenizer::eos() const { return impl_->vocab.eos_id; }
-bool Tokenizer::is_eog(int32_t id) const {
-    return id >= 0 && id < n_vocab() && impl_->end_of_generation[id];
-}
+bool Tokenizer::is_eog(int32_t id) const { return id >= 0 && id < n_vocab() && impl_->end_of_generation[id]; }
 const Vocabulary& Tokenizer::vocabulary() const { return impl_->vocab; }
 
 }  // namespace kvstash

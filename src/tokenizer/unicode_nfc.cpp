@@ -13,9 +13,9 @@ namespace {
 // Appends the NFC form of a well-formed UTF-8 run.
 void append_nfc(std::string& out, std::string_view run) {
     utf8proc_uint8_t* mapped = nullptr;
-    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()),
-                                            static_cast<utf8proc_ssize_t>(run.size()), &mapped,
-                                            static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    const utf8proc_ssize_t n =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()), static_cast<utf8proc_ssize_t>(run.size()),
+                     &mapped, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
     if (n < 0) {
         std::free(mapped);
         throw Error(ErrorCode::internal, std::string("NFC normalization failed: ") + utf8proc_errmsg(n));

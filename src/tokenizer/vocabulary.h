@@ -18,19 +18,19 @@ enum class TokenType : int32_t {
     undefined = 0,
     normal = 1,
     unknown = 2,
-    control = 3,        // <|im_start|>, <s>: matched in text only when parse_special is set
-    user_defined = 4,   // added tokens such as <think>: always matched in text, like llama.cpp and HF
+    control = 3,       // <|im_start|>, <s>: matched in text only when parse_special is set
+    user_defined = 4,  // added tokens such as <think>: always matched in text, like llama.cpp and HF
     unused = 5,
-    byte = 6,           // SentencePiece byte fallback <0xXX>
+    byte = 6,  // SentencePiece byte fallback <0xXX>
 };
 
 struct Vocabulary {
-    std::string model;                   // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE)
-    std::string pre;                     // tokenizer.ggml.pre: "smollm", "llama-bpe", "qwen2", "gpt2", "default", ...
-    std::vector<std::string> tokens;     // tokenizer.ggml.tokens, indexed by token id
-    std::vector<int32_t> token_types;    // tokenizer.ggml.token_type (TokenType values); empty = all normal
-    std::vector<float> scores;           // tokenizer.ggml.scores (SentencePiece merge priority); may be empty
-    std::vector<std::string> merges;     // tokenizer.ggml.merges, "left right", best (rank 0) first
+    std::string model;                 // tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE)
+    std::string pre;                   // tokenizer.ggml.pre: "smollm", "llama-bpe", "qwen2", "gpt2", "default", ...
+    std::vector<std::string> tokens;   // tokenizer.ggml.tokens, indexed by token id
+    std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (TokenType values); empty = all normal
+    std::vector<float> scores;         // tokenizer.ggml.scores (SentencePiece merge priority); may be empty
+    std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right", best (rank 0) first
     int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1, eot_id = -1;
     bool add_bos = false, add_eos = false, add_space_prefix = false;
     // Special / user-defined tokens that, when matched in text, swallow the whitespace after them (HF

@@ -28,9 +28,14 @@ const gguf::Value* find_array(const gguf::File& file, std::string_view key, bool
 bool is_string(gguf::ValueType t) { return t == gguf::ValueType::STRING; }
 bool is_integer(gguf::ValueType t) {
     switch (t) {
-        case gguf::ValueType::UINT8: case gguf::ValueType::INT8: case gguf::ValueType::UINT16:
-        case gguf::ValueType::INT16: case gguf::ValueType::UINT32: case gguf::ValueType::INT32:
-        case gguf::ValueType::UINT64: case gguf::ValueType::INT64: return true;
+        case gguf::ValueType::UINT8:
+        case gguf::ValueType::INT8:
+        case gguf::ValueType::UINT16:
+        case gguf::ValueType::INT16:
+        case gguf::ValueType::UINT32:
+        case gguf::ValueType::INT32:
+        case gguf::ValueType::UINT64:
+        case gguf::ValueType::INT64: return true;
         default: return false;
     }
 }
@@ -63,8 +68,8 @@ Vocabulary vocabulary_from_gguf(const gguf::File& file) {
 
     if (const gguf::Value* types = find_array(file, "tokenizer.ggml.token_type", is_integer)) {
         if (types->array.size() != n_tokens) {
-            fail(file, "'tokenizer.ggml.token_type' has " + std::to_string(types->array.size()) +
-                           " entries for " + std::to_string(n_tokens) + " tokens");
+            fail(file, "'tokenizer.ggml.token_type' has " + std::to_string(types->array.size()) + " entries for " +
+                           std::to_string(n_tokens) + " tokens");
         }
         vocab.token_types.reserve(n_tokens);
         for (const gguf::Value& type : types->array) vocab.token_types.push_back(static_cast<int32_t>(type.integer));

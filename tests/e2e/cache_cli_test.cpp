@@ -46,7 +46,8 @@ std::string read_bytes(const std::string& path) {
 long long reused_from_cache(const std::string& err) {
     const size_t at = err.find("tokens: ");
     long long reused = -1, computed = -1;
-    if (at == std::string::npos || std::sscanf(err.c_str() + at, "tokens: %lld reused from the cache, %lld computed", &reused, &computed) != 2) {
+    if (at == std::string::npos ||
+        std::sscanf(err.c_str() + at, "tokens: %lld reused from the cache, %lld computed", &reused, &computed) != 2) {
         return -1;
     }
     return reused;
@@ -54,12 +55,15 @@ long long reused_from_cache(const std::string& err) {
 
 // 69 tokens with the default model's tokenizer: two full 32-token KV blocks and 5 more.
 const std::string prompt =
-    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. "
-    "However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so "
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a "
+    "wife. "
+    "However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth "
+    "is so "
     "well fixed in the minds of the surrounding families, that he is considered as the rightful property of";
 
 std::vector<std::string> generate_args(const std::string& cache_dir, const std::string& dump) {
-    return {"generate", "-p", prompt, "-n", "16", "--temp", "0", "--cache-dir", cache_dir, "--dump-logits", dump, "--timings"};
+    return {"generate",    "-p",      prompt,          "-n", "16",       "--temp", "0",
+            "--cache-dir", cache_dir, "--dump-logits", dump, "--timings"};
 }
 
 TEST_F(CacheCli, ASecondProcessReusesTheFirstOnesWorkBitExactly) {
@@ -78,7 +82,8 @@ TEST_F(CacheCli, ASecondProcessReusesTheFirstOnesWorkBitExactly) {
     EXPECT_EQ(cold.out, warm.out);
     const std::string cold_bytes = read_bytes(path("cold.bin"));
     EXPECT_EQ(cold_bytes.size(), 16u * (4u + 49152u * 4u));
-    EXPECT_TRUE(cold_bytes == read_bytes(path("warm.bin"))) << "logits or tokens differ when the prefix comes from the disk cache";
+    EXPECT_TRUE(cold_bytes == read_bytes(path("warm.bin")))
+        << "logits or tokens differ when the prefix comes from the disk cache";
 
     // The same prompt without any cache: the same text (the cache changes nothing but the work).
     const auto plain = run_cli({"generate", "-p", prompt, "-n", "16", "--temp", "0"});
@@ -92,8 +97,8 @@ TEST_F(CacheCli, DamagedFilesAndAnotherModelOnTheDirectoryChangeNothingButReuse)
     ASSERT_EQ(cold.exit_code, 0) << cold.err;
     // Another model (a tiny test model) adds its own blocks to the same directory.
     const auto before = block_files().size();
-    const auto tiny = run_cli({"generate", "-m", fixture_path("tiny/gqa_f32.gguf"), "-p", prompt.substr(0, 100), "-n", "2", "--cache-dir",
-                               path("cache")});
+    const auto tiny = run_cli({"generate", "-m", fixture_path("tiny/gqa_f32.gguf"), "-p", prompt.substr(0, 100), "-n",
+                               "2", "--cache-dir", path("cache")});
     ASSERT_EQ(tiny.exit_code, 0) << tiny.err;
     EXPECT_EQ(reused_from_cache(tiny.err), 0) << tiny.err;
     EXPECT_GT(block_files().size(), before);
@@ -123,7 +128,8 @@ TEST_F(CacheCli, DamagedFilesAndAnotherModelOnTheDirectoryChangeNothingButReuse)
 TEST_F(CacheCli, FlagsThatDoNotCombineAreUsageErrors) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     ASSERT_EQ(run_cli({"prefill", "-p", "Hello there", "-o", path("p.kvs")}).exit_code, 0);
-    const auto with_state = run_cli({"generate", "--state", path("p.kvs"), "-p", " x", "-n", "2", "--cache-dir", path("cache")});
+    const auto with_state =
+        run_cli({"generate", "--state", path("p.kvs"), "-p", " x", "-n", "2", "--cache-dir", path("cache")});
     EXPECT_EQ(with_state.exit_code, 2) << with_state.err;
     EXPECT_NE(with_state.err.find("--state"), std::string::npos) << with_state.err;
     const auto ram_alone = run_cli({"generate", "-p", "x", "-n", "2", "--cache-ram", "64"});

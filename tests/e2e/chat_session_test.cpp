@@ -4,11 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <cstdio>
-#include <sstream>
 #include <sstream>
 
 #include "support/paths.h"
@@ -31,7 +30,8 @@ protected:
 };
 
 const std::string kSystem =
-    "You are a patient tutor for a student of English literature. You answer in one short sentence and never use lists.";
+    "You are a patient tutor for a student of English literature. You answer in one short sentence and never use "
+    "lists.";
 
 std::vector<std::string> chat_args(std::vector<std::string> extra, const std::string& system = kSystem) {
     std::vector<std::string> args{"chat", "--system", system, "-n", "24", "--timings"};
@@ -52,7 +52,8 @@ std::vector<TurnTiming> timings_of(const std::string& err) {
     std::string line;
     while (std::getline(lines, line)) {
         TurnTiming t;
-        if (std::sscanf(line.c_str(), "timings: %ld prompt tokens computed (%ld reused)", &t.computed, &t.reused) == 2) {
+        if (std::sscanf(line.c_str(), "timings: %ld prompt tokens computed (%ld reused)", &t.computed, &t.reused) ==
+            2) {
             out.push_back(t);
         }
     }
@@ -66,8 +67,10 @@ TEST_F(ChatSession, SaveThenLoadInAFreshProcessContinuesAsTheUninterruptedChat) 
          {std::vector<std::string>{"--temp", "0"}, std::vector<std::string>{"--temp", "0.9", "--seed", "5"}}) {
         SCOPED_TRACE(sampling[1]);
         const std::string file = path("chat_" + sampling[1] + ".kvs");
-        const auto whole = run_cli(chat_args(sampling), "Who wrote Persuasion?\nWhen was it published?\nName its heroine.\n");
-        const auto first = run_cli(chat_args(sampling), "Who wrote Persuasion?\nWhen was it published?\n/save " + file + "\n");
+        const auto whole =
+            run_cli(chat_args(sampling), "Who wrote Persuasion?\nWhen was it published?\nName its heroine.\n");
+        const auto first =
+            run_cli(chat_args(sampling), "Who wrote Persuasion?\nWhen was it published?\n/save " + file + "\n");
         auto load_args = chat_args(sampling);
         load_args.insert(load_args.end(), {"--load", file});
         const auto second = run_cli(load_args, "Name its heroine.\n");
@@ -95,8 +98,9 @@ TEST_F(ChatSession, SaveThenLoadInAFreshProcessContinuesAsTheUninterruptedChat) 
 
 TEST_F(ChatSession, UndoDropsTheLastExchangeWithoutRecomputing) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
-    const auto r = run_cli(chat_args({"--temp", "0"}), "Who wrote Persuasion?\nWhen was it published?\n/undo\nWhen was it published?\n"
-                                                       "/undo\n/undo\n/undo\nWho wrote Persuasion?\n");
+    const auto r = run_cli(chat_args({"--temp", "0"}),
+                           "Who wrote Persuasion?\nWhen was it published?\n/undo\nWhen was it published?\n"
+                           "/undo\n/undo\n/undo\nWho wrote Persuasion?\n");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::vector<std::string> replies;
     std::istringstream lines(r.out);
@@ -130,16 +134,18 @@ TEST_F(ChatSession, BadFilesAreClearErrorsAndTheChatGoesOn) {
         std::ofstream(path("corrupt.kvs"), std::ios::binary).write(copy.data(), size);
     }
     // A state of another model.
-    const auto other = run_cli({"prefill", "-m", fixture_path("tiny/gqa_f32.gguf"), "-p", "hello", "-o", path("other.kvs")});
+    const auto other =
+        run_cli({"prefill", "-m", fixture_path("tiny/gqa_f32.gguf"), "-p", "hello", "-o", path("other.kvs")});
     ASSERT_EQ(other.exit_code, 0) << other.err;
 
-    const auto r = run_cli(chat_args({"--temp", "0"}), "/load " + path("missing.kvs") + "\n/load " + path("plain.kvs") + "\n/load " +
-                                                           path("corrupt.kvs") + "\n/load " + path("other.kvs") + "\n/load\n/save\n" +
-                                                           "/frobnicate\nHi\n");
+    const auto r =
+        run_cli(chat_args({"--temp", "0"}), "/load " + path("missing.kvs") + "\n/load " + path("plain.kvs") +
+                                                "\n/load " + path("corrupt.kvs") + "\n/load " + path("other.kvs") +
+                                                "\n/load\n/save\n" + "/frobnicate\nHi\n");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_FALSE(r.out.empty()) << "the chat did not go on after the errors";
-    for (const char* expected : {"missing.kvs", "without a chat session", "checksum mismatch", "fingerprint", "usage: /load FILE",
-                                 "usage: /save FILE", "unknown command '/frobnicate'"}) {
+    for (const char* expected : {"missing.kvs", "without a chat session", "checksum mismatch", "fingerprint",
+                                 "usage: /load FILE", "usage: /save FILE", "unknown command '/frobnicate'"}) {
         EXPECT_NE(r.err.find(expected), std::string::npos) << expected << "\n" << r.err;
     }
     EXPECT_EQ(r.out, saved.out) << "a failed /load changed the conversation";
@@ -156,8 +162,10 @@ TEST_F(ChatSession, BadFilesAreClearErrorsAndTheChatGoesOn) {
 TEST_F(ChatSession, CacheDirReusesTheSystemPromptInALaterProcess) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     // Several KV blocks of system prompt: the disk tier holds full 32-token blocks.
-    const std::string system = kSystem + " The student is reading the novels of Jane Austen this term, starting with Persuasion, "
-                                         "and will ask about their authors, dates, characters and places; when you do not know, say so.";
+    const std::string system =
+        kSystem +
+        " The student is reading the novels of Jane Austen this term, starting with Persuasion, "
+        "and will ask about their authors, dates, characters and places; when you do not know, say so.";
     const auto args = chat_args({"--temp", "0", "--cache-dir", path("cache")}, system);
     const auto first = run_cli(args, "Who wrote Persuasion?\n");
     const auto second = run_cli(args, "What is a sonnet?\n");

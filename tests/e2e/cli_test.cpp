@@ -15,7 +15,8 @@ namespace {
 TEST(Cli, HelpListsSubcommands) {
     const auto r = run_cli({"--help"});
     EXPECT_EQ(r.exit_code, 0);
-    for (const char* sub : {"info", "tokenize", "generate", "perplexity"}) EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+    for (const char* sub : {"info", "tokenize", "generate", "perplexity"})
+        EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
 }
 
 TEST(Cli, NoSubcommandIsUsageError) {

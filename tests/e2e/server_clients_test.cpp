@@ -47,8 +47,10 @@ TEST(ServerClients, OpenAIPythonPackage) {
     ASSERT_TRUE(fs::exists(python)) << "no project venv at " << python
                                     << ": run scripts/setup.sh (it creates .venv with the `openai` package)";
     const ProcessResult probe = run_process({python, "-c", "import openai"});
-    ASSERT_EQ(probe.exit_code, 0) << "the `openai` package is missing from " << python << ": run scripts/setup.sh\n" << probe.err;
-    const ProcessResult r = run_process({python, source_dir() + "/tests/e2e/server/openai_client.py", shared_server().url()});
+    ASSERT_EQ(probe.exit_code, 0) << "the `openai` package is missing from " << python << ": run scripts/setup.sh\n"
+                                  << probe.err;
+    const ProcessResult r =
+        run_process({python, source_dir() + "/tests/e2e/server/openai_client.py", shared_server().url()});
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_NE(r.out.find("checks passed"), std::string::npos) << r.out << r.err;
 }
@@ -63,15 +65,18 @@ TEST(ServerClients, Curl) {
     EXPECT_EQ(json::parse(health.out)["status"], "ok");
 
     // The README's example.
-    ProcessResult chat = curl({url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
-                               R"({"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24, "temperature": 0})"});
+    ProcessResult chat = curl(
+        {url + "/v1/chat/completions", "-H", "Content-Type: application/json", "-d",
+         R"({"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 24, "temperature": 0})"});
     ASSERT_EQ(chat.exit_code, 0) << chat.err;
     const json answer = json::parse(chat.out);
-    EXPECT_NE(answer["choices"][0]["message"]["content"].get<std::string>().find("Paris"), std::string::npos) << chat.out;
+    EXPECT_NE(answer["choices"][0]["message"]["content"].get<std::string>().find("Paris"), std::string::npos)
+        << chat.out;
 
     // Streaming (-N: no buffering): SSE events, then [DONE].
-    ProcessResult stream = curl({"-N", url + "/v1/completions", "-d",
-                                 R"({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0, "stream": true})"});
+    ProcessResult stream =
+        curl({"-N", url + "/v1/completions", "-d",
+              R"({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0, "stream": true})"});
     ASSERT_EQ(stream.exit_code, 0) << stream.err;
     EXPECT_EQ(stream.out.rfind("data: {", 0), 0u) << stream.out;
     EXPECT_NE(stream.out.find("\n\ndata: [DONE]\n\n"), std::string::npos) << stream.out;
@@ -87,8 +92,8 @@ TEST(ServerClients, Curl) {
     EXPECT_GT(fs::file_size(file), 0u);
     std::string at_file = "@";  // (built in two steps: GCC 12's -Wrestrict misfires on "@" + string)
     at_file += file.string();
-    ProcessResult upload = curl({"-X", "PUT", "--data-binary", at_file, "-w", "\n%{http_code}",
-                                 url + "/v1/states/curl-copy/file"});
+    ProcessResult upload =
+        curl({"-X", "PUT", "--data-binary", at_file, "-w", "\n%{http_code}", url + "/v1/states/curl-copy/file"});
     EXPECT_NE(upload.out.find("\n201"), std::string::npos) << upload.out;
     ProcessResult missing = curl({"-o", "/dev/null", "-w", "%{http_code}", url + "/v1/states/not-there"});
     EXPECT_EQ(missing.out, "404");

@@ -48,7 +48,8 @@ struct Reply {
     httplib::Headers headers;
 };
 
-Reply post(httplib::Client& client, const std::string& path, const std::string& body, const httplib::Headers& headers = {}) {
+Reply post(httplib::Client& client, const std::string& path, const std::string& body,
+           const httplib::Headers& headers = {}) {
     auto res = client.Post(path, headers, body, "application/json");
     Reply r;
     if (!res) return r;
@@ -58,7 +59,9 @@ Reply post(httplib::Client& client, const std::string& path, const std::string& 
     r.body = json::parse(res->body, nullptr, false);
     return r;
 }
-Reply post(httplib::Client& client, const std::string& path, const json& body) { return post(client, path, body.dump()); }
+Reply post(httplib::Client& client, const std::string& path, const json& body) {
+    return post(client, path, body.dump());
+}
 
 Reply get(httplib::Client& client, const std::string& path) {
     auto res = client.Get(path);
@@ -130,21 +133,24 @@ TEST_F(ServerHttp, HealthModelsMetrics) {
     EXPECT_EQ(models.body["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
     Reply metrics = get(client(), "/metrics");
     ASSERT_EQ(metrics.status, 200);
-    for (const char* name : {"kvstash_requests_total", "kvstash_prompt_tokens_computed_total", "kvstash_prompt_tokens_reused_total",
-                             "kvstash_prompt_cache_hit_ratio", "kvstash_decode_tokens_per_second", "kvstash_queue_depth",
-                             "kvstash_active_sequences", "kvstash_cache_bytes{tier=\"ram\"}", "kvstash_cache_bytes{tier=\"disk\"}"}) {
+    for (const char* name :
+         {"kvstash_requests_total", "kvstash_prompt_tokens_computed_total", "kvstash_prompt_tokens_reused_total",
+          "kvstash_prompt_cache_hit_ratio", "kvstash_decode_tokens_per_second", "kvstash_queue_depth",
+          "kvstash_active_sequences", "kvstash_cache_bytes{tier=\"ram\"}", "kvstash_cache_bytes{tier=\"disk\"}"}) {
         EXPECT_NE(metrics.text.find(name), std::string::npos) << name;
     }
 }
 
 TEST_F(ServerHttp, GreedyCompletionMatchesGenerate) {
     const std::string expected = generate_cli({"-p", "The capital of France is", "--temp", "0", "-n", "16"});
-    Reply r = post(client(), "/v1/completions", json{{"prompt", "The capital of France is"}, {"max_tokens", 16}, {"temperature", 0}});
+    Reply r = post(client(), "/v1/completions",
+                   json{{"prompt", "The capital of France is"}, {"max_tokens", 16}, {"temperature", 0}});
     ASSERT_EQ(r.status, 200) << r.text;
     EXPECT_EQ(r.body["object"], "text_completion");
     EXPECT_EQ(r.body["choices"][0]["text"], expected);
     EXPECT_EQ(r.body["usage"]["prompt_tokens"], 5);  // "504 3575 282 4649 314" (tests/e2e/text_cli_test.cpp)
-    EXPECT_EQ(r.body["usage"]["total_tokens"], r.body["usage"]["prompt_tokens"].get<int>() + r.body["usage"]["completion_tokens"].get<int>());
+    EXPECT_EQ(r.body["usage"]["total_tokens"],
+              r.body["usage"]["prompt_tokens"].get<int>() + r.body["usage"]["completion_tokens"].get<int>());
     EXPECT_TRUE(r.body["usage"]["prompt_tokens_details"].contains("cached_tokens"));
 }
 
@@ -152,16 +158,24 @@ TEST_F(ServerHttp, SeededCompletionMatchesGenerate) {
     // The CLI's sampling defaults (top-k 40, top-p 0.95, min-p 0.05) passed explicitly.
     const std::string expected = generate_cli({"-p", "Once upon a time", "--temp", "1.0", "--seed", "11", "-n", "24"});
     Reply r = post(client(), "/v1/completions",
-                   json{{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 1.0}, {"seed", 11},
-                        {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05}});
+                   json{{"prompt", "Once upon a time"},
+                        {"max_tokens", 24},
+                        {"temperature", 1.0},
+                        {"seed", 11},
+                        {"top_k", 40},
+                        {"top_p", 0.95},
+                        {"min_p", 0.05}});
     ASSERT_EQ(r.status, 200) << r.text;
     EXPECT_EQ(r.body["choices"][0]["text"], expected);
 }
 
 TEST_F(ServerHttp, ChatCompletionAndStopStrings) {
-    const std::string expected = generate_cli({"--chat", "-p", "What is the capital of France?", "--temp", "0", "-n", "24"});
+    const std::string expected =
+        generate_cli({"--chat", "-p", "What is the capital of France?", "--temp", "0", "-n", "24"});
     Reply r = post(client(), "/v1/chat/completions",
-                   json{{"messages", {{{"role", "user"}, {"content", "What is the capital of France?"}}}}, {"max_tokens", 24}, {"temperature", 0}});
+                   json{{"messages", {{{"role", "user"}, {"content", "What is the capital of France?"}}}},
+                        {"max_tokens", 24},
+                        {"temperature", 0}});
     ASSERT_EQ(r.status, 200) << r.text;
     EXPECT_EQ(r.body["object"], "chat.completion");
     EXPECT_EQ(r.body["choices"][0]["message"]["role"], "assistant");
@@ -169,11 +183,14 @@ TEST_F(ServerHttp, ChatCompletionAndStopStrings) {
     EXPECT_NE(expected.find("Paris"), std::string::npos);
     EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");  // <|im_end|>
 
-    Reply s = post(client(), "/v1/completions", json{{"prompt", "The capital of France is"}, {"max_tokens", 16}, {"temperature", 0}, {"stop", {".", "xyz"}}});
+    Reply s = post(
+        client(), "/v1/completions",
+        json{{"prompt", "The capital of France is"}, {"max_tokens", 16}, {"temperature", 0}, {"stop", {".", "xyz"}}});
     ASSERT_EQ(s.status, 200) << s.text;
     EXPECT_EQ(s.body["choices"][0]["text"], " Paris");  // as `kvstash generate --stop .` (text_cli_test)
     EXPECT_EQ(s.body["choices"][0]["finish_reason"], "stop");
-    Reply l = post(client(), "/v1/completions", json{{"prompt", "The capital of France is"}, {"max_tokens", 3}, {"temperature", 0}});
+    Reply l = post(client(), "/v1/completions",
+                   json{{"prompt", "The capital of France is"}, {"max_tokens", 3}, {"temperature", 0}});
     EXPECT_EQ(l.body["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(l.body["usage"]["completion_tokens"], 3);
 }
@@ -181,8 +198,10 @@ TEST_F(ServerHttp, ChatCompletionAndStopStrings) {
 TEST_F(ServerHttp, StreamingEqualsNonStreaming) {
     for (bool chat : {false, true}) {
         json body = {{"max_tokens", 20}, {"temperature", 0.9}, {"seed", 5}};
-        if (chat) body["messages"] = {{{"role", "user"}, {"content", "Tell me about cats."}}};
-        else body["prompt"] = "Cats are";
+        if (chat)
+            body["messages"] = {{{"role", "user"}, {"content", "Tell me about cats."}}};
+        else
+            body["prompt"] = "Cats are";
         const char* path = chat ? "/v1/chat/completions" : "/v1/completions";
         Reply whole = post(client(), path, body);
         ASSERT_EQ(whole.status, 200) << whole.text;
@@ -209,14 +228,17 @@ TEST_F(ServerHttp, StreamingEqualsNonStreaming) {
         if (chat) {
             EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
         }
-        const std::string expected = chat ? whole.body["choices"][0]["message"]["content"] : whole.body["choices"][0]["text"];
+        const std::string expected =
+            chat ? whole.body["choices"][0]["message"]["content"] : whole.body["choices"][0]["text"];
         EXPECT_EQ(text, expected) << (chat ? "chat" : "completion");
         EXPECT_EQ(finish, whole.body["choices"][0]["finish_reason"]);
     }
 }
 
 TEST_F(ServerHttp, LogprobsAreLogSoftmaxOfTheModel) {
-    Reply r = post(client(), "/v1/completions", json{{"prompt", "The capital of France is"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 3}});
+    Reply r =
+        post(client(), "/v1/completions",
+             json{{"prompt", "The capital of France is"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 3}});
     ASSERT_EQ(r.status, 200) << r.text;
     const json& lp = r.body["choices"][0]["logprobs"];
     ASSERT_EQ(lp["tokens"].size(), 4u);
@@ -232,7 +254,11 @@ TEST_F(ServerHttp, LogprobsAreLogSoftmaxOfTheModel) {
     }
     EXPECT_EQ(joined, r.body["choices"][0]["text"]);
     Reply chat = post(client(), "/v1/chat/completions",
-                      json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 3}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2}});
+                      json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                           {"max_tokens", 3},
+                           {"temperature", 0},
+                           {"logprobs", true},
+                           {"top_logprobs", 2}});
     ASSERT_EQ(chat.status, 200) << chat.text;
     ASSERT_EQ(chat.body["choices"][0]["logprobs"]["content"].size(), 3u);
     EXPECT_EQ(chat.body["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
@@ -256,12 +282,15 @@ TEST_F(ServerHttp, ConcurrentRequestsAnswerAsAlone) {
     // Different prompts, lengths, greedy and seeded, with logprobs: served alone one after the other,
     // then all at once (continuous batching); every answer must be identical, logprobs included.
     std::vector<json> bodies;
-    const char* prompts[] = {"The capital of France is", "Once upon a time, in a land far away,", "def fibonacci(n):",
-                             "List three colours:", "The quick brown fox", "In 1969, the first"};
+    const char* prompts[] = {"The capital of France is", "Once upon a time, in a land far away,",
+                             "def fibonacci(n):",        "List three colours:",
+                             "The quick brown fox",      "In 1969, the first"};
     for (int i = 0; i < 6; ++i) {
         json b = {{"prompt", prompts[i]}, {"max_tokens", 10 + 4 * i}, {"logprobs", 2}};
-        if (i % 2) b.update({{"temperature", 0.8}, {"seed", 1000 + i}});
-        else b["temperature"] = 0;
+        if (i % 2)
+            b.update({{"temperature", 0.8}, {"seed", 1000 + i}});
+        else
+            b["temperature"] = 0;
         bodies.push_back(b);
     }
     std::vector<json> alone;
@@ -296,8 +325,10 @@ TEST_F(ServerHttp, ConcurrentRequestsAnswerAsAlone) {
 TEST_F(ServerHttp, PrefixCacheReusesALongPrompt) {
     std::string system = "You are a careful assistant. ";
     for (int i = 0; i < 12; ++i) system += "Always answer in full sentences and check every fact twice. ";
-    json body = {{"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", "Name a fruit."}}}},
-                 {"max_tokens", 8}, {"temperature", 0}};
+    json body = {
+        {"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", "Name a fruit."}}}},
+        {"max_tokens", 8},
+        {"temperature", 0}};
     Reply first = post(client(), "/v1/chat/completions", body);
     ASSERT_EQ(first.status, 200) << first.text;
     body["messages"][1]["content"] = "Name a vegetable.";
@@ -359,7 +390,8 @@ TEST_F(ServerHttp, BadRequestsAreOpenAIErrors) {
 }
 
 TEST_F(ServerHttp, NamedStatesLifecycle) {
-    const json system = {{"role", "system"}, {"content", "You are a geography assistant. Answer in one short sentence."}};
+    const json system = {{"role", "system"},
+                         {"content", "You are a geography assistant. Answer in one short sentence."}};
     const json user = {{"role", "user"}, {"content", "What is the capital of Italy?"}};
     Reply created = post(client(), "/v1/states", json{{"name", "geo"}, {"messages", {system}}});
     ASSERT_EQ(created.status, 201) << created.text;
@@ -389,7 +421,8 @@ TEST_F(ServerHttp, NamedStatesLifecycle) {
     EXPECT_GE(from_state.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), state_tokens);
 
     // Completions on a state: the prompt is appended (no BOS).
-    Reply cont = post(client(), "/v1/completions", json{{"state", "geo"}, {"prompt", "<|im_start|>user\nHi<|im_end|>\n"}, {"max_tokens", 4}});
+    Reply cont = post(client(), "/v1/completions",
+                      json{{"state", "geo"}, {"prompt", "<|im_start|>user\nHi<|im_end|>\n"}, {"max_tokens", 4}});
     EXPECT_EQ(cont.status, 200) << cont.text;
     EXPECT_EQ(cont.body["usage"]["prompt_tokens_details"]["cached_tokens"], state_tokens);
 
@@ -426,7 +459,8 @@ TEST_F(ServerHttp, NamedStatesLifecycle) {
     EXPECT_EQ(get(client(), "/v1/states/nope/file").status, 404);
     from_state_body["state"] = "nope";
     EXPECT_EQ(post(client(), "/v1/chat/completions", from_state_body).status, 404);
-    for (const std::string& bad_name : std::vector<std::string>{"..", ".hidden", std::string(65, 'a'), "a%20b", "a$b"}) {
+    for (const std::string& bad_name :
+         std::vector<std::string>{"..", ".hidden", std::string(65, 'a'), "a%20b", "a$b"}) {
         EXPECT_EQ(get(client(), "/v1/states/" + bad_name).status, 400) << bad_name;
     }
     from_state_body["state"] = "../geo";
@@ -442,9 +476,7 @@ TEST_F(ServerHttp, NamedStatesLifecycle) {
 }
 
 TEST_F(ServerHttp, DisconnectMidStreamFreesTheSequence) {
-    auto gauge = [this](const std::string& name) {
-        return metric_value(get(client(), "/metrics").text, name);
-    };
+    auto gauge = [this](const std::string& name) { return metric_value(get(client(), "/metrics").text, name); };
     const double cancelled_before = gauge("kvstash_requests_cancelled_total");
     // A raw socket, so the test decides exactly when the client goes away.
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -453,10 +485,13 @@ TEST_F(ServerHttp, DisconnectMidStreamFreesTheSequence) {
     addr.sin_port = htons(static_cast<uint16_t>(shared_server().port()));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"stream", true}, {"temperature", 1.0},
-                                  {"seed", 3}, {"logit_bias", {{"0", -100}, {"2", -100}}}}.dump();
-    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string body =
+        json{{"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"stream", true},
+             {"temperature", 1.0},           {"seed", 3},          {"logit_bias", {{"0", -100}, {"2", -100}}}}
+            .dump();
+    const std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     ASSERT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
     std::string received;
     char buffer[4096];
@@ -480,8 +515,8 @@ TEST_F(ServerHttp, DisconnectMidStreamFreesTheSequence) {
 // Limits on a server of their own: API key, body and upload size, a tiny queue.
 TEST(ServerLimits, ApiKeyBodyLimitAndFullQueue) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
-    ServerProcess server({"-t", "2", "--api-key", "sesame", "--max-body", "2048", "--max-state-bytes", "4096", "--parallel", "1",
-                          "--queue", "1"});
+    ServerProcess server({"-t", "2", "--api-key", "sesame", "--max-body", "2048", "--max-state-bytes", "4096",
+                          "--parallel", "1", "--queue", "1"});
     httplib::Client anonymous = server.client();
     EXPECT_EQ(anonymous.Get("/health")->status, 200);  // liveness stays open
     for (const char* path : {"/v1/models", "/metrics", "/v1/states"}) {
@@ -508,23 +543,26 @@ TEST(ServerLimits, ApiKeyBodyLimitAndFullQueue) {
     EXPECT_EQ(upload->status, 413);
 
     // 503: one sequence slot busy (a long stream), one request queued, the next one is refused.
-    const json long_stream = {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"stream", true}, {"temperature", 1.0},
+    const json long_stream = {{"prompt", "Once upon a time"},
+                              {"max_tokens", 400},
+                              {"stream", true},
+                              {"temperature", 1.0},
                               {"logit_bias", {{"0", -100}, {"2", -100}}}};
     auto running = std::async(std::launch::async, [&] {
         httplib::Client c = server.client();
         c.set_bearer_token_auth("sesame");
         return c.Post("/v1/completions", long_stream.dump(), "application/json")->status;
     });
-    auto metric = [&](const std::string& name) {
-        return metric_value(authed.Get("/metrics")->body, name);
-    };
-    for (int i = 0; i < 100 && metric("kvstash_active_sequences") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto metric = [&](const std::string& name) { return metric_value(authed.Get("/metrics")->body, name); };
+    for (int i = 0; i < 100 && metric("kvstash_active_sequences") < 1; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     auto queued = std::async(std::launch::async, [&] {
         httplib::Client c = server.client();
         c.set_bearer_token_auth("sesame");
         return c.Post("/v1/completions", R"({"prompt":"hi","max_tokens":2})", "application/json")->status;
     });
-    for (int i = 0; i < 100 && metric("kvstash_queue_depth") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 100 && metric("kvstash_queue_depth") < 1; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_EQ(metric("kvstash_queue_depth"), 1.0);
     auto refused = authed.Post("/v1/completions", R"({"prompt":"hi","max_tokens":2})", "application/json");
     ASSERT_TRUE(refused);
@@ -545,7 +583,8 @@ TEST(ServerStateDir, StatesPersistAcrossRestarts) {
     {
         ServerProcess server({"-t", "2", "--state-dir", dir.string()});
         httplib::Client c = server.client();
-        Reply created = post(c, "/v1/states", json{{"name", "story"}, {"prompt", "Once upon a time there was a dragon."}});
+        Reply created =
+            post(c, "/v1/states", json{{"name", "story"}, {"prompt", "Once upon a time there was a dragon."}});
         ASSERT_EQ(created.status, 201) << created.text;
         EXPECT_GT(created.body["file_bytes"].get<int64_t>(), 0);
         EXPECT_TRUE(fs::exists(dir / "story.kvs"));

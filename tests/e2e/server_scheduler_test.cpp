@@ -70,8 +70,9 @@ TEST(ServerScheduler, BatchedChunkedCachedEqualsGenerateAlone) {
     const Tokenizer& tok = model->tokenizer();
     std::string shared = "The following is a conversation about gardening, cooking and the weather in spring. ";
     shared += shared + shared;  // > 2 KV blocks shared by several prompts: the prefix cache serves them
-    const std::vector<std::string> prompts = {shared + "Tomatoes need", shared + "The best soup is", "Once upon a time",
-                                              shared + "Rain in April", "def add(a, b):", "The capital of France is"};
+    const std::vector<std::string> prompts = {shared + "Tomatoes need", shared + "The best soup is",
+                                              "Once upon a time",       shared + "Rain in April",
+                                              "def add(a, b):",         "The capital of France is"};
     const int64_t max_tokens = 12;
 
     Metrics metrics;
@@ -143,7 +144,8 @@ TEST(ServerScheduler, BatchedChunkedCachedEqualsGenerateAlone) {
     ASSERT_EQ(prefilled.state->n_tokens(), alone.n_tokens());
     ASSERT_EQ(prefilled.state->last_logits().size(), alone.last_logits().size());
     EXPECT_EQ(std::memcmp(prefilled.state->last_logits().data(), alone.last_logits().data(),
-                          alone.last_logits().size() * sizeof(float)), 0);
+                          alone.last_logits().size() * sizeof(float)),
+              0);
 }
 
 TEST(ServerScheduler, CancelledJobLeavesAndQueueIsBounded) {

@@ -34,7 +34,8 @@ std::string read_bytes(const std::string& path) {
 
 // A prefix and suffix whose tokens concatenate to the tokens of prefix + suffix (a pre-token boundary).
 const std::string prefix =
-    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.";
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a "
+    "wife.";
 const std::string suffix = " However little known the feelings or views of such a man may be";
 
 TEST_F(StateCli, ContinuationInAFreshProcessIsBitIdentical) {
@@ -51,11 +52,12 @@ TEST_F(StateCli, ContinuationInAFreshProcessIsBitIdentical) {
     EXPECT_NE(prefill.out.find("tokens"), std::string::npos) << prefill.out;
 
     for (const std::vector<std::string>& sampling :
-         {std::vector<std::string>{"--temp", "0"}, std::vector<std::string>{"--temp", "0.9", "--seed", "7", "--top-k", "0"}}) {
+         {std::vector<std::string>{"--temp", "0"},
+          std::vector<std::string>{"--temp", "0.9", "--seed", "7", "--top-k", "0"}}) {
         SCOPED_TRACE(sampling[1]);
         std::vector<std::string> full{"generate", "-p", prefix + suffix, "-n", "24", "--dump-logits", path("full.bin")};
-        std::vector<std::string> cont{"generate", "--state", path("prefix.kvs"), "-p", suffix, "-n", "24", "--dump-logits",
-                                      path("cont.bin")};
+        std::vector<std::string> cont{"generate", "--state",       path("prefix.kvs"), "-p", suffix, "-n",
+                                      "24",       "--dump-logits", path("cont.bin")};
         full.insert(full.end(), sampling.begin(), sampling.end());
         cont.insert(cont.end(), sampling.begin(), sampling.end());
         const auto a = run_cli(full);
@@ -66,14 +68,16 @@ TEST_F(StateCli, ContinuationInAFreshProcessIsBitIdentical) {
         EXPECT_NE(c.err.find("reused"), std::string::npos) << c.err;
         const std::string full_bytes = read_bytes(path("full.bin"));
         EXPECT_EQ(full_bytes.size(), 24u * (4u + 49152u * 4u));
-        EXPECT_TRUE(full_bytes == read_bytes(path("cont.bin"))) << "logits or tokens differ after save/load in a fresh process";
+        EXPECT_TRUE(full_bytes == read_bytes(path("cont.bin")))
+            << "logits or tokens differ after save/load in a fresh process";
     }
 }
 
 TEST_F(StateCli, SeveralContinuationsFromOneLoad) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     ASSERT_EQ(run_cli({"prefill", "-p", prefix, "-o", path("p.kvs")}).exit_code, 0);
-    const auto r = run_cli({"generate", "--state", path("p.kvs"), "-p", " However", "-p", " But", "-p", " So", "-n", "8", "--temp", "0"});
+    const auto r = run_cli(
+        {"generate", "--state", path("p.kvs"), "-p", " However", "-p", " But", "-p", " So", "-n", "8", "--temp", "0"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     size_t lines = 0;
     for (char ch : r.out) lines += ch == '\n';
@@ -116,7 +120,8 @@ TEST_F(StateCli, SaveAfterGenerationAndResumeTheSampler) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     // One run of 16 tokens vs 8 tokens, save, then 8 more with the saved sampler in a new process.
     const auto whole = run_cli({"generate", "-p", prefix, "-n", "16", "--temp", "0.8", "--seed", "3"});
-    const auto first = run_cli({"generate", "-p", prefix, "-n", "8", "--temp", "0.8", "--seed", "3", "--save-state", path("g.kvs")});
+    const auto first =
+        run_cli({"generate", "-p", prefix, "-n", "8", "--temp", "0.8", "--seed", "3", "--save-state", path("g.kvs")});
     ASSERT_EQ(first.exit_code, 0) << first.err;
     const auto second = run_cli({"generate", "--state", path("g.kvs"), "--resume-sampler", "-n", "8"});
     ASSERT_EQ(second.exit_code, 0) << second.err;

@@ -39,8 +39,8 @@ TEST(TextCli, ChatTemplatedAnswer) {
 
 TEST(TextCli, ChatReplReadsPipedStdin) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
-    const auto r = run_cli({"chat", "--temp", "0", "-n", "32", "--timings"},
-                           "What is the capital of France?\nAnd of Italy?\n");
+    const auto r =
+        run_cli({"chat", "--temp", "0", "-n", "32", "--timings"}, "What is the capital of France?\nAnd of Italy?\n");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("Rome"), std::string::npos) << r.out;
@@ -52,7 +52,8 @@ TEST(TextCli, ChatReplReadsPipedStdin) {
 
 TEST(TextCli, SeededSamplingIsReproducible) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
-    const std::vector<std::string> args{"generate", "-p", "Once upon a time", "-n", "16", "--temp", "1.0", "--seed", "11"};
+    const std::vector<std::string> args{"generate", "-p",  "Once upon a time", "-n", "16",
+                                        "--temp",   "1.0", "--seed",           "11"};
     const auto a = run_cli(args);
     const auto b = run_cli(args);
     ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -64,7 +65,8 @@ TEST(TextCli, SeededSamplingIsReproducible) {
 
 TEST(TextCli, StopStringAndTimings) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
-    const auto r = run_cli({"generate", "-p", "The capital of France is", "-n", "16", "--temp", "0", "--stop", ".", "--timings"});
+    const auto r =
+        run_cli({"generate", "-p", "The capital of France is", "-n", "16", "--temp", "0", "--stop", ".", "--timings"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, " Paris\n");
     EXPECT_NE(r.err.find("time to first token"), std::string::npos) << r.err;

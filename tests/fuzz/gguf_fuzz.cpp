@@ -21,8 +21,7 @@ template <typename Call>
 void ignore_errors(Call&& call) {
     try {
         call();
-    } catch (const kvstash::Error&) {
-    }
+    } catch (const kvstash::Error&) {}
 }
 
 }  // namespace

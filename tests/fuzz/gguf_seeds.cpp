@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
     metadata.add("u32", gv::u32(3)).add("i32", gv::i32(-3)).add("u64", gv::u64(4)).add("i64", gv::i64(-4));
     metadata.add("f32", gv::f32(0.5f)).add("f64", gv::f64(0.25)).add("bool", gv::boolean(true));
     metadata.add("str", gv::string("text"));
-    metadata.add("arr", gv::array(ValueType::ARRAY,
-                                  {gv::array(ValueType::INT32, {gv::i32(7)}), gv::string_array({"a"})}));
+    metadata.add("arr",
+                 gv::array(ValueType::ARRAY, {gv::array(ValueType::INT32, {gv::i32(7)}), gv::string_array({"a"})}));
     metadata.write(dir / "metadata_every_type.gguf");
 
     GgufBuilder model;

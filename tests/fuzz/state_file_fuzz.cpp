@@ -28,17 +28,16 @@ void try_input(std::span<const uint8_t> bytes) {
     try {
         const kvstash::StateFileInfo info = sf::inspect_state_bytes(bytes, "fuzz-input", true);
         g_sink = g_sink + info.file_bytes + info.kv_bytes + static_cast<uint64_t>(info.n_tokens);
-    } catch (const kvstash::Error&) {
-    }
+    } catch (const kvstash::Error&) {}
     try {
         const kvstash::State state = sf::decode_state(fuzz_model(), bytes, "fuzz-input");
         g_sink = g_sink + static_cast<uint64_t>(state.n_tokens()) + state.last_logits().size();
         // What loaded is a valid state: it must save, and its copy must load and save identically.
         const std::vector<uint8_t> again = sf::encode_state_to_memory(state);
-        const std::vector<uint8_t> twice = sf::encode_state_to_memory(sf::decode_state(fuzz_model(), again, "re-saved"));
+        const std::vector<uint8_t> twice =
+            sf::encode_state_to_memory(sf::decode_state(fuzz_model(), again, "re-saved"));
         if (again != twice) __builtin_trap();
-    } catch (const kvstash::Error&) {
-    }
+    } catch (const kvstash::Error&) {}
 }
 
 }  // namespace

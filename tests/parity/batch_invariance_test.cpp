@@ -15,14 +15,15 @@ namespace {
 // 128-token micro-batch boundaries), and repeating odd-sized chunks.
 std::vector<std::vector<int64_t>> splits_for(int64_t n) {
     std::vector<std::vector<int64_t>> splits = {{1}, {3, 5, 7}, {2, 9}, {17}, {31, 1, 64}};
-    for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{64}, int64_t{127}, int64_t{128},
-                      int64_t{129}, n - 1}) {
+    for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{64}, int64_t{127},
+                      int64_t{128}, int64_t{129}, n - 1}) {
         if (k > 0 && k < n) splits.push_back({k, n - k});
     }
     return splits;
 }
 
-void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab, const std::string& what) {
+void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab,
+                          const std::string& what) {
     ASSERT_EQ(a.size(), b.size()) << what;
     if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) return;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -48,7 +49,8 @@ void check_invariance(const std::string& model_path, int64_t n_tokens, KvType kv
             name << "split";
             for (int64_t s : split) name << ' ' << s;
             name << ", " << threads << " threads";
-            expect_bitwise_equal(whole, eval_logits(model, tokens, split, threads, kv_type), model->n_vocab(), name.str());
+            expect_bitwise_equal(whole, eval_logits(model, tokens, split, threads, kv_type), model->n_vocab(),
+                                 name.str());
         }
     }
 }

@@ -151,10 +151,16 @@ TEST(ChatTemplateParity, TokenPrefixStabilityWithSmolLM2) {
     // differently from how it was generated ("\n" + "  Hi" -> [198, 216, 21041] generated, [3805, 21041] when
     // the closed turn is encoded), so an engine reusing state must keep the generated ids, not re-encode.
     const std::vector<Messages> conversations = {
-        {{"user", "Hi!"}, {"assistant", "Hello! How can I help you today?"}, {"user", "Tell me a joke."},
-         {"assistant", "Why don't scientists trust atoms? Because they make up everything!"}, {"user", "Another."},
+        {{"user", "Hi!"},
+         {"assistant", "Hello! How can I help you today?"},
+         {"user", "Tell me a joke."},
+         {"assistant", "Why don't scientists trust atoms? Because they make up everything!"},
+         {"user", "Another."},
          {"assistant", "Spaces  inside, 42 and 3.14\n\n"}},
-        {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", "4"}, {"user", "Café? 你好 😀"},
+        {{"system", "Be brief."},
+         {"user", "2+2?"},
+         {"assistant", "4"},
+         {"user", "Café? 你好 😀"},
          {"assistant", "Oui.\nLine two."}},
     };
     for (const Messages& conversation : conversations) {

@@ -27,7 +27,8 @@ std::string first_difference(const std::vector<float>& a, const std::vector<floa
     if (a.size() != b.size()) return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
     for (size_t i = 0; i < a.size(); ++i) {
         if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-            return "first difference at element " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " + std::to_string(b[i]);
+            return "first difference at element " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " +
+                   std::to_string(b[i]);
         }
     }
     return "";
@@ -45,7 +46,8 @@ std::vector<uint8_t> kv_bytes(const State& state) {
     const uint64_t rb = kv.row_bytes();
     for (int64_t pos = 0; pos < kv.n_tokens(); ++pos) {
         for (int64_t layer = 0; layer < kv.n_layer(); ++layer) {
-            const uint64_t offset = (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * rb;
+            const uint64_t offset =
+                (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * rb;
             const uint8_t* k = kv.block_k(pos / kv_block_tokens) + offset;
             const uint8_t* v = kv.block_v(pos / kv_block_tokens) + offset;
             out.insert(out.end(), k, k + rb);
@@ -64,7 +66,9 @@ struct Snapshot {
 };
 
 Snapshot snapshot(const State& state) {
-    return {{state.tokens().begin(), state.tokens().end()}, to_vector(state.last_logits()), state.impl().kv.n_tokens(),
+    return {{state.tokens().begin(), state.tokens().end()},
+            to_vector(state.last_logits()),
+            state.impl().kv.n_tokens(),
             kv_bytes(state)};
 }
 
@@ -123,7 +127,8 @@ void check_prompts(const std::string& path, int n_threads) {
                 const std::string what = "prompt of " + std::to_string(lengths[i]) + " tokens";
                 expect_same_state(snapshot(ref_states[i]), snapshot(states[i]), what);
                 EXPECT_BITWISE(ref_all[i], all[i], what + ": all_logits");
-                EXPECT_BITWISE(probe(alone, ref_states[i], n_vocab), probe(alone, states[i], n_vocab), what + ": decode after it");
+                EXPECT_BITWISE(probe(alone, ref_states[i], n_vocab), probe(alone, states[i], n_vocab),
+                               what + ": decode after it");
             }
         }
     }
@@ -137,7 +142,7 @@ void check_decode_loop(const std::string& path, int n_threads) {
     const int64_t n_vocab = model->n_vocab();
     struct Sequence {
         std::vector<int32_t> prompt;
-        int join = 0, leave = 0;  // active in steps [join, leave)
+        int join = 0, leave = 0;                 // active in steps [join, leave)
         std::vector<std::vector<float>> logits;  // after each evaluated step
     };
     constexpr int kSteps = 20;
@@ -207,8 +212,10 @@ void check_forks(const std::string& path) {
         for (int i = 0; i < 3; ++i) forks.push_back(base.fork());
         std::vector<std::vector<int32_t>> continuations;
         for (int i = 0; i < 4; ++i) continuations.push_back(pseudo_random_tokens(1 + 20 * i, n_vocab, 60 + i));
-        std::vector<EvalRequest> requests = {{&forks[0], continuations[0]}, {&base, continuations[1]},
-                                             {&forks[1], continuations[2]}, {&forks[2], continuations[3]}};
+        std::vector<EvalRequest> requests = {{&forks[0], continuations[0]},
+                                             {&base, continuations[1]},
+                                             {&forks[1], continuations[2]},
+                                             {&forks[2], continuations[3]}};
         evaluator.eval_batch(requests);
         for (size_t i = 0; i < requests.size(); ++i) {
             std::vector<int32_t> whole = prefix;
@@ -266,7 +273,8 @@ void check_errors(const std::string& path, const std::string& other_path) {
         } catch (const Error& e) {
             EXPECT_EQ(e.code(), c.code) << e.what();
         }
-        for (size_t i = 0; i < all.size(); ++i) expect_same_state(before[i], snapshot(*all[i]), "state " + std::to_string(i));
+        for (size_t i = 0; i < all.size(); ++i)
+            expect_same_state(before[i], snapshot(*all[i]), "state " + std::to_string(i));
     }
 
     // An error after some micro-batches ran (the progress callback throws after the first): the KV
@@ -279,7 +287,8 @@ void check_errors(const std::string& path, const std::string& other_path) {
     const std::vector<EvalRequest> good = {{&b, six, &out2}, {&a, ok}, {&d, ok}};
     EXPECT_THROW(evaluator.eval_batch(good), Error);
     EXPECT_EQ(calls, 1);
-    for (size_t i = 0; i < all.size(); ++i) expect_same_state(before[i], snapshot(*all[i]), "state " + std::to_string(i));
+    for (size_t i = 0; i < all.size(); ++i)
+        expect_same_state(before[i], snapshot(*all[i]), "state " + std::to_string(i));
 
     // The same batch then succeeds, with progress (rows done, rows in all) per micro-batch.
     std::vector<int64_t> progress;

@@ -59,8 +59,10 @@ ParityFigures measure(KvType kv_type) {
         const auto top_ids = p.at("top_ids").get<std::vector<int32_t>>();
         const auto top_logits = p.at("top_logits").get<std::vector<double>>();
         const auto probe_logits = p.at("probe_logits").get<std::vector<double>>();
-        for (size_t i = 0; i < top_ids.size(); ++i) f.max_diff = std::max(f.max_diff, std::fabs(ours[top_ids[i]] - top_logits[i]));
-        for (size_t i = 0; i < probe_ids.size(); ++i) f.max_diff = std::max(f.max_diff, std::fabs(ours[probe_ids[i]] - probe_logits[i]));
+        for (size_t i = 0; i < top_ids.size(); ++i)
+            f.max_diff = std::max(f.max_diff, std::fabs(ours[top_ids[i]] - top_logits[i]));
+        for (size_t i = 0; i < probe_ids.size(); ++i)
+            f.max_diff = std::max(f.max_diff, std::fabs(ours[probe_ids[i]] - probe_logits[i]));
 
         const double ref_lse = p.at("lse").get<double>();
         const double our_lse = logsumexp(ours, n_vocab);
@@ -87,10 +89,11 @@ ParityFigures measure(KvType kv_type) {
     }
     f.n = tokens.size();
     f.kl_mean = kl_sum / static_cast<double>(tokens.size());
-    std::printf("SmolLM2 vs transformers, %s KV cache, %zu positions: max|logit diff| %.4g (max|logit| %.3g), "
-                "KL mean %.3g max %.3g nats, top-1 agreement %zu/%zu (%zu near-ties)\n",
-                kv_type == KvType::f32 ? "f32" : "f16", f.n, f.max_diff, f.max_ref, f.kl_mean, f.kl_max, f.top1_agree, f.n,
-                f.top1_near_tie);
+    std::printf(
+        "SmolLM2 vs transformers, %s KV cache, %zu positions: max|logit diff| %.4g (max|logit| %.3g), "
+        "KL mean %.3g max %.3g nats, top-1 agreement %zu/%zu (%zu near-ties)\n",
+        kv_type == KvType::f32 ? "f32" : "f16", f.n, f.max_diff, f.max_ref, f.kl_mean, f.kl_max, f.top1_agree, f.n,
+        f.top1_near_tie);
     return f;
 }
 

@@ -72,7 +72,8 @@ TEST(TinyModels, LogitsMatchTransformers) {
         const Diff f32 = compare(eval_logits(model, tokens, {n}, 2, KvType::f32), ref, model->n_vocab());
         const Diff f16 = compare(eval_logits(model, tokens, {n}, 2, KvType::f16), ref, model->n_vocab());
         std::printf("%-40s f32 KV: max|diff| %.3g (%.3g of max|ref|)   f16 KV: max|diff| %.3g (%.3g)\n",
-                    j.at("model").get<std::string>().c_str(), f32.max_abs, f32.worst_ratio, f16.max_abs, f16.worst_ratio);
+                    j.at("model").get<std::string>().c_str(), f32.max_abs, f32.worst_ratio, f16.max_abs,
+                    f16.worst_ratio);
         // Products per token with integer activations on this ISA: the 2-D weights other than the
         // embedding whose type matmul multiplies that way (the K-quants on AVX-512 VNNI).
         static const std::map<std::string, TensorType> kQuantized = {

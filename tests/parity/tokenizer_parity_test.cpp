@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "kvstash/tokenizer.h"
 #include "support/paths.h"
 #include "tokenizer/pretokenizer.h"
-#include "kvstash/tokenizer.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {
@@ -220,7 +220,8 @@ TEST(PreTokenizerParity, SplitsMatchHuggingFace) {
             std::vector<std::string_view> pieces;
             pre.split(text, pieces);
             std::vector<size_t> ends;
-            for (std::string_view piece : pieces) ends.push_back(static_cast<size_t>(piece.data() + piece.size() - text.data()));
+            for (std::string_view piece : pieces)
+                ends.push_back(static_cast<size_t>(piece.data() + piece.size() - text.data()));
             if (entry.contains("unassigned")) {
                 ++newer_total;
                 newer_matched += ends == expected;
@@ -273,9 +274,8 @@ TEST_F(TokenizerParity, PathologicalInputsStayFast) {
     std::string specials;
     while (specials.size() < n) specials += "<|im_start|><|im_end|>";
     const std::pair<const char*, std::string> inputs[] = {
-        {"one word", std::string(n, 'a')},  {"spaces", std::string(n, ' ')},
-        {"newlines", std::string(n, '\n')}, {"digits", std::string(n, '7')},
-        {"random bytes", random_bytes},     {"special tokens", specials},
+        {"one word", std::string(n, 'a')}, {"spaces", std::string(n, ' ')}, {"newlines", std::string(n, '\n')},
+        {"digits", std::string(n, '7')},   {"random bytes", random_bytes},  {"special tokens", specials},
     };
     for (const auto& [name, text] : inputs) {
         const auto start = std::chrono::steady_clock::now();

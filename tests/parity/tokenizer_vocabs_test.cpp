@@ -189,16 +189,16 @@ protected:
     }
 };
 
-#define KVSTASH_REQUIRE_VOCAB(vocab)                                                                         \
-    do {                                                                                                     \
-        if (!files_present(vocab)) {                                                                         \
-            const char* allow = std::getenv("KVSTASH_ALLOW_NO_MODEL");                                       \
-            if (allow != nullptr && std::string(allow) == "1") {                                             \
-                GTEST_SKIP() << "vocabulary " << (vocab) << " missing (KVSTASH_ALLOW_NO_MODEL=1)";            \
-            }                                                                                                \
-            FAIL() << gguf_path(vocab) << "{,.inp,.out} not found; run scripts/fetch_vocabs.sh (or set "     \
-                   << "KVSTASH_MODELS_DIR to the folder holding vocabs/)";                                   \
-        }                                                                                                    \
+#define KVSTASH_REQUIRE_VOCAB(vocab)                                                                     \
+    do {                                                                                                 \
+        if (!files_present(vocab)) {                                                                     \
+            const char* allow = std::getenv("KVSTASH_ALLOW_NO_MODEL");                                   \
+            if (allow != nullptr && std::string(allow) == "1") {                                         \
+                GTEST_SKIP() << "vocabulary " << (vocab) << " missing (KVSTASH_ALLOW_NO_MODEL=1)";       \
+            }                                                                                            \
+            FAIL() << gguf_path(vocab) << "{,.inp,.out} not found; run scripts/fetch_vocabs.sh (or set " \
+                   << "KVSTASH_MODELS_DIR to the folder holding vocabs/)";                               \
+        }                                                                                                \
     } while (0)
 
 // llama.cpp's cases, exactly: add_special = false, parse_special = false, as test-tokenizer-0 runs them.
@@ -252,8 +252,8 @@ TEST_P(VocabParity, CorpusMatchesHuggingFace) {
     }
     std::cout << "[ parity   ] " << vocab << ": corpus " << matched << "/" << total - known
               << " match HF (parse_special), " << matched_plain << "/" << total - known_plain
-              << " without parsing specials; known differences " << known << " + " << known_plain << "; "
-              << converter << " strings where the fixture's oracle corrects transformers' GGUF tokenizer\n";
+              << " without parsing specials; known differences " << known << " + " << known_plain << "; " << converter
+              << " strings where the fixture's oracle corrects transformers' GGUF tokenizer\n";
     EXPECT_GE(total, 1000);
     const auto counts = v.corpus["llama_cpp_out_matches"];
     EXPECT_EQ(counts["fixed"], counts["total"]) << "the fixture's oracle does not reproduce llama.cpp's .out";
@@ -292,7 +292,12 @@ TEST_P(VocabParity, SpecialTokens) {
     const std::string vocab = GetParam();
     KVSTASH_REQUIRE_VOCAB(vocab);
     const Tokenizer& tok = *load(vocab)->tokenizer;
-    struct Expect { const char* vocab; int32_t n_vocab, bos, eos; bool add_bos; const char* eog; };
+    struct Expect {
+        const char* vocab;
+        int32_t n_vocab, bos, eos;
+        bool add_bos;
+        const char* eog;
+    };
     constexpr Expect kExpected[] = {
         {"llama-bpe", 128256, 128000, 128001, true, "<|eot_id|>"},
         {"qwen2", 151936, 151643, 151643, false, "<|im_end|>"},
@@ -337,7 +342,9 @@ TEST_P(VocabParity, EncodesQuickly) {
         c = static_cast<char>(state >> 24);
     }
     const std::pair<const char*, std::string> inputs[] = {
-        {"corpus", mixed}, {"one word", std::string(n, 'a')}, {"spaces", std::string(n, ' ')},
+        {"corpus", mixed},
+        {"one word", std::string(n, 'a')},
+        {"spaces", std::string(n, ' ')},
         {"random bytes", random_bytes},
     };
     for (const auto& [name, text] : inputs) {
@@ -375,12 +382,15 @@ TEST(UnicodeNfc, MatchesPythonOnQwen2Fixture) {
 TEST(UnicodeNfc, HandWorkedCases) {
     using tokenization::to_nfc;
     EXPECT_EQ(to_nfc("plain ASCII, Latin-1 \xC3\xA9"), "plain ASCII, Latin-1 \xC3\xA9");
-    EXPECT_EQ(to_nfc("e\xCC\x81"), "\xC3\xA9");                          // e + U+0301 -> U+00E9
-    EXPECT_EQ(to_nfc("\xE2\x84\xAB"), "\xC3\x85");                       // U+212B ANGSTROM -> U+00C5 (singleton)
-    EXPECT_EQ(to_nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");              // marks reordered by class (220 < 230)
+    EXPECT_EQ(to_nfc("e\xCC\x81"), "\xC3\xA9");                                 // e + U+0301 -> U+00E9
+    EXPECT_EQ(to_nfc("\xE2\x84\xAB"), "\xC3\x85");                              // U+212B ANGSTROM -> U+00C5 (singleton)
+    EXPECT_EQ(to_nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");                // marks reordered by class (220 < 230)
     EXPECT_EQ(to_nfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // Hangul L V T -> U+AC01
-    EXPECT_EQ(to_nfc("\xCD\x84"), "\xCC\x88\xCC\x81");                      // U+0344: excluded, stays decomposed
-    EXPECT_EQ(to_nfc("\xCC\x81" "e"), "\xCC\x81" "e");                      // a leading mark has no starter
+    EXPECT_EQ(to_nfc("\xCD\x84"), "\xCC\x88\xCC\x81");                          // U+0344: excluded, stays decomposed
+    EXPECT_EQ(to_nfc("\xCC\x81"
+                     "e"),
+              "\xCC\x81"
+              "e");  // a leading mark has no starter
     // Malformed bytes pass through and block composition across them.
     EXPECT_EQ(to_nfc("e\xFF\xCC\x81\xC3"), "e\xFF\xCC\x81\xC3");
 }
@@ -403,9 +413,9 @@ TEST(SpecialTokenRstrip, SwallowsWhitespaceAfterMatchedToken) {
     const Tokenizer tok(std::move(vocab));
     const auto ids = [&](std::string_view text, bool parse_special) { return tok.encode(text, false, parse_special); };
     EXPECT_EQ(ids("<|end|> \n\t\xE3\x80\x80x", true), (Ids{256, 'x'}));  // U+3000 too
-    EXPECT_EQ(ids("<|end|>\x1Cx", true), (Ids{256, 0x1C, 'x'}));     // U+001C is not White_Space
-    EXPECT_EQ(ids("a</s>  ", false), (Ids{'a', 257}));               // user-defined: matched either way
-    EXPECT_EQ(ids("<|end|> ", false).size(), 8u);                     // not matched: nothing swallowed
+    EXPECT_EQ(ids("<|end|>\x1Cx", true), (Ids{256, 0x1C, 'x'}));         // U+001C is not White_Space
+    EXPECT_EQ(ids("a</s>  ", false), (Ids{'a', 257}));                   // user-defined: matched either way
+    EXPECT_EQ(ids("<|end|> ", false).size(), 8u);                        // not matched: nothing swallowed
     EXPECT_EQ(tok.decode(ids("x<|end|>\n y", true)), "x<|end|>y");
 }
 

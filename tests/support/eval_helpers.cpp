@@ -18,7 +18,8 @@ std::vector<float> eval_logits(const std::shared_ptr<const Model>& model, const 
     size_t done = 0;
     size_t which = 0;
     while (done < tokens.size()) {
-        const auto size = std::min<size_t>(static_cast<size_t>(chunk_sizes[which % chunk_sizes.size()]), tokens.size() - done);
+        const auto size =
+            std::min<size_t>(static_cast<size_t>(chunk_sizes[which % chunk_sizes.size()]), tokens.size() - done);
         evaluator.eval(state, std::span<const int32_t>(tokens.data() + done, size), &chunk_logits);
         all.insert(all.end(), chunk_logits.begin(), chunk_logits.end());
         done += size;

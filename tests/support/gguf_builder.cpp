@@ -44,12 +44,15 @@ ByteWriter& ByteWriter::pad_to(uint64_t alignment) {
 
 void write_gguf_value(ByteWriter& out, const Value& value) {
     switch (value.type) {
-        case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL:
-            out.u8(static_cast<uint8_t>(value.uinteger));
-            break;
-        case ValueType::UINT16: case ValueType::INT16: out.u16(static_cast<uint16_t>(value.uinteger)); break;
-        case ValueType::UINT32: case ValueType::INT32: out.u32(static_cast<uint32_t>(value.uinteger)); break;
-        case ValueType::UINT64: case ValueType::INT64: out.u64(value.uinteger); break;
+        case ValueType::UINT8:
+        case ValueType::INT8:
+        case ValueType::BOOL: out.u8(static_cast<uint8_t>(value.uinteger)); break;
+        case ValueType::UINT16:
+        case ValueType::INT16: out.u16(static_cast<uint16_t>(value.uinteger)); break;
+        case ValueType::UINT32:
+        case ValueType::INT32: out.u32(static_cast<uint32_t>(value.uinteger)); break;
+        case ValueType::UINT64:
+        case ValueType::INT64: out.u64(value.uinteger); break;
         case ValueType::FLOAT32: out.f32(static_cast<float>(value.real)); break;
         case ValueType::FLOAT64: out.f64(value.real); break;
         case ValueType::STRING: out.string(value.string); break;

@@ -72,8 +72,7 @@ public:
     // A tensor whose bytes are written to the data section at the next offset aligned to the layout
     // alignment. `dims` in ggml order (dims[0] fastest); `raw_type` a ggml type number; `data` is not
     // checked against dims and type.
-    GgufBuilder& add_tensor(std::string name, uint32_t raw_type, std::vector<uint64_t> dims,
-                            std::vector<uint8_t> data);
+    GgufBuilder& add_tensor(std::string name, uint32_t raw_type, std::vector<uint64_t> dims, std::vector<uint8_t> data);
     GgufBuilder& add_f32_tensor(std::string name, std::vector<uint64_t> dims, const std::vector<float>& values);
     // A tensor info with an explicit data offset (relative to the data section) and no bytes written:
     // for misaligned or out-of-file offsets.

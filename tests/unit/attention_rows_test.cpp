@@ -46,15 +46,17 @@ TEST(AttentionRows, SimdMatchesReferenceOnEveryIsa) {
         const AttentionRowOps ops = attention_row_ops(isa);
         for (TensorType type : {TensorType::F16, TensorType::F32}) {
             for (int64_t n : {1, 7, 8, 16, 24, 64, 100, 128}) {
-                SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n) + (type == TensorType::F16 ? " f16" : " f32"));
+                SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n) +
+                             (type == TensorType::F16 ? " f16" : " f32"));
                 std::vector<float> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), out(static_cast<size_t>(n));
-                for (auto* v : {&q, &k, &out}) for (float& x : *v) x = normal(rng);
+                for (auto* v : {&q, &k, &out})
+                    for (float& x : *v) x = normal(rng);
                 const auto k_row = make_row(k, type);
                 double abs_sum = 0.0;
                 for (size_t i = 0; i < q.size(); ++i) abs_sum += std::fabs(q[i] * stored(k_row, i, type));
                 const double gamma = static_cast<double>(n) * u / (1.0 - static_cast<double>(n) * u);
-                EXPECT_NEAR(ops.dot(q.data(), k_row.data(), n, type), reference::attention_dot(q.data(), k_row.data(), n, type),
-                            2.0 * gamma * abs_sum);
+                EXPECT_NEAR(ops.dot(q.data(), k_row.data(), n, type),
+                            reference::attention_dot(q.data(), k_row.data(), n, type), 2.0 * gamma * abs_sum);
 
                 std::vector<float> got = out, want = out;
                 const float w = normal(rng);

@@ -122,8 +122,8 @@ RefResult reference_one(const float* q, const TestCache& c, int64_t last, int64_
         const auto js = static_cast<size_t>(j);
         p[js] = std::exp(s[js] - m);
         sum += p[js];
-        const double eps = static_cast<double>(head_dim + 1) * kUnit * abs_dot[js] + kUnit * std::fabs(s[js] - m) +
-                           2 * kUnit;
+        const double eps =
+            static_cast<double>(head_dim + 1) * kUnit * abs_dot[js] + kUnit * std::fabs(s[js] - m) + 2 * kUnit;
         max_eps = std::max(max_eps, eps);
     }
     RefResult r;
@@ -176,8 +176,8 @@ protected:
             for (int64_t t = 0; t < n_tokens; ++t) {
                 for (int64_t h = 0; h < shape.n_head; ++h) {
                     const int64_t base = t * q_width + h * head_dim;
-                    const RefResult ref = reference_one(q.data() + base, cache, first_pos + t, h / group, head_dim,
-                                                        shape.scale);
+                    const RefResult ref =
+                        reference_one(q.data() + base, cache, first_pos + t, h / group, head_dim, shape.scale);
                     for (int64_t d = 0; d < head_dim; ++d) {
                         const auto ds = static_cast<size_t>(d);
                         ASSERT_NEAR(out[static_cast<size_t>(base + d)], ref.out[ds], ref.tol[ds])

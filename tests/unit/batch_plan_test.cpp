@@ -33,11 +33,8 @@ TEST(BatchPlan, DecodeStepsShareOneMicroBatch) {
 
 TEST(BatchPlan, LongRequestsSplitInOrderAndFillEveryMicroBatch) {
     const std::vector<int64_t> sizes = {5, 0, 10, 3, 1};
-    expect_plan(plan_micro_batches(sizes, 4), {{{0, 0, 4}},
-                                               {{0, 4, 1}, {2, 0, 3}},
-                                               {{2, 3, 4}},
-                                               {{2, 7, 3}, {3, 0, 1}},
-                                               {{3, 1, 2}, {4, 0, 1}}});
+    expect_plan(plan_micro_batches(sizes, 4),
+                {{{0, 0, 4}}, {{0, 4, 1}, {2, 0, 3}}, {{2, 3, 4}}, {{2, 7, 3}, {3, 0, 1}}, {{3, 1, 2}, {4, 0, 1}}});
 }
 
 TEST(BatchPlan, ExactFitStartsNoEmptyMicroBatch) {
@@ -50,9 +47,7 @@ TEST(BatchPlan, NothingToDo) {
     EXPECT_TRUE(plan_micro_batches(std::vector<int64_t>{0, 0}, 128).empty());
 }
 
-TEST(BatchPlan, RejectsNonPositiveMaxRows) {
-    EXPECT_THROW(plan_micro_batches(std::vector<int64_t>{1}, 0), Error);
-}
+TEST(BatchPlan, RejectsNonPositiveMaxRows) { EXPECT_THROW(plan_micro_batches(std::vector<int64_t>{1}, 0), Error); }
 
 }  // namespace
 }  // namespace kvstash

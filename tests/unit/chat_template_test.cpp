@@ -191,12 +191,18 @@ std::vector<ChatTemplate> all_templates() {
 // Conversations as they grow, each user turn answered by the assistant.
 std::vector<Messages> conversations() {
     return {
-        {{"user", "Hi!"}, {"assistant", "Hello! How can I help?"}, {"user", "A joke, please."},
-         {"assistant", "Why did the chicken cross the road?"}, {"user", "Why?"},
+        {{"user", "Hi!"},
+         {"assistant", "Hello! How can I help?"},
+         {"user", "A joke, please."},
+         {"assistant", "Why did the chicken cross the road?"},
+         {"user", "Why?"},
          {"assistant", "To get to the other side."}},
         {{"system", "Be brief."}, {"user", "2+2?"}, {"assistant", "4"}, {"user", "3+3?"}, {"assistant", "6"}},
-        {{"system", "Réponds en français."}, {"user", "Bonjour 😀"}, {"assistant", "Bonjour ! 你好"},
-         {"user", "Line one\nline two"}, {"assistant", "Two\nlines\n\nback"}},
+        {{"system", "Réponds en français."},
+         {"user", "Bonjour 😀"},
+         {"assistant", "Bonjour ! 你好"},
+         {"user", "Line one\nline two"},
+         {"assistant", "Two\nlines\n\nback"}},
     };
 }
 
@@ -224,7 +230,8 @@ TEST(ChatTemplate, EachClosedTurnIsAPrefixOfTheNext) {
                 const std::span<const ChatMessage> turns(conversation.data(), n);
                 const std::string closed = tmpl.render(turns, false);
                 EXPECT_TRUE(closed.starts_with(previous)) << tmpl.name() << ", " << n << " messages:\n"
-                                                          << previous << "\n---\n" << closed;
+                                                          << previous << "\n---\n"
+                                                          << closed;
                 if (conversation[n - 1].role == "user") {
                     EXPECT_TRUE(tmpl.render(turns, true).starts_with(previous)) << tmpl.name() << ", " << n;
                 }

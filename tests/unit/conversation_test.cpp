@@ -62,7 +62,8 @@ TEST(Conversation, LaterTurnsReuseEarlierOnesAndMatchAFreshComputation) {
     State fresh(*model);
     evaluator.eval(fresh, tokens);
     ASSERT_EQ(fresh.last_logits().size(), chat.state().last_logits().size());
-    EXPECT_EQ(0, std::memcmp(fresh.last_logits().data(), chat.state().last_logits().data(), fresh.last_logits().size() * 4));
+    EXPECT_EQ(
+        0, std::memcmp(fresh.last_logits().data(), chat.state().last_logits().data(), fresh.last_logits().size() * 4));
 
     chat.reset();
     EXPECT_EQ(chat.messages().size(), 1u);

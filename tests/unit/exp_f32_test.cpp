@@ -5,8 +5,8 @@
 
 #include <bit>
 #include <cfloat>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -66,10 +66,10 @@ TEST(ExpF32, SpecialValues) {
     EXPECT_EQ(bits(exp_f32(-inf)), bits(0.0f));
     EXPECT_EQ(exp_f32(inf), inf);
     EXPECT_EQ(exp_f32(89.0f), inf);
-    EXPECT_EQ(exp_f32(88.73f), inf);                    // e^88.73 > FLT_MAX
+    EXPECT_EQ(exp_f32(88.73f), inf);  // e^88.73 > FLT_MAX
     EXPECT_EQ(exp_f32(1e30f), inf);
-    EXPECT_TRUE(std::isfinite(exp_f32(88.72f)));         // e^88.72 = 3.39e38 < FLT_MAX
-    EXPECT_EQ(bits(exp_f32(-104.0f)), bits(0.0f));       // e^-104 < 2^-150: rounds to 0
+    EXPECT_TRUE(std::isfinite(exp_f32(88.72f)));    // e^88.72 = 3.39e38 < FLT_MAX
+    EXPECT_EQ(bits(exp_f32(-104.0f)), bits(0.0f));  // e^-104 < 2^-150: rounds to 0
     EXPECT_EQ(bits(exp_f32(-1e30f)), bits(0.0f));
     const float nan = std::numeric_limits<float>::quiet_NaN();
     EXPECT_EQ(bits(exp_f32(nan)), bits(nan));
@@ -86,9 +86,22 @@ std::vector<float> mixed_inputs(size_t n, uint32_t seed) {
     std::normal_distribution<float> normal(0.0f, 8.0f);
     std::uniform_real_distribution<float> wide(-200.0f, 200.0f);
     const float inf = std::numeric_limits<float>::infinity();
-    const float specials[] = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
-                              std::bit_cast<float>(0x7fa00001u) /* signalling NaN */, 88.72f, 88.73f, -87.4f,
-                              -103.9f, -104.0f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX, 1e-30f};
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              inf,
+                              -inf,
+                              std::numeric_limits<float>::quiet_NaN(),
+                              std::bit_cast<float>(0x7fa00001u) /* signalling NaN */,
+                              88.72f,
+                              88.73f,
+                              -87.4f,
+                              -103.9f,
+                              -104.0f,
+                              FLT_MIN,
+                              -FLT_MIN,
+                              FLT_MAX,
+                              -FLT_MAX,
+                              1e-30f};
     std::vector<float> v(n);
     for (size_t i = 0; i < n; ++i) {
         switch (i % 7) {

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -103,14 +103,14 @@ TEST(Utf8, IncompleteTailLength) {
     EXPECT_EQ(incomplete_tail_length("\xF0\x9F\x98\x80"), 0u);
     EXPECT_EQ(incomplete_tail_length("\xF0\x9F"), 2u);
     // Never completable: count as complete.
-    EXPECT_EQ(incomplete_tail_length("\x80"), 0u);              // stray continuation
+    EXPECT_EQ(incomplete_tail_length("\x80"), 0u);  // stray continuation
     EXPECT_EQ(incomplete_tail_length("a\x80\x80\x80"), 0u);
-    EXPECT_EQ(incomplete_tail_length("\xC0"), 0u);              // overlong lead
-    EXPECT_EQ(incomplete_tail_length("\xF5"), 0u);              // past U+10FFFF
-    EXPECT_EQ(incomplete_tail_length("\xE0\x80"), 0u);          // overlong 3-byte form
-    EXPECT_EQ(incomplete_tail_length("\xED\xA0"), 0u);          // surrogate
-    EXPECT_EQ(incomplete_tail_length("\xF4\x90"), 0u);          // > U+10FFFF
-    EXPECT_EQ(incomplete_tail_length("\xE2\x41"), 0u);          // lead then ASCII
+    EXPECT_EQ(incomplete_tail_length("\xC0"), 0u);      // overlong lead
+    EXPECT_EQ(incomplete_tail_length("\xF5"), 0u);      // past U+10FFFF
+    EXPECT_EQ(incomplete_tail_length("\xE0\x80"), 0u);  // overlong 3-byte form
+    EXPECT_EQ(incomplete_tail_length("\xED\xA0"), 0u);  // surrogate
+    EXPECT_EQ(incomplete_tail_length("\xF4\x90"), 0u);  // > U+10FFFF
+    EXPECT_EQ(incomplete_tail_length("\xE2\x41"), 0u);  // lead then ASCII
     EXPECT_EQ(incomplete_tail_length("\xE0\xA0"), 2u);
 }
 
@@ -304,9 +304,9 @@ TEST_F(Generate, StateHoldsTheSequenceAndItsExactLogits) {
     Evaluator other(model, 1);
     other.eval(fresh, all);  // one pass over everything, another thread count
     ASSERT_EQ(fresh.last_logits().size(), state.last_logits().size());
-    EXPECT_EQ(std::memcmp(fresh.last_logits().data(), state.last_logits().data(),
-                          state.last_logits().size() * sizeof(float)),
-              0);
+    EXPECT_EQ(
+        std::memcmp(fresh.last_logits().data(), state.last_logits().data(), state.last_logits().size() * sizeof(float)),
+        0);
     ASSERT_NE(state.sampler_state(), nullptr);
     EXPECT_EQ(state.sampler_state()->rng, sampler.state().rng);
     EXPECT_EQ(state.sampler_state()->params.seed, 21u);

@@ -264,7 +264,11 @@ TEST(Gguf, OpenMapsAFileAndReportsIoErrors) {
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::io) << e.what();
     }
-    { std::FILE* f = std::fopen(path.c_str(), "wb"); ASSERT_NE(f, nullptr); std::fclose(f); }
+    {
+        std::FILE* f = std::fopen(path.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        std::fclose(f);
+    }
     try {
         File::open(path);
         ADD_FAILURE() << "opened an empty file";
@@ -309,8 +313,7 @@ TEST(Gguf, CorruptingAnyByteIsAnErrorOrAValidParse) {
             corrupt[i] ^= flip;
             try {
                 parse_bytes(corrupt);
-            } catch (const Error&) {
-            }
+            } catch (const Error&) {}
         }
     }
 }
@@ -400,8 +403,8 @@ TEST(Gguf, RejectsBadTensorInfos) {
                  "tensor 'w': has 0 dimensions, expected 1..4");
     expect_error(GgufBuilder().add_tensor_info("w", kF32, {1, 1, 1, 1, 1}, 0).build(), ErrorCode::bad_format,
                  "has 5 dimensions");
-    expect_error(GgufBuilder().add_tensor("w", kQ8_0, {33}, std::vector<uint8_t>(68)).build(),
-                 ErrorCode::bad_format, "dims[0] = 33 is not a multiple of the q8_0 block size 32");
+    expect_error(GgufBuilder().add_tensor("w", kQ8_0, {33}, std::vector<uint8_t>(68)).build(), ErrorCode::bad_format,
+                 "dims[0] = 33 is not a multiple of the q8_0 block size 32");
 }
 
 TEST(Gguf, UnsupportedTensorTypeNamesTensorAndType) {

@@ -41,7 +41,8 @@ TEST(KvBlockHash, StreamingEqualsOneShotXxh3OnEveryPath) {
             for (const size_t piece : {n, size_t{1}, size_t{7}, size_t{256}, size_t{65536}}) {
                 KvBlockHash h(path);
                 for (size_t at = 0; at < n; at += piece) h.update(bytes.data() + at, std::min(piece, n - at));
-                ASSERT_EQ(h.digest(), expected) << "length " << n << " piece " << piece << " path " << static_cast<int>(path);
+                ASSERT_EQ(h.digest(), expected)
+                    << "length " << n << " piece " << piece << " path " << static_cast<int>(path);
             }
         }
     }

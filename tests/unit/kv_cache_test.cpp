@@ -78,12 +78,15 @@ TEST(KvCache, GrowAndTruncateSizes) {
         int64_t n;
         int64_t blocks;
     };
-    const Step steps[] = {{true, 0, 0},      {true, 1, 1},       {true, B, 1},      {true, B + 1, 2},
-                          {true, 3 * B, 3},  {false, 3 * B, 3},  {false, 2 * B + 1, 3}, {false, 2 * B, 2},
-                          {false, B - 1, 1}, {true, B - 1, 1},   {true, 5 * B + 3, 6},  {false, 0, 0},
+    const Step steps[] = {{true, 0, 0},      {true, 1, 1},      {true, B, 1},          {true, B + 1, 2},
+                          {true, 3 * B, 3},  {false, 3 * B, 3}, {false, 2 * B + 1, 3}, {false, 2 * B, 2},
+                          {false, B - 1, 1}, {true, B - 1, 1},  {true, 5 * B + 3, 6},  {false, 0, 0},
                           {true, 2, 1}};
     for (const Step& s : steps) {
-        if (s.grow) kv.grow(s.n); else kv.truncate(s.n);
+        if (s.grow)
+            kv.grow(s.n);
+        else
+            kv.truncate(s.n);
         EXPECT_EQ(kv.n_tokens(), s.n) << (s.grow ? "grow " : "truncate ") << s.n;
         EXPECT_EQ(kv.n_blocks(), s.blocks) << (s.grow ? "grow " : "truncate ") << s.n;
     }

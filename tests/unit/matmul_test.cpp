@@ -208,8 +208,8 @@ void check_int8_path(Isa isa, TensorType type) {
             }
             for (size_t i = 0; i < got.size(); ++i) {
                 ASSERT_TRUE(same_bits(got[i], want[i]))
-                    << "cols " << cols << " tokens " << n_tokens << " token " << i / rows << " row " << i % rows
-                    << ": " << got[i] << " vs scalar " << want[i];
+                    << "cols " << cols << " tokens " << n_tokens << " token " << i / rows << " row " << i % rows << ": "
+                    << got[i] << " vs scalar " << want[i];
             }
             if (isa != Isa::scalar) continue;
             const int64_t ablock = kernels::activation_block(type);
@@ -225,8 +225,8 @@ void check_int8_path(Isa isa, TensorType type) {
             const double half_step = 0.5 + 3 * kernels::kActivationMax * u;
             for (int64_t t = 0; t < n_tokens; ++t) {
                 const float* x = X.data() + t * cols;
-                kernels::quantize_activation_row(x, cols, ablock, qh.data(), ql.data(), dx.data(), h32.data(), l32.data(),
-                                                 h16.data(), l16.data());
+                kernels::quantize_activation_row(x, cols, ablock, qh.data(), ql.data(), dx.data(), h32.data(),
+                                                 l32.data(), h16.data(), l16.data());
                 for (int64_t k = 0; k < cols; ++k) {
                     const auto kk = static_cast<size_t>(k);
                     q[kk] = 256.0 * qh[kk] + ql[kk];
@@ -290,7 +290,8 @@ TEST_P(MatmulCase, OneHotActivationsReturnTheDequantizedWeights) {
                 ASSERT_EQ(y, want) << "row " << r << " col " << k;
             } else {
                 const double tol = 8 * u * (std::abs(double(want)) + 2 * std::abs(m[static_cast<size_t>(k)])) + 1e-44;
-                ASSERT_LE(std::abs(double(y) - double(want)), tol) << "row " << r << " col " << k << ": " << y << " vs " << want;
+                ASSERT_LE(std::abs(double(y) - double(want)), tol)
+                    << "row " << r << " col " << k << ": " << y << " vs " << want;
             }
         }
     }
@@ -314,12 +315,18 @@ TEST_P(MatmulCase, ExtremeIntegerSumsBitwise) {
         const int row = static_cast<int>(off / row_bytes);
         switch (type) {
             case TensorType::Q4_K:
-            case TensorType::Q5_K: put_fp16(blk, 0.001f); put_fp16(blk + 2, 0.003f); break;
+            case TensorType::Q5_K:
+                put_fp16(blk, 0.001f);
+                put_fp16(blk + 2, 0.003f);
+                break;
             case TensorType::Q6_K:
                 std::memset(blk + 192, row % 2 ? 0x80 : 0x7F, 16);
                 put_fp16(blk + 208, 0.001f);
                 break;
-            case TensorType::Q4_1: put_fp16(blk, 0.001f); put_fp16(blk + 2, -0.003f); break;
+            case TensorType::Q4_1:
+                put_fp16(blk, 0.001f);
+                put_fp16(blk + 2, -0.003f);
+                break;
             default: put_fp16(blk, 0.001f); break;
         }
     }
@@ -327,16 +334,17 @@ TEST_P(MatmulCase, ExtremeIntegerSumsBitwise) {
         for (int64_t n_tokens : {1, 2, 3}) {
             std::vector<float> X(static_cast<size_t>(n_tokens * cols));
             for (size_t i = 0; i < X.size(); ++i) {
-                const bool negative = pattern == 1 || (pattern == 2 && i % 2) || (pattern == 3 && (i / 4 + i / 256) % 2);
+                const bool negative =
+                    pattern == 1 || (pattern == 2 && i % 2) || (pattern == 3 && (i / 4 + i / 256) % 2);
                 X[i] = negative ? -1.0f : 1.0f;
             }
             std::vector<float> got(static_cast<size_t>(n_tokens * rows)), want(got.size());
             matmul_integer_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, got.data(), nullptr);
             matmul_integer_with(Isa::scalar, type, W.data(), rows, cols, X.data(), n_tokens, want.data(), nullptr);
             for (size_t i = 0; i < got.size(); ++i) {
-                ASSERT_TRUE(same_bits(got[i], want[i])) << "pattern " << pattern << " tokens " << n_tokens << " token "
-                                                        << i / rows << " row " << i % rows << ": " << got[i] << " vs "
-                                                        << want[i];
+                ASSERT_TRUE(same_bits(got[i], want[i]))
+                    << "pattern " << pattern << " tokens " << n_tokens << " token " << i / rows << " row " << i % rows
+                    << ": " << got[i] << " vs " << want[i];
             }
         }
     }
@@ -388,7 +396,8 @@ TEST_P(MatmulCase, BatchInvariantBitwise) {
         std::vector<float> y(static_cast<size_t>(n_tokens * nr));
         matmul_with(isa, type, W.data() + r0 * row_bytes, nr, cols, X.data(), n_tokens, y.data(), nullptr);
         for (int64_t t = 0; t < n_tokens; ++t)
-            for (int64_t r = r0; r < r1; ++r) by_rows[static_cast<size_t>(t * rows + r)] = y[static_cast<size_t>(t * nr + r - r0)];
+            for (int64_t r = r0; r < r1; ++r)
+                by_rows[static_cast<size_t>(t * rows + r)] = y[static_cast<size_t>(t * nr + r - r0)];
     }
     expect_equal(by_rows, "row sub-ranges");
 
@@ -472,7 +481,8 @@ TEST(Matmul, SharedInputEqualsSeparateProductsBitwise) {
                                            TensorType::Q4_1};
     const std::vector<int64_t> rows = {64, 37, 16, 5, 130};
     std::vector<std::vector<uint8_t>> W;
-    for (size_t i = 0; i < types.size(); ++i) W.push_back(random_weights(types[i], rows[i], cols, 40 + static_cast<uint32_t>(i)));
+    for (size_t i = 0; i < types.size(); ++i)
+        W.push_back(random_weights(types[i], rows[i], cols, 40 + static_cast<uint32_t>(i)));
     ThreadPool pool(2);
     for (int64_t n_tokens : {1, 2, 3, 70}) {
         const std::vector<float> X = random_activations(n_tokens * cols, 77);
@@ -517,7 +527,7 @@ TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
             std::vector<int32_t> h32, l32, h16, l16;
         };
         auto run = [&](kernels::QuantizeRowFn fn) {
-            Out o{std::vector<int8_t>(cols), std::vector<int8_t>(cols), std::vector<float>(cols / block),
+            Out o{std::vector<int8_t>(cols),       std::vector<int8_t>(cols),       std::vector<float>(cols / block),
                   std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 16),
                   std::vector<int32_t>(cols / 16)};
             fn(x.data(), cols, block, o.h.data(), o.l.data(), o.d.data(), o.h32.data(), o.l32.data(), o.h16.data(),

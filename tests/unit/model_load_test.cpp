@@ -182,7 +182,8 @@ TEST_F(ModelLoadTest, TruncatedFileIsBadFormat) {
     const std::vector<uint8_t> full = TinyLlama().build();
     for (size_t keep : {size_t{0}, size_t{3}, size_t{20}, size_t{200}, full.size() / 2, full.size() - 1}) {
         SCOPED_TRACE("kept " + std::to_string(keep) + " of " + std::to_string(full.size()) + " bytes");
-        expect_load_error("truncated", std::vector<uint8_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(keep)),
+        expect_load_error("truncated",
+                          std::vector<uint8_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(keep)),
                           ErrorCode::bad_format, {});
     }
 }

@@ -266,8 +266,10 @@ TEST(Rope, PartialRotationLeavesTheRestAndEachHeadAlike) {
             for (int64_t d = 0; d < head_dim; ++d) {
                 const float got = x[static_cast<size_t>(h * head_dim + d)];
                 EXPECT_EQ(got, rotated_one[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
-                if (d >= n_rot) EXPECT_EQ(got, one_head[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
-                else EXPECT_NE(got, one_head[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
+                if (d >= n_rot)
+                    EXPECT_EQ(got, one_head[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
+                else
+                    EXPECT_NE(got, one_head[static_cast<size_t>(d)]) << "head " << h << " dim " << d;
             }
         }
     }
@@ -277,8 +279,18 @@ TEST(Rope, PartialRotationLeavesTheRestAndEachHeadAlike) {
 // pair vector steps (and their tails), partial rotation, several heads and positions.
 TEST(Rope, EveryIsaEqualsReferenceBitwise) {
     for (RopeLayout layout : {RopeLayout::normal, RopeLayout::neox}) {
-        for (auto [head_dim, n_rot] : {std::pair<int64_t, int64_t>{4, 4}, {12, 12}, {16, 16}, {20, 18}, {32, 32},
-                                       {48, 48}, {64, 64}, {64, 32}, {80, 80}, {128, 128}, {128, 64}, {256, 256}}) {
+        for (auto [head_dim, n_rot] : {std::pair<int64_t, int64_t>{4, 4},
+                                       {12, 12},
+                                       {16, 16},
+                                       {20, 18},
+                                       {32, 32},
+                                       {48, 48},
+                                       {64, 64},
+                                       {64, 32},
+                                       {80, 80},
+                                       {128, 128},
+                                       {128, 64},
+                                       {256, 256}}) {
             const ModelConfig c = rope_config(head_dim, n_rot, layout);
             const RopeTable rope(c, {});
             const int64_t n_heads = 3;
@@ -309,7 +321,8 @@ TEST(Rope, RotationPreservesEachPairsNorm) {
         const RopeTable rope(c, {});
         for (int64_t pos : {1, 17, 4095}) {
             const Angles a = angles_at(rope, head_dim, pos);
-            const std::vector<float> x = random_vector(static_cast<size_t>(n_heads * head_dim), static_cast<uint32_t>(40 + pos), 3.0f);
+            const std::vector<float> x =
+                random_vector(static_cast<size_t>(n_heads * head_dim), static_cast<uint32_t>(40 + pos), 3.0f);
             std::vector<float> y = x;
             rope.apply(y.data(), n_heads, a.cos.data(), a.sin.data());
             for (int64_t h = 0; h < n_heads; ++h) {
@@ -320,7 +333,8 @@ TEST(Rope, RotationPreservesEachPairsNorm) {
                         return std::hypot(static_cast<double>(v[static_cast<size_t>(p)]),
                                           static_cast<double>(v[static_cast<size_t>(q)]));
                     };
-                    EXPECT_NEAR(norm(y), norm(x), 16 * kUnit * norm(x)) << "pos " << pos << " head " << h << " pair " << i;
+                    EXPECT_NEAR(norm(y), norm(x), 16 * kUnit * norm(x))
+                        << "pos " << pos << " head " << h << " pair " << i;
                 }
             }
         }

@@ -27,7 +27,9 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int64_t B = kv_block_tokens;
 
-std::shared_ptr<const Model> tiny(const char* name = "gqa_f32.gguf") { return Model::load(fixture_path(std::string("tiny/") + name)); }
+std::shared_ptr<const Model> tiny(const char* name = "gqa_f32.gguf") {
+    return Model::load(fixture_path(std::string("tiny/") + name));
+}
 
 class PrefixCacheDisk : public ::testing::Test {
 protected:
@@ -77,7 +79,9 @@ std::string read_bytes(const fs::path& path) {
     return {std::istreambuf_iterator<char>(in), {}};
 }
 
-void write_bytes(const fs::path& path, const std::string& bytes) { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; }
+void write_bytes(const fs::path& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
 
 // acquire(tokens), evaluate the rest, expect every new logits row bitwise equal to a cold evaluation,
 // release. Returns how many tokens were reused.
@@ -136,7 +140,10 @@ TEST_F(PrefixCacheDisk, ANewCacheOnTheSameDirectoryReusesBlocksBitwise) {
 TEST_F(PrefixCacheDisk, DiskBlocksJoinTheRamTier) {
     auto model = tiny();
     const auto tokens = pseudo_random_tokens(2 * B + 3, 300, 2);
-    { PrefixCache writer(*model, options()); run_request(writer, model, tokens); }
+    {
+        PrefixCache writer(*model, options());
+        run_request(writer, model, tokens);
+    }
     PrefixCache reader(*model, options(uint64_t{1} << 30, uint64_t{1} << 30));
     CachedPrefix first = reader.acquire(tokens);
     EXPECT_EQ(first.reused_tokens, 2 * B);
@@ -177,7 +184,10 @@ TEST_F(PrefixCacheDisk, AnotherModelsFilesAreRefused) {
     ASSERT_NE(cached_model_fingerprint(*model), cached_model_fingerprint(*other));
     ASSERT_EQ(identity_of(*model).file_bytes(), identity_of(*other).file_bytes());
     const auto tokens = pseudo_random_tokens(B + 4, 300, 4);
-    { PrefixCache writer(*model, options()); run_request(writer, model, tokens); }
+    {
+        PrefixCache writer(*model, options());
+        run_request(writer, model, tokens);
+    }
     const std::string mine = file_of(*model, tokens, 0), theirs = file_of(*other, tokens, 0);
     ASSERT_NE(mine, theirs);  // names differ: the fingerprint is in the key
 
@@ -193,14 +203,16 @@ TEST_F(PrefixCacheDisk, AnotherModelsFilesAreRefused) {
     const PrefixKeyDomain domain(cached_model_fingerprint(*other), KvType::f16, active_isa());
     const BlockKey key = domain.chain(tokens, 1)[0];
     const std::vector<uint8_t> half(identity_of(*other).half_bytes(), 0);
-    ASSERT_TRUE(write_block_file(dir_.string(), {key, domain.root(), std::span(tokens).first<B>()}, identity_of(*model), half, half));
+    ASSERT_TRUE(write_block_file(dir_.string(), {key, domain.root(), std::span(tokens).first<B>()}, identity_of(*model),
+                                 half, half));
     PrefixCache again(*other, options());
     EXPECT_EQ(run_request(again, other, tokens), 0);
     EXPECT_EQ(again.stats().disk_rejected, 1u);
 
     // The control: the same fabricated file with other's identity would be taken (so the test can fail).
     fs::remove(dir_ / theirs);
-    ASSERT_TRUE(write_block_file(dir_.string(), {key, domain.root(), std::span(tokens).first<B>()}, identity_of(*other), half, half));
+    ASSERT_TRUE(write_block_file(dir_.string(), {key, domain.root(), std::span(tokens).first<B>()}, identity_of(*other),
+                                 half, half));
     PrefixCache control(*other, options());
     EXPECT_EQ(control.acquire(tokens).reused_tokens, B);
     EXPECT_EQ(control.stats().disk_rejected, 0u);
@@ -222,12 +234,12 @@ TEST_F(PrefixCacheDisk, CorruptTruncatedAndForeignFilesAreRefusedAndDeleted) {
         b[at] = static_cast<char>(b[at] ^ 0x01);
         return b;
     };
-    write_bytes(path(0), flipped(bytes.size() - 7));             // a payload bit
-    write_bytes(path(1), flipped(100));                          // a token id in the header
-    write_bytes(path(2), read_bytes(path(2)).substr(0, 5000));   // truncated
-    write_bytes(path(3), "");                                    // empty
-    write_bytes(path(4), std::string(bytes.size(), 'x'));        // garbage of the right size
-    write_bytes(dir_ / "not-a-block.kvb", bytes);                // a name that is no key: left alone
+    write_bytes(path(0), flipped(bytes.size() - 7));            // a payload bit
+    write_bytes(path(1), flipped(100));                         // a token id in the header
+    write_bytes(path(2), read_bytes(path(2)).substr(0, 5000));  // truncated
+    write_bytes(path(3), "");                                   // empty
+    write_bytes(path(4), std::string(bytes.size(), 'x'));       // garbage of the right size
+    write_bytes(dir_ / "not-a-block.kvb", bytes);               // a name that is no key: left alone
     write_bytes(dir_ / "ffffffffffffffffffffffffffffffff.kvb", read_bytes(path(5)));  // block 5 under another key
 
     PrefixCache reader(*model, options());
@@ -256,7 +268,7 @@ TEST_F(PrefixCacheDisk, TheDirectoryStaysWithinItsBudgetLeastRecentlyUsedFirst) 
     {
         PrefixCache cache(*model, options(3 * file_bytes + file_bytes / 2));
         for (size_t i = 0; i < 4; ++i) run_request(cache, model, seqs[i]);
-        EXPECT_EQ(cache.stats().disk_evictions, 1u);  // seqs[0]'s block
+        EXPECT_EQ(cache.stats().disk_evictions, 1u);       // seqs[0]'s block
         EXPECT_EQ(run_request(cache, model, seqs[1]), B);  // read back: now the most recently used
         for (size_t i = 4; i < 6; ++i) run_request(cache, model, seqs[i]);
         const PrefixCacheStats s = cache.stats();
@@ -328,7 +340,8 @@ TEST_F(PrefixCacheDisk, TwoCachesSharingADirectoryConcurrentlyStayExact) {
     }
     for (auto& thread : threads) thread.join();
     EXPECT_GT(reused[0] + reused[1], 0);
-    for (const std::string& name : block_files()) EXPECT_FALSE(name.starts_with(".tmp-")) << "a temp file was left behind";
+    for (const std::string& name : block_files())
+        EXPECT_FALSE(name.starts_with(".tmp-")) << "a temp file was left behind";
 }
 
 TEST_F(PrefixCacheDisk, ADirectoryThatCannotBeUsedIsAClearError) {

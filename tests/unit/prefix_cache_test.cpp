@@ -24,14 +24,18 @@ PrefixCacheOptions ram_only(uint64_t budget) {
 
 constexpr int64_t B = kv_block_tokens;
 
-std::shared_ptr<const Model> tiny(const char* name = "gqa_f32.gguf") { return Model::load(fixture_path(std::string("tiny/") + name)); }
+std::shared_ptr<const Model> tiny(const char* name = "gqa_f32.gguf") {
+    return Model::load(fixture_path(std::string("tiny/") + name));
+}
 
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
 }
 
-std::vector<int32_t> head(const std::vector<int32_t>& tokens, int64_t n) { return {tokens.begin(), tokens.begin() + n}; }
+std::vector<int32_t> head(const std::vector<int32_t>& tokens, int64_t n) {
+    return {tokens.begin(), tokens.begin() + n};
+}
 
 // A State that evaluated `tokens` from empty.
 State evaluated(Evaluator& evaluator, const std::vector<int32_t>& tokens, KvType kv_type = KvType::f16) {
@@ -54,7 +58,8 @@ void finish_and_expect_cold(Evaluator& evaluator, CachedPrefix& hit, const std::
     std::vector<float> warm;
     evaluator.eval(hit.state, std::span(tokens).subspan(static_cast<size_t>(hit.reused_tokens)), &warm);
     ASSERT_EQ(warm.size(), static_cast<size_t>(hit.tokens_to_evaluate) * n_vocab);
-    EXPECT_EQ(0, std::memcmp(warm.data(), cold.data() + static_cast<size_t>(hit.reused_tokens) * n_vocab, warm.size() * sizeof(float)))
+    EXPECT_EQ(0, std::memcmp(warm.data(), cold.data() + static_cast<size_t>(hit.reused_tokens) * n_vocab,
+                             warm.size() * sizeof(float)))
         << "logits after reusing " << hit.reused_tokens << " cached tokens differ from a cold evaluation";
 }
 
@@ -189,7 +194,8 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedFirst) {
     Evaluator evaluator(model, 1);
     PrefixCache cache(*model, ram_only(3 * block_bytes(*model)));
     std::vector<std::vector<int32_t>> seqs;
-    for (uint64_t seed = 0; seed < 4; ++seed) seqs.push_back(pseudo_random_tokens(B, 300, 50 + seed));  // one block each
+    for (uint64_t seed = 0; seed < 4; ++seed)
+        seqs.push_back(pseudo_random_tokens(B, 300, 50 + seed));  // one block each
     for (int i = 0; i < 3; ++i) cache.release(evaluated(evaluator, seqs[static_cast<size_t>(i)]));
     EXPECT_EQ(cache.acquire(seqs[0]).reused_tokens, B - 1);  // A is now more recent than B
     cache.release(evaluated(evaluator, seqs[3]));            // D in: one block must go, and it is B
@@ -263,8 +269,9 @@ TEST(PrefixCache, KeysNameTheWholePrefixTheModelKvTypeAndIsa) {
     EXPECT_EQ(keys, PrefixKeyDomain(fp, KvType::f16, Isa::scalar).chain(tokens, 2));  // deterministic
     EXPECT_NE(keys[1], d.chain(changed, 2)[1]);  // block 1's key depends on block 0's tokens
     EXPECT_NE(keys[0], keys[1]);
-    for (const PrefixKeyDomain& other : {PrefixKeyDomain(fp2, KvType::f16, Isa::scalar), PrefixKeyDomain(fp, KvType::f32, Isa::scalar),
-                                         PrefixKeyDomain(fp, KvType::f16, Isa::avx2)}) {
+    for (const PrefixKeyDomain& other :
+         {PrefixKeyDomain(fp2, KvType::f16, Isa::scalar), PrefixKeyDomain(fp, KvType::f32, Isa::scalar),
+          PrefixKeyDomain(fp, KvType::f16, Isa::avx2)}) {
         EXPECT_NE(other.root(), d.root());
         EXPECT_NE(other.chain(tokens, 2)[0], keys[0]);
         EXPECT_NE(other.chain(tokens, 2)[1], keys[1]);
@@ -292,8 +299,8 @@ TEST(PrefixCache, StatsCountLookupsTokensAndBlocks) {
     CachedPrefix miss = cache.acquire(tokens);
     evaluator.eval(miss.state, tokens);
     cache.release(miss.state);
-    CachedPrefix full = cache.acquire(concat(head(tokens, 64), {1}));  // 2 full blocks
-    CachedPrefix partial = cache.acquire(head(tokens, 40));          // 1 full block + 7
+    CachedPrefix full = cache.acquire(concat(head(tokens, 64), {1}));            // 2 full blocks
+    CachedPrefix partial = cache.acquire(head(tokens, 40));                      // 1 full block + 7
     CachedPrefix capped = cache.acquire(tokens, StateOptions{KvType::f16, 20});  // the context allows 20
     EXPECT_EQ(capped.reused_tokens, 20);
 
@@ -322,13 +329,16 @@ TEST(PrefixCache, ConcurrentUseStaysExact) {
         threads.emplace_back([&, t] {
             Evaluator evaluator(model, 1);
             for (int round = 0; round < 4; ++round) {
-                const auto tokens = concat(common, pseudo_random_tokens(20 + 10 * round, 300, static_cast<uint64_t>(1000 + 10 * t + round)));
+                const auto tokens = concat(
+                    common, pseudo_random_tokens(20 + 10 * round, 300, static_cast<uint64_t>(1000 + 10 * t + round)));
                 CachedPrefix hit = cache.acquire(tokens);
                 std::vector<float> warm;
                 evaluator.eval(hit.state, std::span(tokens).subspan(static_cast<size_t>(hit.reused_tokens)), &warm);
                 const auto cold = eval_logits(model, tokens, {static_cast<int64_t>(tokens.size())}, 1);
                 const size_t row = static_cast<size_t>(model->n_vocab());
-                if (std::memcmp(warm.data() + warm.size() - row, cold.data() + cold.size() - row, row * sizeof(float)) != 0) ++failures[static_cast<size_t>(t)];
+                if (std::memcmp(warm.data() + warm.size() - row, cold.data() + cold.size() - row,
+                                row * sizeof(float)) != 0)
+                    ++failures[static_cast<size_t>(t)];
                 cache.release(hit.state);
             }
         });

@@ -56,10 +56,10 @@ Logits log_of(const std::vector<double>& probs) {
 // Expected values: a Python transcription of the published C sources (prng.di.unimi.it/splitmix64.c and
 // xoshiro256starstar.c), run once; 0xe220a8397b1dcdaf is splitmix64(0)'s widely quoted first output.
 TEST(Rng, SplitMix64Seeding) {
-    EXPECT_EQ(Rng::seed_state(0), (Rng::StateWords{0xe220a8397b1dcdafull, 0x6e789e6aa1b965f4ull,
-                                                   0x06c45d188009454full, 0xf88bb8a8724c81ecull}));
-    EXPECT_EQ(Rng::seed_state(42), (Rng::StateWords{0xbdd732262feb6e95ull, 0x28efe333b266f103ull,
-                                                    0x47526757130f9f52ull, 0x581ce1ff0e4ae394ull}));
+    EXPECT_EQ(Rng::seed_state(0), (Rng::StateWords{0xe220a8397b1dcdafull, 0x6e789e6aa1b965f4ull, 0x06c45d188009454full,
+                                                   0xf88bb8a8724c81ecull}));
+    EXPECT_EQ(Rng::seed_state(42), (Rng::StateWords{0xbdd732262feb6e95ull, 0x28efe333b266f103ull, 0x47526757130f9f52ull,
+                                                    0x581ce1ff0e4ae394ull}));
 }
 
 TEST(Rng, Xoshiro256StarStarSequence) {
@@ -211,8 +211,8 @@ void expect_draws_follow_softmax(const Logits& logits, float temperature, uint64
     }
     // 4 degrees of freedom: P(chi2 > 40) ~ 4e-8. The draws are deterministic (fixed seed), so this
     // either always passes or always fails; a wrong temperature (e.g. T^2 or none) gives thousands.
-    EXPECT_LT(chi2, 40.0) << "counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3]
-                          << " " << counts[4];
+    EXPECT_LT(chi2, 40.0) << "counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << " "
+                          << counts[4];
 }
 
 TEST(Sampler, DrawsFollowSoftmaxWithTemperature) {
@@ -244,10 +244,9 @@ TEST(Sampler, TopKKeepsTheKLargestTiesByLowestId) {
 
 TEST(Sampler, TopPKeepsTheShortestPrefixReachingP) {
     // Cumulative in sorted order: 0.5, 0.75, 0.9, 1.0.
-    const std::vector<std::pair<float, Ids>> cases = {
-        {0.0f, {2}},          {0.3f, {2}},          {0.49f, {2}},         {0.51f, {2, 0}},
-        {0.74f, {2, 0}},      {0.76f, {2, 0, 3}},   {0.89f, {2, 0, 3}},   {0.91f, {2, 0, 3, 1}},
-        {1.0f, {2, 0, 3, 1}}};
+    const std::vector<std::pair<float, Ids>> cases = {{0.0f, {2}},        {0.3f, {2}},           {0.49f, {2}},
+                                                      {0.51f, {2, 0}},    {0.74f, {2, 0}},       {0.76f, {2, 0, 3}},
+                                                      {0.89f, {2, 0, 3}}, {0.91f, {2, 0, 3, 1}}, {1.0f, {2, 0, 3, 1}}};
     for (const auto& [top_p, expected] : cases) {
         SamplerParams p = plain(1.0f);
         p.top_p = top_p;
@@ -319,7 +318,8 @@ std::vector<double> relative_logits(const SamplerParams& p, const Logits& logits
     return out;
 }
 
-void expect_adjusted(const SamplerParams& p, const Logits& logits, const Ids& history, const std::vector<double>& want) {
+void expect_adjusted(const SamplerParams& p, const Logits& logits, const Ids& history,
+                     const std::vector<double>& want) {
     const auto got = relative_logits(p, logits, history);
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i] - want[0], 1e-5) << "token " << i;
 }
@@ -387,7 +387,11 @@ TEST(Sampler, RejectsParametersOutOfRange) {
     expect_invalid(with([](SamplerParams& p) { p.logit_bias = {{3, INFINITY}}; }), "+inf bias");
     // Allowed edges.
     EXPECT_NO_THROW(Sampler(with([](SamplerParams& p) { p.temperature = -2.0f; })));
-    EXPECT_NO_THROW(Sampler(with([](SamplerParams& p) { p.top_p = 0.0f; p.min_p = 1.0f; p.top_k = -5; })));
+    EXPECT_NO_THROW(Sampler(with([](SamplerParams& p) {
+        p.top_p = 0.0f;
+        p.min_p = 1.0f;
+        p.top_k = -5;
+    })));
     EXPECT_NO_THROW(Sampler(with([](SamplerParams& p) { p.logit_bias = {{3, -INFINITY}}; })));
 
     SamplerState zero;  // rng all zero: xoshiro's fixed point

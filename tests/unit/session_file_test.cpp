@@ -74,7 +74,8 @@ TEST_F(SessionSection, RoundTripsAndIsSkippedByPlainReaders) {
     // The plain reader loads the same State from both files, bitwise.
     const State plain = load_state(*model_, path("with.kvs"));
     for (const State* s : {&a, &b, &plain}) {
-        EXPECT_TRUE(std::equal(s->tokens().begin(), s->tokens().end(), state_->tokens().begin(), state_->tokens().end()));
+        EXPECT_TRUE(
+            std::equal(s->tokens().begin(), s->tokens().end(), state_->tokens().begin(), state_->tokens().end()));
         ASSERT_EQ(s->last_logits().size(), state_->last_logits().size());
         EXPECT_EQ(0, std::memcmp(s->last_logits().data(), state_->last_logits().data(), s->last_logits().size() * 4));
     }

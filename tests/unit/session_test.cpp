@@ -18,7 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* const kSystem =
-    "You are a patient tutor for a student of English literature. You answer in one short sentence, you never use lists, "
+    "You are a patient tutor for a student of English literature. You answer in one short sentence, you never use "
+    "lists, "
     "and when you do not know something you say so plainly instead of guessing. The student is reading the novels of "
     "Jane Austen this term, starting with Persuasion, and will ask about their authors, dates, characters and places.";
 
@@ -41,7 +42,9 @@ GenerateOptions short_replies(std::vector<std::vector<float>>* sampled_logits = 
 
 std::vector<int32_t> tokens_of(const State& s) { return {s.tokens().begin(), s.tokens().end()}; }
 
-std::vector<int32_t> encode(const Model& model, const std::string& text) { return model.tokenizer().encode(text, false, true); }
+std::vector<int32_t> encode(const Model& model, const std::string& text) {
+    return model.tokenizer().encode(text, false, true);
+}
 
 // Logits after the last of `tokens`, evaluated in one pass from an empty State.
 std::vector<float> cold_logits(Evaluator& evaluator, std::span<const int32_t> tokens) {
@@ -94,7 +97,8 @@ TEST_F(SessionTest, EachTurnComputesOnlyItsOwnTokensAndMatchesAColdEvaluation) {
             const bool ended_turn = model->tokenizer().is_eog(before.back());
             turns_ended_by_the_model += ended_turn ? 1 : 0;
             const std::string closing = ended_turn ? tmpl.end_of_turn_suffix() : "<|im_end|>\n";
-            const std::string turn_text = closing + "<|im_start|>user\n" + questions[turn] + "<|im_end|>\n<|im_start|>assistant\n";
+            const std::string turn_text =
+                closing + "<|im_start|>user\n" + questions[turn] + "<|im_end|>\n<|im_start|>assistant\n";
             EXPECT_EQ(expected, static_cast<int64_t>(encode(*model, turn_text).size()));
         }
 
@@ -108,14 +112,18 @@ TEST_F(SessionTest, EachTurnComputesOnlyItsOwnTokensAndMatchesAColdEvaluation) {
         ASSERT_GE(after.size(), before.size());
         EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << "earlier tokens were re-encoded";
         // The generated ids are kept as generated.
-        EXPECT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), after.end() - static_cast<ptrdiff_t>(r.tokens.size())));
+        EXPECT_TRUE(
+            std::equal(r.tokens.begin(), r.tokens.end(), after.end() - static_cast<ptrdiff_t>(r.tokens.size())));
         ASSERT_FALSE(sampled.empty());
         const auto prompt = std::span<const int32_t>(after).first(static_cast<size_t>(chat.last_turn().prompt_tokens));
-        EXPECT_TRUE(same_bits(sampled.front(), cold_logits(evaluator, prompt))) << "first sampled logits differ from a cold pass";
-        EXPECT_TRUE(same_bits(chat.state().last_logits(), cold_logits(evaluator, after))) << "final logits differ from a cold pass";
+        EXPECT_TRUE(same_bits(sampled.front(), cold_logits(evaluator, prompt)))
+            << "first sampled logits differ from a cold pass";
+        EXPECT_TRUE(same_bits(chat.state().last_logits(), cold_logits(evaluator, after)))
+            << "final logits differ from a cold pass";
     }
     EXPECT_EQ(chat.turn_starts().size(), questions.size());
-    EXPECT_GT(turns_ended_by_the_model, 0) << "no reply ended with <|im_end|>: the end-of-turn suffix path went untested";
+    EXPECT_GT(turns_ended_by_the_model, 0)
+        << "no reply ended with <|im_end|>: the end-of-turn suffix path went untested";
 }
 
 TEST_F(SessionTest, TwoSessionsShareOneSystemPromptThroughTheCache) {
@@ -140,7 +148,9 @@ TEST_F(SessionTest, TwoSessionsShareOneSystemPromptThroughTheCache) {
     EXPECT_LE(b.last_computed(), b.last_turn().prompt_tokens - b.system_tokens());
     EXPECT_EQ(b.last_reused() + b.last_computed(), b.last_turn().prompt_tokens);
     const std::vector<int32_t> tb = tokens_of(b.state());
-    EXPECT_TRUE(same_bits(sampled.front(), cold_logits(evaluator, std::span(tb).first(static_cast<size_t>(b.last_turn().prompt_tokens)))));
+    EXPECT_TRUE(
+        same_bits(sampled.front(),
+                  cold_logits(evaluator, std::span(tb).first(static_cast<size_t>(b.last_turn().prompt_tokens)))));
 
     // The same question in a session without the cache gives the same reply, token for token.
     Session alone(evaluator, tmpl, kSystem);
@@ -221,7 +231,8 @@ TEST_F(SessionTest, SavedAfterTwoTurnsResumesExactlyAsNeverSaving) {
     EXPECT_EQ(again.text, kept.text);
     EXPECT_EQ(resumed.last_computed(), chat.last_computed());
     ASSERT_EQ(resumed_logits.size(), kept_logits.size());
-    for (size_t i = 0; i < kept_logits.size(); ++i) EXPECT_TRUE(same_bits(resumed_logits[i], kept_logits[i])) << "position " << i;
+    for (size_t i = 0; i < kept_logits.size(); ++i)
+        EXPECT_TRUE(same_bits(resumed_logits[i], kept_logits[i])) << "position " << i;
     EXPECT_EQ(tokens_of(resumed.state()), tokens_of(chat.state()));
 
     // Load into an existing session (the REPL's /load), then undo works on the loaded turns.
@@ -253,7 +264,8 @@ TEST_F(SessionTest, FilesThatAreNotThisSessionAreRefusedAndLeaveItUnchanged) {
     save_state(chat.state(), path("plain.kvs"));
     const std::string bad_json = "{\"format\": \"kvstash-session\", \"version\": 1, \"messages\": [";
     save_state(chat.state(), path("bad_json.kvs"), {}, bad_json);
-    const std::string newer = R"({"format": "kvstash-session", "version": 9, "template": "chatml", "messages": [], "turn_starts": []})";
+    const std::string newer =
+        R"({"format": "kvstash-session", "version": 9, "template": "chatml", "messages": [], "turn_starts": []})";
     save_state(chat.state(), path("newer.kvs"), {}, newer);
     const std::string dangling = R"({"format": "kvstash-session", "version": 1, "template": "chatml",
                            "messages": [{"role": "user", "content": "Hi"}], "turn_starts": []})";

@@ -78,7 +78,8 @@ SamplerState some_sampler(int64_t n_vocab) {
 }
 
 // A state of `n` pseudo-random tokens (crossing a KV block boundary when n > 32), with a sampler.
-State make_state(const std::shared_ptr<const Model>& model, int64_t n, KvType kv_type = KvType::f16, uint64_t seed = 5) {
+State make_state(const std::shared_ptr<const Model>& model, int64_t n, KvType kv_type = KvType::f16,
+                 uint64_t seed = 5) {
     Evaluator evaluator(model, 1);
     State state(*model, StateOptions{kv_type, 256});
     evaluator.eval(state, pseudo_random_tokens(n, model->n_vocab(), seed));
@@ -164,7 +165,9 @@ Entry entry_of(std::vector<uint8_t>& file, uint32_t type) {
     throw std::runtime_error("no section " + sf::section_name(type));
 }
 
-State decode(const Model& model, const std::vector<uint8_t>& bytes) { return sf::decode_state(model, bytes, "test.kvs"); }
+State decode(const Model& model, const std::vector<uint8_t>& bytes) {
+    return sf::decode_state(model, bytes, "test.kvs");
+}
 
 TEST_F(StateFileTest, RoundTripIsBitwise) {
     for (const char* name : {"gqa_f16", "llama3_rope_f32", "q_q8_0"}) {
@@ -213,7 +216,8 @@ TEST_F(StateFileTest, ContinuationAfterLoadIsBitwiseEqualToNeverSaving) {
             evaluator.eval(kept, more, &want);
             evaluator.eval(loaded, more, &got);
             ASSERT_EQ(want.size(), got.size());
-            EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "logits after load differ";
+            EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                << "logits after load differ";
         }
     }
 }
@@ -250,7 +254,8 @@ TEST_F(StateFileTest, Q8_0KvIsCloseAndAboutHalfTheSize) {
             EXPECT_FALSE(full.lossy_kv);
             EXPECT_TRUE(q8.checksums_ok);
             const int64_t n = model->config().n_embd_kv();
-            const double expected_ratio = static_cast<double>((n + 31) / 32 * 34) / static_cast<double>(n * (kv_type == KvType::f16 ? 2 : 4));
+            const double expected_ratio =
+                static_cast<double>((n + 31) / 32 * 34) / static_cast<double>(n * (kv_type == KvType::f16 ? 2 : 4));
             EXPECT_DOUBLE_EQ(static_cast<double>(q8.kv_bytes) / static_cast<double>(full.kv_bytes), expected_ratio);
             if (kv_type == KvType::f16 && n % 32 == 0) {
                 EXPECT_NEAR(expected_ratio, 0.53, 0.01);
@@ -280,7 +285,8 @@ TEST_F(StateFileTest, Q8_0KvIsCloseAndAboutHalfTheSize) {
                 }
             }
             EXPECT_TRUE(std::equal(state.tokens().begin(), state.tokens().end(), loaded.tokens().begin()));
-            EXPECT_EQ(0, std::memcmp(state.last_logits().data(), loaded.last_logits().data(), state.last_logits().size_bytes()));
+            EXPECT_EQ(0, std::memcmp(state.last_logits().data(), loaded.last_logits().data(),
+                                     state.last_logits().size_bytes()));
         }
     }
 }
@@ -340,7 +346,8 @@ TEST_F(StateFileTest, SaveLoadSaveIsByteIdentical) {
         save_state(state, path("a.kvs"), SaveOptions{StateKvStorage::same, compress});
         save_state(load_state(*model, path("a.kvs")), path("b.kvs"), SaveOptions{StateKvStorage::same, compress});
         EXPECT_EQ(read_file(path("a.kvs")), read_file(path("b.kvs"))) << "compress " << compress;
-        EXPECT_EQ(read_file(path("a.kvs")), sf::encode_state_to_memory(state, SaveOptions{StateKvStorage::same, compress}));
+        EXPECT_EQ(read_file(path("a.kvs")),
+                  sf::encode_state_to_memory(state, SaveOptions{StateKvStorage::same, compress}));
     }
 }
 
@@ -405,7 +412,8 @@ TEST_F(StateFileTest, DamagedFilesAreRefusedPrecisely) {
     for (const Entry& e : entries(bytes)) {
         auto flipped = good;
         flipped[e.offset + e.stored_bytes / 2] ^= 0x04;
-        expect_error([&] { decode(*model, flipped); }, ErrorCode::bad_format, "checksum mismatch in section '" + sf::section_name(e.type) + "'");
+        expect_error([&] { decode(*model, flipped); }, ErrorCode::bad_format,
+                     "checksum mismatch in section '" + sf::section_name(e.type) + "'");
     }
     auto header = good;
     header[sf::header::file_bytes + 3] ^= 1;
@@ -429,27 +437,43 @@ TEST_F(StateFileTest, DamagedFilesAreRefusedPrecisely) {
     const uint64_t m = meta.offset;
     expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<int64_t>(&b[m + sf::meta::n_ctx], 39); })); },
                  ErrorCode::bad_format, "n_tokens 40 is outside [0, 39]");
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<int64_t>(&b[m + sf::meta::n_vocab], 301); })); },
-                 ErrorCode::bad_format, "section 'logits' holds 1200 bytes");
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<int64_t>(&b[m + sf::meta::n_tokens], 65); })); },
-                 ErrorCode::bad_format, "section 'kv' holds");
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<uint32_t>(&b[m + sf::meta::kv_encoding], 2); })); },
-                 ErrorCode::bad_format, "KV stored as type 2");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<int64_t>(&b[m + sf::meta::n_vocab], 301); })); },
+        ErrorCode::bad_format, "section 'logits' holds 1200 bytes");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<int64_t>(&b[m + sf::meta::n_tokens], 65); })); },
+        ErrorCode::bad_format, "section 'kv' holds");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<uint32_t>(&b[m + sf::meta::kv_encoding], 2); })); },
+        ErrorCode::bad_format, "KV stored as type 2");
     const uint64_t t = entry_of(bytes, sf::kSectionTokens).offset;
     expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<int32_t>(&b[t + 4 * 7], 300); })); },
                  ErrorCode::bad_format, "token 300 at position 7 is outside the vocabulary");
     const uint64_t s = entry_of(bytes, sf::kSectionSampler).offset;
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<float>(&b[s + sf::sampler::top_p], 2.0f); })); },
-                 ErrorCode::bad_format, "top_p");
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<int32_t>(&b[s + sf::kSamplerFixedBytes], 300); })); },
-                 ErrorCode::bad_format, "logit_bias token id 300");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<float>(&b[s + sf::sampler::top_p], 2.0f); })); },
+        ErrorCode::bad_format, "top_p");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<int32_t>(&b[s + sf::kSamplerFixedBytes], 300); })); },
+        ErrorCode::bad_format, "logit_bias token id 300");
     const Entry kv = entry_of(bytes, sf::kSectionKv);
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<uint64_t>(kv.at - bytes.data() + b.data() + sf::entry::offset, meta.offset); })); },
-                 ErrorCode::bad_format, "overlap");
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<uint64_t>(kv.at - bytes.data() + b.data() + sf::entry::offset, kv.offset + 64); })); },
-                 ErrorCode::bad_format, "extends past the end of the file");
-    expect_error([&] { decode(*model, patched([&](auto& b) { sf::store_le<uint32_t>(&b[sf::header::section_count], 65); })); },
-                 ErrorCode::bad_format, "section count 65");
+    expect_error(
+        [&] {
+            decode(*model, patched([&](auto& b) {
+                sf::store_le<uint64_t>(kv.at - bytes.data() + b.data() + sf::entry::offset, meta.offset);
+            }));
+        },
+        ErrorCode::bad_format, "overlap");
+    expect_error(
+        [&] {
+            decode(*model, patched([&](auto& b) {
+                sf::store_le<uint64_t>(kv.at - bytes.data() + b.data() + sf::entry::offset, kv.offset + 64);
+            }));
+        },
+        ErrorCode::bad_format, "extends past the end of the file");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<uint32_t>(&b[sf::header::section_count], 65); })); },
+        ErrorCode::bad_format, "section count 65");
 }
 
 TEST_F(StateFileTest, CompressedSectionsAreCheckedToo) {
@@ -488,15 +512,18 @@ TEST_F(StateFileTest, NewerVersionsAndUnknownFeaturesAreUnsupported) {
         sf::rewrite_checksums(b);
         return b;
     };
-    expect_error([&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 2); })); },
-                 ErrorCode::unsupported, "format version 2 is newer than this kvstash reads (1 to 1)");
-    expect_error([&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 0); })); },
-                 ErrorCode::bad_format, "format version 0 does not exist");
+    expect_error(
+        [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 2); })); },
+        ErrorCode::unsupported, "format version 2 is newer than this kvstash reads (1 to 1)");
+    expect_error(
+        [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 0); })); },
+        ErrorCode::bad_format, "format version 0 does not exist");
     expect_error([&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::flags], 4); })); },
                  ErrorCode::unsupported, "file flags");
     const size_t first_entry = sf::kHeaderBytes;
-    expect_error([&] { decode(*model, edit([&](auto& b) { sf::store_le<uint32_t>(&b[first_entry + sf::entry::flags], 2); })); },
-                 ErrorCode::unsupported, "uses flags 0x0000000000000002 unknown");
+    expect_error(
+        [&] { decode(*model, edit([&](auto& b) { sf::store_le<uint32_t>(&b[first_entry + sf::entry::flags], 2); })); },
+        ErrorCode::unsupported, "uses flags 0x0000000000000002 unknown");
     auto copy = good;
     const uint8_t* sampler_entry = entry_of(copy, sf::kSectionSampler).at;
     const size_t sampler_at = static_cast<size_t>(sampler_entry - copy.data());
@@ -537,11 +564,12 @@ TEST_F(StateFileTest, FingerprintBindsWeightsAndTokenizerNotNames) {
 
     auto keep = [](const std::string&, auto&) {};
     // Another file name and general.name: the same model.
-    auto renamed = Model::load(rebuilt_gguf(tiny("gqa_f32"), path("renamed.gguf"),
-                                            [](const std::string& key, gguf::Value& v) {
-                                                if (key == "general.name") v.string = "something else";
-                                            },
-                                            keep));
+    auto renamed = Model::load(rebuilt_gguf(
+        tiny("gqa_f32"), path("renamed.gguf"),
+        [](const std::string& key, gguf::Value& v) {
+            if (key == "general.name") v.string = "something else";
+        },
+        keep));
     EXPECT_EQ(model_fingerprint(*renamed), fp);
     EXPECT_EQ(load_state(*renamed, path("s.kvs")).n_tokens(), 40);
 
@@ -552,19 +580,22 @@ TEST_F(StateFileTest, FingerprintBindsWeightsAndTokenizerNotNames) {
                                             }));
     EXPECT_NE(model_fingerprint(*changed), fp);
     expect_error([&] { load_state(*changed, path("s.kvs")); }, ErrorCode::invalid_argument, fp);
-    expect_error([&] { load_state(*changed, path("s.kvs")); }, ErrorCode::invalid_argument, model_fingerprint(*changed));
+    expect_error([&] { load_state(*changed, path("s.kvs")); }, ErrorCode::invalid_argument,
+                 model_fingerprint(*changed));
 
     // The tokenizer is part of the model.
-    auto retokenized = Model::load(rebuilt_gguf(tiny("gqa_f32"), path("tok.gguf"),
-                                                [](const std::string& key, gguf::Value& v) {
-                                                    if (key == "tokenizer.ggml.tokens") v.array[50].string += "x";
-                                                },
-                                                keep));
+    auto retokenized = Model::load(rebuilt_gguf(
+        tiny("gqa_f32"), path("tok.gguf"),
+        [](const std::string& key, gguf::Value& v) {
+            if (key == "tokenizer.ggml.tokens") v.array[50].string += "x";
+        },
+        keep));
     EXPECT_NE(model_fingerprint(*retokenized), fp);
 
     // The same shapes, other weights (the f16 version of the same model).
     auto other = Model::load(tiny("gqa_f16"));
-    expect_error([&] { load_state(*other, path("s.kvs")); }, ErrorCode::invalid_argument, "load it with the model it was saved from");
+    expect_error([&] { load_state(*other, path("s.kvs")); }, ErrorCode::invalid_argument,
+                 "load it with the model it was saved from");
 }
 
 TEST_F(StateFileTest, FailedSaveLeavesTheOldFile) {
@@ -581,7 +612,8 @@ TEST_F(StateFileTest, FailedSaveLeavesTheOldFile) {
     struct rlimit small_limit = saved;
     small_limit.rlim_cur = 16384;
     ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small_limit), 0);
-    expect_error([&] { save_state(big, path("s.kvs")); }, ErrorCode::io, "cannot save state file '" + path("s.kvs") + "'");
+    expect_error([&] { save_state(big, path("s.kvs")); }, ErrorCode::io,
+                 "cannot save state file '" + path("s.kvs") + "'");
     setrlimit(RLIMIT_FSIZE, &saved);
     signal(SIGXFSZ, old_handler);
     EXPECT_EQ(read_file(path("s.kvs")), old_bytes);
@@ -595,7 +627,8 @@ TEST_F(StateFileTest, DiskFullLeavesTheOldFile) {
     const std::string mnt = path("full");
     fs::create_directories(mnt);
     if (geteuid() != 0 || ::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
-        GTEST_SKIP() << "cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN); the RLIMIT_FSIZE test covers the write path";
+        GTEST_SKIP() << "cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN); the RLIMIT_FSIZE test covers "
+                        "the write path";
     }
     struct Unmount {
         std::string at;

@@ -20,7 +20,8 @@ namespace {
 
 std::vector<uint8_t> from_hex(const std::string& hex) {
     std::vector<uint8_t> out(hex.size() / 2);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+    for (size_t i = 0; i < out.size(); ++i)
+        out[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
     return out;
 }
 
@@ -83,18 +84,16 @@ TEST_P(DequantizeFixture, MatchesGgufPyBitwise) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, DequantizeFixture,
-                         ::testing::Values(Fixture{TensorType::F32, "f32.json"}, Fixture{TensorType::F16, "f16.json"},
-                                           Fixture{TensorType::BF16, "bf16.json"},
-                                           Fixture{TensorType::Q4_0, "q4_0.json"},
-                                           Fixture{TensorType::Q4_1, "q4_1.json"},
-                                           Fixture{TensorType::Q8_0, "q8_0.json"},
-                                           Fixture{TensorType::Q4_K, "q4_k.json"},
-                                           Fixture{TensorType::Q5_K, "q5_k.json"},
-                                           Fixture{TensorType::Q6_K, "q6_k.json"}),
-                         [](const ::testing::TestParamInfo<Fixture>& info) {
-                             return std::string(tensor_type_traits(info.param.type).name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, DequantizeFixture,
+    ::testing::Values(Fixture{TensorType::F32, "f32.json"}, Fixture{TensorType::F16, "f16.json"},
+                      Fixture{TensorType::BF16, "bf16.json"}, Fixture{TensorType::Q4_0, "q4_0.json"},
+                      Fixture{TensorType::Q4_1, "q4_1.json"}, Fixture{TensorType::Q8_0, "q8_0.json"},
+                      Fixture{TensorType::Q4_K, "q4_k.json"}, Fixture{TensorType::Q5_K, "q5_k.json"},
+                      Fixture{TensorType::Q6_K, "q6_k.json"}),
+    [](const ::testing::TestParamInfo<Fixture>& info) {
+        return std::string(tensor_type_traits(info.param.type).name);
+    });
 
 TEST(TensorType, TraitsMatchGgml) {
     // (type, name, block size, bytes per block) as in ggml.c type_traits.
@@ -104,9 +103,11 @@ TEST(TensorType, TraitsMatchGgml) {
         uint32_t block_size, type_size;
     };
     const Row rows[] = {
-        {TensorType::F32, "f32", 1, 4},      {TensorType::F16, "f16", 1, 2},       {TensorType::BF16, "bf16", 1, 2},
-        {TensorType::Q4_0, "q4_0", 32, 18},  {TensorType::Q4_1, "q4_1", 32, 20},   {TensorType::Q8_0, "q8_0", 32, 34},
-        {TensorType::Q4_K, "q4_K", 256, 144}, {TensorType::Q5_K, "q5_K", 256, 176}, {TensorType::Q6_K, "q6_K", 256, 210},
+        {TensorType::F32, "f32", 1, 4},       {TensorType::F16, "f16", 1, 2},
+        {TensorType::BF16, "bf16", 1, 2},     {TensorType::Q4_0, "q4_0", 32, 18},
+        {TensorType::Q4_1, "q4_1", 32, 20},   {TensorType::Q8_0, "q8_0", 32, 34},
+        {TensorType::Q4_K, "q4_K", 256, 144}, {TensorType::Q5_K, "q5_K", 256, 176},
+        {TensorType::Q6_K, "q6_K", 256, 210},
     };
     for (const Row& r : rows) {
         const TensorTypeTraits& t = tensor_type_traits(r.type);
@@ -120,10 +121,10 @@ TEST(TensorType, TraitsMatchGgml) {
 
 TEST(TensorType, NamesUnsupportedTypes) {
     const std::pair<uint32_t, const char*> names[] = {
-        {6, "q5_0"},    {7, "q5_1"},   {9, "q8_1"},     {10, "q2_K"},  {11, "q3_K"},   {15, "q8_K"},
+        {6, "q5_0"},     {7, "q5_1"},    {9, "q8_1"},     {10, "q2_K"},  {11, "q3_K"},   {15, "q8_K"},
         {16, "iq2_xxs"}, {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"}, {20, "iq4_nl"}, {21, "iq3_s"},
-        {22, "iq2_s"},  {23, "iq4_xs"}, {24, "i8"},      {25, "i16"},   {26, "i32"},    {27, "i64"},
-        {28, "f64"},    {29, "iq1_m"}, {34, "tq1_0"},   {35, "tq2_0"}, {39, "mxfp4"},
+        {22, "iq2_s"},   {23, "iq4_xs"}, {24, "i8"},      {25, "i16"},   {26, "i32"},    {27, "i64"},
+        {28, "f64"},     {29, "iq1_m"},  {34, "tq1_0"},   {35, "tq2_0"}, {39, "mxfp4"},
     };
     for (const auto& [raw, name] : names) {
         EXPECT_EQ(tensor_type_name(raw), name);
@@ -166,8 +167,8 @@ TEST(TensorType, Fp16ToFp32AllValues) {
             }
             continue;
         }
-        const double want = exponent == 0 ? sign * std::ldexp(mantissa, -24)
-                                           : sign * std::ldexp(1024 + mantissa, exponent - 25);
+        const double want =
+            exponent == 0 ? sign * std::ldexp(mantissa, -24) : sign * std::ldexp(1024 + mantissa, exponent - 25);
         ASSERT_EQ(got, static_cast<float>(want)) << "half 0x" << std::hex << h;
         ASSERT_EQ(std::signbit(got), bool(h & 0x8000)) << h;
     }
@@ -200,7 +201,7 @@ TEST(TensorType, Fp32ToFp16RoundsToNearestEven) {
     EXPECT_EQ(fp32_to_fp16(-1e6f), 0xFC00);
     EXPECT_EQ(fp32_to_fp16(1e-9f), 0x0000);
     EXPECT_EQ(fp32_to_fp16(-1e-9f), 0x8000);
-    EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);                         // tie to even (0)
+    EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);                        // tie to even (0)
     EXPECT_EQ(fp32_to_fp16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);  // above the tie
 }
 

@@ -24,7 +24,8 @@ TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
             std::vector<std::atomic<int>> count(static_cast<size_t>(n_tasks));
             pool.run(n_tasks, [&](int64_t t) { count[static_cast<size_t>(t)].fetch_add(1); });
             for (int64_t t = 0; t < n_tasks; ++t) {
-                ASSERT_EQ(count[static_cast<size_t>(t)].load(), 1) << n_threads << " threads, task " << t << "/" << n_tasks;
+                ASSERT_EQ(count[static_cast<size_t>(t)].load(), 1)
+                    << n_threads << " threads, task " << t << "/" << n_tasks;
             }
         }
     }

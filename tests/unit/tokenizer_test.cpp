@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "kvstash/error.h"
+#include "kvstash/tokenizer.h"
 #include "tokenizer/byte_unicode.h"
 #include "tokenizer/pretokenizer.h"
-#include "kvstash/tokenizer.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {
@@ -131,7 +131,8 @@ ByteLevelVocab make_byte_level(const std::vector<std::string>& merges, const std
     ByteLevelVocab v;
     v.vocab.model = "gpt2";
     v.vocab.pre = pre;
-    for (int b = 0; b < 256; ++b) v.vocab.tokens.push_back(tokenization::to_byte_level(std::string(1, static_cast<char>(b))));
+    for (int b = 0; b < 256; ++b)
+        v.vocab.tokens.push_back(tokenization::to_byte_level(std::string(1, static_cast<char>(b))));
     v.vocab.token_types.assign(256, static_cast<int32_t>(TokenType::normal));
     for (const std::string& merge : merges) {
         const size_t space = merge.find(' ');
@@ -206,7 +207,10 @@ TEST(BytePairEncoding, BytesWithoutATokenAreDropped) {
     ByteLevelVocab v = make_byte_level({});
     v.vocab.tokens[0xFF] = "<unused-ff>";  // the vocabulary cannot spell byte 0xFF any more
     const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("a\xFF" "b", false, false), (Ids{'a', 'b'}));
+    EXPECT_EQ(tok.encode("a\xFF"
+                         "b",
+                         false, false),
+              (Ids{'a', 'b'}));
 }
 
 TEST(BytePairEncoding, AnyBytesRoundTrip) {
@@ -214,7 +218,8 @@ TEST(BytePairEncoding, AnyBytesRoundTrip) {
     const Tokenizer tok(v.vocab);
     std::string all;
     for (int b = 255; b >= 0; --b) all += static_cast<char>(b);
-    for (const std::string& s : {all, std::string("caf\xC3\xA9 \xC3\xA9t\xC3\xA9"), std::string("\xFF\xFE\x80 he\xC3")}) {
+    for (const std::string& s :
+         {all, std::string("caf\xC3\xA9 \xC3\xA9t\xC3\xA9"), std::string("\xFF\xFE\x80 he\xC3")}) {
         for (bool parse_special : {false, true}) EXPECT_EQ(tok.decode(tok.encode(s, false, parse_special)), s);
     }
 }
@@ -223,8 +228,10 @@ TEST(BytePairEncoding, AnyBytesRoundTrip) {
 // Special tokens
 
 TEST(SpecialTokens, ParsedOnlyWhenAsked) {
-    const ByteLevelVocab v = make_byte_level(
-        {}, "gpt2", {{"<|im_start|>", TokenType::control}, {"<|im_end|>", TokenType::control}, {"<think>", TokenType::user_defined}});
+    const ByteLevelVocab v = make_byte_level({}, "gpt2",
+                                             {{"<|im_start|>", TokenType::control},
+                                              {"<|im_end|>", TokenType::control},
+                                              {"<think>", TokenType::user_defined}});
     const int32_t start = v.id("<|im_start|>"), end = v.id("<|im_end|>"), think = v.id("<think>");
     const Tokenizer tok(v.vocab);
     const std::string text = "<|im_start|>hi<think><|im_end|>";
@@ -256,8 +263,10 @@ TEST(SpecialTokens, SplitTheTextIntoSeparateWords) {
 
 TEST(SpecialTokens, BosEosAndEndOfGeneration) {
     ByteLevelVocab v = make_byte_level({}, "gpt2",
-                                       {{"<|begin|>", TokenType::control}, {"<|end|>", TokenType::control},
-                                        {"<|im_end|>", TokenType::control}, {"<|other|>", TokenType::control}});
+                                       {{"<|begin|>", TokenType::control},
+                                        {"<|end|>", TokenType::control},
+                                        {"<|im_end|>", TokenType::control},
+                                        {"<|other|>", TokenType::control}});
     v.vocab.bos_id = v.id("<|begin|>");
     v.vocab.eos_id = v.id("<|end|>");
     v.vocab.add_bos = true;
@@ -376,9 +385,9 @@ SpmVocab make_spm(bool with_bytes = true) {
     }
     const std::string m = kMark;
     const std::pair<std::string, float> pieces[] = {
-        {m, -1}, {"h", -2}, {"e", -2}, {"l", -2}, {"o", -2}, {"w", -2}, {"r", -2}, {"d", -2}, {"a", -2},
-        {"ll", -3}, {m + "h", -4}, {"he", -5}, {m + "he", -6}, {"llo", -7}, {m + "hello", -8},
-        {"or", -9}, {m + "w", -10}, {m + "wor", -11}, {"ld", -12}, {m + "world", -13}, {m + m, -14},
+        {m, -1},           {"h", -2},  {"e", -2},      {"l", -2},        {"o", -2},   {"w", -2},          {"r", -2},
+        {"d", -2},         {"a", -2},  {"ll", -3},     {m + "h", -4},    {"he", -5},  {m + "he", -6},     {"llo", -7},
+        {m + "hello", -8}, {"or", -9}, {m + "w", -10}, {m + "wor", -11}, {"ld", -12}, {m + "world", -13}, {m + m, -14},
     };
     for (const auto& [text, score] : pieces) add(text, TokenType::normal, score);
     vocab.unk_id = 0;

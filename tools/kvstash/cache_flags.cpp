@@ -4,11 +4,13 @@ namespace kvstash::cli {
 
 void add_cache_flags(CLI::App& cmd, CacheFlags& flags, const std::string& dir_help) {
     auto* dir = cmd.add_option("--cache-dir", flags.dir, dir_help);
-    cmd.add_option("--cache-ram", flags.ram_mib, "MiB of KV blocks the cache keeps in memory when unused (with --cache-dir)")
+    cmd.add_option("--cache-ram", flags.ram_mib,
+                   "MiB of KV blocks the cache keeps in memory when unused (with --cache-dir)")
         ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
         ->capture_default_str()
         ->needs(dir);
-    cmd.add_option("--cache-disk", flags.disk_mib, "MiB of block files kept in --cache-dir (least recently used deleted first)")
+    cmd.add_option("--cache-disk", flags.disk_mib,
+                   "MiB of block files kept in --cache-dir (least recently used deleted first)")
         ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
         ->capture_default_str()
         ->needs(dir);

@@ -54,7 +54,8 @@ Sampler resumed_sampler(const Session& session, const SamplerParams& params) {
 // "3 exchanges, 412 tokens"
 std::string describe(const Session& session) {
     const size_t n = session.turn_starts().size();
-    return std::to_string(n) + (n == 1 ? " exchange, " : " exchanges, ") + std::to_string(session.state().n_tokens()) + " tokens";
+    return std::to_string(n) + (n == 1 ? " exchange, " : " exchanges, ") + std::to_string(session.state().n_tokens()) +
+           " tokens";
 }
 
 void print_loaded(const Session& session, const std::string& path) {
@@ -78,7 +79,8 @@ bool is_command(const std::string& line, const char* name) {
 int run_chat(const ChatFlags& f) {
     require_valid_utf8(f.system, "--system");
     auto model = Model::load(f.model_path);
-    const ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
+    const ChatTemplate tmpl =
+        f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
     Evaluator evaluator(model, f.threads);
     const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
     const SessionOptions session_options{StateOptions{KvType::f16, f.ctx}, cache.get()};
@@ -131,17 +133,19 @@ int run_chat(const ChatFlags& f) {
             } else {
                 require_valid_utf8(line, "the message");
                 PromptProgress progress(evaluator, "prompt");
-                const GenerateResult result = session->reply(line, sampler, options, [](int32_t, std::string_view text) {
-                    std::fwrite(text.data(), 1, text.size(), stdout);
-                    std::fflush(stdout);
-                    return true;
-                });
+                const GenerateResult result =
+                    session->reply(line, sampler, options, [](int32_t, std::string_view text) {
+                        std::fwrite(text.data(), 1, text.size(), stdout);
+                        std::fflush(stdout);
+                        return true;
+                    });
                 std::fputc('\n', stdout);
                 std::fflush(stdout);
                 if (f.timings) {
-                    std::fprintf(stderr, "timings: %lld prompt tokens computed (%lld reused), %zu generated in %.3f s\n",
-                                 static_cast<long long>(session->last_computed()), static_cast<long long>(session->last_reused()),
-                                 result.tokens.size(), result.seconds);
+                    std::fprintf(stderr,
+                                 "timings: %lld prompt tokens computed (%lld reused), %zu generated in %.3f s\n",
+                                 static_cast<long long>(session->last_computed()),
+                                 static_cast<long long>(session->last_reused()), result.tokens.size(), result.seconds);
                 }
             }
         } catch (const Error& e) {
@@ -159,10 +163,12 @@ void register_chat(CLI::App& root, Action& action) {
     auto* cmd = root.add_subcommand("chat", "Talk with the model, turn after turn (reads stdin; one message per line)");
     add_model_option(*cmd, f->model_path);
     cmd->add_option("--system", f->system, "system message");
-    cmd->add_option("--chat-template", f->chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
+    cmd->add_option("--chat-template", f->chat_template,
+                    "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
         ->check(CLI::IsMember(ChatTemplate::names()));
     add_sampling_flags(*cmd, f->sampling);
-    cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings, "print tokens computed vs reused and speed per turn to stderr");
     cmd->add_option("--load", f->load_path, "resume a conversation saved with /save");

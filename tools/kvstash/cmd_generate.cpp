@@ -48,20 +48,22 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // One line of the cache's counters for --timings.
 void print_cache_stats(const PrefixCacheStats& s, double acquire_seconds, double release_seconds) {
-    std::fprintf(stderr,
-                 "cache: acquire %.3f s, release (with write-through) %.3f s; %llu lookups, %llu hits, %llu tokens reused, "
-                 "%llu computed; ram: %llu blocks (%.1f MiB of %.0f MiB), %llu evicted; "
-                 "disk: %llu blocks read, %llu misses, %llu written (%.1f MiB), %llu evicted, %llu rejected, %llu write errors, "
-                 "%llu files (%.1f MiB of %.0f MiB)\n",
-                 acquire_seconds, release_seconds, static_cast<unsigned long long>(s.lookups), static_cast<unsigned long long>(s.hits),
-                 static_cast<unsigned long long>(s.tokens_reused), static_cast<unsigned long long>(s.tokens_computed),
-                 static_cast<unsigned long long>(s.blocks_held), static_cast<double>(s.bytes_held) / kMiB,
-                 static_cast<double>(s.ram_budget_bytes) / kMiB, static_cast<unsigned long long>(s.evictions),
-                 static_cast<unsigned long long>(s.disk_hits), static_cast<unsigned long long>(s.disk_misses),
-                 static_cast<unsigned long long>(s.disk_blocks_written), static_cast<double>(s.disk_bytes_written) / kMiB,
-                 static_cast<unsigned long long>(s.disk_evictions), static_cast<unsigned long long>(s.disk_rejected),
-                 static_cast<unsigned long long>(s.disk_write_errors), static_cast<unsigned long long>(s.disk_blocks_held),
-                 static_cast<double>(s.disk_bytes_held) / kMiB, static_cast<double>(s.disk_budget_bytes) / kMiB);
+    std::fprintf(
+        stderr,
+        "cache: acquire %.3f s, release (with write-through) %.3f s; %llu lookups, %llu hits, %llu tokens reused, "
+        "%llu computed; ram: %llu blocks (%.1f MiB of %.0f MiB), %llu evicted; "
+        "disk: %llu blocks read, %llu misses, %llu written (%.1f MiB), %llu evicted, %llu rejected, %llu write errors, "
+        "%llu files (%.1f MiB of %.0f MiB)\n",
+        acquire_seconds, release_seconds, static_cast<unsigned long long>(s.lookups),
+        static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.tokens_reused),
+        static_cast<unsigned long long>(s.tokens_computed), static_cast<unsigned long long>(s.blocks_held),
+        static_cast<double>(s.bytes_held) / kMiB, static_cast<double>(s.ram_budget_bytes) / kMiB,
+        static_cast<unsigned long long>(s.evictions), static_cast<unsigned long long>(s.disk_hits),
+        static_cast<unsigned long long>(s.disk_misses), static_cast<unsigned long long>(s.disk_blocks_written),
+        static_cast<double>(s.disk_bytes_written) / kMiB, static_cast<unsigned long long>(s.disk_evictions),
+        static_cast<unsigned long long>(s.disk_rejected), static_cast<unsigned long long>(s.disk_write_errors),
+        static_cast<unsigned long long>(s.disk_blocks_held), static_cast<double>(s.disk_bytes_held) / kMiB,
+        static_cast<double>(s.disk_budget_bytes) / kMiB);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -69,10 +71,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 // The tokens to append for one prompt.
-std::vector<int32_t> prompt_tokens(const Model& model, const GenerateFlags& f, const std::string& text, bool continuing) {
+std::vector<int32_t> prompt_tokens(const Model& model, const GenerateFlags& f, const std::string& text,
+                                   bool continuing) {
     const Tokenizer& tokenizer = model.tokenizer();
     if (f.chat) {
-        const ChatTemplate tmpl = f.chat_template.empty() ? ChatTemplate::for_model(model) : ChatTemplate::named(f.chat_template);
+        const ChatTemplate tmpl =
+            f.chat_template.empty() ? ChatTemplate::for_model(model) : ChatTemplate::named(f.chat_template);
         std::vector<ChatMessage> messages;
         if (!f.system.empty()) messages.push_back({"system", f.system});
         messages.push_back({"user", text});
@@ -89,14 +93,17 @@ int run_generate(const GenerateFlags& f) {
     const bool continuing = !f.state_path.empty();
     for (const std::string& text : texts) {
         require_valid_utf8(text, "the prompt");
-        if (text.empty() && !continuing) throw Error(ErrorCode::invalid_argument, "the prompt is empty; give some text with -p or -f");
+        if (text.empty() && !continuing)
+            throw Error(ErrorCode::invalid_argument, "the prompt is empty; give some text with -p or -f");
     }
     if (f.chat && continuing) {
-        throw Error(ErrorCode::invalid_argument, "--chat cannot be combined with --state yet; use `kvstash chat` for conversations");
+        throw Error(ErrorCode::invalid_argument,
+                    "--chat cannot be combined with --state yet; use `kvstash chat` for conversations");
     }
     if (f.resume_sampler && !continuing) throw Error(ErrorCode::invalid_argument, "--resume-sampler needs --state");
     if (!f.save_state_path.empty() && texts.size() > 1) {
-        throw Error(ErrorCode::invalid_argument, "--save-state needs a single prompt (it saves the state after that continuation)");
+        throw Error(ErrorCode::invalid_argument,
+                    "--save-state needs a single prompt (it saves the state after that continuation)");
     }
 
     auto model = Model::load(f.model_path);
@@ -106,7 +113,9 @@ int run_generate(const GenerateFlags& f) {
     if (continuing) {
         base.emplace(load_state(*model, f.state_path));
         if (f.resume_sampler && !base->sampler_state()) {
-            throw Error(ErrorCode::invalid_argument, "'" + f.state_path + "' holds no sampler state (it was saved before any generation); drop --resume-sampler");
+            throw Error(ErrorCode::invalid_argument,
+                        "'" + f.state_path +
+                            "' holds no sampler state (it was saved before any generation); drop --resume-sampler");
         }
         std::fprintf(stderr, "state: %lld tokens loaded from %s in %.3f s\n", static_cast<long long>(base->n_tokens()),
                      f.state_path.c_str(), seconds_since(load_start));
@@ -133,10 +142,11 @@ int run_generate(const GenerateFlags& f) {
         State state = base->fork();
         const std::vector<int32_t> tokens = prompt_tokens(*model, f, texts[i], continuing);
         if (state.n_tokens() + static_cast<int64_t>(tokens.size()) + 1 > state.n_ctx()) {
-            throw Error(ErrorCode::out_of_range, "the prompt (" + std::to_string(tokens.size()) + " tokens" +
-                                                     (continuing ? " after " + std::to_string(state.n_tokens()) + " in the state" : "") +
-                                                     ") does not fit the context of " + std::to_string(state.n_ctx()) +
-                                                     " tokens; shorten it or raise --ctx");
+            throw Error(ErrorCode::out_of_range,
+                        "the prompt (" + std::to_string(tokens.size()) + " tokens" +
+                            (continuing ? " after " + std::to_string(state.n_tokens()) + " in the state" : "") +
+                            ") does not fit the context of " + std::to_string(state.n_ctx()) +
+                            " tokens; shorten it or raise --ctx");
         }
         if (texts.size() > 1) std::fprintf(stderr, "--- continuation %zu/%zu ---\n", i + 1, texts.size());
         const auto start = std::chrono::steady_clock::now();
@@ -156,8 +166,8 @@ int run_generate(const GenerateFlags& f) {
         }
         const double prompt_seconds = seconds_since(start);
         if (continuing) {
-            std::fprintf(stderr, "tokens: %lld reused from the state, %zu computed\n", static_cast<long long>(base->n_tokens()),
-                         tokens.size());
+            std::fprintf(stderr, "tokens: %lld reused from the state, %zu computed\n",
+                         static_cast<long long>(base->n_tokens()), tokens.size());
         } else if (cache) {
             std::fprintf(stderr, "tokens: %zu reused from the cache, %zu computed\n", reused, computed.size());
         }
@@ -174,12 +184,13 @@ int run_generate(const GenerateFlags& f) {
         std::fflush(stdout);
         if (f.timings) {
             const double generated = static_cast<double>(result.tokens.size());
-            std::fprintf(stderr,
-                         "timings: prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); "
-                         "time to first token %.3f s; stop: %s\n",
-                         computed.size(), prompt_seconds, static_cast<double>(computed.size()) / std::max(prompt_seconds, 1e-9),
-                         result.tokens.size(), result.seconds, generated / std::max(result.seconds, 1e-9),
-                         first_token_seconds < 0 ? seconds_since(start) : first_token_seconds, stop_reason_name(result.stop));
+            std::fprintf(
+                stderr,
+                "timings: prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); "
+                "time to first token %.3f s; stop: %s\n",
+                computed.size(), prompt_seconds, static_cast<double>(computed.size()) / std::max(prompt_seconds, 1e-9),
+                result.tokens.size(), result.seconds, generated / std::max(result.seconds, 1e-9),
+                first_token_seconds < 0 ? seconds_since(start) : first_token_seconds, stop_reason_name(result.stop));
         }
         // Offer the prompt and the generated text to later prompts and runs (written through to disk).
         if (cache) {
@@ -189,7 +200,8 @@ int run_generate(const GenerateFlags& f) {
         }
         if (!f.save_state_path.empty()) {
             save_state(state, f.save_state_path);
-            std::fprintf(stderr, "state: %lld tokens saved to %s\n", static_cast<long long>(state.n_tokens()), f.save_state_path.c_str());
+            std::fprintf(stderr, "state: %lld tokens saved to %s\n", static_cast<long long>(state.n_tokens()),
+                         f.save_state_path.c_str());
         }
     }
     return 0;
@@ -201,27 +213,36 @@ void register_generate(CLI::App& root, Action& action) {
     auto f = std::make_shared<GenerateFlags>();
     auto* cmd = root.add_subcommand("generate", "Continue a prompt (or a saved state), streaming the text to stdout");
     add_model_option(*cmd, f->model_path);
-    auto* p = cmd->add_option("-p,--prompt", f->prompts, "prompt text; repeat for several continuations (forks of one state)");
+    auto* p = cmd->add_option("-p,--prompt", f->prompts,
+                              "prompt text; repeat for several continuations (forks of one state)");
     auto* file = cmd->add_option("-f,--file", f->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
     add_sampling_flags(*cmd, f->sampling);
     cmd->add_flag("--chat", f->chat, "wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", f->system, "system message (with --chat)");
-    cmd->add_option("--chat-template", f->chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
+    cmd->add_option("--chat-template", f->chat_template,
+                    "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
         ->check(CLI::IsMember(ChatTemplate::names()));
     cmd->add_option("--state", f->state_path, "continue from a state file written by `kvstash prefill` or --save-state")
         ->check(CLI::ExistingFile);
-    cmd->add_flag("--resume-sampler", f->resume_sampler,
-                  "continue the sampler saved in --state (its parameters and random sequence) instead of the sampling flags");
+    cmd->add_flag(
+        "--resume-sampler", f->resume_sampler,
+        "continue the sampler saved in --state (its parameters and random sequence) instead of the sampling flags");
     cmd->add_option("--save-state", f->save_state_path, "save the state after generation to this file");
-    cmd->add_option("--dump-logits", f->dump_logits_path,
-                    "write, for every generated token, its id (int32) and the logits it was sampled from (n_vocab float32)");
-    cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-    cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    cmd->add_option(
+        "--dump-logits", f->dump_logits_path,
+        "write, for every generated token, its id (int32) and the logits it was sampled from (n_vocab float32)");
+    cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")
+        ->check(CLI::IsMember({"f16", "f32"}))
+        ->capture_default_str();
     add_threads_option(*cmd, f->threads);
-    cmd->add_flag("--timings", f->timings, "print prompt and generation speed and time to first token (and the cache's counters) to stderr");
-    add_cache_flags(*cmd, f->cache,
-                    "reuse the longest cached prefix of each prompt from this prefix-cache directory (created if missing; "
-                    "shared by runs and processes) and add this run's blocks to it");
+    cmd->add_flag("--timings", f->timings,
+                  "print prompt and generation speed and time to first token (and the cache's counters) to stderr");
+    add_cache_flags(
+        *cmd, f->cache,
+        "reuse the longest cached prefix of each prompt from this prefix-cache directory (created if missing; "
+        "shared by runs and processes) and add this run's blocks to it");
     cmd->callback([&action, f, p, file] {
         if (p->count() == 0 && file->count() == 0 && f->state_path.empty()) {
             throw CLI::RequiredError("one of -p/--prompt, -f/--file or --state");
@@ -231,8 +252,9 @@ void register_generate(CLI::App& root, Action& action) {
         if (!f->chat_template.empty() && !f->chat) throw CLI::ValidationError("--chat-template", "needs --chat");
         // A state file already is its prefix: mixing the two would leave unclear which one a prompt continues.
         if (!f->cache.dir.empty() && !f->state_path.empty()) {
-            throw CLI::ValidationError("--cache-dir",
-                                       "cannot be combined with --state (a state file already holds its prefix); use one of them");
+            throw CLI::ValidationError(
+                "--cache-dir",
+                "cannot be combined with --state (a state file already holds its prefix); use one of them");
         }
         action = [f] { return run_generate(*f); };
     });

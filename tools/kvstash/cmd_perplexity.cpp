@@ -50,8 +50,9 @@ int run_perplexity(const PerplexityOptions& o) {
     Evaluator evaluator(model, o.threads);
     const int64_t n_vocab = model->n_vocab();
     const int64_t first = o.ctx / 2;
-    std::cerr << "perplexity: " << tokens.size() << " tokens, " << n_chunks << " chunks of " << o.ctx << ", scoring positions "
-              << first << ".." << o.ctx - 1 << " of each, " << evaluator.n_threads() << " threads\n";
+    std::cerr << "perplexity: " << tokens.size() << " tokens, " << n_chunks << " chunks of " << o.ctx
+              << ", scoring positions " << first << ".." << o.ctx - 1 << " of each, " << evaluator.n_threads()
+              << " threads\n";
     double nll_sum = 0.0;
     int64_t n_scored = 0;
     std::vector<float> logits;
@@ -61,7 +62,8 @@ int run_perplexity(const PerplexityOptions& o) {
         std::span<const int32_t> chunk(tokens.data() + c * o.ctx, static_cast<size_t>(o.ctx));
         evaluator.eval(state, chunk, &logits);
         for (int64_t j = first; j < o.ctx; ++j) {
-            nll_sum += negative_log_likelihood(logits.data() + (j - 1) * n_vocab, n_vocab, chunk[static_cast<size_t>(j)]);
+            nll_sum +=
+                negative_log_likelihood(logits.data() + (j - 1) * n_vocab, n_vocab, chunk[static_cast<size_t>(j)]);
             ++n_scored;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

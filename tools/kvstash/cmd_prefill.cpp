@@ -36,8 +36,9 @@ int run_prefill(const PrefillFlags& f) {
     const KvType kv_type = f.kv_type == "f32" ? KvType::f32 : KvType::f16;
     State state(*model, StateOptions{kv_type, f.ctx});
     if (static_cast<int64_t>(tokens.size()) >= state.n_ctx()) {
-        throw Error(ErrorCode::out_of_range, "the text has " + std::to_string(tokens.size()) + " tokens, more than the context of " +
-                                                 std::to_string(state.n_ctx()) + "; shorten it or raise --ctx");
+        throw Error(ErrorCode::out_of_range, "the text has " + std::to_string(tokens.size()) +
+                                                 " tokens, more than the context of " + std::to_string(state.n_ctx()) +
+                                                 "; shorten it or raise --ctx");
     }
     Evaluator evaluator(model, f.threads);
     const auto start = std::chrono::steady_clock::now();
@@ -53,12 +54,15 @@ int run_prefill(const PrefillFlags& f) {
     save_state(state, f.output, options);
     const double save_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - save_start).count();
     const auto bytes = std::filesystem::file_size(f.output);
-    std::printf("%s: %zu tokens, %llu bytes (%.0f bytes/token), prefill %.3f s (%.1f tok/s), save %.3f s\n", f.output.c_str(),
-                tokens.size(), static_cast<unsigned long long>(bytes), static_cast<double>(bytes) / static_cast<double>(tokens.size()),
-                eval_seconds, static_cast<double>(tokens.size()) / eval_seconds, save_seconds);
+    std::printf("%s: %zu tokens, %llu bytes (%.0f bytes/token), prefill %.3f s (%.1f tok/s), save %.3f s\n",
+                f.output.c_str(), tokens.size(), static_cast<unsigned long long>(bytes),
+                static_cast<double>(bytes) / static_cast<double>(tokens.size()), eval_seconds,
+                static_cast<double>(tokens.size()) / eval_seconds, save_seconds);
     if (options.kv_storage == StateKvStorage::q8_0) {
-        std::fprintf(stderr, "note: the KV cache is stored as q8_0: continuing from this file is close to, but not bit-exactly, "
-                             "what recomputing the text would give\n");
+        std::fprintf(
+            stderr,
+            "note: the KV cache is stored as q8_0: continuing from this file is close to, but not bit-exactly, "
+            "what recomputing the text would give\n");
     }
     return 0;
 }
@@ -73,11 +77,13 @@ void register_prefill(CLI::App& root, Action& action) {
     auto* file = cmd->add_option("-f,--file", f->file, "read the text from a file")->check(CLI::ExistingFile);
     p->excludes(file);
     cmd->add_option("-o,--output", f->output, "state file to write")->required();
-    cmd->add_option("--kv-type", f->kv_type, "KV storage: f16 (default, bit-exact), f32 (bit-exact) or q8_0 (about half of f16, not bit-exact)")
+    cmd->add_option("--kv-type", f->kv_type,
+                    "KV storage: f16 (default, bit-exact), f32 (bit-exact) or q8_0 (about half of f16, not bit-exact)")
         ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
         ->capture_default_str();
     cmd->add_flag("--compress", f->compress, "compress the file with zstd");
-    cmd->add_option("--ctx", f->ctx, "context size of the saved state (0 = the model's)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    cmd->add_option("--ctx", f->ctx, "context size of the saved state (0 = the model's)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
     add_threads_option(*cmd, f->threads);
     cmd->callback([&action, f, p, file] {
         if (p->count() == 0 && file->count() == 0) throw CLI::RequiredError("one of -p/--prompt or -f/--file");

@@ -35,7 +35,8 @@ int run_serve(const ServeFlags& f) {
     auto model = Model::load(f.model_path);
     server::HttpServer http(model, f.options);
     const int port = http.bind();
-    std::printf("kvstash serve: listening on http://%s:%d (model %s)\n", f.options.host.c_str(), port, f.model_path.c_str());
+    std::printf("kvstash serve: listening on http://%s:%d (model %s)\n", f.options.host.c_str(), port,
+                f.model_path.c_str());
     std::fflush(stdout);
     std::thread waiter([&http, signals] {
         int signal = 0;
@@ -55,32 +56,46 @@ int run_serve(const ServeFlags& f) {
 void register_serve(CLI::App& root, Action& action) {
     auto f = std::make_shared<ServeFlags>();
     server::ServerOptions& o = f->options;
-    auto* cmd = root.add_subcommand("serve", "Serve the model over HTTP: an OpenAI-compatible API with continuous batching, "
-                                             "automatic prefix reuse and named states");
+    auto* cmd = root.add_subcommand("serve",
+                                    "Serve the model over HTTP: an OpenAI-compatible API with continuous batching, "
+                                    "automatic prefix reuse and named states");
     add_model_option(*cmd, f->model_path);
     cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();
-    cmd->add_option("--port", o.port, "port (0 = any free port, printed at start)")->check(CLI::Range(0, 65535))->capture_default_str();
+    cmd->add_option("--port", o.port, "port (0 = any free port, printed at start)")
+        ->check(CLI::Range(0, 65535))
+        ->capture_default_str();
     add_threads_option(*cmd, o.threads);
     cmd->add_option("--ctx", o.n_ctx, "context size per sequence in tokens (0 = the model's)")
-        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))->capture_default_str();
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
+        ->capture_default_str();
     cmd->add_option("--parallel", o.parallel, "maximum sequences evaluated together (a request with n choices takes n)")
-        ->check(CLI::Range(1, 1024))->capture_default_str();
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
     cmd->add_option("--queue", o.queue, "maximum requests waiting for a slot; more are answered 503 with Retry-After")
-        ->check(CLI::Range(1, 65536))->capture_default_str();
-    cmd->add_option("--step-tokens", o.step_tokens, "prompt tokens evaluated per batch step (longer prompts are chunked)")
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
-    cmd->add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on every route but /health (or set $KVSTASH_API_KEY, "
-                                            "which other users cannot read in the process list)")
+        ->check(CLI::Range(1, 65536))
+        ->capture_default_str();
+    cmd->add_option("--step-tokens", o.step_tokens,
+                    "prompt tokens evaluated per batch step (longer prompts are chunked)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+        ->capture_default_str();
+    cmd->add_option("--api-key", o.api_key,
+                    "require 'Authorization: Bearer KEY' on every route but /health (or set $KVSTASH_API_KEY, "
+                    "which other users cannot read in the process list)")
         ->envname("KVSTASH_API_KEY");
     cmd->add_option("--max-body", o.max_body, "largest JSON request body in bytes (413 past it)")
-        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 34))->capture_default_str();
+        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 34))
+        ->capture_default_str();
     cmd->add_option("--cache-ram", o.cache_ram_mib, "prefix cache RAM budget in MiB")
-        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))->capture_default_str();
+        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
+        ->capture_default_str();
     cmd->add_option("--cache-dir", o.cache_dir, "prefix cache disk tier directory (blocks evicted from RAM go there)");
-    cmd->add_option("--state-dir", o.state_dir, "keep named states as state files in this directory (found again at start)");
+    cmd->add_option("--state-dir", o.state_dir,
+                    "keep named states as state files in this directory (found again at start)");
     cmd->add_option("--max-state-bytes", o.max_state_bytes, "largest uploaded state file in bytes (413 past it)")
-        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 40))->capture_default_str();
-    cmd->add_option("--chat-template", o.chat_template, "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
+        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 40))
+        ->capture_default_str();
+    cmd->add_option("--chat-template", o.chat_template,
+                    "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
         ->check(CLI::IsMember(ChatTemplate::names()));
     cmd->callback([&action, f] { action = [f] { return run_serve(*f); }; });
 }

@@ -20,11 +20,14 @@ void register_state(CLI::App& root, Action& action) {
     info->callback([&action, path, no_verify] {
         action = [path, no_verify] {
             const StateFileInfo i = inspect_state_file(*path, !*no_verify);
-            std::printf("file:          %s (%llu bytes)\n", path->c_str(), static_cast<unsigned long long>(i.file_bytes));
+            std::printf("file:          %s (%llu bytes)\n", path->c_str(),
+                        static_cast<unsigned long long>(i.file_bytes));
             std::printf("format:        version %u\n", i.format_version);
             std::printf("model:         %s (fingerprint %s)\n", i.model_name.c_str(), i.model_fingerprint.c_str());
-            std::printf("tokens:        %lld (context %lld)\n", static_cast<long long>(i.n_tokens), static_cast<long long>(i.n_ctx));
-            std::printf("kv:            %s, %llu bytes%s\n", i.kv_type.c_str(), static_cast<unsigned long long>(i.kv_bytes),
+            std::printf("tokens:        %lld (context %lld)\n", static_cast<long long>(i.n_tokens),
+                        static_cast<long long>(i.n_ctx));
+            std::printf("kv:            %s, %llu bytes%s\n", i.kv_type.c_str(),
+                        static_cast<unsigned long long>(i.kv_bytes),
                         i.kv_type == "q8_0" ? " (quantized: continuation is not bit-exact)" : " (bit-exact)");
             std::printf("compressed:    %s\n", i.compressed ? "zstd" : "no");
             std::printf("logits:        %s\n", i.has_logits ? "yes" : "no");

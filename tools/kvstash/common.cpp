@@ -22,7 +22,8 @@ std::string default_model_path() {
 
 void add_model_option(CLI::App& app, std::string& model_path) {
     model_path = default_model_path();
-    app.add_option("-m,--model", model_path, "GGUF model file (default: $KVSTASH_MODEL or the model installed by scripts/setup.sh)")
+    app.add_option("-m,--model", model_path,
+                   "GGUF model file (default: $KVSTASH_MODEL or the model installed by scripts/setup.sh)")
         ->capture_default_str();
 }
 
@@ -57,9 +58,16 @@ void require_valid_utf8(std::string_view text, const std::string& what) {
             ++i;
             continue;
         }
-        if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; }
+        if ((c & 0xE0) == 0xC0) {
+            len = 2;
+            min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            len = 3;
+            min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            len = 4;
+            min = 0x10000;
+        }
         bool ok = len != 0 && i + len <= text.size();
         uint32_t cp = len ? c & (0xFF >> (len + 1)) : 0;
         for (size_t k = 1; ok && k < len; ++k) {
@@ -69,8 +77,8 @@ void require_valid_utf8(std::string_view text, const std::string& what) {
         }
         ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
         if (!ok) {
-            throw Error(ErrorCode::invalid_argument, what + " is not valid UTF-8 (bad byte at offset " + std::to_string(i) +
-                                                         "); kvstash reads text as UTF-8");
+            throw Error(ErrorCode::invalid_argument, what + " is not valid UTF-8 (bad byte at offset " +
+                                                         std::to_string(i) + "); kvstash reads text as UTF-8");
         }
         i += len;
     }

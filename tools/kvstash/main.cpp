@@ -24,10 +24,12 @@ int exit_code_for(kvstash::ErrorCode code) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"kvstash: a model's state after reading some text is a value you can keep.\n"
-                 "Runs Llama-family GGUF models on the CPU with bit-exact, batch-invariant logits."};
-    app.footer("Exit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 input too long for the context.\n"
-               "Run 'kvstash SUBCOMMAND --help' for the options of each subcommand.");
+    CLI::App app{
+        "kvstash: a model's state after reading some text is a value you can keep.\n"
+        "Runs Llama-family GGUF models on the CPU with bit-exact, batch-invariant logits."};
+    app.footer(
+        "Exit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 input too long for the context.\n"
+        "Run 'kvstash SUBCOMMAND --help' for the options of each subcommand.");
     app.require_subcommand(1);
     kvstash::cli::Action action;
     kvstash::cli::register_info(app, action);

@@ -24,7 +24,8 @@ void PromptProgress::update(int64_t done, int64_t total) {
     if (total < min_tokens_for_progress) return;
     shown_ = true;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    std::fprintf(stderr, "\r\033[K%s: %lld/%lld tokens", label_, static_cast<long long>(done), static_cast<long long>(total));
+    std::fprintf(stderr, "\r\033[K%s: %lld/%lld tokens", label_, static_cast<long long>(done),
+                 static_cast<long long>(total));
     if (seconds > 0.05) std::fprintf(stderr, ", %.0f tok/s", static_cast<double>(done) / seconds);
     std::fflush(stderr);
 }

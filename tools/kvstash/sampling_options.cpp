@@ -11,20 +11,29 @@ void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
     app.add_option("-n,--n-predict", f.max_tokens, "maximum tokens to generate")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
         ->capture_default_str();
-    app.add_option("--temp", f.params.temperature, "temperature; 0 = greedy")->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
-    app.add_option("--top-k", f.params.top_k, "keep the k most likely tokens; 0 = off")->check(CLI::Range(0, 1 << 24))->capture_default_str();
-    app.add_option("--top-p", f.params.top_p, "nucleus sampling threshold; 1 = off")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+    app.add_option("--temp", f.params.temperature, "temperature; 0 = greedy")
+        ->check(CLI::Range(0.0f, 100.0f))
+        ->capture_default_str();
+    app.add_option("--top-k", f.params.top_k, "keep the k most likely tokens; 0 = off")
+        ->check(CLI::Range(0, 1 << 24))
+        ->capture_default_str();
+    app.add_option("--top-p", f.params.top_p, "nucleus sampling threshold; 1 = off")
+        ->check(CLI::Range(0.0f, 1.0f))
+        ->capture_default_str();
     app.add_option("--min-p", f.params.min_p, "drop tokens below min-p x the top probability; 0 = off")
         ->check(CLI::Range(0.0f, 1.0f))
         ->capture_default_str();
-    app.add_option("--repeat-penalty", f.params.repeat_penalty, "penalty for tokens in the last --repeat-last-n; 1 = off")
+    app.add_option("--repeat-penalty", f.params.repeat_penalty,
+                   "penalty for tokens in the last --repeat-last-n; 1 = off")
         ->check(CLI::Range(0.0f, 100.0f))
         ->capture_default_str();
     app.add_option("--repeat-last-n", f.params.repeat_last_n, "tokens the penalties look back over; -1 = all")
         ->check(CLI::Range(-1, 1 << 24))
         ->capture_default_str();
-    app.add_option("--presence-penalty", f.params.presence_penalty, "subtracted from tokens already present")->capture_default_str();
-    app.add_option("--frequency-penalty", f.params.frequency_penalty, "subtracted per occurrence")->capture_default_str();
+    app.add_option("--presence-penalty", f.params.presence_penalty, "subtracted from tokens already present")
+        ->capture_default_str();
+    app.add_option("--frequency-penalty", f.params.frequency_penalty, "subtracted per occurrence")
+        ->capture_default_str();
     app.add_option("--logit-bias", f.logit_bias, "ID=BIAS added to a token's logit (BIAS may be -inf); repeatable");
     app.add_option("--seed", f.params.seed, "random seed (same seed and state => same tokens)")->capture_default_str();
     app.add_option("--stop", f.stop, "stop before this text; repeatable");
@@ -50,7 +59,8 @@ SamplerParams sampler_params(const SamplingFlags& f) {
             }
             p.logit_bias.emplace_back(id, bias);
         } catch (const std::logic_error&) {
-            throw Error(ErrorCode::invalid_argument, "--logit-bias '" + entry + "' is not ID=BIAS (for example 2=-inf or 1234=2.5)");
+            throw Error(ErrorCode::invalid_argument,
+                        "--logit-bias '" + entry + "' is not ID=BIAS (for example 2=-inf or 1234=2.5)");
         }
     }
     return p;

@@ -30,15 +30,14 @@ void matmul_rows_scalar(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
 
 namespace reference {
 
-void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
-            float* Y) {
+void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y) {
     if (rows < 0 || cols < 0 || n_tokens < 0) {
         throw Error(ErrorCode::invalid_argument, "reference::matmul: negative size (rows " + std::to_string(rows) +
                                                      ", cols " + std::to_string(cols) + ", tokens " +
                                                      std::to_string(n_tokens) + ")");
     }
-    const kernels::MatmulArgs args{type, static_cast<const uint8_t*>(W), tensor_row_bytes(type, cols), cols, X,
-                                   n_tokens, Y, rows};
+    const kernels::MatmulArgs args{
+        type, static_cast<const uint8_t*>(W), tensor_row_bytes(type, cols), cols, X, n_tokens, Y, rows};
     kernels::matmul_rows_scalar(args, 0, rows);
 }
 
