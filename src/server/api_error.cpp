@@ -2,6 +2,20 @@
 
 namespace kvstash::server {
 
+int http_status(ErrorCode code) {
+    switch (code) {
+        case ErrorCode::invalid_argument:
+        case ErrorCode::out_of_range:
+        case ErrorCode::unsupported: return 400;
+        case ErrorCode::io:
+        case ErrorCode::bad_format:
+        case ErrorCode::internal: return 500;
+    }
+    return 500;
+}
+
+ApiError api_error(const Error& e) { return ApiError(http_status(e.code()), e.what()); }
+
 const char* error_type(int status) {
     switch (status) {
         case 401: return "authentication_error";

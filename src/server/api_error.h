@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvstash/error.h"
+
 namespace kvstash::server {
 
 class ApiError : public std::runtime_error {
@@ -27,6 +29,17 @@ private:
 inline ApiError bad_request(std::string message, std::string param = {}, std::string code = {}) {
     return ApiError(400, std::move(message), std::move(param), std::move(code));
 }
+
+// The one place a library ErrorCode becomes an HTTP status. The rule is who can fix it:
+//   400 invalid_argument, out_of_range, unsupported: the request asked for a bad value, more tokens than
+//       the context holds, or something kvstash does not do; the client changes the request.
+//   500 io, bad_format, internal: the server's own disk, its own files (model, named states in
+//       --state-dir, prefix-cache blocks) or a bug; the client cannot fix it by asking differently.
+// Files a client sends (PUT /v1/states/NAME/file) are checked where they arrive, and a malformed one is
+// answered 400 invalid_state_file there, before any error reaches this table.
+int http_status(ErrorCode code);
+// An ApiError with http_status(e.code()) and the library's message.
+ApiError api_error(const Error& e);
 
 // The OpenAI error type for a status: invalid_request_error, authentication_error, not_found_error, ...
 const char* error_type(int status);

@@ -5,6 +5,7 @@
 #include "kvstash/error.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/request_job.h"
 #include "server/routes.h"
 
 using nlohmann::json;
@@ -27,8 +28,7 @@ void guarded(httplib::Response& res, const std::function<void()>& body) {
     } catch (const ApiError& e) {
         send_error(res, e);
     } catch (const Error& e) {
-        const int status = e.code() == ErrorCode::internal || e.code() == ErrorCode::io ? 500 : 400;
-        send_error(res, ApiError(status, e.what()));
+        send_error(res, api_error(e));
     } catch (const json::exception& e) {
         send_error(res, bad_request(std::string("bad JSON value: ") + e.what()));
     }
@@ -113,11 +113,12 @@ void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> cha
 
 void handle_completion(const httplib::Request& req, httplib::Response& res, ServerContext& ctx, bool chat) {
     require_body_size(req, ctx);
-    CompletionRequest request = parse_completion_request(parse_json_body(req.body), chat, ctx);
-    auto channel = request.job->channel;
-    auto formatter = std::make_shared<CompletionFormatter>(chat, ctx.model_id, ctx.model->tokenizer(), request.job->n,
-                                                           request.logprobs);
-    if (!ctx.scheduler->submit(std::move(request.job))) throw queue_full(ctx);
+    const CompletionRequest request = parse_completion_request(parse_json_body(req.body), chat, request_limits(ctx));
+    std::unique_ptr<GenerationJob> job = build_completion_job(request, ctx);
+    auto channel = job->channel;
+    auto formatter =
+        std::make_shared<CompletionFormatter>(chat, ctx.model_id, ctx.model->tokenizer(), job->n, request.logprobs);
+    if (!ctx.scheduler->submit(std::move(job))) throw queue_full(ctx);
     if (request.stream) {
         stream_response(res, channel, formatter, request.include_usage);
         return;

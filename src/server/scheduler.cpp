@@ -5,6 +5,7 @@
 
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
+#include "server/api_error.h"
 
 namespace kvstash::server {
 
@@ -117,7 +118,7 @@ void Scheduler::admit(std::unique_ptr<GenerationJob> job) {
         slots_used_ -= progress->slots;
         ChannelEvent event;
         event.kind = ChannelEvent::Kind::error;
-        event.status = 500;
+        event.status = http_status(e.code());
         event.message = e.what();
         j.channel->push(std::move(event));
         return;
@@ -225,7 +226,7 @@ void Scheduler::step() {
                 evaluator_.eval_batch(std::span<const EvalRequest>(&requests[r], 1));
             } catch (const Error& e) {
                 ok[r] = false;
-                fail(*sequences_[members[r]]->job, e.code() == ErrorCode::internal ? 500 : 400, e.what());
+                fail(*sequences_[members[r]]->job, http_status(e.code()), e.what());
             }
         }
     }
@@ -283,7 +284,7 @@ void Scheduler::after_prefill(size_t index) {
             ++progress.live_sequences;
         }
     } catch (const Error& e) {
-        fail(progress, 400, e.what());
+        fail(progress, http_status(e.code()), e.what());
     }
     // sequences_ may have grown: look the prompt sequence up again.
     Sequence& prompt_seq = *sequences_[index];
