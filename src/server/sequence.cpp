@@ -1,19 +1,15 @@
 #include "server/sequence.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 
+#include "engine/log_softmax.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash::server {
 
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top) {
-    double max_logit = -INFINITY;
-    for (float l : logits) max_logit = std::max(max_logit, static_cast<double>(l));
-    double sum = 0.0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
-    const double log_norm = max_logit + std::log(sum);
+    const double log_norm = log_sum_exp(logits);
     TokenLogprob out;
     out.token = token;
     out.logprob = static_cast<double>(logits[static_cast<size_t>(token)]) - log_norm;

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <memory>
 
+#include "engine/log_softmax.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
@@ -27,15 +28,6 @@ struct PerplexityOptions {
     int64_t ctx = 512;
     int threads = 0;
 };
-
-// -log softmax(logits)[target], computed in double.
-double negative_log_likelihood(const float* logits, int64_t n_vocab, int32_t target) {
-    double max_logit = logits[0];
-    for (int64_t i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[i]));
-    double sum = 0.0;
-    for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_logit);
-    return (max_logit + std::log(sum)) - static_cast<double>(logits[target]);
-}
 
 int run_perplexity(const PerplexityOptions& o) {
     auto model = Model::load(o.model_path);
@@ -62,8 +54,8 @@ int run_perplexity(const PerplexityOptions& o) {
         std::span<const int32_t> chunk(tokens.data() + c * o.ctx, static_cast<size_t>(o.ctx));
         evaluator.eval(state, chunk, &logits);
         for (int64_t j = first; j < o.ctx; ++j) {
-            nll_sum +=
-                negative_log_likelihood(logits.data() + (j - 1) * n_vocab, n_vocab, chunk[static_cast<size_t>(j)]);
+            const std::span<const float> row(logits.data() + (j - 1) * n_vocab, static_cast<size_t>(n_vocab));
+            nll_sum -= log_softmax_at(row, static_cast<size_t>(chunk[static_cast<size_t>(j)]));
             ++n_scored;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
