@@ -1,41 +1,61 @@
-// Reading OpenAI-style request bodies: every field is type- and range-checked (400 with the field as
-// `param`), the prompt is rendered and tokenized here, in the handler thread, and the result is a
-// GenerationJob ready for the scheduler.
+// Reading OpenAI-style request bodies into plain structs: every field is type- and range-checked (400
+// with the field as `param`). Pure: no model, tokenizer or scheduler is needed (the fuzz target
+// tests/fuzz/request_fuzz.cpp drives these); server/request_job.h turns a request into a job.
+// Unknown fields are ignored, as OpenAI's clients send fields a server may not know; a few known ones
+// kvstash does not implement (echo, suffix, best_of > 1, tools) are refused instead.
 #pragma once
 
-#include <memory>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "server/job.h"
-#include "server/server_context.h"
+#include "kvstash/chat.h"
+#include "kvstash/sampler.h"
 
 namespace kvstash::server {
 
+// What the parser needs to know of the server's settings.
+struct RequestLimits {
+    int max_n = 1;  // most choices per request (--parallel)
+};
+
+// POST /v1/completions (chat = false) and /v1/chat/completions (chat = true).
 struct CompletionRequest {
     bool chat = false;
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
     bool logprobs = false;
-    std::unique_ptr<GenerationJob> job;
+    int top_logprobs = -1;  // < 0: no logprobs; else the number of alternatives per token
+    int n = 1;
+    std::vector<std::string> stop;
+    SamplerParams sampling;             // OpenAI's defaults where not given; seed: see `seed`
+    std::optional<uint64_t> seed;       // none: the job builder draws a random one
+    std::optional<std::string> state;   // a valid state name to continue from
+    std::vector<ChatMessage> messages;  // chat: non-empty
+    std::optional<std::string> prompt;  // text: none only when continuing a state
+    std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens; none: OpenAI's default
+};
+
+// POST /v1/states: {"name", "prompt" | "messages", "add_generation_prompt"}.
+struct PrefillRequest {
+    std::string name;
+    std::optional<std::string> prompt;  // none: `messages` (non-empty)
+    std::vector<ChatMessage> messages;
+    bool add_generation_prompt = false;
 };
 
 // A JSON object, or 400 "the request body is not valid JSON: ...".
 nlohmann::json parse_json_body(const std::string& body);
 
-// POST /v1/completions (chat = false) and /v1/chat/completions (chat = true). A `state` field continues
-// from a named state (404 when unknown).
-CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, ServerContext& ctx);
+// Throw ApiError (400) for a bad field. A few fields read with json::value() may throw json::exception
+// for a value of the wrong type; the routes answer that with 400 "bad JSON value" too.
+CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits);
+PrefillRequest parse_prefill_request(const nlohmann::json& body);
 
-// POST /v1/states: {"name", "prompt" | "messages"}; the job evaluates the prompt and hands the state back.
-struct PrefillRequest {
-    std::string name;
-    std::unique_ptr<GenerationJob> job;
-};
-PrefillRequest parse_prefill_request(const nlohmann::json& body, ServerContext& ctx);
-
-// 400 unless `name` is a valid state name (see StateStore::valid_name).
+// 400 unless `name` is a valid state name (server/state_name.h).
 void require_state_name(const std::string& name, const char* param);
 
 }  // namespace kvstash::server

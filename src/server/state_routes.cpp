@@ -10,6 +10,7 @@
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
 #include "server/openai_request.h"
+#include "server/request_job.h"
 #include "server/routes.h"
 
 namespace fs = std::filesystem;
@@ -131,9 +132,9 @@ void register_state_routes(httplib::Server& http, ServerContext& ctx) {
     http.Post("/v1/states", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
             require_body_size(req, ctx);
-            PrefillRequest request = parse_prefill_request(parse_json_body(req.body), ctx);
+            const PrefillRequest request = parse_prefill_request(parse_json_body(req.body));
             Usage usage;
-            std::shared_ptr<State> state = run_prefill(ctx, std::move(request.job), usage);
+            std::shared_ptr<State> state = run_prefill(ctx, build_prefill_job(request, ctx), usage);
             json body = info_json(ctx.states->put(request.name, std::move(*state)), ctx);
             body["usage"] = {{"prompt_tokens", usage.prompt_tokens},
                              {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};

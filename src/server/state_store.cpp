@@ -6,6 +6,7 @@
 
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
+#include "server/state_name.h"
 #include "state/state_impl.h"
 
 namespace fs = std::filesystem;
@@ -55,15 +56,7 @@ StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir
     if (ec) throw Error(ErrorCode::io, "cannot list the state directory '" + dir_ + "': " + ec.message());
 }
 
-bool StateStore::valid_name(std::string_view name) {
-    if (name.empty() || name.size() > 64 || name.front() == '.') return false;
-    for (char c : name) {
-        const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-                        c == '.' || c == '-';
-        if (!ok) return false;
-    }
-    return true;
-}
+bool StateStore::valid_name(std::string_view name) { return valid_state_name(name); }
 
 NamedStateInfo StateStore::store(const std::string& name, State state, uint64_t file_bytes) {
     Entry entry;

@@ -34,7 +34,7 @@ public:
     // `dir` empty: memory only. Otherwise created if missing, and its <name>.kvs files are listed.
     StateStore(const Model& model, std::string dir);
 
-    // ^[A-Za-z0-9_.-]{1,64}$, not starting with '.': safe as a file name, no path traversal.
+    // valid_state_name (server/state_name.h): safe as a file name, no path traversal.
     static bool valid_name(std::string_view name);
 
     // Keeps `state` under `name`, replacing any state of that name; with a directory, saves it there

@@ -1,0 +1,138 @@
+#include "server/request_job.h"
+
+#include <algorithm>
+#include <random>
+
+#include "kvstash/error.h"
+#include "kvstash/tokenizer.h"
+#include "server/api_error.h"
+
+namespace kvstash::server {
+namespace {
+
+std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 ServerContext& ctx) {
+    if (!ctx.chat_template) throw bad_request(ctx.chat_template_error, "messages", "no_chat_template");
+    try {
+        const std::string text = ctx.chat_template->render(messages, add_generation_prompt);
+        return ctx.model->tokenizer().encode(text, /*add_special=*/false, /*parse_special=*/true);
+    } catch (const Error& e) {
+        throw bad_request(e.what(), "messages", "invalid_value");
+    }
+}
+
+void check_token_ids(const SamplerParams& p, const Model& model) {
+    for (const auto& [id, bias] : p.logit_bias) {
+        if (id >= model.n_vocab()) {
+            throw bad_request("logit_bias token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                  std::to_string(model.n_vocab()) + " tokens)",
+                              "logit_bias", "invalid_value");
+        }
+    }
+    try {
+        Sampler check(p);
+    } catch (const Error& e) {
+        throw bad_request(e.what(), "", "invalid_value");
+    }
+}
+
+// 404 for an unknown name (the parser has checked that it is a valid one).
+State fork_named_state(const std::string& name, ServerContext& ctx) {
+    std::optional<State> state;
+    try {
+        state = ctx.states->fork(name);
+    } catch (const Error& e) {
+        throw ApiError(500, "state '" + name + "' could not be loaded: " + e.what(), "state", "state_load_failed");
+    }
+    if (!state) throw ApiError(404, "no state named '" + name + "' (see GET /v1/states)", "state", "state_not_found");
+    return std::move(*state);
+}
+
+// The conversation's tokens after those the state holds; 400 unless the state holds its start.
+void drop_state_tokens(const State& base, std::vector<int32_t>& prompt) {
+    // The state must hold the start of this conversation (e.g. made from its system message).
+    const auto held = base.tokens();
+    if (held.size() > prompt.size() || !std::equal(held.begin(), held.end(), prompt.begin())) {
+        throw bad_request(
+            "the state's tokens are not the start of this conversation; create the state from the "
+            "conversation's first messages",
+            "state", "state_mismatch");
+    }
+    prompt.erase(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(held.size()));
+}
+
+// The prompt and max_tokens against the context: 400 context_length_exceeded when they do not fit.
+void fit_context(const CompletionRequest& request, GenerationJob& job, int64_t n_ctx) {
+    const bool chat = request.chat;
+    const int64_t held = job.base ? job.base->n_tokens() : 0;
+    const int64_t total = held + static_cast<int64_t>(job.prompt.size());
+    if (total == 0) throw bad_request("the prompt is empty", chat ? "messages" : "prompt", "empty_prompt");
+    if (job.prompt.empty() && job.base->last_logits().empty()) {
+        throw bad_request("the state holds no logits to continue from; give a prompt to append", "prompt",
+                          "invalid_value");
+    }
+    if (total >= n_ctx) {
+        throw bad_request("the prompt has " + std::to_string(total) + " tokens but the context holds " +
+                              std::to_string(n_ctx) + "; shorten it (or start the server with a larger --ctx)",
+                          chat ? "messages" : "prompt", "context_length_exceeded");
+    }
+    if (request.max_tokens) {
+        job.max_tokens = *request.max_tokens;
+        if (total + job.max_tokens > n_ctx) {
+            throw bad_request("this model's context holds " + std::to_string(n_ctx) + " tokens; the prompt has " +
+                                  std::to_string(total) + " and max_tokens asks for " + std::to_string(job.max_tokens) +
+                                  "; reduce max_tokens to at most " + std::to_string(n_ctx - total),
+                              "max_tokens", "context_length_exceeded");
+        }
+    } else {
+        // OpenAI's defaults: 16 for completions, the rest of the context for chat.
+        job.max_tokens = chat ? n_ctx - total : std::min<int64_t>(16, n_ctx - total);
+    }
+}
+
+}  // namespace
+
+RequestLimits request_limits(const ServerContext& ctx) { return RequestLimits{ctx.options.parallel}; }
+
+std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& request, ServerContext& ctx) {
+    auto job = std::make_unique<GenerationJob>();
+    job->n = request.n;
+    job->stop = request.stop;
+    job->sampling = request.sampling;
+    job->sampling.seed =
+        request.seed ? *request.seed : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
+    check_token_ids(job->sampling, *ctx.model);
+    job->top_logprobs = request.top_logprobs;
+
+    // The prompt, after a named state when there is one.
+    if (request.state) job->base = fork_named_state(*request.state, ctx);
+    if (request.chat) {
+        job->prompt = chat_tokens(request.messages, /*add_generation_prompt=*/true, ctx);
+        if (job->base) drop_state_tokens(*job->base, job->prompt);
+    } else {
+        // A continued state already has its BOS.
+        job->prompt = ctx.model->tokenizer().encode(request.prompt.value_or(""), /*add_special=*/!job->base,
+                                                    /*parse_special=*/true);
+    }
+    fit_context(request, *job, job->base ? job->base->n_ctx() : ctx.scheduler->n_ctx());
+    return job;
+}
+
+std::unique_ptr<GenerationJob> build_prefill_job(const PrefillRequest& request, ServerContext& ctx) {
+    auto job = std::make_unique<GenerationJob>();
+    job->kind = GenerationJob::Kind::prefill;
+    if (request.prompt) {
+        job->prompt = ctx.model->tokenizer().encode(*request.prompt, /*add_special=*/true, /*parse_special=*/true);
+    } else {
+        job->prompt = chat_tokens(request.messages, request.add_generation_prompt, ctx);
+    }
+    if (job->prompt.empty()) throw bad_request("the prompt is empty", "prompt", "empty_prompt");
+    if (static_cast<int64_t>(job->prompt.size()) >= ctx.scheduler->n_ctx()) {
+        throw bad_request("the prompt has " + std::to_string(job->prompt.size()) + " tokens but the context holds " +
+                              std::to_string(ctx.scheduler->n_ctx()),
+                          request.prompt ? "prompt" : "messages", "context_length_exceeded");
+    }
+    return job;
+}
+
+}  // namespace kvstash::server
