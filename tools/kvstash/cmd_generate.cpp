@@ -19,6 +19,7 @@
 #include "kvstash/prefix_cache.h"
 #include "kvstash/progress.h"
 #include "kvstash/sampling_options.h"
+#include "kvstash/shared_flags.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 
@@ -75,8 +76,7 @@ std::vector<int32_t> prompt_tokens(const Model& model, const GenerateFlags& f, c
                                    bool continuing) {
     const Tokenizer& tokenizer = model.tokenizer();
     if (f.chat) {
-        const ChatTemplate tmpl =
-            f.chat_template.empty() ? ChatTemplate::for_model(model) : ChatTemplate::named(f.chat_template);
+        const ChatTemplate tmpl = chat_template_from_flag(model, f.chat_template);
         std::vector<ChatMessage> messages;
         if (!f.system.empty()) messages.push_back({"system", f.system});
         messages.push_back({"user", text});
@@ -213,15 +213,12 @@ void register_generate(CLI::App& root, Action& action) {
     auto f = std::make_shared<GenerateFlags>();
     auto* cmd = root.add_subcommand("generate", "Continue a prompt (or a saved state), streaming the text to stdout");
     add_model_option(*cmd, f->model_path);
-    auto* p = cmd->add_option("-p,--prompt", f->prompts,
-                              "prompt text; repeat for several continuations (forks of one state)");
-    auto* file = cmd->add_option("-f,--file", f->prompt_file, "read the prompt from a file")->check(CLI::ExistingFile);
+    const PromptFlags text = add_prompt_flags(*cmd, f->prompts, f->prompt_file,
+                                              "prompt text; repeat for several continuations (forks of one state)");
     add_sampling_flags(*cmd, f->sampling);
     cmd->add_flag("--chat", f->chat, "wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", f->system, "system message (with --chat)");
-    cmd->add_option("--chat-template", f->chat_template,
-                    "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
-        ->check(CLI::IsMember(ChatTemplate::names()));
+    add_chat_template_option(*cmd, f->chat_template);
     cmd->add_option("--state", f->state_path, "continue from a state file written by `kvstash prefill` or --save-state")
         ->check(CLI::ExistingFile);
     cmd->add_flag(
@@ -231,8 +228,7 @@ void register_generate(CLI::App& root, Action& action) {
     cmd->add_option(
         "--dump-logits", f->dump_logits_path,
         "write, for every generated token, its id (int32) and the logits it was sampled from (n_vocab float32)");
-    cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")
-        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    add_ctx_option(*cmd, f->ctx);
     cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")
         ->check(CLI::IsMember({"f16", "f32"}))
         ->capture_default_str();
@@ -243,8 +239,8 @@ void register_generate(CLI::App& root, Action& action) {
         *cmd, f->cache,
         "reuse the longest cached prefix of each prompt from this prefix-cache directory (created if missing; "
         "shared by runs and processes) and add this run's blocks to it");
-    cmd->callback([&action, f, p, file] {
-        if (p->count() == 0 && file->count() == 0 && f->state_path.empty()) {
+    cmd->callback([&action, f, text] {
+        if (!text.given() && f->state_path.empty()) {
             throw CLI::RequiredError("one of -p/--prompt, -f/--file or --state");
         }
         if (f->prompts.empty() && f->prompt_file.empty()) f->prompts.push_back("");  // --state alone: continue as is

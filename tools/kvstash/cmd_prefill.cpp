@@ -10,6 +10,7 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "kvstash/progress.h"
+#include "kvstash/shared_flags.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 
@@ -73,20 +74,17 @@ void register_prefill(CLI::App& root, Action& action) {
     auto f = std::make_shared<PrefillFlags>();
     auto* cmd = root.add_subcommand("prefill", "Read a text once and save the model's state after it to a file");
     add_model_option(*cmd, f->model_path);
-    auto* p = cmd->add_option("-p,--prompt", f->prompt, "text");
-    auto* file = cmd->add_option("-f,--file", f->file, "read the text from a file")->check(CLI::ExistingFile);
-    p->excludes(file);
+    const PromptFlags text = add_prompt_flags(*cmd, f->prompt, f->file);
     cmd->add_option("-o,--output", f->output, "state file to write")->required();
     cmd->add_option("--kv-type", f->kv_type,
                     "KV storage: f16 (default, bit-exact), f32 (bit-exact) or q8_0 (about half of f16, not bit-exact)")
         ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
         ->capture_default_str();
     cmd->add_flag("--compress", f->compress, "compress the file with zstd");
-    cmd->add_option("--ctx", f->ctx, "context size of the saved state (0 = the model's)")
-        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    add_ctx_option(*cmd, f->ctx, "context size of the saved state (0 = the model's)");
     add_threads_option(*cmd, f->threads);
-    cmd->callback([&action, f, p, file] {
-        if (p->count() == 0 && file->count() == 0) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
+    cmd->callback([&action, f, text] {
+        if (!text.given()) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
         action = [f] { return run_prefill(*f); };
     });
 }

@@ -13,6 +13,7 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/model.h"
+#include "kvstash/shared_flags.h"
 #include "server/http.h"
 
 namespace kvstash::cli {
@@ -65,9 +66,7 @@ void register_serve(CLI::App& root, Action& action) {
         ->check(CLI::Range(0, 65535))
         ->capture_default_str();
     add_threads_option(*cmd, o.threads);
-    cmd->add_option("--ctx", o.n_ctx, "context size per sequence in tokens (0 = the model's)")
-        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
-        ->capture_default_str();
+    add_ctx_option(*cmd, o.n_ctx, "context size per sequence in tokens (0 = the model's)")->capture_default_str();
     cmd->add_option("--parallel", o.parallel, "maximum sequences evaluated together (a request with n choices takes n)")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
@@ -94,9 +93,7 @@ void register_serve(CLI::App& root, Action& action) {
     cmd->add_option("--max-state-bytes", o.max_state_bytes, "largest uploaded state file in bytes (413 past it)")
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 40))
         ->capture_default_str();
-    cmd->add_option("--chat-template", o.chat_template,
-                    "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
-        ->check(CLI::IsMember(ChatTemplate::names()));
+    add_chat_template_option(*cmd, o.chat_template);
     cmd->callback([&action, f] { action = [f] { return run_serve(*f); }; });
 }
 

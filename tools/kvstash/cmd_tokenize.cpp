@@ -4,6 +4,7 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/model.h"
+#include "kvstash/shared_flags.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash::cli {
@@ -15,11 +16,9 @@ void register_tokenize(CLI::App& root, Action& action) {
     auto o = std::make_shared<Options>();
     auto* cmd = root.add_subcommand("tokenize", "Print the token ids of a text, one line, space-separated");
     add_model_option(*cmd, o->model_path);
-    auto* p = cmd->add_option("-p,--prompt", o->prompt, "text");
-    auto* f = cmd->add_option("-f,--file", o->file, "read the text from a file")->check(CLI::ExistingFile);
-    p->excludes(f);
-    cmd->callback([&action, o, p, f] {
-        if (p->count() == 0 && f->count() == 0) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
+    const PromptFlags text = add_prompt_flags(*cmd, o->prompt, o->file);
+    cmd->callback([&action, o, text] {
+        if (!text.given()) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
         action = [o] {
             auto model = Model::load(o->model_path);
             const std::string text = o->file.empty() ? o->prompt : read_text_file(o->file);
