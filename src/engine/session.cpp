@@ -111,7 +111,7 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
     if (static_cast<int64_t>(prompt.size()) >= state_.n_ctx()) {
         throw Error(ErrorCode::out_of_range,
                     "the conversation (" + std::to_string(prompt.size()) + " tokens) no longer fits the context of " +
-                        std::to_string(state_.n_ctx()) + " tokens; /undo or /reset it, or use a larger context");
+                        std::to_string(state_.n_ctx()) + " tokens; undo or reset the session, or use a larger context");
     }
     // Where this exchange begins: the State's tokens before it, as far as they are kept.
     int64_t turn_start = std::min<int64_t>(held, static_cast<int64_t>(keep));

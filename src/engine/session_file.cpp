@@ -93,15 +93,14 @@ Session::Loaded read(const Model& model, const ChatTemplate& chat_template, cons
     if (!section) {
         throw Error(ErrorCode::invalid_argument,
                     "'" + path +
-                        "' is a state file without a chat session (saved by `kvstash prefill` or "
-                        "--save-state?): it has no messages to resume; load a file saved by /save "
-                        "(or continue it with `kvstash generate --state`)");
+                        "' is a state file without a chat session: it has no messages to resume; load a file "
+                        "written by Session::save (or continue this one as a State, with load_state)");
     }
     Decoded d = decode(*section, path, state.n_tokens());
     if (d.template_name != chat_template.name()) {
         throw Error(ErrorCode::invalid_argument, "'" + path + "' holds a session in the '" + d.template_name +
                                                      "' chat template, but this chat uses '" + chat_template.name() +
-                                                     "'; resume it with --chat-template " + d.template_name);
+                                                     "'; resume it with the '" + d.template_name + "' template");
     }
     Session::Loaded loaded{std::move(state), std::move(d.messages), std::move(d.turn_starts), {}};
     loaded.system_tokens = system_block_tokens(model, chat_template, loaded.messages);

@@ -104,7 +104,8 @@ ChatTemplate ChatTemplate::for_model(const Model& model) {
     const std::optional<std::string> text = model.impl().file->get_string("tokenizer.chat_template");
     if (!text) {
         throw Error(ErrorCode::unsupported, "the model has no chat template (no tokenizer.chat_template in " +
-                                                model.path() + "); choose one with --chat-template " + choices());
+                                                model.path() +
+                                                "); use one of the templates kvstash renders by name: " + choices());
     }
     return detect_chat_template(*text);
 }

@@ -83,11 +83,11 @@ ChatTemplate detect_chat_template(std::string_view template_text) {
     }
     std::string choices;
     for (const std::string& name : ChatTemplate::names()) choices += (choices.empty() ? "" : "|") + name;
-    throw Error(ErrorCode::unsupported,
-                "unrecognised chat template in the model (tokenizer.chat_template, " +
-                    std::to_string(template_text.size()) + " bytes: \"" + excerpt(template_text) +
-                    "\"); kvstash renders only the templates it reproduces exactly: choose one with --chat-template " +
-                    choices);
+    throw Error(
+        ErrorCode::unsupported,
+        "unrecognised chat template in the model (tokenizer.chat_template, " + std::to_string(template_text.size()) +
+            " bytes: \"" + excerpt(template_text) +
+            "\"); kvstash renders only the templates it reproduces exactly; use one of them by name: " + choices);
 }
 
 }  // namespace kvstash

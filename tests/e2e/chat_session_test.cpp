@@ -144,8 +144,9 @@ TEST_F(ChatSession, BadFilesAreClearErrorsAndTheChatGoesOn) {
                                                 "\n/load\n/save\n" + "/frobnicate\nHi\n");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_FALSE(r.out.empty()) << "the chat did not go on after the errors";
-    for (const char* expected : {"missing.kvs", "without a chat session", "checksum mismatch", "fingerprint",
-                                 "usage: /load FILE", "usage: /save FILE", "unknown command '/frobnicate'"}) {
+    for (const char* expected :
+         {"missing.kvs", "without a chat session", "load a file saved by /save", "checksum mismatch", "fingerprint",
+          "usage: /load FILE", "usage: /save FILE", "unknown command '/frobnicate'"}) {
         EXPECT_NE(r.err.find(expected), std::string::npos) << expected << "\n" << r.err;
     }
     EXPECT_EQ(r.out, saved.out) << "a failed /load changed the conversation";
@@ -155,8 +156,31 @@ TEST_F(ChatSession, BadFilesAreClearErrorsAndTheChatGoesOn) {
     const auto bad = run_cli(load_bad, "Hi\n");
     EXPECT_EQ(bad.exit_code, 2) << bad.err;
     EXPECT_NE(bad.err.find("without a chat session"), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find("; load a file saved by /save (or continue this one with `kvstash generate --state`)"),
+              std::string::npos)
+        << bad.err;
     const auto missing = run_cli(chat_args({"--load", path("missing.kvs")}), "Hi\n");
     EXPECT_EQ(missing.exit_code, 3) << missing.err;
+}
+
+// The library's errors name the problem; the REPL adds its own commands and flags.
+TEST_F(ChatSession, ErrorsCarryTheChatCommandsAdvice) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    std::string long_message;
+    for (int i = 0; i < 40; ++i) long_message += "Tell me more about the novel. ";
+    const auto full = run_cli(chat_args({"--temp", "0", "--ctx", "96"}), long_message + "\nHi\n");
+    ASSERT_EQ(full.exit_code, 0) << full.err;
+    EXPECT_NE(full.err.find("no longer fits the context of 96 tokens"), std::string::npos) << full.err;
+    EXPECT_NE(full.err.find("(/undo or /reset it, or restart with a larger --ctx)"), std::string::npos) << full.err;
+    EXPECT_FALSE(full.out.empty()) << "the chat did not go on after the error";
+
+    // A session saved with one template, resumed with another.
+    ASSERT_EQ(run_cli(chat_args({"--temp", "0"}), "Hi\n/save " + path("chatml.kvs") + "\n").exit_code, 0);
+    const auto other = run_cli(chat_args({"--chat-template", "llama3", "--load", path("chatml.kvs")}), "Hi\n");
+    EXPECT_EQ(other.exit_code, 2) << other.err;
+    EXPECT_NE(other.err.find("resume it with the 'chatml' template; start kvstash chat with --chat-template NAME"),
+              std::string::npos)
+        << other.err;
 }
 
 TEST_F(ChatSession, CacheDirReusesTheSystemPromptInALaterProcess) {

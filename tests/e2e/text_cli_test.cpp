@@ -102,5 +102,18 @@ TEST(TextCli, BadInputsAreOneLineErrors) {
     }
 }
 
+// The library says the model has no template and which ones it renders by name; the CLI adds its flag.
+TEST(TextCli, ModelWithoutAChatTemplateAsksForTheFlag) {
+    const std::string tiny = fixture_path("tiny/gqa_f32.gguf");
+    for (const auto& args :
+         std::vector<std::vector<std::string>>{{"generate", "-m", tiny, "--chat", "-p", "hi"}, {"chat", "-m", tiny}}) {
+        SCOPED_TRACE(args[0]);
+        const auto r = run_cli(args, "hi\n");
+        EXPECT_EQ(r.exit_code, 3) << r.err;  // ErrorCode::unsupported
+        for (const char* part : {"no chat template", "by name: chatml|llama3|llama3.0", "; pass --chat-template NAME"})
+            EXPECT_NE(r.err.find(part), std::string::npos) << part << "\n" << r.err;
+    }
+}
+
 }  // namespace
 }  // namespace kvstash::test

@@ -20,6 +20,8 @@
 #include "kvstash/progress.h"
 #include "kvstash/sampling_options.h"
 #include "kvstash/session.h"
+#include "kvstash/shared_flags.h"
+#include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash::cli {
@@ -71,6 +73,23 @@ std::string argument_of(const std::string& line, size_t command_length) {
     return arg.substr(begin, end - begin + 1);
 }
 
+// Session::open / Session::load with the chat command's advice added to a refusal the library phrases in
+// its own terms: which files --load and /load read, and the flag that picks a session's template.
+template <typename Fn>
+auto with_load_advice(const Model& model, const std::string& path, Fn load) {
+    try {
+        return load();
+    } catch (const Error& e) {
+        if (e.code() != ErrorCode::invalid_argument) throw;
+        const StateFileInfo info = inspect_state_file(path, /*verify_checksums=*/false);
+        if (info.model_fingerprint != model_fingerprint(model)) throw;  // another model: the message says so
+        throw Error(e.code(), std::string(e.what()) +
+                                  (info.has_session ? "; start kvstash chat with --chat-template NAME to resume it"
+                                                    : "; load a file saved by /save (or continue this one with "
+                                                      "`kvstash generate --state`)"));
+    }
+}
+
 bool is_command(const std::string& line, const char* name) {
     const std::string n(name);
     return line == n || (line.starts_with(n) && (line[n.size()] == ' ' || line[n.size()] == '\t'));
@@ -79,15 +98,15 @@ bool is_command(const std::string& line, const char* name) {
 int run_chat(const ChatFlags& f) {
     require_valid_utf8(f.system, "--system");
     auto model = Model::load(f.model_path);
-    const ChatTemplate tmpl =
-        f.chat_template.empty() ? ChatTemplate::for_model(*model) : ChatTemplate::named(f.chat_template);
+    const ChatTemplate tmpl = chat_template_from_flag(*model, f.chat_template);
     Evaluator evaluator(model, f.threads);
     const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
     const SessionOptions session_options{StateOptions{KvType::f16, f.ctx}, cache.get()};
     const SamplerParams params = sampler_params(f.sampling);
     std::optional<Session> session;
     if (!f.load_path.empty()) {
-        session.emplace(Session::open(evaluator, tmpl, f.load_path, session_options));
+        session.emplace(with_load_advice(*model, f.load_path,
+                                         [&] { return Session::open(evaluator, tmpl, f.load_path, session_options); }));
         if (!f.system.empty() && (session->messages().empty() || session->messages()[0].content != f.system)) {
             std::fputs("(--system ignored: the loaded session keeps its own system message)\n", stderr);
         }
@@ -124,7 +143,7 @@ int run_chat(const ChatFlags& f) {
                     session->save(path);
                     std::fprintf(stderr, "(saved %s to '%s')\n", describe(*session).c_str(), path.c_str());
                 } else {
-                    session->load(path);  // unchanged on error
+                    with_load_advice(*model, path, [&] { session->load(path); });  // unchanged on error
                     sampler = resumed_sampler(*session, params);
                     print_loaded(*session, path);
                 }
@@ -133,12 +152,19 @@ int run_chat(const ChatFlags& f) {
             } else {
                 require_valid_utf8(line, "the message");
                 PromptProgress progress(evaluator, "prompt");
-                const GenerateResult result =
-                    session->reply(line, sampler, options, [](int32_t, std::string_view text) {
-                        std::fwrite(text.data(), 1, text.size(), stdout);
-                        std::fflush(stdout);
-                        return true;
-                    });
+                const GenerateResult result = [&] {
+                    try {
+                        return session->reply(line, sampler, options, [](int32_t, std::string_view text) {
+                            std::fwrite(text.data(), 1, text.size(), stdout);
+                            std::fflush(stdout);
+                            return true;
+                        });
+                    } catch (const Error& e) {
+                        if (e.code() != ErrorCode::out_of_range) throw;
+                        throw Error(e.code(),
+                                    std::string(e.what()) + " (/undo or /reset it, or restart with a larger --ctx)");
+                    }
+                }();
                 std::fputc('\n', stdout);
                 std::fflush(stdout);
                 if (f.timings) {
@@ -163,12 +189,9 @@ void register_chat(CLI::App& root, Action& action) {
     auto* cmd = root.add_subcommand("chat", "Talk with the model, turn after turn (reads stdin; one message per line)");
     add_model_option(*cmd, f->model_path);
     cmd->add_option("--system", f->system, "system message");
-    cmd->add_option("--chat-template", f->chat_template,
-                    "chat template to use instead of the model's: " + join_names(ChatTemplate::names()))
-        ->check(CLI::IsMember(ChatTemplate::names()));
+    add_chat_template_option(*cmd, f->chat_template);
     add_sampling_flags(*cmd, f->sampling);
-    cmd->add_option("--ctx", f->ctx, "context size in tokens (0 = the model's)")
-        ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    add_ctx_option(*cmd, f->ctx);
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings, "print tokens computed vs reused and speed per turn to stderr");
     cmd->add_option("--load", f->load_path, "resume a conversation saved with /save");
