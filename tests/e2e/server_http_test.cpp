@@ -1,6 +1,7 @@
-// `kvstash serve` end to end over real HTTP (cpp-httplib's client): every endpoint, every error status,
-// SSE parsing, n > 1, named states (create, continue, download, upload, delete, persistence), batching
-// invariance (concurrent requests answer exactly what each alone does) and cancellation on disconnect.
+// `kvstash serve` end to end over real HTTP (cpp-httplib's client): health, models and metrics,
+// completions and chat completions, SSE parsing, logprobs, n > 1, every error status, batching invariance
+// (concurrent requests answer exactly what each alone does), the prefix cache and cancellation on
+// disconnect. Named states are in server_states_test.cpp, the server's limits in server_limits_test.cpp.
 // Expected texts come from an independent path: `kvstash generate` (the library's generate() loop), run
 // through the CLI with the same parameters.
 #include <gtest/gtest.h>
@@ -9,118 +10,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <future>
-#include <nlohmann/json.hpp>
 
-#include "e2e/server/server_process.h"
-#include "support/paths.h"
-#include "support/subprocess.h"
+#include "e2e/server/http_client.h"
 
 namespace kvstash::test {
 namespace {
-
-// The value of an unlabelled Prometheus sample "NAME VALUE" on a line of its own; -1 if absent.
-// (Plain parsing rather than std::regex: GCC 12 reports a -Wmaybe-uninitialized false positive inside
-// <regex> under optimisation, which -Werror turns into a build failure.)
-double metric_value(const std::string& metrics, const std::string& name) {
-    const std::string key = "\n" + name + " ";
-    const size_t at = ("\n" + metrics).find(key);
-    if (at == std::string::npos) return -1.0;
-    return std::strtod(metrics.c_str() + at + key.size() - 1, nullptr);
-}
-
-using nlohmann::json;
-namespace fs = std::filesystem;
-
-// One server for most tests (started on first use, stopped at exit).
-ServerProcess& shared_server() {
-    static ServerProcess server({"-t", "2", "--parallel", "8"});
-    return server;
-}
-
-struct Reply {
-    int status = 0;
-    json body;
-    std::string text;
-    httplib::Headers headers;
-};
-
-Reply post(httplib::Client& client, const std::string& path, const std::string& body,
-           const httplib::Headers& headers = {}) {
-    auto res = client.Post(path, headers, body, "application/json");
-    Reply r;
-    if (!res) return r;
-    r.status = res->status;
-    r.text = res->body;
-    r.headers = res->headers;
-    r.body = json::parse(res->body, nullptr, false);
-    return r;
-}
-Reply post(httplib::Client& client, const std::string& path, const json& body) {
-    return post(client, path, body.dump());
-}
-
-Reply get(httplib::Client& client, const std::string& path) {
-    auto res = client.Get(path);
-    Reply r;
-    if (!res) return r;
-    r.status = res->status;
-    r.text = res->body;
-    r.body = json::parse(res->body, nullptr, false);
-    return r;
-}
-
-// Checks the OpenAI error shape and returns the message.
-std::string error_message(const Reply& r) {
-    EXPECT_TRUE(r.body.is_object() && r.body.contains("error")) << r.text;
-    if (!r.body.is_object() || !r.body.contains("error")) return {};
-    const json& e = r.body["error"];
-    EXPECT_TRUE(e.contains("message") && e.contains("type") && e.contains("param") && e.contains("code")) << r.text;
-    return e.value("message", "");
-}
-
-// Parses an SSE body: the JSON of every "data:" event, and whether it ended with [DONE].
-std::vector<json> parse_sse(const std::string& body, bool* done) {
-    std::vector<json> events;
-    *done = false;
-    size_t at = 0;
-    while (at < body.size()) {
-        size_t end = body.find("\n\n", at);
-        if (end == std::string::npos) break;
-        const std::string event = body.substr(at, end - at);
-        at = end + 2;
-        EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
-        const std::string data = event.substr(6);
-        if (data == "[DONE]") {
-            *done = true;
-            EXPECT_EQ(at, body.size()) << "data after [DONE]";
-            break;
-        }
-        events.push_back(json::parse(data));
-    }
-    return events;
-}
-
-std::string generate_cli(const std::vector<std::string>& extra) {
-    std::vector<std::string> args{"generate", "-t", "2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult r = run_cli(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return r.out.substr(0, r.out.size() - 1);  // the CLI ends the text with a newline
-}
-
-class ServerHttp : public ::testing::Test {
-protected:
-    void SetUp() override {
-        KVSTASH_REQUIRE_DEFAULT_MODEL();
-        client_.emplace(shared_server().client());
-    }
-    httplib::Client& client() { return *client_; }
-    std::optional<httplib::Client> client_;
-};
 
 TEST_F(ServerHttp, HealthModelsMetrics) {
     Reply health = get(client(), "/health");
@@ -389,92 +284,6 @@ TEST_F(ServerHttp, BadRequestsAreOpenAIErrors) {
     EXPECT_FALSE(error_message(unknown_route).empty());
 }
 
-TEST_F(ServerHttp, NamedStatesLifecycle) {
-    const json system = {{"role", "system"},
-                         {"content", "You are a geography assistant. Answer in one short sentence."}};
-    const json user = {{"role", "user"}, {"content", "What is the capital of Italy?"}};
-    Reply created = post(client(), "/v1/states", json{{"name", "geo"}, {"messages", {system}}});
-    ASSERT_EQ(created.status, 201) << created.text;
-    EXPECT_EQ(created.body["name"], "geo");
-    const int state_tokens = created.body["tokens"];
-    EXPECT_GT(state_tokens, 5);
-    EXPECT_GT(created.body["bytes"].get<int64_t>(), 0);
-    EXPECT_EQ(created.body["model"], "SmolLM2-135M-Instruct.Q4_1");
-
-    Reply list = get(client(), "/v1/states");
-    ASSERT_EQ(list.status, 200);
-    bool listed = false;
-    for (const json& s : list.body["data"]) listed |= s["name"] == "geo";
-    EXPECT_TRUE(listed) << list.text;
-    Reply info = get(client(), "/v1/states/geo");
-    ASSERT_EQ(info.status, 200);
-    EXPECT_EQ(info.body["tokens"], state_tokens);
-
-    // Continuing from the state answers exactly what the whole conversation does from scratch.
-    const json chat = {{"messages", {system, user}}, {"max_tokens", 24}, {"temperature", 0}};
-    Reply plain = post(client(), "/v1/chat/completions", chat);
-    json from_state_body = chat;
-    from_state_body["state"] = "geo";
-    Reply from_state = post(client(), "/v1/chat/completions", from_state_body);
-    ASSERT_EQ(from_state.status, 200) << from_state.text;
-    EXPECT_EQ(from_state.body["choices"][0]["message"]["content"], plain.body["choices"][0]["message"]["content"]);
-    EXPECT_GE(from_state.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), state_tokens);
-
-    // Completions on a state: the prompt is appended (no BOS).
-    Reply cont = post(client(), "/v1/completions",
-                      json{{"state", "geo"}, {"prompt", "<|im_start|>user\nHi<|im_end|>\n"}, {"max_tokens", 4}});
-    EXPECT_EQ(cont.status, 200) << cont.text;
-    EXPECT_EQ(cont.body["usage"]["prompt_tokens_details"]["cached_tokens"], state_tokens);
-
-    // Download, upload under another name, continue from the upload: the same answer.
-    auto file = client().Get("/v1/states/geo/file");
-    ASSERT_TRUE(file);
-    ASSERT_EQ(file->status, 200);
-    EXPECT_EQ(file->body.substr(0, 8), std::string("KVSTATE\0", 8));  // docs/state-format.md: the magic
-    auto put = client().Put("/v1/states/geo-copy/file", file->body, "application/octet-stream");
-    ASSERT_TRUE(put);
-    ASSERT_EQ(put->status, 201) << put->body;
-    from_state_body["state"] = "geo-copy";
-    Reply from_upload = post(client(), "/v1/chat/completions", from_state_body);
-    ASSERT_EQ(from_upload.status, 200) << from_upload.text;
-    EXPECT_EQ(from_upload.body["choices"][0]["message"]["content"], plain.body["choices"][0]["message"]["content"]);
-
-    // Corrupt and truncated uploads are refused with the loader's message; nothing is stored.
-    std::string corrupt = file->body;
-    corrupt[corrupt.size() / 2] ^= 0x5A;
-    auto bad = client().Put("/v1/states/broken/file", corrupt, "application/octet-stream");
-    ASSERT_TRUE(bad);
-    EXPECT_EQ(bad->status, 400) << bad->body;
-    EXPECT_NE(bad->body.find("checksum"), std::string::npos) << bad->body;
-    auto truncated = client().Put("/v1/states/broken/file", file->body.substr(0, 100), "application/octet-stream");
-    ASSERT_TRUE(truncated);
-    EXPECT_EQ(truncated->status, 400) << truncated->body;
-    auto garbage = client().Put("/v1/states/broken/file", std::string(4096, 'x'), "application/octet-stream");
-    ASSERT_TRUE(garbage);
-    EXPECT_EQ(garbage->status, 400) << garbage->body;
-    EXPECT_EQ(get(client(), "/v1/states/broken").status, 404);
-
-    // Names: unknown -> 404, unsafe -> 400.
-    EXPECT_EQ(get(client(), "/v1/states/nope").status, 404);
-    EXPECT_EQ(get(client(), "/v1/states/nope/file").status, 404);
-    from_state_body["state"] = "nope";
-    EXPECT_EQ(post(client(), "/v1/chat/completions", from_state_body).status, 404);
-    for (const std::string& bad_name :
-         std::vector<std::string>{"..", ".hidden", std::string(65, 'a'), "a%20b", "a$b"}) {
-        EXPECT_EQ(get(client(), "/v1/states/" + bad_name).status, 400) << bad_name;
-    }
-    from_state_body["state"] = "../geo";
-    EXPECT_EQ(post(client(), "/v1/chat/completions", from_state_body).status, 400);
-
-    // Delete.
-    auto del = client().Delete("/v1/states/geo-copy");
-    ASSERT_TRUE(del);
-    EXPECT_EQ(del->status, 200);
-    EXPECT_EQ(get(client(), "/v1/states/geo-copy").status, 404);
-    auto del_again = client().Delete("/v1/states/geo-copy");
-    EXPECT_EQ(del_again->status, 404);
-}
-
 TEST_F(ServerHttp, DisconnectMidStreamFreesTheSequence) {
     auto gauge = [this](const std::string& name) { return metric_value(get(client(), "/metrics").text, name); };
     const double cancelled_before = gauge("kvstash_requests_cancelled_total");
@@ -511,102 +320,5 @@ TEST_F(ServerHttp, DisconnectMidStreamFreesTheSequence) {
     EXPECT_EQ(active, 0.0) << "the sequence was not freed after the client left";
     EXPECT_EQ(gauge("kvstash_requests_cancelled_total"), cancelled_before + 1);
 }
-
-// Limits on a server of their own: API key, body and upload size, a tiny queue.
-TEST(ServerLimits, ApiKeyBodyLimitAndFullQueue) {
-    KVSTASH_REQUIRE_DEFAULT_MODEL();
-    ServerProcess server({"-t", "2", "--api-key", "sesame", "--max-body", "2048", "--max-state-bytes", "4096",
-                          "--parallel", "1", "--queue", "1"});
-    httplib::Client anonymous = server.client();
-    EXPECT_EQ(anonymous.Get("/health")->status, 200);  // liveness stays open
-    for (const char* path : {"/v1/models", "/metrics", "/v1/states"}) {
-        auto r = anonymous.Get(path);
-        EXPECT_EQ(r->status, 401) << path;
-        EXPECT_NE(r->body.find("authentication_error"), std::string::npos) << r->body;
-    }
-    EXPECT_EQ(anonymous.Post("/v1/completions", R"({"prompt":"hi"})", "application/json")->status, 401);
-    httplib::Client wrong = server.client();
-    wrong.set_bearer_token_auth("open");
-    EXPECT_EQ(wrong.Get("/v1/models")->status, 401);
-    httplib::Client authed = server.client();
-    authed.set_bearer_token_auth("sesame");
-    EXPECT_EQ(authed.Get("/v1/models")->status, 200);
-
-    // 413: JSON body over --max-body, upload over --max-state-bytes.
-    const std::string big = json{{"prompt", std::string(4000, 'a')}}.dump();
-    auto too_big = authed.Post("/v1/completions", big, "application/json");
-    ASSERT_TRUE(too_big);
-    EXPECT_EQ(too_big->status, 413);
-    EXPECT_NE(too_big->body.find("--max-body"), std::string::npos) << too_big->body;
-    auto upload = authed.Put("/v1/states/x/file", std::string(8192, 'x'), "application/octet-stream");
-    ASSERT_TRUE(upload);
-    EXPECT_EQ(upload->status, 413);
-
-    // 503: one sequence slot busy (a long stream), one request queued, the next one is refused.
-    const json long_stream = {{"prompt", "Once upon a time"},
-                              {"max_tokens", 400},
-                              {"stream", true},
-                              {"temperature", 1.0},
-                              {"logit_bias", {{"0", -100}, {"2", -100}}}};
-    auto running = std::async(std::launch::async, [&] {
-        httplib::Client c = server.client();
-        c.set_bearer_token_auth("sesame");
-        return c.Post("/v1/completions", long_stream.dump(), "application/json")->status;
-    });
-    auto metric = [&](const std::string& name) { return metric_value(authed.Get("/metrics")->body, name); };
-    for (int i = 0; i < 100 && metric("kvstash_active_sequences") < 1; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    auto queued = std::async(std::launch::async, [&] {
-        httplib::Client c = server.client();
-        c.set_bearer_token_auth("sesame");
-        return c.Post("/v1/completions", R"({"prompt":"hi","max_tokens":2})", "application/json")->status;
-    });
-    for (int i = 0; i < 100 && metric("kvstash_queue_depth") < 1; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_EQ(metric("kvstash_queue_depth"), 1.0);
-    auto refused = authed.Post("/v1/completions", R"({"prompt":"hi","max_tokens":2})", "application/json");
-    ASSERT_TRUE(refused);
-    EXPECT_EQ(refused->status, 503);
-    EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
-    EXPECT_EQ(running.get(), 200);
-    EXPECT_EQ(queued.get(), 200);
-    EXPECT_EQ(server.stop(), 0);
-}
-
-// Named states in --state-dir outlive the server.
-TEST(ServerStateDir, StatesPersistAcrossRestarts) {
-    KVSTASH_REQUIRE_DEFAULT_MODEL();
-    const fs::path dir = fs::temp_directory_path() / ("kvstash-serve-states-" + std::to_string(getpid()));
-    fs::remove_all(dir);
-    const json request = {{"state", "story"}, {"prompt", " The dragon"}, {"max_tokens", 12}, {"temperature", 0}};
-    std::string first_answer;
-    {
-        ServerProcess server({"-t", "2", "--state-dir", dir.string()});
-        httplib::Client c = server.client();
-        Reply created =
-            post(c, "/v1/states", json{{"name", "story"}, {"prompt", "Once upon a time there was a dragon."}});
-        ASSERT_EQ(created.status, 201) << created.text;
-        EXPECT_GT(created.body["file_bytes"].get<int64_t>(), 0);
-        EXPECT_TRUE(fs::exists(dir / "story.kvs"));
-        Reply r = post(c, "/v1/completions", request);
-        ASSERT_EQ(r.status, 200) << r.text;
-        first_answer = r.body["choices"][0]["text"];
-    }
-    {
-        ServerProcess server({"-t", "2", "--state-dir", dir.string()});
-        httplib::Client c = server.client();
-        Reply info = get(c, "/v1/states/story");
-        ASSERT_EQ(info.status, 200) << info.text;
-        EXPECT_FALSE(info.body["in_memory"].get<bool>());
-        Reply r = post(c, "/v1/completions", request);
-        ASSERT_EQ(r.status, 200) << r.text;
-        EXPECT_EQ(r.body["choices"][0]["text"], first_answer);
-        auto del = c.Delete("/v1/states/story");
-        EXPECT_EQ(del->status, 200);
-        EXPECT_FALSE(fs::exists(dir / "story.kvs"));
-    }
-    fs::remove_all(dir);
-}
-
 }  // namespace
 }  // namespace kvstash::test
