@@ -36,13 +36,16 @@ TEST(LogSoftmax, MatchesTheDirectFormulaOnRandomRows) {
 }
 
 TEST(LogSoftmax, LargeLogitsDoNotOverflow) {
-    // exp(1000) overflows a double; softmax is shift-invariant, so the row [1000, 1000 + ln 3] has the
-    // probabilities 1/4 and 3/4.
+    // exp(1000) overflows a double; softmax is shift-invariant, so the row [1000, 1000 + d] has the
+    // probabilities 1 / (1 + e^d) and e^d / (1 + e^d). d is about ln 3 (1/4 and 3/4), exactly the float
+    // difference of the two logits.
     const std::vector<float> row = {1000.0f, 1000.0f + static_cast<float>(std::log(3.0))};
-    const double shifted = direct_log_sum_exp({0.0f, row[1] - 1000.0f});
+    const double d = static_cast<double>(row[1] - row[0]);
+    const double shifted = direct_log_sum_exp({0.0f, static_cast<float>(d)});
     EXPECT_NEAR(log_sum_exp(row), 1000.0 + shifted, 1e-9);
-    EXPECT_NEAR(std::exp(log_softmax_at(row, 0)), 0.25, 1e-6);
-    EXPECT_NEAR(std::exp(log_softmax_at(row, 1)), 0.75, 1e-6);
+    EXPECT_NEAR(std::exp(log_softmax_at(row, 0)), 1.0 / (1.0 + std::exp(d)), 1e-11);
+    EXPECT_NEAR(std::exp(log_softmax_at(row, 1)), std::exp(d) / (1.0 + std::exp(d)), 1e-11);
+    EXPECT_NEAR(std::exp(log_softmax_at(row, 1)), 0.75, 1e-4);
     const std::vector<float> low = {-1000.0f, -1000.0f};
     EXPECT_NEAR(log_softmax_at(low, 1), -std::log(2.0), 1e-12);
 }

@@ -15,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kCtx = 64;
+constexpr int64_t kCtx = 256;  // a chatml conversation takes ~90 tokens of the tiny vocabulary
 
 class RequestJob : public ::testing::Test {
 protected:
@@ -95,12 +95,13 @@ TEST_F(RequestJob, WithoutAChatTemplateChatIsRefusedWithTheServersReason) {
 }
 
 TEST_F(RequestJob, ContextAndVocabularyLimitsNameTheField) {
-    const std::string long_prompt(400, 'q');
+    std::string long_prompt;
+    for (int i = 0; i < 200; ++i) long_prompt += "the cat sat ";
     ASSERT_GE(encode(long_prompt, true).size(), static_cast<size_t>(kCtx));
     expect_api_error([&] { completion(R"({"prompt": ")" + long_prompt + "\"}", false); }, 400, "prompt",
-                     "context_length_exceeded", "but the context holds 64");
-    expect_api_error([&] { completion(R"({"prompt": "a", "max_tokens": 64})", false); }, 400, "max_tokens",
-                     "context_length_exceeded", "reduce max_tokens to at most");
+                     "context_length_exceeded", "but the context holds " + std::to_string(kCtx));
+    expect_api_error([&] { completion(R"({"prompt": "a", "max_tokens": )" + std::to_string(kCtx) + "}", false); }, 400,
+                     "max_tokens", "context_length_exceeded", "reduce max_tokens to at most");
     const std::string bias = R"({"prompt": "a", "logit_bias": {")" + std::to_string(model_->n_vocab()) + R"(": 1}})";
     expect_api_error([&] { completion(bias, false); }, 400, "logit_bias", "invalid_value", "outside the vocabulary");
     const std::string last =
@@ -144,13 +145,14 @@ TEST_F(RequestJob, PrefillJobsHoldThePromptTokens) {
         parse_prefill_request(parse_json_body(R"({"name": "a", "messages": [{"role": "system", "content": "s"}]})")),
         ctx_);
     EXPECT_EQ(chat->prompt, encode(ctx_.chat_template->render({{"system", "s"}}, false), false));
-    const std::string long_prompt(400, 'q');
+    std::string long_prompt;
+    for (int i = 0; i < 200; ++i) long_prompt += "the cat sat ";
     expect_api_error(
         [&] {
             build_prefill_job(
                 parse_prefill_request(parse_json_body(R"({"name": "a", "prompt": ")" + long_prompt + "\"}")), ctx_);
         },
-        400, "prompt", "context_length_exceeded", "but the context holds 64");
+        400, "prompt", "context_length_exceeded", "but the context holds " + std::to_string(kCtx));
 }
 
 }  // namespace

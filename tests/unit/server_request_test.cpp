@@ -149,7 +149,7 @@ TEST(ServerRequest, OutOfRangeValuesNameTheFieldAndTheRange) {
     for (const Case& c : std::vector<Case>{
              {R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "between 1 and 2147483647, got 0"},
              {R"({"prompt": "x", "max_tokens": 18446744073709551615})", "max_tokens", "at most 2147483647"},
-             {R"({"prompt": "x", "n": 5})", "n", "between 1 and 4, got 5"},
+             {R"({"prompt": "x", "n": 5})", "n", "must be at most 4"},  // positive JSON integers are unsigned
              {R"({"prompt": "x", "n": 0})", "n", "between 1 and 4, got 0"},
              {R"({"prompt": "x", "temperature": -0.5})", "temperature", "between 0"},
              {R"({"prompt": "x", "top_p": 1.5})", "top_p", "between 0"},
@@ -157,7 +157,7 @@ TEST(ServerRequest, OutOfRangeValuesNameTheFieldAndTheRange) {
              {R"({"prompt": "x", "presence_penalty": 3})", "presence_penalty", "between -2"},
              {R"({"prompt": "x", "repeat_penalty": 0})", "repeat_penalty", "between"},
              {R"({"prompt": "x", "seed": 18446744073709551615})", "seed", "at most"},
-             {R"({"prompt": "x", "logprobs": 21})", "logprobs", "between 0 and 20, got 21"},
+             {R"({"prompt": "x", "logprobs": 21})", "logprobs", "must be at most 20"},
              {R"({"prompt": "x", "logit_bias": {"1": 101}})", "logit_bias", "between -100"},
              {R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias", "is not a token id"},
              {R"({"prompt": "x", "logit_bias": {"1x": 1}})", "logit_bias", "is not a token id"},
