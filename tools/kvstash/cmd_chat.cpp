@@ -81,7 +81,12 @@ auto with_load_advice(const Model& model, const std::string& path, Fn load) {
         return load();
     } catch (const Error& e) {
         if (e.code() != ErrorCode::invalid_argument) throw;
-        const StateFileInfo info = inspect_state_file(path, /*verify_checksums=*/false);
+        StateFileInfo info;
+        try {
+            info = inspect_state_file(path, /*verify_checksums=*/false);
+        } catch (const Error&) {
+            throw e;  // the library's error is the one to show
+        }
         if (info.model_fingerprint != model_fingerprint(model)) throw;  // another model: the message says so
         throw Error(e.code(), std::string(e.what()) +
                                   (info.has_session ? "; start kvstash chat with --chat-template NAME to resume it"
