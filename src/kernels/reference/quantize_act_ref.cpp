@@ -1,5 +1,5 @@
 // The scalar activation quantizer (kernels/quantize_act.h): the definition of the 16-bit two-plane
-// activations; the SIMD version (matmul_int8_avx512vnni.cpp) gives its bits.
+// activations; the SIMD version (quantize_act_avx512vnni.cpp) gives its bits.
 #pragma GCC optimize("fp-contract=off")  // the scale and products exactly as written
 
 #include <algorithm>
