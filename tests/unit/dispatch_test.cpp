@@ -1,4 +1,5 @@
-// ISA dispatch (kernels/dispatch.h): names, availability, KVSTASH_ISA (also in child processes).
+// ISA dispatch (kernels/dispatch.h): names, availability, CPU features, the kernel tables, KVSTASH_ISA
+// (also in child processes).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,8 +8,15 @@
 #include <vector>
 
 #include "format/tensor_type.h"
+#include "kernels/activation.h"
+#include "kernels/attention_rows.h"
 #include "kernels/dispatch.h"
+#include "kernels/exp_f32.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_impl.h"
+#include "kernels/norm.h"
+#include "kernels/quantize_act.h"
+#include "kernels/rope_rotate.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -21,6 +29,47 @@ TEST(Dispatch, NamesAndAvailability) {
     const std::vector<Isa> isas = available_isas();
     ASSERT_FALSE(isas.empty());
     EXPECT_EQ(isas.front(), Isa::scalar);
+}
+
+// The ISAs follow the documented feature sets (dispatch.h).
+TEST(Dispatch, IsaSupportFollowsCpuFeatures) {
+    const CpuFeatures& f = cpu_features();
+    EXPECT_TRUE(cpu_supports(Isa::scalar));
+    EXPECT_EQ(cpu_supports(Isa::avx2), f.avx2 && f.fma && f.f16c);
+    EXPECT_EQ(cpu_supports(Isa::avx512),
+              cpu_supports(Isa::avx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+    EXPECT_EQ(cpu_supports_avx512_vnni(), cpu_supports(Isa::avx512) && f.avx512vnni && f.avx512vbmi);
+}
+
+// Every table is complete (only AVX-512 has a GQA group kernel), and the scalar one is made of the
+// scalar references, the definitions the other tables are tested against.
+TEST(Dispatch, KernelTablesAreCompleteAndScalarIsTheReference) {
+    for (Isa isa : available_isas()) {
+        SCOPED_TRACE(isa_name(isa));
+        const kernels::KernelTable& t = kernels::kernel_table(isa);
+        EXPECT_NE(t.matmul_rows, nullptr);
+        EXPECT_NE(t.matmul_int8_rows, nullptr);
+        EXPECT_NE(t.quantize_activation_row, nullptr);
+        EXPECT_NE(t.attention_dot, nullptr);
+        EXPECT_NE(t.attention_axpy, nullptr);
+        EXPECT_NE(t.exp_f32_shifted_row, nullptr);
+        EXPECT_EQ(t.attention_group != nullptr, isa == Isa::avx512);
+        EXPECT_NE(t.sum_of_squares, nullptr);
+        EXPECT_NE(t.scale_row, nullptr);
+        EXPECT_NE(t.rope_rotate, nullptr);
+        EXPECT_NE(t.swiglu, nullptr);
+    }
+    const kernels::KernelTable& s = kernels::kernel_table(Isa::scalar);
+    EXPECT_EQ(s.matmul_rows, &kernels::matmul_rows_scalar);
+    EXPECT_EQ(s.matmul_int8_rows, &kernels::matmul_int8_rows_scalar);
+    EXPECT_EQ(s.quantize_activation_row, &kernels::quantize_activation_row);
+    EXPECT_EQ(s.attention_dot, &kernels::reference::attention_dot);
+    EXPECT_EQ(s.attention_axpy, &kernels::reference::attention_axpy);
+    EXPECT_EQ(s.exp_f32_shifted_row, &kernels::reference::exp_f32_shifted_row);
+    EXPECT_EQ(s.sum_of_squares, &kernels::reference::sum_of_squares);
+    EXPECT_EQ(s.scale_row, &kernels::reference::scale_row);
+    EXPECT_EQ(s.rope_rotate, &kernels::reference::rope_rotate);
+    EXPECT_EQ(s.swiglu, &kernels::reference::swiglu);
 }
 
 // Checks active_isa() against KVSTASH_ISA as this process sees it; run directly (unset) and by the
