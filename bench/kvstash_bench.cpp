@@ -110,7 +110,7 @@ uint64_t sum_bytes_plain(const uint8_t* p, size_t n) {
 
 // GB/s (1e9 bytes/s) reading `buffer` with n_threads threads; median of `repeats` passes.
 json read_bandwidth(const std::vector<uint8_t>& buffer, int n_threads, int repeats) {
-    const bool avx2 = __builtin_cpu_supports("avx2");
+    const bool avx2 = kvstash::cpu_features().avx2;
     std::vector<double> gbs;
     volatile uint64_t sink = 0;
     for (int rep = 0; rep < repeats; ++rep) {

@@ -50,7 +50,8 @@ void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView
     thread_local std::vector<float> scratch;
     const int64_t group = shape.n_head / shape.n_head_kv;
     const int64_t kv_head = h_begin / group;
-    if (isa == Isa::avx512 && kernels::attention_group_avx512_supports(shape.head_dim)) {
+    const kernels::KernelTable& table = kernels::kernel_table(isa);
+    if (table.attention_group != nullptr && kernels::attention_group_avx512_supports(shape.head_dim)) {
         const int64_t n_heads = h_end - h_begin;
         scratch.resize(static_cast<size_t>(n_heads * (pos + 1)));
         kernels::AttentionGroupArgs args;
@@ -67,7 +68,7 @@ void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView
         args.row_bytes = kv.row_bytes;
         args.type = kv.type;
         args.scores = scratch.data();
-        kernels::attention_group_avx512(args);
+        table.attention_group(args);
         return;
     }
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);

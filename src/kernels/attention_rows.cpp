@@ -1,36 +1,11 @@
+// The attention row operations of an instruction set, from its kernel table (kernels/dispatch.h).
 #include "kernels/attention_rows.h"
 
-#include "kernels/exp_f32.h"
-
 namespace kvstash::kernels {
-namespace reference {
-
-namespace {
-inline float load(const uint8_t* row, int64_t i, TensorType type) {
-    if (type == TensorType::F16) return fp16_to_fp32(reinterpret_cast<const uint16_t*>(row)[i]);
-    return reinterpret_cast<const float*>(row)[i];
-}
-}  // namespace
-
-float attention_dot(const float* q, const uint8_t* k_row, int64_t n, TensorType type) {
-    float dot = 0.0f;
-    for (int64_t i = 0; i < n; ++i) dot += q[i] * load(k_row, i, type);
-    return dot;
-}
-
-void attention_axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type) {
-    for (int64_t i = 0; i < n; ++i) out[i] += w * load(v_row, i, type);
-}
-
-}  // namespace reference
 
 AttentionRowOps attention_row_ops(Isa isa) {
-    switch (isa) {
-        case Isa::avx512: return attention_row_ops_avx512();
-        case Isa::avx2: return attention_row_ops_avx2();
-        case Isa::scalar: break;
-    }
-    return {reference::attention_dot, reference::attention_axpy, reference::exp_f32_shifted_row};
+    const KernelTable& table = kernel_table(isa);
+    return {table.attention_dot, table.attention_axpy, table.exp_f32_shifted_row};
 }
 
 }  // namespace kvstash::kernels

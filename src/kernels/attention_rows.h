@@ -21,6 +21,7 @@ struct AttentionRowOps {
     void (*exp_shifted)(const float* in, float* out, int64_t n, float shift);
 };
 
+// The operations of `isa` (kernels/dispatch.h: one of available_isas(), not checked).
 AttentionRowOps attention_row_ops(Isa isa);
 
 namespace reference {
@@ -28,7 +29,9 @@ float attention_dot(const float* q, const uint8_t* k_row, int64_t n, TensorType 
 void attention_axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type);
 }  // namespace reference
 
-AttentionRowOps attention_row_ops_avx2();
-AttentionRowOps attention_row_ops_avx512();
+float attention_dot_avx2(const float* q, const uint8_t* k_row, int64_t n, TensorType type);
+void attention_axpy_avx2(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type);
+float attention_dot_avx512(const float* q, const uint8_t* k_row, int64_t n, TensorType type);
+void attention_axpy_avx512(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type);
 
 }  // namespace kvstash::kernels

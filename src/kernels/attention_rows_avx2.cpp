@@ -19,7 +19,9 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-float dot(const float* q, const uint8_t* k_row, int64_t n, TensorType type) {
+}  // namespace
+
+float attention_dot_avx2(const float* q, const uint8_t* k_row, int64_t n, TensorType type) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k_row, i, type), acc);
@@ -28,7 +30,7 @@ float dot(const float* q, const uint8_t* k_row, int64_t n, TensorType type) {
     return hsum(acc) + tail;
 }
 
-void axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type) {
+void attention_axpy_avx2(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type) {
     const __m256 wv = _mm256_set1_ps(w);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -36,9 +38,5 @@ void axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type)
     }
     if (i < n) reference::attention_axpy(out + i, w, v_row + i * (type == TensorType::F16 ? 2 : 4), n - i, type);
 }
-
-}  // namespace
-
-AttentionRowOps attention_row_ops_avx2() { return {dot, axpy, exp_f32_shifted_row_avx2}; }
 
 }  // namespace kvstash::kernels

@@ -18,7 +18,9 @@ inline __m512 load16(const uint8_t* row, int64_t i, TensorType type) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + i);
 }
 
-float dot(const float* q, const uint8_t* k_row, int64_t n, TensorType type) {
+}  // namespace
+
+float attention_dot_avx512(const float* q, const uint8_t* k_row, int64_t n, TensorType type) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k_row, i, type), acc);
@@ -27,7 +29,7 @@ float dot(const float* q, const uint8_t* k_row, int64_t n, TensorType type) {
     return _mm512_reduce_add_ps(acc) + tail;
 }
 
-void axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type) {
+void attention_axpy_avx512(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type) {
     const __m512 wv = _mm512_set1_ps(w);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -35,9 +37,5 @@ void axpy(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type)
     }
     if (i < n) reference::attention_axpy(out + i, w, v_row + i * (type == TensorType::F16 ? 2 : 4), n - i, type);
 }
-
-}  // namespace
-
-AttentionRowOps attention_row_ops_avx512() { return {dot, axpy, exp_f32_shifted_row_avx512}; }
 
 }  // namespace kvstash::kernels

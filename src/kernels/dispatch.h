@@ -1,42 +1,86 @@
-// Runtime choice of the instruction set used by the matmul kernels.
+// Runtime choice of the instruction set, for every kernel: the CPU's features (read once per process),
+// KVSTASH_ISA, and the table of each ISA's kernel functions. No other file reads CPUID.
 //
-// The best path the CPU supports is chosen once per process (__builtin_cpu_supports). The environment
-// variable KVSTASH_ISA=scalar|avx2|avx512 forces one (tests, benchmarks); forcing an ISA this CPU or
-// build lacks, or an unknown name, makes active_isa() and matmul() throw Error(invalid_argument).
+// The best path the CPU supports is chosen once per process. The environment variable
+// KVSTASH_ISA=scalar|avx2|avx512 forces one (tests, benchmarks); forcing an ISA this CPU or build lacks,
+// or an unknown name, makes active_isa() and matmul() throw Error(invalid_argument).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "format/tensor_type.h"
+#include "kernels/rope_params.h"
 
 namespace kvstash {
 
-class ThreadPool;
-
 enum class Isa { scalar, avx2, avx512 };
+
+// The instruction-set extensions kvstash uses, as this CPU reports them. Read once: CPUID is slow in a
+// virtual machine (a VM exit, microseconds) and matmul checks the ISA on every call (a decode step
+// makes hundreds).
+struct CpuFeatures {
+    bool avx2 = false, fma = false, f16c = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+    bool avx512vnni = false, avx512vbmi = false;  // the integer-activation kernels (*_avx512vnni.cpp)
+};
+const CpuFeatures& cpu_features();
+
+// Whether this CPU runs `isa`'s kernels: avx2 = AVX2 + FMA + F16C (*_avx2.cpp); avx512 = those and
+// AVX-512 F/BW/VL/DQ (*_avx512.cpp).
+bool cpu_supports(Isa isa);
+// Whether it also runs the AVX-512 integer-activation kernels: avx512 and VNNI (vpdpbusd, vpdpwssd) and
+// VBMI (vpermb).
+bool cpu_supports_avx512_vnni();
 
 Isa active_isa();
 // Every path this CPU can run, scalar first.
 std::vector<Isa> available_isas();
 const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 
-// `matmul` and `dot_row` (kernels/matmul.h) on a given path, whatever KVSTASH_ISA says. Throws
-// Error(invalid_argument) if this CPU cannot run `isa`. Results of one ISA are bitwise reproducible;
-// different ISAs agree to rounding (their reduction orders differ).
-void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
-                 float* Y, ThreadPool* pool);
-float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols);
-
-// Whether matmul_with(isa, type, ...) multiplies integer activations: the K-quants and q8_0 on the AVX-512 path
-// when the CPU has VNNI and VBMI (where the integer kernels are faster); f32 activations otherwise.
-// (The AVX2 and scalar integer code is exact but slower than their f32 paths, so they keep f32.)
+// Whether matmul_with(isa, type, ...) (kernels/matmul.h) multiplies integer activations: the K-quants and
+// q8_0 on the AVX-512 path when the CPU has VNNI and VBMI (where the integer kernels are faster); f32
+// activations otherwise. (The AVX2 and scalar integer code is exact but slower than their f32 paths, so
+// they keep f32.)
 bool matmul_uses_integer_activations(Isa isa, TensorType type);
 
-// The integer-activation product (kernels/quantize_act.h, reference/matmul_int8_ref.cpp) of a
-// block-quantized type on `isa`, whether or not matmul() uses it for that type (tests, benchmarks).
-// Every ISA gives the same bits. Throws Error(invalid_argument) for f32 / f16 / bf16.
-void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
-                         int64_t n_tokens, float* Y, ThreadPool* pool);
+namespace kernels {
+
+struct MatmulArgs;          // kernels/matmul_impl.h
+struct AttentionGroupArgs;  // kernels/attention_group.h
+
+// Rows [row_begin, row_end) of a matmul (kernels/matmul_impl.h).
+using MatmulRowsFn = void (*)(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// One activation row quantized to two int8 planes (kernels/quantize_act.h).
+using QuantizeRowFn = void (*)(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                               int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+// Rotates pairs [begin, half) of the head at v, half = n_rot / 2 (kernels/rope_rotate.h).
+using RopeRotateFn = void (*)(RopeLayout layout, float* v, int64_t half, int64_t begin, const float* cos_v,
+                              const float* sin_v);
+
+// The kernel functions of one instruction set. Each family's header says which bits they give: the same
+// as the scalar reference's on every ISA, except the f32 matmul and the attention dot products, whose
+// reduction order is the ISA's (one fixed order each).
+struct KernelTable {
+    MatmulRowsFn matmul_rows = nullptr;       // f32 activations (matmul_impl.h)
+    MatmulRowsFn matmul_int8_rows = nullptr;  // integer activations (reference/matmul_int8_ref.cpp)
+    QuantizeRowFn quantize_activation_row = nullptr;
+    // attention_rows.h
+    float (*attention_dot)(const float* q, const uint8_t* k_row, int64_t n, TensorType type) = nullptr;
+    void (*attention_axpy)(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type) = nullptr;
+    void (*exp_f32_shifted_row)(const float* in, float* out, int64_t n, float shift) = nullptr;  // exp_f32.h
+    // attention_group.h: every head of a GQA group at once; nullptr where the ISA has none.
+    void (*attention_group)(const AttentionGroupArgs& args) = nullptr;
+    double (*sum_of_squares)(const float* x, int64_t n) = nullptr;  // norm.h
+    void (*scale_row)(const float* x, const float* weight, float scale, float* out, int64_t n) = nullptr;
+    RopeRotateFn rope_rotate = nullptr;
+    void (*swiglu)(const float* gate, const float* up, float* out, int64_t n) = nullptr;  // activation.h
+};
+
+// The table of `isa`, which must be one of available_isas() (not checked: the per-row kernels ask for it
+// on every row; matmul checks it once per call).
+const KernelTable& kernel_table(Isa isa);
+
+}  // namespace kernels
 
 }  // namespace kvstash

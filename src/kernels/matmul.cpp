@@ -1,11 +1,8 @@
 // matmul / dot_row: argument checks, ISA dispatch, and the split of output rows across threads.
 #include "kernels/matmul.h"
 
-#include <cpuid.h>
-
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -18,93 +15,14 @@
 namespace kvstash {
 namespace {
 
-// F16C through CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
-bool cpu_has_f16c() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-}
-
-bool detect_cpu_has(Isa isa) {
-    switch (isa) {
-        case Isa::scalar: return true;
-        case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-        case Isa::avx512:
-            return detect_cpu_has(Isa::avx2) && __builtin_cpu_supports("avx512f") &&
-                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                   __builtin_cpu_supports("avx512dq");
-    }
-    return false;
-}
-
-// The integer kernels' extra needs on top of the avx512 path: VNNI (vpdpbusd, vpdpwssd), VBMI (vpermb).
-bool detect_avx512_vnni() {
-    return detect_cpu_has(Isa::avx512) && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
-}
-
-bool has_vnni_kernels() {
-    static const bool has = detect_avx512_vnni();
-    return has;
-}
-
-// Detected once: CPUID is slow in a virtual machine (a VM exit, microseconds) and matmul checks the ISA
-// on every call (a decode step makes hundreds).
-bool cpu_has(Isa isa) {
-    static const bool has[3] = {detect_cpu_has(Isa::scalar), detect_cpu_has(Isa::avx2), detect_cpu_has(Isa::avx512)};
-    return has[static_cast<int>(isa)];
-}
-
-struct IsaChoice {
-    Isa isa = Isa::scalar;
-    std::string error;  // non-empty: KVSTASH_ISA asked for something unusable
-};
-
-IsaChoice choose_isa() {
-    IsaChoice choice;
-    const char* forced = std::getenv("KVSTASH_ISA");
-    if (forced && *forced) {
-        const std::string name = forced;
-        for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
-            if (name != isa_name(isa)) continue;
-            if (!cpu_has(isa)) {
-                choice.error = "KVSTASH_ISA=" + name + " but this CPU does not support " + name +
-                               "; unset it or choose one of the supported paths";
-            }
-            choice.isa = isa;
-            return choice;
-        }
-        choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2 or avx512";
-        return choice;
-    }
-    choice.isa = cpu_has(Isa::avx512) ? Isa::avx512 : cpu_has(Isa::avx2) ? Isa::avx2 : Isa::scalar;
-    return choice;
-}
-
-const IsaChoice& isa_choice() {
-    static const IsaChoice choice = choose_isa();
-    return choice;
-}
-
 kernels::MatmulRowsFn rows_kernel(Isa isa, bool integer) {
-    if (!cpu_has(isa)) {
+    if (!cpu_supports(isa)) {
         throw Error(ErrorCode::invalid_argument,
                     std::string("matmul: this CPU does not support the ") + isa_name(isa) + " path");
     }
-    if (integer) {
-        // Every path computes the same bits (reference/matmul_int8_ref.cpp). AVX-512 without VNNI/VBMI
-        // takes the AVX2 code.
-        const bool vnni = has_vnni_kernels();
-        switch (isa) {
-            case Isa::scalar: return kernels::matmul_int8_rows_scalar;
-            case Isa::avx2: return kernels::matmul_int8_rows_avx2;
-            case Isa::avx512: return vnni ? kernels::matmul_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
-        }
-    }
-    switch (isa) {
-        case Isa::scalar: return kernels::matmul_rows_scalar;
-        case Isa::avx2: return kernels::matmul_rows_avx2;
-        case Isa::avx512: return kernels::matmul_rows_avx512;
-    }
-    return kernels::matmul_rows_scalar;
+    // The integer kernels of every path compute the same bits (reference/matmul_int8_ref.cpp).
+    const kernels::KernelTable& table = kernels::kernel_table(isa);
+    return integer ? table.matmul_int8_rows : table.matmul_rows;
 }
 
 void check_shape(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens) {
@@ -128,33 +46,6 @@ int64_t rows_per_task(int64_t rows, int n_threads) {
     const int64_t target = (rows + 4 * n_threads - 1) / (4 * n_threads);
     return std::max<int64_t>(16, (target + 15) / 16 * 16);
 }
-
-}  // namespace
-
-const char* isa_name(Isa isa) {
-    switch (isa) {
-        case Isa::scalar: return "scalar";
-        case Isa::avx2: return "avx2";
-        case Isa::avx512: return "avx512";
-    }
-    return "unknown";
-}
-
-Isa active_isa() {
-    const IsaChoice& choice = isa_choice();
-    if (!choice.error.empty()) throw Error(ErrorCode::invalid_argument, choice.error);
-    return choice.isa;
-}
-
-std::vector<Isa> available_isas() {
-    std::vector<Isa> isas;
-    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
-        if (cpu_has(isa)) isas.push_back(isa);
-    }
-    return isas;
-}
-
-namespace {
 
 // Products of one input X with every operand on `isa`, in one thread-pool run: integer activations for
 // the types matmul_uses_integer_activations names, or for all of them with force_integer (every type
@@ -189,12 +80,9 @@ void run_products(Isa isa, bool force_integer, std::span<const MatmulOperand> op
             const int64_t block = kernels::activation_block(op.type);
             const size_t slot = block == 256 ? 1 : 0;
             if (!quantized[slot]) {
-                // The AVX-512 quantizer lives with the VNNI kernels (compiled for them); the bits are the
-                // same as the scalar one's.
-                const kernels::QuantizeRowFn quantize_row = isa == Isa::avx512 && has_vnni_kernels()
-                                                                ? kernels::quantize_activation_row_avx512
-                                                                : kernels::quantize_activation_row;
-                kernels::quantize_activations(X, n_tokens, cols, block, xq[slot], pool, quantize_row);
+                // Every ISA's quantizer gives the scalar one's bits.
+                kernels::quantize_activations(X, n_tokens, cols, block, xq[slot], pool,
+                                              kernels::kernel_table(isa).quantize_activation_row);
                 quantized[slot] = true;
             }
             part.args.xq = &xq[slot];
@@ -222,10 +110,6 @@ void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, 
                          ThreadPool* pool) {
     for (const MatmulOperand& op : operands) check_shape(op.type, op.rows, cols, n_tokens);
     run_products(active_isa(), false, operands, cols, X, n_tokens, pool);
-}
-
-bool matmul_uses_integer_activations(Isa isa, TensorType type) {
-    return isa == Isa::avx512 && has_vnni_kernels() && kernels::uses_integer_activations(type);
 }
 
 void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,

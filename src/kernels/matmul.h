@@ -15,6 +15,7 @@
 #include <span>
 
 #include "format/tensor_type.h"
+#include "kernels/dispatch.h"
 
 namespace kvstash {
 
@@ -39,6 +40,19 @@ void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, 
 // One dot product of a W row with an f32 vector, with the same arithmetic as `matmul` (so the two are
 // bitwise equal). Used for single rows (embedding lookups go through dequantize_row instead).
 float dot_row(TensorType type, const void* w_row, const float* x, int64_t cols);
+
+// `matmul` and `dot_row` on a given path, whatever KVSTASH_ISA says (kernels/dispatch.h). Throws
+// Error(invalid_argument) if this CPU cannot run `isa`. Results of one ISA are bitwise reproducible;
+// different ISAs agree to rounding (their reduction orders differ).
+void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
+                 float* Y, ThreadPool* pool);
+float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols);
+
+// The integer-activation product (kernels/quantize_act.h, reference/matmul_int8_ref.cpp) of a
+// block-quantized type on `isa`, whether or not matmul() uses it for that type (tests, benchmarks).
+// Every ISA gives the same bits. Throws Error(invalid_argument) for f32 / f16 / bf16.
+void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
+                         int64_t n_tokens, float* Y, ThreadPool* pool);
 
 namespace reference {
 // Plain scalar reference: dequantize_row then a sequential double-free f32 sum. The fast path is

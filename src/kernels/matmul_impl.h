@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "format/tensor_type.h"
+#include "kernels/dispatch.h"
 
 namespace kvstash::kernels {
 
@@ -28,19 +29,25 @@ struct MatmulArgs {
     const QuantizedActivations* xq = nullptr;
 };
 
-using MatmulRowsFn = void (*)(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// MatmulRowsFn (kernels/dispatch.h): one of these, chosen by the ISA's kernel table.
 
 // Scalar: dequantize_row then a sequential f32 sum per (row, token). This is reference::matmul.
 void matmul_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
-// AVX2 + FMA + F16C (matmul_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp). Only call them on a
-// CPU that has the instructions.
+// AVX2 + FMA + F16C (matmul_avx2.cpp, matmul_fused_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp,
+// matmul_fused_avx512.cpp). Only call them on a CPU that has the instructions.
 void matmul_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// The AVX2 fused tile (matmul_fused_avx2.cpp), which matmul_rows_avx2 runs for one token of a
+// block-quantized type: the same bits as its buffered tile.
+void matmul_rows_fused_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// The AVX-512 fused tile (matmul_fused_avx512.cpp), which matmul_rows_avx512 runs for a few tokens
+// (at most 9) of a block-quantized type: the same bits as its buffered tiles.
+void matmul_rows_fused_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // The quantized weight types with int8 activations (args.xq), all with the arithmetic defined in
 // reference/matmul_int8_ref.cpp, bitwise equal to each other:
 //   scalar (the definition), AVX2 (the same code vectorized by the compiler, matmul_int8_avx2.cpp),
-//   AVX-512 F/BW/VL/DQ + VNNI + VBMI (matmul_int8_avx512vnni.cpp).
+//   AVX-512 F/BW/VL/DQ + VNNI + VBMI (matmul_int8_avx512vnni.cpp, matmul_int8_decode*_avx512vnni.cpp).
 void matmul_int8_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_int8_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_int8_rows_avx512vnni(const MatmulArgs& args, int64_t row_begin, int64_t row_end);

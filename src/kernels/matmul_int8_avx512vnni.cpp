@@ -10,7 +10,7 @@
 // int32 sum: lanes are rows, so a block's sum S_b needs no horizontal reduction, and the float step of
 // the definition (acc = fma(d·dx, float(S_b), acc)) runs on 16 rows at once, in block order. The tile
 // is reused by token tiles of 6 (K-quants: 4) tokens.
-// Few tokens (decode, 1-2 tokens): no unpacked copy; see "few tokens" below.
+// Few tokens (decode, up to kFewTokensChunkedMax): no unpacked copy (matmul_int8_decode_avx512vnni.h).
 // Offsets (q4_0: -8, q8_0: -128, q6_K: -32 per sub-block) are exact integer corrections from the
 // activation sums: a sum starts at -offset·sum(plane) instead of 0.
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)
@@ -28,7 +28,7 @@ using namespace int8_avx512;
 // Unpacked tile of 16 rows × a chunk of columns: u[i] = row i's unsigned integer weights (chunk bytes,
 // row stride `stride`); per block (absolute index), per row: the f32 scale d (and m / dmin), and the
 // K-quants' integer sub-block scales and mins.
-struct Tile {
+struct PackedTile {
     std::vector<uint8_t> u;       // kRows × stride
     std::vector<uint8_t> packed;  // (chunk / 4) × kRows × 4: dword k of every row
     std::vector<float> d, m;      // n_blocks × kRows
@@ -46,7 +46,7 @@ struct Tile {
 
 // ---- unpacking blocks [b0, b1) of one row (bytes `w` = the row's first block) into tile row i ----
 
-void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t b1, int64_t stride, int i, Tile& t) {
+void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t b1, int64_t stride, int i, PackedTile& t) {
     uint8_t* u = t.u.data() + static_cast<size_t>(i) * static_cast<size_t>(stride);
     const __m128i low4 = _mm_set1_epi8(0x0F);
     const __m256i low4y = _mm256_set1_epi8(0x0F);
@@ -139,7 +139,7 @@ void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t b1, int64
 }
 
 // Rows beyond the matrix in a partial tile: zero weights and scales (their outputs are not stored).
-void clear_row(int64_t b0, int64_t b1, int64_t chunk, int64_t stride, int n_sub, int i, Tile& t) {
+void clear_row(int64_t b0, int64_t b1, int64_t chunk, int64_t stride, int n_sub, int i, PackedTile& t) {
     std::memset(t.u.data() + static_cast<size_t>(i) * static_cast<size_t>(stride), 0, static_cast<size_t>(chunk));
     for (int64_t b = b0; b < b1; ++b) {
         t.d[b * kRows + i] = 0.0f;
@@ -150,7 +150,7 @@ void clear_row(int64_t b0, int64_t b1, int64_t chunk, int64_t stride, int n_sub,
 
 // packed[(c * 8 + k) * 64 + 4 * i ..] = dword k of elements 32c.. of row i, for the chunk's 32-column
 // groups c: two 8 × 8 dword transposes at once (rows 0-7 in the low, 8-15 in the high 256 bits).
-void transpose_tile(int64_t chunk, int64_t stride, Tile& t) {
+void transpose_tile(int64_t chunk, int64_t stride, PackedTile& t) {
     const uint8_t* u = t.u.data();
     const auto row_stride = static_cast<size_t>(stride);
     const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
@@ -194,7 +194,8 @@ void transpose_tile(int64_t chunk, int64_t stride, Tile& t) {
 // 32-element blocks. kShift: the offset correction -(sum of the plane) << kShift (q4_0: 3 = ·8, q8_0:
 // 7 = ·128); 0 = none (q4_1, with its min term instead).
 template <int NT, int kShift, bool kMin>
-void tile_small(const Tile& t, int64_t b0, int64_t b1, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+void packed_tile_blocks32(const PackedTile& t, int64_t b0, int64_t b1, const QuantizedActivations& xa, int64_t t0,
+                          float* acc_io) {
     const int8_t *xh[NT], *xl[NT];
     const float* dx[NT];
     const int32_t *h32[NT], *l32[NT];
@@ -242,7 +243,8 @@ void tile_small(const Tile& t, int64_t b0, int64_t b1, const QuantizedActivation
 // 256-element super-blocks. kQ6: 16 sub-blocks of 16 with offset -32 and signed scales, no mins;
 // otherwise 8 sub-blocks of 32 with mins (q4_K, q5_K).
 template <int NT, bool kQ6>
-void tile_k(const Tile& t, int64_t b0, int64_t b1, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+void packed_tile_super_blocks(const PackedTile& t, int64_t b0, int64_t b1, const QuantizedActivations& xa, int64_t t0,
+                              float* acc_io) {
     constexpr int kSub = kQ6 ? 16 : 8;  // sub-blocks per super-block
     constexpr int kDwords = 64 / kSub;  // dwords (4 elements) per sub-block: 4 or 8
     const int8_t *xh[NT], *xl[NT];
@@ -309,13 +311,13 @@ void tile_k(const Tile& t, int64_t b0, int64_t b1, const QuantizedActivations& x
     for (int j = 0; j < NT; ++j) _mm512_storeu_ps(acc_io + j * kRows, acc[j]);
 }
 
-using TileFn = void (*)(const Tile&, int64_t, int64_t, const QuantizedActivations&, int64_t, float*);
+using PackedTileFn = void (*)(const PackedTile&, int64_t, int64_t, const QuantizedActivations&, int64_t, float*);
 
 constexpr int kTokenTile = 6;   // tokens per register tile (32-element blocks)
 constexpr int kTokenTileK = 4;  // the same for K-quants (more accumulators per token)
 
 template <template <int> class F>
-TileFn for_tokens(int nt) {
+PackedTileFn packed_tile_for_tokens(int nt) {
     static_assert(kTokenTile == 6);
     switch (nt) {
         case 1: return F<1>::fn;
@@ -328,77 +330,39 @@ TileFn for_tokens(int nt) {
 }
 
 template <int NT>
-struct Q4_0Tile {
-    static constexpr TileFn fn = &tile_small<NT, 3, false>;
+struct PackedTileQ4_0 {
+    static constexpr PackedTileFn fn = &packed_tile_blocks32<NT, 3, false>;
 };
 template <int NT>
-struct Q4_1Tile {
-    static constexpr TileFn fn = &tile_small<NT, 0, true>;
+struct PackedTileQ4_1 {
+    static constexpr PackedTileFn fn = &packed_tile_blocks32<NT, 0, true>;
 };
 template <int NT>
-struct Q8_0Tile {
-    static constexpr TileFn fn = &tile_small<NT, 7, false>;
+struct PackedTileQ8_0 {
+    static constexpr PackedTileFn fn = &packed_tile_blocks32<NT, 7, false>;
 };
 template <int NT>
-struct Q45KTile {
-    static constexpr TileFn fn = &tile_k<std::min(NT, kTokenTileK), false>;
+struct PackedTileQ45_K {
+    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), false>;
 };
 template <int NT>
-struct Q6KTile {
-    static constexpr TileFn fn = &tile_k<std::min(NT, kTokenTileK), true>;
+struct PackedTileQ6_K {
+    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), true>;
 };
 
-TileFn tile_fn(TensorType type, int nt) {
+PackedTileFn packed_tile_for(TensorType type, int nt) {
     switch (type) {
-        case TensorType::Q4_0: return for_tokens<Q4_0Tile>(nt);
-        case TensorType::Q4_1: return for_tokens<Q4_1Tile>(nt);
-        case TensorType::Q8_0: return for_tokens<Q8_0Tile>(nt);
+        case TensorType::Q4_0: return packed_tile_for_tokens<PackedTileQ4_0>(nt);
+        case TensorType::Q4_1: return packed_tile_for_tokens<PackedTileQ4_1>(nt);
+        case TensorType::Q8_0: return packed_tile_for_tokens<PackedTileQ8_0>(nt);
         case TensorType::Q4_K:
-        case TensorType::Q5_K: return for_tokens<Q45KTile>(nt);
-        case TensorType::Q6_K: return for_tokens<Q6KTile>(nt);
+        case TensorType::Q5_K: return packed_tile_for_tokens<PackedTileQ45_K>(nt);
+        case TensorType::Q6_K: return packed_tile_for_tokens<PackedTileQ6_K>(nt);
         default: return nullptr;
     }
 }
 
 }  // namespace
-
-// Bitwise the scalar quantize_activation_row (see quantize_act.h): max of |x| (exact in any order; NaN
-// lanes are skipped as std::max skips them), the same scale and reciprocal computed in scalar, then
-// per 16 elements the same product, rounding add and integer steps.
-void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
-                                    int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16) {
-    constexpr auto kMax = static_cast<float>(kActivationMax);
-    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-    for (int64_t b0 = 0; b0 < cols; b0 += block) {
-        __m512 m = _mm512_setzero_ps();
-        for (int64_t i = b0; i < b0 + block; i += 16) {
-            m = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(x + i), abs_mask), m);  // NaN lanes keep m
-        }
-        const float amax = _mm512_reduce_max_ps(m);
-        const float scale = amax / kMax;
-        const float inv = amax > 0.0f ? kMax / amax : 0.0f;
-        d[b0 / block] = scale;
-        const __m512 vinv = _mm512_set1_ps(inv), magic = _mm512_set1_ps(12582912.0f);
-        const __m512i bias = _mm512_set1_epi32(0x4B400000), lo = _mm512_set1_epi32(-kActivationMax),
-                      hi = _mm512_set1_epi32(kActivationMax), half = _mm512_set1_epi32(128),
-                      byte = _mm512_set1_epi32(0xFF);
-        for (int64_t i = b0; i < b0 + block; i += 16) {
-            const __m512 shifted = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv), magic);
-            const __m512i q =
-                _mm512_max_epi32(lo, _mm512_min_epi32(hi, _mm512_sub_epi32(_mm512_castps_si512(shifted), bias)));
-            const __m512i low = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(q, half), byte), half);
-            const __m512i high = _mm512_srai_epi32(_mm512_sub_epi32(q, low), 8);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(l + i), _mm512_cvtepi32_epi8(low));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm512_cvtepi32_epi8(high));
-            h16[i / 16] = _mm512_reduce_add_epi32(high);
-            l16[i / 16] = _mm512_reduce_add_epi32(low);
-        }
-    }
-    for (int64_t i = 0; i < cols / 32; ++i) {
-        h32[i] = h16[2 * i] + h16[2 * i + 1];
-        l32[i] = l16[2 * i] + l16[2 * i + 1];
-    }
-}
 
 // A 16-row tile at a time: unpack the whole tile once, then token tile after token tile over it. Up to
 // kFewTokensChunkedMax tokens go to the decode kernels instead (few_tokens_rows).
@@ -408,7 +372,7 @@ void matmul_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t
     const int64_t n_blocks = a.cols / block;
     const int n_sub = a.type == TensorType::Q6_K ? 16 : 8;
     const int64_t chunk = a.cols;
-    thread_local Tile tile;
+    thread_local PackedTile tile;
     tile.reserve(chunk, n_blocks, n_sub);
     thread_local std::vector<float> acc;
     if (acc.size() < static_cast<size_t>(a.n_tokens * kRows)) acc.resize(static_cast<size_t>(a.n_tokens * kRows));
@@ -429,7 +393,7 @@ void matmul_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t
             const int64_t token_tile = block == 256 ? kTokenTileK : kTokenTile;
             for (int64_t t = 0; t < a.n_tokens; t += token_tile) {
                 const int nt = static_cast<int>(std::min<int64_t>(token_tile, a.n_tokens - t));
-                tile_fn(a.type, nt)(tile, b0, b1, *a.xq, t, acc.data() + t * kRows);
+                packed_tile_for(a.type, nt)(tile, b0, b1, *a.xq, t, acc.data() + t * kRows);
             }
         }
         const auto mask = static_cast<__mmask16>((1u << nr) - 1);

@@ -1,5 +1,5 @@
 // Shared by the AVX-512 VNNI integer-activation kernels (matmul_int8_avx512vnni.cpp: many tokens;
-// matmul_int8_decode_avx512vnni.cpp: one or two tokens). Include only from files compiled with
+// matmul_int8_decode*_avx512vnni.cpp: a few tokens). Include only from files compiled with
 // AVX-512 F/BW/VL/DQ + VNNI + VBMI (named *_avx512vnni.cpp).
 #pragma once
 
@@ -55,7 +55,7 @@ constexpr int kFewTokensMax = 2;  // token counts up to this take the decode ker
 // every 16-row tile costs about as much for 3 tokens as for 8.
 constexpr int kFewTokensChunkedMax = 8;
 
-// The decode path (matmul_int8_decode_avx512vnni.cpp): rows [row_begin, row_end),
+// The decode path (matmul_int8_decode*_avx512vnni.cpp): rows [row_begin, row_end),
 // a.n_tokens <= kFewTokensChunkedMax.
 void few_tokens_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "format/tensor_type.h"
+#include "kernels/dispatch.h"
 
 namespace kvstash {
 
@@ -64,10 +65,9 @@ struct QuantizedActivations {
 void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d, int32_t* h32,
                              int32_t* l32, int32_t* h16, int32_t* l16);
 
-// quantize_activation_row or an ISA's version of it with the same result bits.
-using QuantizeRowFn = void (*)(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
-                               int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
-// AVX-512 version (matmul_int8_avx512vnni.cpp): the same operations 16 lanes at a time (max and the
+// QuantizeRowFn (kernels/dispatch.h): quantize_activation_row or an ISA's version of it with the same
+// result bits.
+// AVX-512 version (quantize_act_avx512vnni.cpp): the same operations 16 lanes at a time (max and the
 // integer steps are exact, the product and the rounding add are the same single roundings), so the
 // same bits. Only on a CPU with the VNNI kernels' instruction sets (compiled with them).
 void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,

@@ -1,3 +1,4 @@
+// RoPE angles and the rotation of a token's heads (kernels/rope.h).
 #include "kernels/rope.h"
 
 #include <cmath>
@@ -6,17 +7,14 @@
 
 namespace kvstash {
 
-RopeTable::RopeTable(const ModelConfig& config, std::vector<float> freq_factors)
-    : n_rot_(config.n_rot),
-      head_dim_(config.head_dim),
-      position_scale_(1.0f / config.rope_linear_factor),
-      layout_(config.rope_layout) {
+RopeTable::RopeTable(const RopeParams& params, int64_t head_dim, std::vector<float> freq_factors)
+    : n_rot_(params.n_rot), head_dim_(head_dim), position_scale_(1.0f / params.linear_factor), layout_(params.layout) {
     const int64_t half = n_rot_ / 2;
     inv_freq_.resize(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) {
         // float32 like the reference implementations: base ** (2i / n_rot), then its inverse.
         const float exponent = static_cast<float>(2 * i) / static_cast<float>(n_rot_);
-        float inv = 1.0f / std::pow(config.rope_freq_base, exponent);
+        float inv = 1.0f / std::pow(params.freq_base, exponent);
         if (!freq_factors.empty()) inv /= freq_factors[static_cast<size_t>(i)];
         inv_freq_[static_cast<size_t>(i)] = inv;
     }
@@ -36,9 +34,7 @@ void RopeTable::apply(float* x, int64_t n_heads, const float* cos_v, const float
 }
 
 void RopeTable::apply_with(Isa isa, float* x, int64_t n_heads, const float* cos_v, const float* sin_v) const {
-    kernels::RopeRotateFn rotate = kernels::reference::rope_rotate;
-    if (isa == Isa::avx512) rotate = kernels::rope_rotate_avx512;
-    if (isa == Isa::avx2) rotate = kernels::rope_rotate_avx2;
+    const kernels::RopeRotateFn rotate = kernels::kernel_table(isa).rope_rotate;
     for (int64_t h = 0; h < n_heads; ++h) rotate(layout_, x + h * head_dim_, n_rot_ / 2, 0, cos_v, sin_v);
 }
 

@@ -1,21 +1,23 @@
 // Rotary position embedding. The angle of pair i at position p is
-//   p / linear_factor * base^(-2i / n_rot) / freq_factor[i]
-// (freq_factor from a Llama 3.1 rope_freqs tensor, else 1). Angles are a function of the absolute
-// position only, so a token gets the same rotation whichever batch it is evaluated in.
+//   p / linear_factor * freq_base^(-2i / n_rot) / freq_factor[i]
+// (RopeParams, kernels/rope_params.h; freq_factor from a Llama 3.1 rope_freqs tensor, else 1). Angles are a function of
+// the absolute position only, so a token gets the same rotation whichever batch it is evaluated in.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "kernels/dispatch.h"
-#include "model/config.h"
+#include "kernels/rope_params.h"
 
 namespace kvstash {
 
 class RopeTable {
 public:
     RopeTable() = default;
-    RopeTable(const ModelConfig& config, std::vector<float> freq_factors);
+    // Heads of head_dim floats, of which the first params.n_rot rotate. freq_factors: params.n_rot / 2
+    // divisors, or empty.
+    RopeTable(const RopeParams& params, int64_t head_dim, std::vector<float> freq_factors);
 
     // cos/sin of the n_rot/2 angles at `pos` into cos_out/sin_out.
     void angles(int64_t pos, float* cos_out, float* sin_out) const;

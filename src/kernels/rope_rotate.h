@@ -7,14 +7,12 @@
 
 #include <cstdint>
 
-#include "model/config.h"
+#include "kernels/dispatch.h"
+#include "kernels/rope_params.h"
 
 namespace kvstash::kernels {
 
-// Rotates pairs [begin, half) of the head at v (half = n_rot / 2).
-using RopeRotateFn = void (*)(RopeLayout layout, float* v, int64_t half, int64_t begin, const float* cos_v,
-                              const float* sin_v);
-
+// Each rotates pairs [begin, half) of the head at v (half = n_rot / 2): RopeRotateFn (kernels/dispatch.h).
 namespace reference {
 void rope_rotate(RopeLayout layout, float* v, int64_t half, int64_t begin, const float* cos_v, const float* sin_v);
 }  // namespace reference

@@ -30,7 +30,7 @@ ModelConfig read_model_config(const gguf::File& file) {
     c.n_head_kv = file.get_int(a + "attention.head_count_kv").value_or(c.n_head);
     c.n_ctx_train = file.get_int(a + "context_length").value_or(0);
     c.rms_eps = static_cast<float>(file.require_float(a + "attention.layer_norm_rms_epsilon"));
-    c.rope_freq_base = static_cast<float>(file.get_float(a + "rope.freq_base").value_or(10000.0));
+    c.rope.freq_base = static_cast<float>(file.get_float(a + "rope.freq_base").value_or(10000.0));
     if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_ff <= 0 || c.n_head <= 0 || c.n_head_kv <= 0) {
         inconsistent("block_count, embedding_length, feed_forward_length and head counts must be positive");
     }
@@ -42,20 +42,20 @@ ModelConfig read_model_config(const gguf::File& file) {
     const int64_t value_length = file.get_int(a + "attention.value_length").value_or(c.head_dim);
     if (value_length != c.head_dim) inconsistent("attention.value_length differs from attention.key_length");
     if (c.head_dim <= 0 || c.head_dim % 2 != 0) inconsistent("head dimension must be positive and even");
-    c.n_rot = file.get_int(a + "rope.dimension_count").value_or(c.head_dim);
-    if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    c.rope.n_rot = file.get_int(a + "rope.dimension_count").value_or(c.head_dim);
+    if (c.rope.n_rot <= 0 || c.rope.n_rot > c.head_dim || c.rope.n_rot % 2 != 0) {
         inconsistent("rope.dimension_count must be even and at most the head dimension");
     }
     if (auto type = file.get_string(a + "rope.scaling.type"); type && *type != "none") {
         if (*type == "linear") {
-            c.rope_linear_factor = static_cast<float>(file.require_float(a + "rope.scaling.factor"));
-            if (!(c.rope_linear_factor > 0.0f)) inconsistent("rope.scaling.factor must be positive");
+            c.rope.linear_factor = static_cast<float>(file.require_float(a + "rope.scaling.factor"));
+            if (!(c.rope.linear_factor > 0.0f)) inconsistent("rope.scaling.factor must be positive");
         } else if (*type != "llama3") {  // llama3 scaling is carried by the rope_freqs tensor
             throw Error(ErrorCode::unsupported,
                         "rope scaling type '" + *type + "' is not supported (supported: none, linear, llama3)");
         }
     }
-    c.has_rope_freqs = file.find_tensor("rope_freqs.weight") != nullptr;
+    c.rope.has_freq_factors = file.find_tensor("rope_freqs.weight") != nullptr;
     c.tied_output = file.find_tensor("output.weight") == nullptr;
 
     const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");

@@ -67,15 +67,15 @@ void LlamaScratch::reserve(const ModelConfig& c, int64_t n) {
     proj.resize(sz(c.n_embd));
     gate.resize(sz(c.n_ff));
     up.resize(sz(c.n_ff));
-    rope_cos.resize(sz(c.n_rot / 2));
-    rope_sin.resize(sz(c.n_rot / 2));
+    rope_cos.resize(sz(c.rope.n_rot / 2));
+    rope_sin.resize(sz(c.rope.n_rot / 2));
 }
 
 void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> segments, LlamaScratch& s,
                    ThreadPool& pool) {
     const ModelConfig& c = model.config;
     const ModelWeights& w = model.weights;
-    const int64_t half_rot = c.n_rot / 2;
+    const int64_t half_rot = c.rope.n_rot / 2;
     int64_t n = 0;  // rows of the micro-batch, all segments
     for (const ForwardSegment& seg : segments) n += static_cast<int64_t>(seg.tokens.size());
     if (n == 0) return;

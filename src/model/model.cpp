@@ -17,7 +17,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     m.file = gguf::File::open(path);
     m.config = read_model_config(*m.file);
     m.weights = bind_llama_weights(*m.file, m.config);
-    m.rope = RopeTable(m.config, m.weights.rope_freqs);
+    m.rope = RopeTable(m.config.rope, m.config.head_dim, m.weights.rope_freqs);
     try {
         m.tokenizer = std::make_unique<Tokenizer>(vocabulary_from_gguf(*m.file));
     } catch (const Error& e) {
@@ -54,8 +54,8 @@ std::string Model::describe() const {
     s << "heads:         " << c.n_head << " (kv " << c.n_head_kv << ", head dim " << c.head_dim << ")\n";
     s << "vocab:         " << c.n_vocab << "\n";
     s << "context:       " << c.n_ctx_train << "\n";
-    s << "rope:          base " << c.rope_freq_base << ", dims " << c.n_rot
-      << (c.has_rope_freqs ? ", llama3 frequency factors" : "") << "\n";
+    s << "rope:          base " << c.rope.freq_base << ", dims " << c.rope.n_rot
+      << (c.rope.has_freq_factors ? ", llama3 frequency factors" : "") << "\n";
     s << "rms eps:       " << c.rms_eps << "\n";
     s << "output:        " << (c.tied_output ? "tied to token_embd" : "separate") << "\n";
     s << "weights:       " << impl_->weights.matrix_bytes << " bytes of matrices ("

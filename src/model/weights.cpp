@@ -55,7 +55,7 @@ ModelWeights bind_llama_weights(const gguf::File& file, const ModelConfig& c) {
     w.token_embd = bind_matrix(file, "token_embd.weight", c.n_vocab, c.n_embd);
     w.output_norm = read_vector(file, "output_norm.weight", c.n_embd);
     w.output = c.tied_output ? w.token_embd : bind_matrix(file, "output.weight", c.n_vocab, c.n_embd);
-    if (c.has_rope_freqs) w.rope_freqs = read_vector(file, "rope_freqs.weight", c.n_rot / 2);
+    if (c.rope.has_freq_factors) w.rope_freqs = read_vector(file, "rope_freqs.weight", c.rope.n_rot / 2);
     w.layers.resize(static_cast<size_t>(c.n_layer));
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";

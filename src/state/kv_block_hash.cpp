@@ -3,6 +3,7 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t's size, for a state held in place
 #include <xxhash.h>
 
+#include "kernels/dispatch.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -12,8 +13,7 @@ static_assert(sizeof(XXH3_state_t) <= KvBlockHash::kStateBytes,
 static_assert(alignof(XXH3_state_t) <= 64, "XXH3_state_t needs more than 64-byte alignment");
 
 bool KvBlockHash::cpu_has_avx512() {
-    static const bool has = __builtin_cpu_supports("avx512f");
-    return has;
+    return cpu_features().avx512f;  // xxHash's AVX-512 path needs AVX-512F only
 }
 
 KvBlockHash::KvBlockHash(Path path) {

@@ -1,16 +1,13 @@
 // matmul: every weight type on every ISA this CPU has, against reference::matmul (f32 weight types) or
 // the scalar int8-activation definition (quantized types: bitwise, plus a derived error bound against
-// the exact product); batch invariance (bitwise) across n_tokens, chunking, row ranges and thread
-// counts; argument checks; ISA dispatch.
+// the exact product); the decoders against dequantize_row; the integer sums at their bounds; batch
+// invariance (bitwise) across n_tokens, chunking, row ranges and thread counts.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,75 +17,15 @@
 #include "kernels/quantize_act.h"
 #include "kernels/thread_pool.h"
 #include "kvstash/error.h"
+#include "support/random_operands.h"
 
 namespace kvstash {
 namespace {
 
-const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
-                                TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
-                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
-
-void put_fp16(uint8_t* p, float v) {
-    const uint16_t h = fp32_to_fp16(v);
-    std::memcpy(p, &h, 2);
-}
-
-// Random but valid weights: quant bits are random bytes (every pattern is valid); the fp16 scales are
-// overwritten with values of a typical magnitude (both signs), so the decoded weights are O(0.1-1).
-std::vector<uint8_t> random_weights(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    const TensorTypeTraits& traits = tensor_type_traits(type);
-    const uint64_t row_bytes = tensor_row_bytes(type, cols);
-    std::vector<uint8_t> w(row_bytes * static_cast<uint64_t>(rows));
-    if (traits.block_size == 1) {
-        for (int64_t i = 0; i < rows * cols; ++i) {
-            const float v = normal(rng) * 0.5f;
-            if (type == TensorType::F32) {
-                std::memcpy(w.data() + 4 * i, &v, 4);
-            } else if (type == TensorType::F16) {
-                put_fp16(w.data() + 2 * i, v);
-            } else {  // bf16: the top half of the fp32 bits
-                uint32_t bits;
-                std::memcpy(&bits, &v, 4);
-                const uint16_t h = static_cast<uint16_t>(bits >> 16);
-                std::memcpy(w.data() + 2 * i, &h, 2);
-            }
-        }
-        return w;
-    }
-    for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
-    for (uint64_t off = 0; off < w.size(); off += traits.type_size) {
-        uint8_t* blk = w.data() + off;
-        switch (type) {
-            case TensorType::Q8_0: put_fp16(blk, normal(rng) * 0.01f); break;
-            case TensorType::Q4_0: put_fp16(blk, normal(rng) * 0.05f); break;
-            case TensorType::Q4_1:
-                put_fp16(blk, std::abs(normal(rng)) * 0.05f);
-                put_fp16(blk + 2, -std::abs(normal(rng)) * 0.4f);
-                break;
-            case TensorType::Q4_K:
-            case TensorType::Q5_K:
-                put_fp16(blk, std::abs(normal(rng)) * 0.002f);
-                put_fp16(blk + 2, std::abs(normal(rng)) * 0.004f);
-                break;
-            case TensorType::Q6_K: put_fp16(blk + 208, normal(rng) * 0.0005f); break;
-            default: break;
-        }
-    }
-    return w;
-}
-
-std::vector<float> random_activations(int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n));
-    for (float& v : x) v = normal(rng);
-    return x;
-}
+using test::put_fp16;
+using test::random_activations;
+using test::random_weights;
+using test::same_bits;
 
 // The column count used for a type in these tests: K-quants need multiples of 256.
 int64_t test_cols(TensorType type) { return tensor_type_traits(type).block_size == 256 ? 512 : 576; }
@@ -105,7 +42,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 std::vector<Case> all_cases() {
     std::vector<Case> cases;
     for (Isa isa : available_isas())
-        for (TensorType type : kAllTypes) cases.push_back({isa, type});
+        for (TensorType type : test::kAllTensorTypes) cases.push_back({isa, type});
     return cases;
 }
 
@@ -417,227 +354,6 @@ TEST_P(MatmulCase, BatchInvariantBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsasAndTypes, MatmulCase, ::testing::ValuesIn(all_cases()), case_name);
-
-// Plain float types accept any column count; a partial last vector is handled (masked) the same way
-// for every token count.
-TEST(Matmul, OddColumnCountsForFloatTypes) {
-    for (Isa isa : available_isas()) {
-        for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
-            for (int64_t cols : {1, 7, 15, 17, 77}) {
-                const int64_t rows = 11, n_tokens = 6;
-                const std::vector<uint8_t> W = random_weights(type, rows, cols, 3);
-                const std::vector<float> X = random_activations(n_tokens * cols, 4);
-                std::vector<float> y(static_cast<size_t>(n_tokens * rows)), ref(y.size());
-                matmul_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, y.data(), nullptr);
-                reference::matmul(type, W.data(), rows, cols, X.data(), n_tokens, ref.data());
-                for (int64_t t = 0; t < n_tokens; ++t) {
-                    for (int64_t r = 0; r < rows; ++r) {
-                        const size_t i = static_cast<size_t>(t * rows + r);
-                        const float one = dot_row_with(isa, type, W.data() + r * tensor_row_bytes(type, cols),
-                                                       X.data() + t * cols, cols);
-                        ASSERT_TRUE(same_bits(one, y[i])) << isa_name(isa) << " cols " << cols;
-                        ASSERT_NEAR(y[i], ref[i], 1e-5 * (1 + std::abs(ref[i])) * cols) << isa_name(isa);
-                    }
-                }
-            }
-        }
-    }
-}
-
-// Long rows: the many-token path runs its register tiles over column slices (accumulators parked
-// between slices), the one-token path in one pass; bitwise the same, for every type, partial last
-// vector included (odd float column counts), over more than one token block.
-TEST(Matmul, LongRowsColumnSlicesBitwise) {
-    for (Isa isa : available_isas()) {
-        for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_1, TensorType::Q4_K,
-                                TensorType::Q6_K}) {
-            const bool small_block = tensor_type_traits(type).block_size <= 32;
-            for (int64_t cols : {int64_t{1536}, small_block ? int64_t{2080} : int64_t{2560}, int64_t{1101}}) {
-                if (cols % tensor_type_traits(type).block_size != 0) continue;
-                const int64_t rows = 9, n_tokens = 71;
-                const std::vector<uint8_t> W = random_weights(type, rows, cols, 5);
-                const std::vector<float> X = random_activations(n_tokens * cols, 6);
-                std::vector<float> y(static_cast<size_t>(n_tokens * rows));
-                matmul_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, y.data(), nullptr);
-                for (int64_t t = 0; t < n_tokens; ++t) {
-                    for (int64_t r = 0; r < rows; ++r) {
-                        const float one = dot_row_with(isa, type, W.data() + r * tensor_row_bytes(type, cols),
-                                                       X.data() + t * cols, cols);
-                        ASSERT_TRUE(same_bits(one, y[static_cast<size_t>(t * rows + r)]))
-                            << isa_name(isa) << " " << tensor_type_traits(type).name << " cols " << cols << " token "
-                            << t << " row " << r;
-                    }
-                }
-            }
-        }
-    }
-}
-
-// matmul_shared_input: each product bitwise what matmul gives it alone, with mixed weight types (integer
-// activations of both block sizes and f32 ones on AVX-512 VNNI), with and without a pool, 1 to 70 tokens.
-TEST(Matmul, SharedInputEqualsSeparateProductsBitwise) {
-    const int64_t cols = 512;
-    const std::vector<TensorType> types = {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q6_K, TensorType::F16,
-                                           TensorType::Q4_1};
-    const std::vector<int64_t> rows = {64, 37, 16, 5, 130};
-    std::vector<std::vector<uint8_t>> W;
-    for (size_t i = 0; i < types.size(); ++i)
-        W.push_back(random_weights(types[i], rows[i], cols, 40 + static_cast<uint32_t>(i)));
-    ThreadPool pool(2);
-    for (int64_t n_tokens : {1, 2, 3, 70}) {
-        const std::vector<float> X = random_activations(n_tokens * cols, 77);
-        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            std::vector<std::vector<float>> together(types.size()), alone(types.size());
-            std::vector<MatmulOperand> ops;
-            for (size_t i = 0; i < types.size(); ++i) {
-                together[i].assign(static_cast<size_t>(n_tokens * rows[i]), -1.0f);
-                alone[i].assign(together[i].size(), -2.0f);
-                ops.push_back({types[i], W[i].data(), rows[i], together[i].data()});
-                matmul(types[i], W[i].data(), rows[i], cols, X.data(), n_tokens, alone[i].data(), nullptr);
-            }
-            matmul_shared_input(ops, cols, X.data(), n_tokens, p);
-            for (size_t i = 0; i < types.size(); ++i) {
-                EXPECT_EQ(0, std::memcmp(together[i].data(), alone[i].data(), 4 * together[i].size()))
-                    << tensor_type_traits(types[i]).name << ", " << n_tokens << " tokens, pool " << (p != nullptr);
-            }
-        }
-    }
-}
-
-// The AVX-512 activation quantizer against the scalar one, bitwise, including values the matmul tests
-// do not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
-TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
-    const std::vector<Isa> isas = available_isas();
-    if (isas.back() != Isa::avx512 || !__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vbmi")) {
-        GTEST_SKIP() << "no AVX-512 VNNI/VBMI on this CPU";
-    }
-    for (int64_t block : {32, 256}) {
-        const int64_t cols = 1024;
-        std::vector<float> x = random_activations(cols, 31 + static_cast<uint32_t>(block));
-        x[3] = std::numeric_limits<float>::quiet_NaN();
-        x[40] = std::numeric_limits<float>::infinity();
-        x[300] = -std::numeric_limits<float>::infinity();
-        x[70] = 1e-40f;  // subnormal
-        x[71] = -0.0f;
-        for (int64_t k = 512; k < 512 + block; ++k) x[static_cast<size_t>(k)] = 1e-30f * static_cast<float>(k % 7);
-        for (int64_t k = 768; k < 768 + 32; ++k) x[static_cast<size_t>(k)] = 3e37f * static_cast<float>(k % 5 - 2);
-        struct Out {
-            std::vector<int8_t> h, l;
-            std::vector<float> d;
-            std::vector<int32_t> h32, l32, h16, l16;
-        };
-        auto run = [&](kernels::QuantizeRowFn fn) {
-            Out o{std::vector<int8_t>(cols),       std::vector<int8_t>(cols),       std::vector<float>(cols / block),
-                  std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 16),
-                  std::vector<int32_t>(cols / 16)};
-            fn(x.data(), cols, block, o.h.data(), o.l.data(), o.d.data(), o.h32.data(), o.l32.data(), o.h16.data(),
-               o.l16.data());
-            return o;
-        };
-        const Out a = run(kernels::quantize_activation_row), b = run(kernels::quantize_activation_row_avx512);
-        EXPECT_EQ(a.h, b.h) << block;
-        EXPECT_EQ(a.l, b.l) << block;
-        EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), 4 * a.d.size())) << block;
-        EXPECT_EQ(a.h32, b.h32) << block;
-        EXPECT_EQ(a.l32, b.l32) << block;
-        EXPECT_EQ(a.h16, b.h16) << block;
-        EXPECT_EQ(a.l16, b.l16) << block;
-    }
-}
-
-TEST(Matmul, IntegerPathOnlyForQuantizedTypes) {
-    std::vector<uint8_t> W(4096);
-    std::vector<float> X(64), Y(4);
-    for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
-        EXPECT_THROW(matmul_integer_with(Isa::scalar, type, W.data(), 2, 32, X.data(), 1, Y.data(), nullptr), Error);
-    }
-}
-
-TEST(Matmul, DispatchedEqualsActiveIsa) {
-    const Isa isa = active_isa();
-    const TensorType type = TensorType::Q4_1;
-    const int64_t rows = 19, cols = 576, n_tokens = 3;
-    const std::vector<uint8_t> W = random_weights(type, rows, cols, 5);
-    const std::vector<float> X = random_activations(n_tokens * cols, 6);
-    std::vector<float> a(static_cast<size_t>(rows * n_tokens)), b(a.size());
-    matmul(type, W.data(), rows, cols, X.data(), n_tokens, a.data(), nullptr);
-    matmul_with(isa, type, W.data(), rows, cols, X.data(), n_tokens, b.data(), nullptr);
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * a.size()));
-    EXPECT_TRUE(same_bits(dot_row(type, W.data(), X.data(), cols), a[0]));
-}
-
-TEST(Matmul, RejectsBadArguments) {
-    std::vector<uint8_t> W(4096);
-    std::vector<float> X(1024), Y(64);
-    try {
-        matmul(TensorType::Q4_1, W.data(), 2, 40, X.data(), 1, Y.data(), nullptr);
-        FAIL() << "40 columns is not a multiple of 32";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    }
-    try {
-        matmul(static_cast<TensorType>(6), W.data(), 2, 64, X.data(), 1, Y.data(), nullptr);
-        FAIL() << "q5_0 is not supported";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    }
-    EXPECT_THROW(matmul(TensorType::F32, W.data(), -1, 4, X.data(), 1, Y.data(), nullptr), Error);
-    // Empty products are fine and write nothing.
-    Y[0] = 42.0f;
-    matmul(TensorType::F32, W.data(), 0, 4, X.data(), 3, Y.data(), nullptr);
-    matmul(TensorType::F32, W.data(), 3, 4, X.data(), 0, Y.data(), nullptr);
-    EXPECT_EQ(Y[0], 42.0f);
-}
-
-TEST(Dispatch, NamesAndAvailability) {
-    EXPECT_STREQ(isa_name(Isa::scalar), "scalar");
-    EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
-    EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
-    const std::vector<Isa> isas = available_isas();
-    ASSERT_FALSE(isas.empty());
-    EXPECT_EQ(isas.front(), Isa::scalar);
-}
-
-// Checks active_isa() against KVSTASH_ISA as this process sees it; run directly (unset) and by the
-// next test in child processes with the variable set.
-TEST(Dispatch, ActiveIsaFollowsEnvironment) {
-    const char* forced = std::getenv("KVSTASH_ISA");
-    const std::vector<Isa> isas = available_isas();
-    if (!forced || !*forced) {
-        EXPECT_EQ(active_isa(), isas.back()) << "the best available path is chosen by default";
-        return;
-    }
-    for (Isa isa : isas) {
-        if (std::string(forced) == isa_name(isa)) {
-            EXPECT_EQ(active_isa(), isa);
-            return;
-        }
-    }
-    try {
-        active_isa();
-        FAIL() << "KVSTASH_ISA=" << forced << " should be refused";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-        EXPECT_NE(std::string(e.what()).find(forced), std::string::npos) << e.what();
-    }
-    std::vector<float> y(1);
-    EXPECT_THROW(matmul(TensorType::F32, y.data(), 1, 1, y.data(), 1, y.data(), nullptr), Error);
-}
-
-TEST(Dispatch, ForcedIsaInChildProcesses) {
-    if (std::getenv("KVSTASH_ISA")) GTEST_SKIP() << "already a child";
-    std::vector<std::string> values = {"scalar", "avx2", "avx512", "sse9"};
-    for (const std::string& value : values) {
-        // "/proc/self/exe" would name the shell inside system(), so resolve our own path here.
-        char self[4096];
-        const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        ASSERT_GT(len, 0);
-        self[len] = '\0';
-        const std::string run = "KVSTASH_ISA=" + value + " '" + std::string(self) +
-                                "' --gtest_filter=Dispatch.ActiveIsaFollowsEnvironment > /dev/null 2>&1";
-        EXPECT_EQ(std::system(run.c_str()), 0) << "KVSTASH_ISA=" << value;
-    }
-}
 
 }  // namespace
 }  // namespace kvstash

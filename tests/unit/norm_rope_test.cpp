@@ -13,7 +13,6 @@
 #include "kernels/dispatch.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
-#include "model/config.h"
 
 namespace kvstash {
 namespace {
@@ -119,15 +118,20 @@ TEST(RmsNorm, ZeroRowGivesZerosNotNaN) {
 
 // ------------------------------------------------------------------------------------------------ RoPE
 
-ModelConfig rope_config(int64_t head_dim, int64_t n_rot, RopeLayout layout, float base = 10000.0f,
-                        float linear_factor = 1.0f) {
-    ModelConfig c;
-    c.architecture = "llama";
+// The rope of heads of head_dim floats.
+struct RopeCase {
+    RopeParams params;
+    int64_t head_dim = 0;
+};
+
+RopeCase rope_config(int64_t head_dim, int64_t n_rot, RopeLayout layout, float base = 10000.0f,
+                     float linear_factor = 1.0f) {
+    RopeCase c;
     c.head_dim = head_dim;
-    c.n_rot = n_rot;
-    c.rope_layout = layout;
-    c.rope_freq_base = base;
-    c.rope_linear_factor = linear_factor;
+    c.params.n_rot = n_rot;
+    c.params.layout = layout;
+    c.params.freq_base = base;
+    c.params.linear_factor = linear_factor;
     return c;
 }
 
@@ -145,15 +149,16 @@ Angles angles_at(const RopeTable& rope, int64_t n_rot, int64_t pos) {
 // reference implementations do): 2i/n_rot, powf, 1/·, /factor, pos·scale, ·inv_freq. Rounding the
 // exponent e moves base^e by ln(base)·e·u relative; the other steps are ~6 roundings (powf up to 2u), so
 // |Δtheta| <= (8 + ln(base)·e)·u·theta, and cos/sin (rounded to float) add u. The bound uses 2x.
-void check_angles(const RopeTable& rope, const ModelConfig& c, const std::vector<float>& factors, int64_t pos) {
-    const Angles a = angles_at(rope, c.n_rot, pos);
-    for (int64_t i = 0; i < c.n_rot / 2; ++i) {
+void check_angles(const RopeTable& rope, const RopeCase& c, const std::vector<float>& factors, int64_t pos) {
+    const Angles a = angles_at(rope, c.params.n_rot, pos);
+    for (int64_t i = 0; i < c.params.n_rot / 2; ++i) {
         const auto is = static_cast<size_t>(i);
-        double theta = static_cast<double>(pos) / c.rope_linear_factor *
-                       std::pow(static_cast<double>(c.rope_freq_base), -2.0 * static_cast<double>(i) / c.n_rot);
+        double theta =
+            static_cast<double>(pos) / c.params.linear_factor *
+            std::pow(static_cast<double>(c.params.freq_base), -2.0 * static_cast<double>(i) / c.params.n_rot);
         if (!factors.empty()) theta /= factors[is];
-        const double e = 2.0 * static_cast<double>(i) / static_cast<double>(c.n_rot);
-        const double tol = 2 * ((8 + std::log(static_cast<double>(c.rope_freq_base)) * e) * kUnit * theta + kUnit);
+        const double e = 2.0 * static_cast<double>(i) / static_cast<double>(c.params.n_rot);
+        const double tol = 2 * ((8 + std::log(static_cast<double>(c.params.freq_base)) * e) * kUnit * theta + kUnit);
         EXPECT_NEAR(a.cos[is], std::cos(theta), tol) << "pos " << pos << " pair " << i;
         EXPECT_NEAR(a.sin[is], std::sin(theta), tol) << "pos " << pos << " pair " << i;
     }
@@ -161,21 +166,21 @@ void check_angles(const RopeTable& rope, const ModelConfig& c, const std::vector
 
 TEST(Rope, AnglesFollowBaseAndPosition) {
     for (float base : {10000.0f, 500000.0f}) {
-        const ModelConfig c = rope_config(64, 64, RopeLayout::normal, base);
-        const RopeTable rope(c, {});
+        const RopeCase c = rope_config(64, 64, RopeLayout::normal, base);
+        const RopeTable rope(c.params, c.head_dim, {});
         for (int64_t pos : {1, 2, 37, 1000}) check_angles(rope, c, {}, pos);
     }
     // Partial rotation: the exponent is 2i / n_rot, not 2i / head_dim.
-    const ModelConfig partial = rope_config(64, 16, RopeLayout::neox);
-    const RopeTable rope(partial, {});
+    const RopeCase partial = rope_config(64, 16, RopeLayout::neox);
+    const RopeTable rope(partial.params, partial.head_dim, {});
     for (int64_t pos : {1, 37, 500}) check_angles(rope, partial, {}, pos);
 }
 
 TEST(Rope, FrequencyFactorsDivideTheFrequencies) {
-    const ModelConfig c = rope_config(16, 16, RopeLayout::normal);
+    const RopeCase c = rope_config(16, 16, RopeLayout::normal);
     const std::vector<float> factors = {1.0f, 2.0f, 4.0f, 8.0f, 16.0f, 3.0f, 40.0f, 0.5f};
-    const RopeTable scaled(c, factors);
-    const RopeTable plain(c, {});
+    const RopeTable scaled(c.params, c.head_dim, factors);
+    const RopeTable plain(c.params, c.head_dim, {});
     for (int64_t pos : {1, 5, 37, 300}) check_angles(scaled, c, factors, pos);
     // Pair 0 has factor 1: unchanged; pair 1 at position 2 with factor 2 turns like position 1 unscaled.
     const Angles s2 = angles_at(scaled, 16, 2), p1 = angles_at(plain, 16, 1), p2 = angles_at(plain, 16, 2);
@@ -185,9 +190,9 @@ TEST(Rope, FrequencyFactorsDivideTheFrequencies) {
 }
 
 TEST(Rope, LinearScalingDividesPositions) {
-    const ModelConfig c4 = rope_config(32, 32, RopeLayout::normal, 10000.0f, 4.0f);
-    const ModelConfig c1 = rope_config(32, 32, RopeLayout::normal);
-    const RopeTable scaled(c4, {}), plain(c1, {});
+    const RopeCase c4 = rope_config(32, 32, RopeLayout::normal, 10000.0f, 4.0f);
+    const RopeCase c1 = rope_config(32, 32, RopeLayout::normal);
+    const RopeTable scaled(c4.params, c4.head_dim, {}), plain(c1.params, c1.head_dim, {});
     for (int64_t pos : {3, 37, 999}) check_angles(scaled, c4, {}, pos);
     // pos·(1/4) is exact for these positions, so the angles equal those of pos/4 bitwise.
     for (int64_t pos : {4, 40, 4000}) {
@@ -199,8 +204,8 @@ TEST(Rope, LinearScalingDividesPositions) {
 
 TEST(Rope, PositionZeroIsTheIdentity) {
     for (RopeLayout layout : {RopeLayout::normal, RopeLayout::neox}) {
-        const ModelConfig c = rope_config(16, 12, layout);
-        const RopeTable rope(c, {0.5f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
+        const RopeCase c = rope_config(16, 12, layout);
+        const RopeTable rope(c.params, c.head_dim, {0.5f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
         const Angles a = angles_at(rope, 12, 0);
         for (size_t i = 0; i < a.cos.size(); ++i) {
             EXPECT_EQ(a.cos[i], 1.0f);
@@ -217,8 +222,8 @@ TEST(Rope, PositionZeroIsTheIdentity) {
 // other dim zero: that pins down which dims form a pair, and the direction of rotation
 // (x' = x·cos - y·sin, y' = x·sin + y·cos, as in Hugging Face's rotate_half).
 void check_pairs(RopeLayout layout, int64_t head_dim, int64_t n_rot) {
-    const ModelConfig c = rope_config(head_dim, n_rot, layout);
-    const RopeTable rope(c, {});
+    const RopeCase c = rope_config(head_dim, n_rot, layout);
+    const RopeTable rope(c.params, c.head_dim, {});
     const Angles a = angles_at(rope, n_rot, 7);
     const int64_t half = n_rot / 2;
     for (int64_t i = 0; i < half; ++i) {
@@ -253,8 +258,8 @@ TEST(Rope, PartialRotationPairsWithinTheRotatedDims) {
 TEST(Rope, PartialRotationLeavesTheRestAndEachHeadAlike) {
     for (RopeLayout layout : {RopeLayout::normal, RopeLayout::neox}) {
         const int64_t head_dim = 12, n_rot = 4, n_heads = 3;
-        const ModelConfig c = rope_config(head_dim, n_rot, layout);
-        const RopeTable rope(c, {});
+        const RopeCase c = rope_config(head_dim, n_rot, layout);
+        const RopeTable rope(c.params, c.head_dim, {});
         const Angles a = angles_at(rope, n_rot, 123);
         const std::vector<float> one_head = random_vector(static_cast<size_t>(head_dim), 31);
         std::vector<float> x;
@@ -291,8 +296,8 @@ TEST(Rope, EveryIsaEqualsReferenceBitwise) {
                                        {128, 128},
                                        {128, 64},
                                        {256, 256}}) {
-            const ModelConfig c = rope_config(head_dim, n_rot, layout);
-            const RopeTable rope(c, {});
+            const RopeCase c = rope_config(head_dim, n_rot, layout);
+            const RopeTable rope(c.params, c.head_dim, {});
             const int64_t n_heads = 3;
             for (int64_t pos : {1, 37, 5000}) {
                 const Angles a = angles_at(rope, n_rot, pos);
@@ -317,8 +322,8 @@ TEST(Rope, EveryIsaEqualsReferenceBitwise) {
 TEST(Rope, RotationPreservesEachPairsNorm) {
     for (RopeLayout layout : {RopeLayout::normal, RopeLayout::neox}) {
         const int64_t head_dim = 64, n_heads = 4, half = head_dim / 2;
-        const ModelConfig c = rope_config(head_dim, head_dim, layout);
-        const RopeTable rope(c, {});
+        const RopeCase c = rope_config(head_dim, head_dim, layout);
+        const RopeTable rope(c.params, c.head_dim, {});
         for (int64_t pos : {1, 17, 4095}) {
             const Angles a = angles_at(rope, head_dim, pos);
             const std::vector<float> x =

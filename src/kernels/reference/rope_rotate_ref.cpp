@@ -1,4 +1,4 @@
-// RoPE's rotation, scalar reference (kernels/rope_rotate.h).
+// RoPE's rotation, scalar reference (kernels/rope_rotate.h): every ISA gives its bits.
 #pragma GCC optimize("fp-contract=off")  // products rounded before the add, as the SIMD paths do
 
 #include "kernels/rope_rotate.h"

@@ -1,0 +1,117 @@
+// ISA dispatch (kernels/dispatch.h): names, availability, CPU features, the kernel tables, KVSTASH_ISA
+// (also in child processes).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "format/tensor_type.h"
+#include "kernels/activation.h"
+#include "kernels/attention_rows.h"
+#include "kernels/dispatch.h"
+#include "kernels/exp_f32.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_impl.h"
+#include "kernels/norm.h"
+#include "kernels/quantize_act.h"
+#include "kernels/rope_rotate.h"
+#include "kvstash/error.h"
+
+namespace kvstash {
+namespace {
+
+TEST(Dispatch, NamesAndAvailability) {
+    EXPECT_STREQ(isa_name(Isa::scalar), "scalar");
+    EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
+    EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
+    const std::vector<Isa> isas = available_isas();
+    ASSERT_FALSE(isas.empty());
+    EXPECT_EQ(isas.front(), Isa::scalar);
+}
+
+// The ISAs follow the documented feature sets (dispatch.h).
+TEST(Dispatch, IsaSupportFollowsCpuFeatures) {
+    const CpuFeatures& f = cpu_features();
+    EXPECT_TRUE(cpu_supports(Isa::scalar));
+    EXPECT_EQ(cpu_supports(Isa::avx2), f.avx2 && f.fma && f.f16c);
+    EXPECT_EQ(cpu_supports(Isa::avx512),
+              cpu_supports(Isa::avx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+    EXPECT_EQ(cpu_supports_avx512_vnni(), cpu_supports(Isa::avx512) && f.avx512vnni && f.avx512vbmi);
+}
+
+// Every table is complete (only AVX-512 has a GQA group kernel), and the scalar one is made of the
+// scalar references, the definitions the other tables are tested against.
+TEST(Dispatch, KernelTablesAreCompleteAndScalarIsTheReference) {
+    for (Isa isa : available_isas()) {
+        SCOPED_TRACE(isa_name(isa));
+        const kernels::KernelTable& t = kernels::kernel_table(isa);
+        EXPECT_NE(t.matmul_rows, nullptr);
+        EXPECT_NE(t.matmul_int8_rows, nullptr);
+        EXPECT_NE(t.quantize_activation_row, nullptr);
+        EXPECT_NE(t.attention_dot, nullptr);
+        EXPECT_NE(t.attention_axpy, nullptr);
+        EXPECT_NE(t.exp_f32_shifted_row, nullptr);
+        EXPECT_EQ(t.attention_group != nullptr, isa == Isa::avx512);
+        EXPECT_NE(t.sum_of_squares, nullptr);
+        EXPECT_NE(t.scale_row, nullptr);
+        EXPECT_NE(t.rope_rotate, nullptr);
+        EXPECT_NE(t.swiglu, nullptr);
+    }
+    const kernels::KernelTable& s = kernels::kernel_table(Isa::scalar);
+    EXPECT_EQ(s.matmul_rows, &kernels::matmul_rows_scalar);
+    EXPECT_EQ(s.matmul_int8_rows, &kernels::matmul_int8_rows_scalar);
+    EXPECT_EQ(s.quantize_activation_row, &kernels::quantize_activation_row);
+    EXPECT_EQ(s.attention_dot, &kernels::reference::attention_dot);
+    EXPECT_EQ(s.attention_axpy, &kernels::reference::attention_axpy);
+    EXPECT_EQ(s.exp_f32_shifted_row, &kernels::reference::exp_f32_shifted_row);
+    EXPECT_EQ(s.sum_of_squares, &kernels::reference::sum_of_squares);
+    EXPECT_EQ(s.scale_row, &kernels::reference::scale_row);
+    EXPECT_EQ(s.rope_rotate, &kernels::reference::rope_rotate);
+    EXPECT_EQ(s.swiglu, &kernels::reference::swiglu);
+}
+
+// Checks active_isa() against KVSTASH_ISA as this process sees it; run directly (unset) and by the
+// next test in child processes with the variable set.
+TEST(Dispatch, ActiveIsaFollowsEnvironment) {
+    const char* forced = std::getenv("KVSTASH_ISA");
+    const std::vector<Isa> isas = available_isas();
+    if (!forced || !*forced) {
+        EXPECT_EQ(active_isa(), isas.back()) << "the best available path is chosen by default";
+        return;
+    }
+    for (Isa isa : isas) {
+        if (std::string(forced) == isa_name(isa)) {
+            EXPECT_EQ(active_isa(), isa);
+            return;
+        }
+    }
+    try {
+        active_isa();
+        FAIL() << "KVSTASH_ISA=" << forced << " should be refused";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find(forced), std::string::npos) << e.what();
+    }
+    std::vector<float> y(1);
+    EXPECT_THROW(matmul(TensorType::F32, y.data(), 1, 1, y.data(), 1, y.data(), nullptr), Error);
+}
+
+TEST(Dispatch, ForcedIsaInChildProcesses) {
+    if (std::getenv("KVSTASH_ISA")) GTEST_SKIP() << "already a child";
+    std::vector<std::string> values = {"scalar", "avx2", "avx512", "sse9"};
+    for (const std::string& value : values) {
+        // "/proc/self/exe" would name the shell inside system(), so resolve our own path here.
+        char self[4096];
+        const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        ASSERT_GT(len, 0);
+        self[len] = '\0';
+        const std::string run = "KVSTASH_ISA=" + value + " '" + std::string(self) +
+                                "' --gtest_filter=Dispatch.ActiveIsaFollowsEnvironment > /dev/null 2>&1";
+        EXPECT_EQ(std::system(run.c_str()), 0) << "KVSTASH_ISA=" << value;
+    }
+}
+
+}  // namespace
+}  // namespace kvstash

@@ -1,0 +1,59 @@
+// The activation quantizer (kernels/quantize_act.h): each ISA's version against the scalar one.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/quantize_act.h"
+#include "support/random_operands.h"
+
+namespace kvstash {
+namespace {
+
+using test::random_activations;
+
+// The AVX-512 activation quantizer against the scalar one, bitwise, including values the matmul tests
+// do not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
+TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
+    const std::vector<Isa> isas = available_isas();
+    if (isas.back() != Isa::avx512 || !cpu_supports_avx512_vnni()) {
+        GTEST_SKIP() << "no AVX-512 VNNI/VBMI on this CPU";
+    }
+    for (int64_t block : {32, 256}) {
+        const int64_t cols = 1024;
+        std::vector<float> x = random_activations(cols, 31 + static_cast<uint32_t>(block));
+        x[3] = std::numeric_limits<float>::quiet_NaN();
+        x[40] = std::numeric_limits<float>::infinity();
+        x[300] = -std::numeric_limits<float>::infinity();
+        x[70] = 1e-40f;  // subnormal
+        x[71] = -0.0f;
+        for (int64_t k = 512; k < 512 + block; ++k) x[static_cast<size_t>(k)] = 1e-30f * static_cast<float>(k % 7);
+        for (int64_t k = 768; k < 768 + 32; ++k) x[static_cast<size_t>(k)] = 3e37f * static_cast<float>(k % 5 - 2);
+        struct Out {
+            std::vector<int8_t> h, l;
+            std::vector<float> d;
+            std::vector<int32_t> h32, l32, h16, l16;
+        };
+        auto run = [&](kernels::QuantizeRowFn fn) {
+            Out o{std::vector<int8_t>(cols),       std::vector<int8_t>(cols),       std::vector<float>(cols / block),
+                  std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 32), std::vector<int32_t>(cols / 16),
+                  std::vector<int32_t>(cols / 16)};
+            fn(x.data(), cols, block, o.h.data(), o.l.data(), o.d.data(), o.h32.data(), o.l32.data(), o.h16.data(),
+               o.l16.data());
+            return o;
+        };
+        const Out a = run(kernels::quantize_activation_row), b = run(kernels::quantize_activation_row_avx512);
+        EXPECT_EQ(a.h, b.h) << block;
+        EXPECT_EQ(a.l, b.l) << block;
+        EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), 4 * a.d.size())) << block;
+        EXPECT_EQ(a.h32, b.h32) << block;
+        EXPECT_EQ(a.l32, b.l32) << block;
+        EXPECT_EQ(a.h16, b.h16) << block;
+        EXPECT_EQ(a.l16, b.l16) << block;
+    }
+}
+
+}  // namespace
+}  // namespace kvstash
