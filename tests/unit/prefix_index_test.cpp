@@ -16,10 +16,10 @@ namespace {
 constexpr size_t kHalf = 100;  // bytes of K (and of V) per block: what the index counts, not what it reads
 constexpr BlockKey kRoot{7, 7};
 
-std::shared_ptr<KvBlock> make_block(size_t half = kHalf) {
+std::shared_ptr<KvBlock> make_block(size_t k_bytes = kHalf, size_t v_bytes = kHalf) {
     auto block = std::make_shared<KvBlock>();
-    block->k = KvBlockBuffer(half);
-    block->v = KvBlockBuffer(half);
+    block->k = KvBlockBuffer(k_bytes);
+    block->v = KvBlockBuffer(v_bytes);
     return block;
 }
 
@@ -194,9 +194,9 @@ TEST(PrefixIndex, ReferencedBlocksAndTheirAncestorsAreNeverEvicted) {
 TEST(PrefixIndex, BytesCountEachBlocksKAndV) {
     PrefixIndex index;
     Sequence s(1, 2);
-    s.blocks[1] = make_block(40);
+    s.blocks[1] = make_block(40, 60);
     s.insert_into(index);
-    EXPECT_EQ(index.bytes(), 2 * kHalf + 2 * 40);
+    EXPECT_EQ(index.bytes(), 2 * kHalf + 40 + 60);
     s.blocks.clear();
     index.evict_to(2 * kHalf);
     EXPECT_EQ(index.bytes(), 2 * kHalf);
