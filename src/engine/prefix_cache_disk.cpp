@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -54,7 +55,7 @@ void PrefixDiskTier::scan() {
         if (!it->is_regular_file(entry_ec) || entry_ec) continue;
         const auto mtime = it->last_write_time(entry_ec);
         if (entry_ec) continue;
-        if (name.starts_with(".tmp-")) {
+        if (name.starts_with(atomic_file::kTempPrefix)) {
             if (now - mtime > kStaleTempAge) fs::remove(it->path(), entry_ec);
             continue;
         }

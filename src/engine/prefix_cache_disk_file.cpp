@@ -7,9 +7,10 @@
 #include <xxhash.h>
 
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
+
+#include "base/atomic_file.h"
 
 namespace kvstash {
 namespace {
@@ -62,17 +63,6 @@ Header make_header(const BlockFileName& block, const BlockFileIdentity& id, uint
     return h;
 }
 
-bool write_all(int fd, const uint8_t* data, uint64_t n) {
-    while (n > 0) {
-        const ssize_t w = ::write(fd, data, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        data += w;
-        n -= static_cast<uint64_t>(w);
-    }
-    return true;
-}
-
 bool read_all(int fd, uint8_t* data, uint64_t n, uint64_t offset) {
     while (n > 0) {
         const ssize_t r = ::pread(fd, data, n, static_cast<off_t>(offset));
@@ -120,25 +110,13 @@ bool write_block_file(const std::string& dir, const BlockFileName& block, const 
                       std::span<const uint8_t> k, std::span<const uint8_t> v) {
     const uint64_t half = id.half_bytes();
     if (k.size() != half || v.size() != half) return false;
-    static std::atomic<uint64_t> counter{0};
-    const std::string target = dir + "/" + block_file_name(block.key);
-    // A name no other writer uses (pid + per-process counter), hidden, never parsed as a block file.
-    const std::string temp =
-        dir + "/.tmp-" + block.key.hex() + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     const Header header = make_header(block, id, payload_checksum(k.data(), v.data(), half));
-    bool ok = false;
-    {
-        Fd out{::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)};
-        if (out.fd < 0) return false;
-        ok = write_all(out.fd, header.data(), header.size()) && write_all(out.fd, k.data(), half) &&
-             write_all(out.fd, v.data(), half);
-        const int fd = out.fd;
-        out.fd = -1;
-        ok = (::close(fd) == 0) && ok;
-    }
-    if (ok) ok = ::rename(temp.c_str(), target.c_str()) == 0;
-    if (!ok) ::unlink(temp.c_str());
-    return ok;
+    const auto bytes = [](const uint8_t* p, size_t n) { return std::string_view(reinterpret_cast<const char*>(p), n); };
+    // No fsync: a block torn by a crash fails its checksum and is a miss. The temporary file's name starts
+    // with atomic_file::kTempPrefix, never parsed as a block file (PrefixDiskTier::scan removes stale ones).
+    return atomic_file::try_write(dir + "/" + block_file_name(block.key),
+                                  {bytes(header.data(), header.size()), bytes(k.data(), half), bytes(v.data(), half)},
+                                  atomic_file::Durability::none);
 }
 
 BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,

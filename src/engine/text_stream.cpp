@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/utf8.h"
+#include "base/utf8.h"
 #include "kvstash/error.h"
 
 namespace kvstash {

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/atomic_file.h"
+
 namespace kvstash {
 namespace {
 
@@ -70,13 +72,7 @@ void fingerprint_cache_store(const FileIdentity& id, const std::string& hex) {
         std::string all((std::istreambuf_iterator<char>(in)), {});
         const size_t cut = all.find('\n', all.size() / 2);
         const std::string kept = cut == std::string::npos ? std::string() : all.substr(cut + 1);
-        const std::filesystem::path tmp = path->string() + ".tmp." + std::to_string(getpid());
-        {
-            std::ofstream out(tmp, std::ios::trunc);
-            out << kept << line;
-            if (!out) return;
-        }
-        std::filesystem::rename(tmp, *path, ec);
+        atomic_file::try_write(path->string(), {kept, line}, atomic_file::Durability::none);
         return;
     }
     // One append of a short line: concurrent writers do not interleave within a line.

@@ -126,6 +126,39 @@ void store_le(uint8_t* p, T v) {
     std::memcpy(p, &v, sizeof(T));
 }
 
+// One entry of the section table, as the writer fills it and the reader finds it: kSectionEntryBytes on
+// disk, fields at the entry:: offsets, bytes from entry::reserved on zero.
+struct SectionEntry {
+    uint32_t type = 0;   // SectionType (or an ancillary type)
+    uint32_t flags = 0;  // SectionFlag bits
+    uint64_t offset = 0;
+    uint64_t stored_bytes = 0;
+    uint64_t raw_bytes = 0;
+    uint64_t checksum = 0;
+    bool compressed() const { return (flags & kFlagZstd) != 0; }
+};
+
+// Writes `s` into the kSectionEntryBytes at `e` (the reserved bytes are left as they are: zero).
+inline void store_section_entry(uint8_t* e, const SectionEntry& s) {
+    store_le<uint32_t>(e + entry::type, s.type);
+    store_le<uint32_t>(e + entry::flags, s.flags);
+    store_le<uint64_t>(e + entry::offset, s.offset);
+    store_le<uint64_t>(e + entry::stored_bytes, s.stored_bytes);
+    store_le<uint64_t>(e + entry::raw_bytes, s.raw_bytes);
+    store_le<uint64_t>(e + entry::checksum, s.checksum);
+}
+
+inline SectionEntry load_section_entry(const uint8_t* e) {
+    SectionEntry s;
+    s.type = load_le<uint32_t>(e + entry::type);
+    s.flags = load_le<uint32_t>(e + entry::flags);
+    s.offset = load_le<uint64_t>(e + entry::offset);
+    s.stored_bytes = load_le<uint64_t>(e + entry::stored_bytes);
+    s.raw_bytes = load_le<uint64_t>(e + entry::raw_bytes);
+    s.checksum = load_le<uint64_t>(e + entry::checksum);
+    return s;
+}
+
 uint64_t align_up(uint64_t n, uint64_t alignment);
 std::string section_name(uint32_t type);  // "meta", "kv", ... or "type 0x80000007"
 

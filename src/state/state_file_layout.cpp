@@ -78,13 +78,7 @@ void Reader::parse_entries(uint64_t table_offset, uint32_t count) {
     const uint64_t size = file_.size();
     for (uint32_t i = 0; i < count; ++i) {
         const uint8_t* e = file_.data() + table_offset + uint64_t{i} * kSectionEntryBytes;
-        SectionRef s;
-        s.type = load_le<uint32_t>(e + entry::type);
-        s.flags = load_le<uint32_t>(e + entry::flags);
-        s.offset = load_le<uint64_t>(e + entry::offset);
-        s.stored_bytes = load_le<uint64_t>(e + entry::stored_bytes);
-        s.raw_bytes = load_le<uint64_t>(e + entry::raw_bytes);
-        s.checksum = load_le<uint64_t>(e + entry::checksum);
+        const SectionEntry s = load_section_entry(e);
         const std::string what = "section '" + section_name(s.type) + "' (entry " + std::to_string(i) + ")";
         if (std::any_of(e + entry::reserved, e + kSectionEntryBytes, [](uint8_t b) { return b != 0; })) {
             corrupt(what + " has non-zero reserved bytes");
@@ -126,7 +120,7 @@ void Reader::check_coverage(uint64_t table_offset, uint64_t table_bytes) const {
     };
     std::vector<Range> ranges{{0, kHeaderBytes, "the header"},
                               {table_offset, table_offset + table_bytes, "the section table"}};
-    for (const SectionRef& s : sections_) {
+    for (const SectionEntry& s : sections_) {
         if (s.stored_bytes > 0)
             ranges.push_back({s.offset, s.offset + s.stored_bytes, "section '" + section_name(s.type) + "'"});
     }
@@ -145,7 +139,7 @@ void Reader::check_coverage(uint64_t table_offset, uint64_t table_bytes) const {
     }
 }
 
-std::vector<uint8_t> Reader::read_section(const SectionRef& s) const {
+std::vector<uint8_t> Reader::read_section(const SectionEntry& s) const {
     verify_checksum(s);
     const auto stored = bytes(s);
     if (!s.compressed()) return {stored.begin(), stored.end()};
@@ -163,7 +157,7 @@ std::vector<uint8_t> Reader::read_section(const SectionRef& s) const {
 }
 
 Meta Reader::read_meta() const {
-    const SectionRef& s = *find(kSectionMeta);
+    const SectionEntry& s = *find(kSectionMeta);
     if (s.raw_bytes < kMetaFixedBytes || s.raw_bytes > kMetaFixedBytes + kMaxModelNameBytes) {
         corrupt("section 'meta' has " + std::to_string(s.raw_bytes) + " bytes; version 1 needs 128 plus at most 256");
     }
@@ -211,7 +205,7 @@ Meta Reader::read_meta() const {
 
     // Every other section's size follows from these shapes.
     auto expect_raw = [&](uint32_t type, uint64_t bytes) {
-        const SectionRef* sec = find(type);
+        const SectionEntry* sec = find(type);
         if (sec != nullptr && sec->raw_bytes != bytes) {
             corrupt("section '" + section_name(type) + "' holds " + std::to_string(sec->raw_bytes) +
                     " bytes; the meta section's shapes need " + std::to_string(bytes));
@@ -224,14 +218,14 @@ Meta Reader::read_meta() const {
     expect_raw(kSectionKv, static_cast<uint64_t>(kv_bytes));
     expect_raw(kSectionTokens, 4 * static_cast<uint64_t>(m.n_tokens));
     expect_raw(kSectionLogits, 4 * static_cast<uint64_t>(m.n_vocab));
-    if (const SectionRef* sampler = find(kSectionSampler);
+    if (const SectionEntry* sampler = find(kSectionSampler);
         sampler != nullptr &&
         (sampler->raw_bytes < kSamplerFixedBytes ||
          sampler->raw_bytes > kSamplerFixedBytes + kLogitBiasEntryBytes * static_cast<uint64_t>(m.n_vocab))) {
         corrupt("section 'sampler' has " + std::to_string(sampler->raw_bytes) + " bytes, outside what " +
                 std::to_string(m.n_vocab) + " tokens allow");
     }
-    if (const SectionRef* session = find(kSectionSession);
+    if (const SectionEntry* session = find(kSectionSession);
         session != nullptr && session->raw_bytes > kMaxSessionBytes) {
         corrupt("section 'session' declares " + std::to_string(session->raw_bytes) + " bytes, more than the " +
                 std::to_string(kMaxSessionBytes) + " allowed");

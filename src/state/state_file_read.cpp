@@ -59,7 +59,7 @@ SamplerState decode_sampler(const Reader& r, const std::vector<uint8_t>& b, int6
 // page-table work for the mapping, then the reads and the stores into the blocks (docs/benchmarks.md,
 // "Saved states"). Smaller pieces (4-64 KiB, hashed and copied in L1) and MADV_POPULATE_READ of the
 // section measured no faster.
-void decode_kv(const Reader& r, const SectionRef& s, const Meta& m, KvCache& kv) {
+void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& kv) {
     const int64_t n_blocks = (m.n_tokens + kv_block_tokens - 1) / kv_block_tokens;
     const uint64_t enc_row = kv_row_bytes(m.kv_encoding, m.n_embd_kv);
     const uint64_t part_bytes = static_cast<uint64_t>(m.n_layer) * kv_block_tokens * enc_row;
@@ -150,18 +150,18 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
                       " is outside the vocabulary of " + std::to_string(c.n_vocab));
         }
     }
-    if (const SectionRef* logits = r.find(kSectionLogits)) {
+    if (const SectionEntry* logits = r.find(kSectionLogits)) {
         const std::vector<uint8_t> b = r.read_section(*logits);
         s.last_logits.resize(static_cast<size_t>(c.n_vocab));
         std::memcpy(s.last_logits.data(), b.data(), b.size());
     }
-    if (const SectionRef* sampler = r.find(kSectionSampler))
+    if (const SectionEntry* sampler = r.find(kSectionSampler))
         s.sampler = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
     decode_kv(r, *r.find(kSectionKv), m, s.kv);
     s.kv_exact = m.kv_encoding == m.cache_type;  // q8_0 KV is not what recomputing would give
     if (session != nullptr) {
         session->reset();
-        if (const SectionRef* sec = r.find(kSectionSession)) {
+        if (const SectionEntry* sec = r.find(kSectionSession)) {
             const std::vector<uint8_t> b = r.read_section(*sec);
             session->emplace(b.begin(), b.end());
         }
@@ -187,10 +187,10 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     info.has_session = r.find(kSectionSession) != nullptr;
     info.file_bytes = file.size();
     info.kv_bytes = r.find(kSectionKv)->stored_bytes;
-    for (const SectionRef& s : r.sections()) info.compressed = info.compressed || s.compressed();
+    for (const SectionEntry& s : r.sections()) info.compressed = info.compressed || s.compressed();
     if (verify_checksums) {
         info.checksums_ok = true;
-        for (const SectionRef& s : r.sections()) {
+        for (const SectionEntry& s : r.sections()) {
             try {
                 r.verify_checksum(s);
             } catch (const Error& e) {

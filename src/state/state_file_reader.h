@@ -25,16 +25,6 @@ inline std::string hex64(uint64_t v) {
     return s;
 }
 
-struct SectionRef {
-    uint32_t type = 0;
-    uint32_t flags = 0;
-    uint64_t offset = 0;
-    uint64_t stored_bytes = 0;
-    uint64_t raw_bytes = 0;
-    uint64_t checksum = 0;
-    bool compressed() const { return (flags & kFlagZstd) != 0; }
-};
-
 struct Meta {
     ModelFingerprint fingerprint;
     int64_t n_vocab = 0, n_layer = 0, n_embd_kv = 0, n_ctx = 0, n_tokens = 0;
@@ -52,28 +42,28 @@ public:
     }
     [[noreturn]] void corrupt(const std::string& why) const { fail(ErrorCode::bad_format, why); }
     const std::string& name() const { return name_; }
-    std::span<const uint8_t> bytes(const SectionRef& s) const { return file_.subspan(s.offset, s.stored_bytes); }
+    std::span<const uint8_t> bytes(const SectionEntry& s) const { return file_.subspan(s.offset, s.stored_bytes); }
 
     void parse_layout();
-    const SectionRef* find(uint32_t type) const {
-        for (const SectionRef& s : sections_) {
+    const SectionEntry* find(uint32_t type) const {
+        for (const SectionEntry& s : sections_) {
             if (s.type == type) return &s;
         }
         return nullptr;
     }
-    const std::vector<SectionRef>& sections() const { return sections_; }
+    const std::vector<SectionEntry>& sections() const { return sections_; }
     uint32_t version() const { return version_; }
 
-    void verify_checksum(const SectionRef& s) const {
+    void verify_checksum(const SectionEntry& s) const {
         const uint64_t actual = XXH3_64bits(file_.data() + s.offset, s.stored_bytes);
         if (actual != s.checksum) checksum_mismatch(s, actual);
     }
-    [[noreturn]] void checksum_mismatch(const SectionRef& s, uint64_t actual) const {
+    [[noreturn]] void checksum_mismatch(const SectionEntry& s, uint64_t actual) const {
         corrupt("checksum mismatch in section '" + section_name(s.type) + "' (stored " + hex64(s.checksum) +
                 ", computed " + hex64(actual) + "): the file is corrupt");
     }
     // A small section's raw bytes (checksum verified, decompressed if needed).
-    std::vector<uint8_t> read_section(const SectionRef& s) const;
+    std::vector<uint8_t> read_section(const SectionEntry& s) const;
     Meta read_meta() const;
 
 private:
@@ -83,7 +73,7 @@ private:
     std::span<const uint8_t> file_;
     std::string name_;
     uint32_t version_ = 0;
-    std::vector<SectionRef> sections_;
+    std::vector<SectionEntry> sections_;
 };
 
 struct ZstdDCtxFree {
@@ -93,7 +83,7 @@ struct ZstdDCtxFree {
 // Decompresses one zstd frame into caller buffers, piece by piece, never producing more than asked.
 class ZstdStream {
 public:
-    ZstdStream(const Reader& reader, const SectionRef& s) : reader_(reader), section_(s), dctx_(ZSTD_createDCtx()) {
+    ZstdStream(const Reader& reader, const SectionEntry& s) : reader_(reader), section_(s), dctx_(ZSTD_createDCtx()) {
         if (!dctx_) throw Error(ErrorCode::internal, "cannot create a zstd decompression context");
         ZSTD_DCtx_setParameter(dctx_.get(), ZSTD_d_windowLogMax, kZstdWindowLogMax);
         const auto bytes = reader.bytes(s);
@@ -132,7 +122,7 @@ private:
         reader_.corrupt("section '" + section_name(section_.type) + "' " + why);
     }
     const Reader& reader_;
-    const SectionRef& section_;
+    const SectionEntry& section_;
     std::unique_ptr<ZSTD_DCtx, ZstdDCtxFree> dctx_;
     ZSTD_inBuffer in_{};
     bool frame_done_ = false;  // the last call ended the frame (zstd returned 0)

@@ -1,5 +1,5 @@
 // The state file writer: a State encoded into sections (docs/state-format.md) through a ByteSink, and
-// save_state's atomic file replacement (temp file in the same directory, fsync, rename, fsync dir).
+// save_state, which replaces the file atomically (base/atomic_file: temp file, fsync, rename, fsync dir).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/atomic_file.h"
+#include "base/utf8.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
@@ -82,13 +84,8 @@ bool compression_pays(uint64_t raw_bytes, uint64_t compressed_bytes) {
     return compressed_bytes < raw_bytes && raw_bytes <= compressed_bytes * kMaxCompressionRatio;
 }
 
-struct Section {
-    uint32_t type = 0;
-    uint32_t flags = 0;
-    uint64_t offset = 0;
-    uint64_t stored_bytes = 0;
-    uint64_t raw_bytes = 0;
-    uint64_t checksum = 0;
+// A section's table entry and, until it is written, its stored bytes.
+struct Section : SectionEntry {
     std::vector<uint8_t> stored;  // empty for a KV section streamed from the cache
     bool streamed = false;
 };
@@ -114,11 +111,9 @@ Section small_section(uint32_t type, std::vector<uint8_t> raw, bool compress) {
 
 std::vector<uint8_t> encode_meta(const State::Impl& s, const ModelConfig& c, const ModelFingerprint& fp,
                                  uint32_t encoding) {
-    std::string name = c.name.substr(0, kMaxModelNameBytes);
-    // Cut at a UTF-8 character boundary.
-    if (c.name.size() > kMaxModelNameBytes) {
-        while (!name.empty() && (static_cast<uint8_t>(c.name[name.size()]) & 0xC0) == 0x80) name.pop_back();
-    }
+    // At most kMaxModelNameBytes, cut at a UTF-8 character boundary.
+    const std::string name = c.name.substr(
+        0, utf8::character_start_at_or_before(c.name, std::min<size_t>(c.name.size(), kMaxModelNameBytes)));
     std::vector<uint8_t> m(kMetaFixedBytes + name.size(), 0);
     std::copy(fp.bytes.begin(), fp.bytes.end(), m.begin() + meta::fingerprint);
     store_le<int64_t>(&m[meta::n_vocab], c.n_vocab);
@@ -269,12 +264,6 @@ private:
     std::string path_, temp_;
 };
 
-std::string parent_directory(const std::string& path) {
-    const size_t slash = path.find_last_of('/');
-    if (slash == std::string::npos) return ".";
-    return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 void encode_state(const State& state, const SaveOptions& options, ByteSink& sink, std::string_view session) {
@@ -337,13 +326,7 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
     // Header and table last: they carry the checksums.
     std::vector<uint8_t> head(kHeaderBytes + kSectionEntryBytes * sections.size(), 0);
     for (size_t i = 0; i < sections.size(); ++i) {
-        uint8_t* e = head.data() + kHeaderBytes + kSectionEntryBytes * i;
-        store_le<uint32_t>(e + entry::type, sections[i].type);
-        store_le<uint32_t>(e + entry::flags, sections[i].flags);
-        store_le<uint64_t>(e + entry::offset, sections[i].offset);
-        store_le<uint64_t>(e + entry::stored_bytes, sections[i].stored_bytes);
-        store_le<uint64_t>(e + entry::raw_bytes, sections[i].raw_bytes);
-        store_le<uint64_t>(e + entry::checksum, sections[i].checksum);
+        store_section_entry(head.data() + kHeaderBytes + kSectionEntryBytes * i, sections[i]);
     }
     std::memcpy(head.data() + header::magic, kMagic, sizeof(kMagic));
     store_le<uint32_t>(&head[header::format_version], kFormatVersion);
@@ -374,38 +357,12 @@ void save_state(const State& state, const std::string& path, const SaveOptions& 
 }
 
 void save_state(const State& state, const std::string& path, const SaveOptions& options, std::string_view session) {
-    const std::string temp = path + ".tmp." + std::to_string(::getpid());
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) state_file::throw_write_error(path, "creating '" + temp + "'", errno);
-    try {
-        state_file::FileSink sink(fd, path, temp);
-        state_file::encode_state(state, options, sink, session);
-        if (::fsync(fd) != 0) state_file::throw_write_error(path, "syncing '" + temp + "'", errno);
-    } catch (...) {
-        ::close(fd);
-        ::unlink(temp.c_str());
-        throw;
-    }
-    if (::close(fd) != 0) {
-        const int saved = errno;
-        ::unlink(temp.c_str());
-        state_file::throw_write_error(path, "closing '" + temp + "'", saved);
-    }
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
-        const int saved = errno;
-        ::unlink(temp.c_str());
-        state_file::throw_write_error(path, "renaming '" + temp + "' over it", saved);
-    }
-    // The rename is durable only once the directory entry is on disk.
-    const std::string dir = state_file::parent_directory(path);
-    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    const int synced = dir_fd >= 0 ? ::fsync(dir_fd) : -1;
-    const int saved = errno;
-    if (dir_fd >= 0) ::close(dir_fd);
-    if (synced != 0 && saved != EINVAL) {  // EINVAL: a file system that cannot sync directories
-        throw Error(ErrorCode::io, "state file '" + path + "' was written but its directory '" + dir +
-                                       "' could not be synced: " + std::strerror(saved));
-    }
+    atomic_file::write(path,
+                       [&](int fd, const std::string& temp) {
+                           state_file::FileSink sink(fd, path, temp);
+                           state_file::encode_state(state, options, sink, session);
+                       },
+                       {atomic_file::Durability::file_and_directory, "state file"});
 }
 
 }  // namespace kvstash

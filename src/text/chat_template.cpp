@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/utf8.h"
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
 #include "model/model_impl.h"
@@ -30,54 +31,18 @@ bool is_python_space(char32_t c) {
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-// The code point of the well-formed UTF-8 sequence at s[i] and its length in bytes; length 0 when the bytes
-// there are malformed (content is not required to be UTF-8; such bytes are never whitespace).
-size_t decode_utf8(std::string_view s, size_t i, char32_t* code_point) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    if (b0 < 0x80) {
-        *code_point = b0;
-        return 1;
-    }
-    size_t n;
-    char32_t c, min;
-    if ((b0 & 0xE0) == 0xC0) {
-        n = 2;
-        c = b0 & 0x1F;
-        min = 0x80;
-    } else if ((b0 & 0xF0) == 0xE0) {
-        n = 3;
-        c = b0 & 0x0F;
-        min = 0x800;
-    } else if ((b0 & 0xF8) == 0xF0) {
-        n = 4;
-        c = b0 & 0x07;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (i + n > s.size()) return 0;
-    for (size_t k = 1; k < n; ++k) {
-        const auto b = static_cast<unsigned char>(s[i + k]);
-        if ((b & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (b & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *code_point = c;
-    return n;
-}
-
 // Jinja's `trim` filter: Python's str.strip() with no argument.
 std::string_view python_strip(std::string_view s) {
     char32_t c;
     while (!s.empty()) {
-        const size_t n = decode_utf8(s, 0, &c);
+        const size_t n = utf8::decode(s, 0, &c);
         if (n == 0 || !is_python_space(c)) break;
         s.remove_prefix(n);
     }
     while (!s.empty()) {
         size_t start = s.size() - 1;  // the last code point starts at most 3 continuation bytes back
-        while (start > 0 && s.size() - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
-        const size_t n = decode_utf8(s, start, &c);
+        while (start > 0 && s.size() - start < 4 && utf8::is_continuation(s[start])) --start;
+        const size_t n = utf8::decode(s, start, &c);  // malformed bytes (0) are never whitespace
         if (n != s.size() - start || !is_python_space(c)) break;
         s.remove_suffix(n);
     }

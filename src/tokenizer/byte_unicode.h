@@ -1,4 +1,4 @@
-// UTF-8 helpers and GPT-2's byte-level alphabet.
+// GPT-2's byte-level alphabet (UTF-8 itself: base/utf8.h).
 //
 // Byte-level BPE vocabularies (GPT-2, Llama 3, Qwen2, SmolLM2) spell every token as a string of
 // code points, one per byte, so that the 256 byte values are printable characters: bytes 0x21-0x7E,
@@ -12,15 +12,6 @@
 #include <string_view>
 
 namespace kvstash::tokenization {
-
-// Length of the well-formed UTF-8 sequence starting at text[pos] (1-4), or 0 when the bytes there
-// are not one (stray continuation byte, overlong form, surrogate, beyond U+10FFFF, truncated).
-size_t utf8_sequence_length(std::string_view text, size_t pos);
-// The code point of the well-formed `length`-byte sequence at text[pos] (length from
-// utf8_sequence_length, 1-4).
-uint32_t decode_utf8(std::string_view text, size_t pos, size_t length);
-// Appends the UTF-8 encoding of `code_point` (<= U+10FFFF).
-void append_utf8(std::string& out, uint32_t code_point);
 
 uint32_t byte_to_code_point(uint8_t byte);
 // The byte a code point of the alphabet stands for, or -1 when it is not in the alphabet.

@@ -5,8 +5,8 @@
 
 #include <array>
 
+#include "base/utf8.h"
 #include "kvstash/error.h"
-#include "tokenizer/byte_unicode.h"
 
 namespace kvstash::tokenization {
 namespace {
@@ -85,7 +85,7 @@ struct PreTokenizer::Stage {
             const size_t begin = ovector[0];
             const size_t end = ovector[1];
             if (end <= begin) {  // an empty match makes no piece; step over one character
-                const size_t len = utf8_sequence_length(text, begin);
+                const size_t len = utf8::sequence_length(text, begin);
                 search = begin + (len == 0 ? 1 : len);
                 continue;
             }

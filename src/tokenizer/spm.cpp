@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "tokenizer/byte_unicode.h"
+#include "base/utf8.h"
 
 namespace kvstash::tokenization {
 
@@ -55,7 +55,7 @@ void SentencePieceEncoder::encode(std::string_view text, std::vector<int32_t>& o
     };
     std::vector<Symbol> symbols;
     for (size_t pos = 0; pos < text.size();) {
-        const size_t len = std::max<size_t>(1, utf8_sequence_length(text, pos));
+        const size_t len = std::max<size_t>(1, utf8::sequence_length(text, pos));
         const auto index = static_cast<int32_t>(symbols.size());
         symbols.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(len), index - 1, index + 1});
         pos += len;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/utf8.h"
 #include "kvstash/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_unicode.h"
@@ -115,9 +116,9 @@ void check_special_id(const Vocabulary& vocab, int32_t id, const char* name) {
 // char::is_whitespace). llama.cpp skips ASCII whitespace only.
 size_t whitespace_length(std::string_view text, size_t pos) {
     if (pos >= text.size()) return 0;
-    const size_t length = tokenization::utf8_sequence_length(text, pos);
+    char32_t cp = 0;
+    const size_t length = utf8::decode(text, pos, &cp);
     if (length == 0) return 0;
-    const uint32_t cp = tokenization::decode_utf8(text, pos, length);
     const bool white = (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
                        (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
                        cp == 0x3000;

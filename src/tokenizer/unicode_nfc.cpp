@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "base/utf8.h"
 #include "kvstash/error.h"
 
 namespace kvstash::tokenization {
@@ -36,11 +37,9 @@ std::string to_nfc(std::string_view text) {
     out.reserve(text.size());
     size_t run_start = 0, i = 0;
     while (i < text.size()) {
-        utf8proc_int32_t cp = 0;
-        const utf8proc_ssize_t len = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
-                                                      static_cast<utf8proc_ssize_t>(text.size() - i), &cp);
+        const size_t len = utf8::sequence_length(text, i);
         if (len > 0) {
-            i += static_cast<size_t>(len);
+            i += len;
             continue;
         }
         // A malformed byte: normalise the run before it, copy the byte through, start a new run.

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "engine/utf8.h"
 #include "kvstash/error.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
@@ -85,33 +84,6 @@ SamplerParams forced_cycle(const Tokenizer& tok, const Ids& sequence) {
         p.logit_bias[static_cast<size_t>(sequence[i])].second = 1000.0f * static_cast<float>(sequence.size() - i);
     }
     return p;
-}
-
-// ---------------------------------------------------------------------------------------------
-// utf8::incomplete_tail_length
-
-TEST(Utf8, IncompleteTailLength) {
-    using utf8::incomplete_tail_length;
-    EXPECT_EQ(incomplete_tail_length(""), 0u);
-    EXPECT_EQ(incomplete_tail_length("abc"), 0u);
-    EXPECT_EQ(incomplete_tail_length("a\xC3"), 1u);
-    EXPECT_EQ(incomplete_tail_length("a\xC3\xA9"), 0u);
-    EXPECT_EQ(incomplete_tail_length("\xE2"), 1u);
-    EXPECT_EQ(incomplete_tail_length("\xE2\x82"), 2u);
-    EXPECT_EQ(incomplete_tail_length("x\xE2\x82\xAC"), 0u);
-    EXPECT_EQ(incomplete_tail_length("\xF0\x9F\x98"), 3u);
-    EXPECT_EQ(incomplete_tail_length("\xF0\x9F\x98\x80"), 0u);
-    EXPECT_EQ(incomplete_tail_length("\xF0\x9F"), 2u);
-    // Never completable: count as complete.
-    EXPECT_EQ(incomplete_tail_length("\x80"), 0u);  // stray continuation
-    EXPECT_EQ(incomplete_tail_length("a\x80\x80\x80"), 0u);
-    EXPECT_EQ(incomplete_tail_length("\xC0"), 0u);      // overlong lead
-    EXPECT_EQ(incomplete_tail_length("\xF5"), 0u);      // past U+10FFFF
-    EXPECT_EQ(incomplete_tail_length("\xE0\x80"), 0u);  // overlong 3-byte form
-    EXPECT_EQ(incomplete_tail_length("\xED\xA0"), 0u);  // surrogate
-    EXPECT_EQ(incomplete_tail_length("\xF4\x90"), 0u);  // > U+10FFFF
-    EXPECT_EQ(incomplete_tail_length("\xE2\x41"), 0u);  // lead then ASCII
-    EXPECT_EQ(incomplete_tail_length("\xE0\xA0"), 2u);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -305,17 +306,130 @@ TEST(Gguf, EveryTruncationIsAnErrorNotACrash) {
     }
 }
 
-TEST(Gguf, CorruptingAnyByteIsAnErrorOrAValidParse) {
+// The bytes a parse stands for: header, metadata and tensor infos written back from what was parsed. A
+// parse that misread anything (a length, a type, a count) writes back different bytes. The reader takes
+// any non-zero bool byte as true (the GGUF spec allows only 0 and 1), so bool bytes are listed in
+// `bool_at` and compared as zero / non-zero.
+struct WrittenBack {
+    std::vector<uint8_t> bytes;
+    std::vector<size_t> bool_at;
+};
+
+void write_value(ByteWriter& w, const Value& value, std::vector<size_t>& bool_at) {
+    if (value.type == ValueType::BOOL) bool_at.push_back(w.size());
+    if (value.type != ValueType::ARRAY) {
+        test::write_gguf_value(w, value);
+        return;
+    }
+    w.u32(static_cast<uint32_t>(value.array_type)).u64(value.array.size());
+    for (const Value& element : value.array) write_value(w, element, bool_at);
+}
+
+WrittenBack written_back(const File& file) {
+    ByteWriter w;
+    std::vector<size_t> bool_at;
+    w.raw("GGUF", 4).u32(file.version()).u64(file.tensors().size()).u64(file.metadata().size());
+    for (const auto& [key, value] : file.metadata()) {
+        w.string(key).u32(static_cast<uint32_t>(value.type));
+        write_value(w, value, bool_at);
+    }
+    for (const TensorInfo& t : file.tensors()) {
+        w.string(t.name).u32(static_cast<uint32_t>(t.dims.size()));
+        for (int64_t d : t.dims) w.u64(static_cast<uint64_t>(d));
+        w.u32(t.raw_type).u64(t.offset);
+    }
+    return {w.bytes(), bool_at};
+}
+
+bool same_head(const WrittenBack& head, const std::vector<uint8_t>& bytes) {
+    if (head.bytes.size() > bytes.size()) return false;
+    std::vector<uint8_t> seen(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(head.bytes.size()));
+    for (size_t at : head.bool_at) seen[at] = seen[at] != 0 ? 1 : 0;
+    return seen == head.bytes;
+}
+
+// What every successful parse of `bytes` must satisfy: the header, metadata and tensor infos are exactly
+// the file's bytes, the data section starts at the next aligned offset after them, and every tensor's
+// data (its size as its type and dims say) lies inside the file at an aligned offset.
+void expect_faithful_parse(const File& file, const std::vector<uint8_t>& bytes, const std::string& where) {
+    const WrittenBack head = written_back(file);
+    EXPECT_TRUE(same_head(head, bytes)) << where << ": parse differs from the bytes";
+    const uint64_t alignment = file.alignment();
+    EXPECT_EQ(file.data_offset(), (head.bytes.size() + alignment - 1) / alignment * alignment) << where;
+    for (const TensorInfo& t : file.tensors()) {
+        EXPECT_EQ(t.offset % alignment, 0u) << where << " tensor " << t.name;
+        EXPECT_EQ(t.n_bytes, tensor_row_bytes(t.type, t.dims[0]) * static_cast<uint64_t>(t.n_elements() / t.dims[0]))
+            << where << " tensor " << t.name;
+        EXPECT_LE(file.data_offset() + t.offset + t.n_bytes, bytes.size()) << where << " tensor " << t.name;
+        EXPECT_EQ(file.tensor_data(t), bytes.data() + file.data_offset() + t.offset) << where;
+    }
+}
+
+// Every byte of a valid file, corrupted three ways: an Error of the parser's own codes naming the file, or
+// a parse that is faithful to the corrupted bytes. A corrupted magic is always an error; a corrupted byte of
+// tensor data never is, and changes nothing but that byte.
+TEST(Gguf, CorruptingAnyByteIsAnErrorOrAFaithfulParse) {
     const auto bytes = rich_file();
+    const auto original = parse_bytes(bytes);
+    const uint64_t data_offset = original->data_offset();
+    size_t errors = 0, parses = 0;
     for (size_t i = 0; i < bytes.size(); ++i) {
         for (uint8_t flip : {uint8_t{0xff}, uint8_t{0x80}, uint8_t{0x01}}) {
             std::vector<uint8_t> corrupt = bytes;
             corrupt[i] ^= flip;
+            const std::string where = "byte " + std::to_string(i) + " ^ " + std::to_string(flip);
+            std::unique_ptr<File> file;
             try {
-                parse_bytes(corrupt);
-            } catch (const Error&) {}
+                file = parse_bytes(corrupt);
+            } catch (const Error& e) {
+                ++errors;
+                EXPECT_TRUE(e.code() == ErrorCode::bad_format || e.code() == ErrorCode::unsupported)
+                    << where << ": " << e.what();
+                EXPECT_EQ(std::string(e.what()).rfind("test.gguf: ", 0), 0u) << where << ": " << e.what();
+                EXPECT_LT(i, data_offset) << where << ": tensor data is not parsed, so cannot be an error";
+                continue;
+            }
+            ++parses;
+            EXPECT_GE(i, 4u) << where << ": a corrupted magic parsed";
+            expect_faithful_parse(*file, corrupt, where);
+            if (i >= data_offset) {
+                EXPECT_EQ(written_back(*file).bytes, written_back(*original).bytes) << where;
+                EXPECT_EQ(file->data_offset(), data_offset) << where;
+            }
         }
     }
+    EXPECT_GT(errors, 0u);
+    EXPECT_GT(parses, 3 * (bytes.size() - data_offset));  // every data byte, and some metadata (values) too
+}
+
+// Specific corruptions of the same file, each with the error it must give.
+TEST(Gguf, SpecificCorruptionsGiveTheirErrors) {
+    const auto bytes = rich_file();
+    const auto set_u64 = [](std::vector<uint8_t> b, size_t at, uint64_t v) {
+        std::memcpy(b.data() + at, &v, 8);
+        return b;
+    };
+    // Header: tensor count at 8, metadata count at 16, then the first key's length at 24.
+    expect_error(set_u64(bytes, 8, uint64_t{1} << 40), ErrorCode::bad_format, "tensor");
+    expect_error(set_u64(bytes, 16, uint64_t{1} << 40), ErrorCode::bad_format, "metadata");
+    expect_error(set_u64(bytes, 24, ~uint64_t{0}), ErrorCode::bad_format, "key has length");
+    // Tensor 'c': name (u64 1, "c"), n_dims 4, dims 2 1 1 2, type f32, then its data offset.
+    const std::vector<uint8_t> info_c = [] {
+        ByteWriter w;
+        w.string("c").u32(4).u64(2).u64(1).u64(1).u64(2).u32(kF32);
+        return w.bytes();
+    }();
+    const auto at = std::search(bytes.begin(), bytes.end(), info_c.begin(), info_c.end());
+    ASSERT_NE(at, bytes.end());
+    const size_t offset_at = static_cast<size_t>(at - bytes.begin()) + info_c.size();
+    ASSERT_EQ(parse_bytes(set_u64(bytes, offset_at, 128))->find_tensor("c")->offset, 128u);  // found the field
+    expect_error(set_u64(bytes, offset_at, 1u << 20), ErrorCode::bad_format, "run past the end of the file");
+    expect_error(set_u64(bytes, offset_at, 130), ErrorCode::bad_format, "is not a multiple of the alignment");
+    // Its type (f32 -> an unknown number) and its first dimension (absurd).
+    std::vector<uint8_t> bad_type = bytes;
+    bad_type[offset_at - 4] = 0xEE;
+    expect_error(bad_type, ErrorCode::unsupported, "tensor 'c' has type");
+    expect_error(set_u64(bytes, offset_at - 4 - 32, uint64_t{1} << 62), ErrorCode::bad_format, "tensor 'c'");
 }
 
 // Header + one metadata key, by hand, so that lengths and counts can lie.

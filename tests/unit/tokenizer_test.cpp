@@ -41,19 +41,6 @@ TEST(ByteLevel, AlphabetIsGpt2s) {
     EXPECT_EQ(from_byte_level("<|im_start|>"), "<|im_start|>");
 }
 
-TEST(ByteLevel, Utf8SequenceLength) {
-    using tokenization::utf8_sequence_length;
-    EXPECT_EQ(utf8_sequence_length("a", 0), 1u);
-    EXPECT_EQ(utf8_sequence_length("\xC3\xA9", 0), 2u);
-    EXPECT_EQ(utf8_sequence_length("\xE2\x96\x81", 0), 3u);
-    EXPECT_EQ(utf8_sequence_length("\xF0\x9F\x98\x80", 0), 4u);
-    EXPECT_EQ(utf8_sequence_length("\x80", 0), 0u);              // stray continuation
-    EXPECT_EQ(utf8_sequence_length("\xC0\xAF", 0), 0u);          // overlong
-    EXPECT_EQ(utf8_sequence_length("\xED\xA0\x80", 0), 0u);      // surrogate
-    EXPECT_EQ(utf8_sequence_length("\xF4\x90\x80\x80", 0), 0u);  // > U+10FFFF
-    EXPECT_EQ(utf8_sequence_length("\xE2\x96", 0), 0u);          // truncated
-}
-
 // ---------------------------------------------------------------------------------------------
 // Pre-tokenizers
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/utf8.h"
 #include "kvstash/error.h"
 
 namespace kvstash::cli {
@@ -49,38 +50,10 @@ bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
 namespace kvstash::cli {
 
 void require_valid_utf8(std::string_view text, const std::string& what) {
-    size_t i = 0;
-    while (i < text.size()) {
-        const auto c = static_cast<unsigned char>(text[i]);
-        size_t len = 0;
-        uint32_t min = 0;
-        if (c < 0x80) {
-            ++i;
-            continue;
-        }
-        if ((c & 0xE0) == 0xC0) {
-            len = 2;
-            min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3;
-            min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4;
-            min = 0x10000;
-        }
-        bool ok = len != 0 && i + len <= text.size();
-        uint32_t cp = len ? c & (0xFF >> (len + 1)) : 0;
-        for (size_t k = 1; ok && k < len; ++k) {
-            const auto cc = static_cast<unsigned char>(text[i + k]);
-            ok = (cc & 0xC0) == 0x80;
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        ok = ok && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-        if (!ok) {
-            throw Error(ErrorCode::invalid_argument, what + " is not valid UTF-8 (bad byte at offset " +
-                                                         std::to_string(i) + "); kvstash reads text as UTF-8");
-        }
-        i += len;
+    const size_t valid = utf8::valid_prefix_length(text);
+    if (valid != text.size()) {
+        throw Error(ErrorCode::invalid_argument, what + " is not valid UTF-8 (bad byte at offset " +
+                                                     std::to_string(valid) + "); kvstash reads text as UTF-8");
     }
 }
 

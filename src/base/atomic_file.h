@@ -1,0 +1,49 @@
+// Replacing a file atomically: write a temporary file in the same directory, then rename it over the
+// target, so that a reader sees the old file or the new one, never a part of either. A failure at any step
+// removes the temporary file and leaves a previous file at the path unchanged.
+//
+// Temporary files are named "<dir>/.tmp-<file name>-<pid>-<counter>": unique across threads and processes,
+// hidden, and found by their kTempPrefix (the prefix cache's disk tier removes stale ones at startup).
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace kvstash::atomic_file {
+
+inline constexpr std::string_view kTempPrefix = ".tmp-";
+
+enum class Durability {
+    none,                // no fsync: after a crash the new file may be missing or torn (callers that verify content)
+    file_and_directory,  // fsync the file before the rename and the directory after it
+};
+
+struct Options {
+    Durability durability = Durability::file_and_directory;
+    // Names the file in error messages: "cannot save <what> '<path>': ...".
+    std::string what = "file";
+};
+
+// A new temporary path for `path` (in its directory; see the naming above).
+std::string temp_path_for(const std::string& path);
+
+// Writes `path` atomically. `write_content(fd, temp_path)` writes the content through `fd` (open for
+// writing, empty; pwrite is fine) and throws on failure. Every other failure throws Error(io) naming
+// `path`, the step and strerror; the content writer's exceptions pass through unchanged. Either way the
+// temporary file is gone. A directory that cannot be synced after the rename (the file is in place) is
+// also an Error(io), except where the file system does not sync directories (EINVAL).
+void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
+           const Options& options = {});
+
+// Writes `parts` one after another to `path` atomically (see write()); false instead of an exception on
+// any failure, for best-effort caches.
+bool try_write(const std::string& path, std::initializer_list<std::string_view> parts,
+               Durability durability = Durability::none);
+
+// Writes all of [data, data + size) to `fd` from its current position, retrying short writes and EINTR;
+// throws Error(io) naming `what_path` on failure.
+void write_all(int fd, const void* data, size_t size, const std::string& what_path);
+
+}  // namespace kvstash::atomic_file

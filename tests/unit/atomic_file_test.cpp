@@ -1,0 +1,151 @@
+// base/atomic_file: a file replaced whole or not at all, and no temporary file left behind either way.
+#include "base/atomic_file.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "kvstash/error.h"
+
+namespace kvstash {
+namespace {
+
+namespace fs = std::filesystem;
+
+class AtomicFile : public ::testing::Test {
+protected:
+    fs::path dir;
+    void SetUp() override {
+        dir = fs::temp_directory_path() / ("kvstash_atomic_file_" + std::to_string(::getpid()) + "_" +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+    }
+    void TearDown() override {
+        std::error_code ec;
+        fs::permissions(dir, fs::perms::owner_all, ec);
+        fs::remove_all(dir, ec);
+    }
+    std::string path(const char* name) const { return (dir / name).string(); }
+    static std::string read(const std::string& p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    size_t entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(dir), {})); }
+    void write_text(const std::string& p, const std::string& text, atomic_file::Durability d) const {
+        atomic_file::write(
+            p, [&](int fd, const std::string& temp) { atomic_file::write_all(fd, text.data(), text.size(), temp); },
+            {d, "test file"});
+    }
+};
+
+TEST_F(AtomicFile, WritesAndReplaces) {
+    for (auto durability : {atomic_file::Durability::none, atomic_file::Durability::file_and_directory}) {
+        const std::string p = path("a.bin");
+        write_text(p, "first", durability);
+        EXPECT_EQ(read(p), "first");
+        write_text(p, "second, longer", durability);
+        EXPECT_EQ(read(p), "second, longer");
+        EXPECT_EQ(entries(), 1u) << "temp file left";
+    }
+}
+
+TEST_F(AtomicFile, TempFilesAreUniqueHiddenAndBesideTheTarget) {
+    const std::string a = atomic_file::temp_path_for(path("x.kvs"));
+    const std::string b = atomic_file::temp_path_for(path("x.kvs"));
+    EXPECT_NE(a, b);
+    EXPECT_EQ(fs::path(a).parent_path(), dir);
+    EXPECT_TRUE(fs::path(a).filename().string().starts_with(atomic_file::kTempPrefix)) << a;
+    EXPECT_EQ(atomic_file::temp_path_for("x").substr(0, atomic_file::kTempPrefix.size()), atomic_file::kTempPrefix);
+}
+
+// The content writer fails half way: its exception comes through, the old file is intact, no temp file.
+TEST_F(AtomicFile, FailureMidWriteKeepsTheOldFileAndRemovesTheTemp) {
+    const std::string p = path("state.kvs");
+    write_text(p, "old content", atomic_file::Durability::file_and_directory);
+    std::string seen_temp;
+    EXPECT_THROW(atomic_file::write(p,
+                                    [&](int fd, const std::string& temp) {
+                                        seen_temp = temp;
+                                        atomic_file::write_all(fd, "partial", 7, temp);
+                                        throw Error(ErrorCode::bad_format, "stop");
+                                    }),
+                 Error);
+    EXPECT_FALSE(seen_temp.empty());
+    EXPECT_FALSE(fs::exists(seen_temp));
+    EXPECT_EQ(read(p), "old content");
+    EXPECT_EQ(entries(), 1u);
+    // A write error (a closed descriptor) is an Error(io) naming the temp file.
+    try {
+        atomic_file::write(p, [&](int, const std::string& temp) {
+            // A descriptor not open for writing: write(2) fails with EBADF.
+            struct ReadOnly {
+                int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+                ~ReadOnly() { ::close(fd); }
+            } read_only;
+            atomic_file::write_all(read_only.fd, "x", 1, temp);
+        });
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_NE(std::string(e.what()).find(".tmp-state.kvs-"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(read(p), "old content");
+    EXPECT_EQ(entries(), 1u);
+}
+
+TEST_F(AtomicFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
+    if (::geteuid() == 0) GTEST_SKIP() << "root writes into read-only directories";
+    const std::string p = path("f.txt");
+    write_text(p, "kept", atomic_file::Durability::none);
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+    try {
+        write_text(p, "new", atomic_file::Durability::file_and_directory);
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::io);
+        const std::string message = e.what();
+        EXPECT_NE(message.find("cannot save test file '" + p + "'"), std::string::npos) << message;
+        EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
+    }
+    EXPECT_FALSE(atomic_file::try_write(p, {"new"}));
+    fs::permissions(dir, fs::perms::owner_all);
+    EXPECT_EQ(read(p), "kept");
+    EXPECT_EQ(entries(), 1u);
+}
+
+// /proc refuses new files even to root.
+TEST_F(AtomicFile, ADirectoryNobodyCanWriteIsAnIoError) {
+    const std::string p = "/proc/kvstash_atomic_file_test.bin";
+    try {
+        write_text(p, "x", atomic_file::Durability::file_and_directory);
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_NE(std::string(e.what()).find("cannot save test file '" + p + "': creating '/proc/.tmp-"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_FALSE(atomic_file::try_write(p, {"x"}));
+}
+
+TEST_F(AtomicFile, MissingDirectoryIsAnIoError) {
+    const std::string p = path("no/such/dir/f.txt");
+    EXPECT_THROW(write_text(p, "x", atomic_file::Durability::none), Error);
+    EXPECT_FALSE(atomic_file::try_write(p, {"x"}));
+}
+
+TEST_F(AtomicFile, TryWriteConcatenatesItsParts) {
+    const std::string p = path("parts.bin");
+    ASSERT_TRUE(atomic_file::try_write(p, {"ab", "", std::string_view("c\0d", 3)}));
+    EXPECT_EQ(read(p), std::string("abc\0d", 5));
+    EXPECT_EQ(entries(), 1u);
+}
+
+}  // namespace
+}  // namespace kvstash
