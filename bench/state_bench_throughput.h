@@ -12,7 +12,7 @@
 #include "kvstash/model.h"
 #include "kvstash/state_file.h"
 #include "model/config.h"
-#include "state/kv_block_hash.h"
+#include "kv/kv_block_hash.h"
 #include "state_bench_io.h"
 
 namespace state_bench {

@@ -9,7 +9,7 @@
 #include "engine/prefix_cache_key.h"
 #include "kvstash/error.h"
 #include "state/fingerprint.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace kvstash {
 

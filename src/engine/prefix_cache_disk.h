@@ -20,7 +20,7 @@
 
 #include "engine/prefix_cache_disk_file.h"
 #include "kvstash/prefix_cache.h"
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 

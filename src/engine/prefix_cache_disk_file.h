@@ -23,7 +23,7 @@
 
 #include "engine/prefix_cache_key.h"
 #include "state/fingerprint.h"
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 

@@ -19,7 +19,7 @@
 #include "kernels/dispatch.h"
 #include "kvstash/model.h"
 #include "state/fingerprint.h"
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 

@@ -8,8 +8,8 @@
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/thread_pool.h"
-#include "model/model_impl.h"
-#include "state/kv_cache.h"
+#include "model/model_access.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 namespace {

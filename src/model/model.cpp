@@ -3,7 +3,7 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "kvstash/tokenizer.h"
-#include "model/model_impl.h"
+#include "model/model_access.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {

@@ -6,7 +6,7 @@
 
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace fs = std::filesystem;
 

@@ -15,7 +15,7 @@
 
 #include "format/gguf.h"
 #include "kvstash/error.h"
-#include "model/model_impl.h"
+#include "model/model_access.h"
 
 namespace kvstash {
 namespace {

@@ -1,7 +1,7 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "model/config.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace kvstash {
 

@@ -12,7 +12,7 @@
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
 #include "state/state_file_reader.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace kvstash::state_file {
 

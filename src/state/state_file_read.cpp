@@ -16,9 +16,9 @@
 #include "kvstash/error.h"
 #include "model/config.h"
 #include "state/fingerprint.h"
-#include "state/kv_block_hash.h"
+#include "kv/kv_block_hash.h"
 #include "state/state_file_reader.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace kvstash::state_file {
 namespace {

@@ -20,7 +20,7 @@
 #include "model/config.h"
 #include "state/fingerprint.h"
 #include "state/state_file_format.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace kvstash::state_file {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
-#include "model/model_impl.h"
+#include "model/model_access.h"
 #include "text/chat_template_detect.h"
 
 namespace kvstash {

@@ -14,7 +14,7 @@
 
 #include "kvstash/error.h"
 #include "kvstash/model.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kvstash/error.h"
-#include "state/kv_block_hash.h"
+#include "kv/kv_block_hash.h"
 
 namespace kvstash {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
-#include "state/kv_block_pool.h"
-#include "state/kv_cache.h"
+#include "kv/kv_block_pool.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 namespace {

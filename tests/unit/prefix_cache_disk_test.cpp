@@ -17,7 +17,7 @@
 #include "kvstash/error.h"
 #include "kvstash/prefix_cache.h"
 #include "state/fingerprint.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 

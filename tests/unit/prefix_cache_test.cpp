@@ -9,7 +9,7 @@
 
 #include "engine/prefix_cache_key.h"
 #include "kvstash/prefix_cache.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kvstash/model.h"
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 

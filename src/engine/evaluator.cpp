@@ -8,8 +8,8 @@
 #include "kvstash/model.h"
 #include "model/batch_plan.h"
 #include "model/llama.h"
-#include "model/model_impl.h"
-#include "state/state_impl.h"
+#include "model/model_access.h"
+#include "state/state_access.h"
 
 namespace kvstash {
 

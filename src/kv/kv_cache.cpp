@@ -1,4 +1,4 @@
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include "kvstash/error.h"
 

@@ -11,7 +11,7 @@
 
 #include "format/tensor_type.h"
 #include "kernels/attention.h"
-#include "state/kv_block_buffer.h"
+#include "kv/kv_block_buffer.h"
 
 namespace kvstash {
 
