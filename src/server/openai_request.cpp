@@ -96,8 +96,9 @@ std::vector<int32_t> chat_tokens(const json& messages_json, bool add_generation_
     if (!ctx.chat_template) throw bad_request(ctx.chat_template_error, "messages", "no_chat_template");
     const std::vector<ChatMessage> messages = parse_messages(messages_json);
     try {
-        const std::string text = ctx.chat_template->render(messages, add_generation_prompt);
-        return ctx.model->tokenizer().encode(text, /*add_special=*/false, /*parse_special=*/true);
+        const std::string text = ctx.chat_template->render(
+            messages, add_generation_prompt ? AddGenerationPrompt::yes : AddGenerationPrompt::no);
+        return ctx.model->tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
     } catch (const Error& e) {
         throw bad_request(e.what(), "messages", "invalid_value");
     }
@@ -289,7 +290,7 @@ CompletionRequest parse_completion_request(const json& body, bool chat, ServerCo
             throw bad_request("'prompt' is required", "prompt", "missing_field");
         }
         // A continued state already has its BOS.
-        job->prompt = tokenizer.encode(text, /*add_special=*/!job->base, /*parse_special=*/true);
+        job->prompt = tokenizer.encode(text, job->base ? AddSpecial::no : AddSpecial::yes, ParseSpecial::yes);
     }
     const int64_t held = job->base ? job->base->n_tokens() : 0;
     const int64_t n_ctx = job->base ? job->base->n_ctx() : ctx.scheduler->n_ctx();
@@ -343,8 +344,7 @@ PrefillRequest parse_prefill_request(const json& body, ServerContext& ctx) {
             add_generation_prompt = get_bool(*v, "add_generation_prompt");
         job->prompt = chat_tokens(*messages, add_generation_prompt, ctx);
     } else {
-        job->prompt =
-            ctx.model->tokenizer().encode(get_string(*prompt, "prompt"), /*add_special=*/true, /*parse_special=*/true);
+        job->prompt = ctx.model->tokenizer().encode(get_string(*prompt, "prompt"), AddSpecial::yes, ParseSpecial::yes);
     }
     if (job->prompt.empty()) throw bad_request("the prompt is empty", "prompt", "empty_prompt");
     if (static_cast<int64_t>(job->prompt.size()) >= ctx.scheduler->n_ctx()) {

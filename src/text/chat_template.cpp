@@ -101,7 +101,7 @@ void append_llama3_header(std::string& out, std::string_view role) {
 }  // namespace
 
 ChatTemplate ChatTemplate::for_model(const Model& model) {
-    const std::optional<std::string> text = model.impl().file->get_string("tokenizer.chat_template");
+    const std::optional<std::string> text = ModelAccess::impl(model).file->get_string("tokenizer.chat_template");
     if (!text) {
         throw Error(ErrorCode::unsupported, "the model has no chat template (no tokenizer.chat_template in " +
                                                 model.path() + "); choose one with --chat-template " + choices());
@@ -129,7 +129,8 @@ ChatTemplate ChatTemplate::named(std::string_view name) {
 
 std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "llama3.0"}; }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(std::span<const ChatMessage> messages,
+                                 AddGenerationPrompt add_generation_prompt) const {
     if (messages.empty()) {
         throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
     }
@@ -146,7 +147,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
             append_chatml_turn(out, "system", default_system_);
         }
         for (const ChatMessage& message : messages) append_chatml_turn(out, message.role, message.content);
-        if (add_generation_prompt) out += "<|im_start|>assistant\n";
+        if (add_generation_prompt == AddGenerationPrompt::yes) out += "<|im_start|>assistant\n";
         return out;
     }
     out = "<|begin_of_text|>";
@@ -166,7 +167,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
         append_llama3_header(out, messages[i].role);
         out.append(python_strip(messages[i].content)).append("<|eot_id|>");
     }
-    if (add_generation_prompt) append_llama3_header(out, "assistant");
+    if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");
     return out;
 }
 

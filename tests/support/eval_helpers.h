@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvstash/kv_type.h"
 #include "kvstash/model.h"
 
 namespace kvstash::test {

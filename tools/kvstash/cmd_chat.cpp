@@ -14,12 +14,14 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
 #include "kvstash/progress.h"
 #include "kvstash/sampling_options.h"
 #include "kvstash/session.h"
+#include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash::cli {
