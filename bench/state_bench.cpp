@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
 
         auto model = kvstash::Model::load(model_path);
         const std::string text = read_file(text_path);
-        std::vector<int32_t> ids = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
+        std::vector<int32_t> ids =
+            model->tokenizer().encode(text, kvstash::AddSpecial::yes, kvstash::ParseSpecial::yes);
         const size_t n_text_tokens = ids.size();
         int copies = 1;
         {
@@ -188,7 +189,7 @@ int main(int argc, char** argv) {
             while (static_cast<int64_t>(ids.size()) < max_tokens) {
                 all += text;
                 ++copies;
-                ids = model->tokenizer().encode(all, AddSpecial::yes, ParseSpecial::yes);
+                ids = model->tokenizer().encode(all, kvstash::AddSpecial::yes, kvstash::ParseSpecial::yes);
             }
         }
         ids.resize(static_cast<size_t>(max_tokens));

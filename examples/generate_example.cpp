@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
         // SmolLM2-Instruct's chat format, written out by hand (kvstash/chat.h renders it for you).
         // parse_special turns "<|im_start|>" into its control token instead of spelling it out.
         const std::string prompt = "<|im_start|>user\n" + question + "<|im_end|>\n<|im_start|>assistant\n";
-        const std::vector<int32_t> tokens = model->tokenizer().encode(prompt, AddSpecial::yes, ParseSpecial::yes);
+        const std::vector<int32_t> tokens =
+            model->tokenizer().encode(prompt, kvstash::AddSpecial::yes, kvstash::ParseSpecial::yes);
         evaluator.eval(state, tokens);  // prefill: the state now ends with the logits for the first answer token
 
         kvstash::SamplerParams params;  // temperature 0.8, top-k 40, top-p 0.95, min-p 0.05

@@ -23,7 +23,7 @@ struct SaveOptions {
     // The KV section's type in the file: empty or the State's own type (f16 or f32): continuation is
     // bit-exact; KvType::q8_0: 8-bit blocks, about half of f16: smaller, but continuation is NOT
     // bit-exact any more. Any other type is Error(invalid_argument).
-    std::optional<KvType> file_kv_type;
+    std::optional<KvType> file_kv_type = std::nullopt;
     bool compress = false;  // zstd per section
 };
 

@@ -96,7 +96,7 @@ TEST_F(StateFileTest, Q8_0KvIsCloseAndAboutHalfTheSize) {
             save_state(state, path("q8.kvs"), SaveOptions{.file_kv_type = KvType::q8_0});
             const StateFileInfo full = inspect_state_file(path("full.kvs"), Checksums::verify);
             const StateFileInfo q8 = inspect_state_file(path("q8.kvs"), Checksums::verify);
-            EXPECT_EQ(q8.kv_type, "q8_0");
+            EXPECT_EQ(q8.kv_type, KvType::q8_0);
             EXPECT_TRUE(q8.lossy_kv);
             EXPECT_FALSE(full.lossy_kv);
             EXPECT_TRUE(q8.checksums_ok);

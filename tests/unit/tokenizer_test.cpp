@@ -306,21 +306,21 @@ TEST(TokenizerErrors, UnknownModelOrPreTokenizer) {
     }
     v.vocab.model = "gpt2";
     v.vocab.pre = "deepseek-coder";
-    EXPECT_THROW(Tokenizer{v.vocab}, Error);
+    EXPECT_THROW(make_tokenizer(v.vocab), Error);
     v.vocab.pre = "";  // no tokenizer.ggml.pre: GPT-2's pattern
-    EXPECT_NO_THROW(Tokenizer{v.vocab});
+    EXPECT_NO_THROW(make_tokenizer(v.vocab));
 }
 
 TEST(TokenizerErrors, InconsistentVocabularyAndBadIds) {
     ByteLevelVocab v = make_byte_level({});
     v.vocab.token_types.pop_back();
-    EXPECT_THROW(Tokenizer{v.vocab}, Error);
+    EXPECT_THROW(make_tokenizer(v.vocab), Error);
     v = make_byte_level({});
     v.vocab.eos_id = 999;
-    EXPECT_THROW(Tokenizer{v.vocab}, Error);
+    EXPECT_THROW(make_tokenizer(v.vocab), Error);
     Vocabulary empty;
     empty.model = "gpt2";
-    EXPECT_THROW(Tokenizer{empty}, Error);
+    EXPECT_THROW(make_tokenizer(empty), Error);
 
     const Tokenizer tok = make_tokenizer(make_byte_level({}).vocab);
     const Ids bad = {'a', 256};
@@ -448,7 +448,7 @@ TEST(SentencePiece, ByteFallbackAndUnknown) {
     EXPECT_EQ(tok.token_piece(3 + 'A'), "A");
     // Without byte tokens, an unknown character is one <unk>.
     const SpmVocab no_bytes = make_spm(/*with_bytes=*/false);
-    const Tokenizer tok2(no_bytes.vocab);
+    const Tokenizer tok2 = make_tokenizer(no_bytes.vocab);
     EXPECT_EQ(tok2.encode("h\xC3\xA9", AddSpecial::no, ParseSpecial::no), (Ids{no_bytes.id(m + "h"), 0}));
 }
 
