@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kvstash/error.h"
 #include "kv/kv_block_hash.h"
+#include "kvstash/error.h"
 
 namespace kvstash {
 namespace {
