@@ -52,6 +52,13 @@ void expect_rows(KvCache& kv, int64_t from, int64_t to, int tag, const char* who
     }
 }
 
+// One name per KV type, for every frontend; anything else is not a type.
+TEST(KvType, NamesParseBackAndNothingElseParses) {
+    for (KvType type : {KvType::f16, KvType::f32, KvType::q8_0}) EXPECT_EQ(parse_kv_type(kv_type_name(type)), type);
+    EXPECT_EQ(kv_type_name(KvType::q8_0), "q8_0");
+    for (const char* other : {"", "F16", "f16 ", "q8", "q4_0", "bf16"}) EXPECT_EQ(parse_kv_type(other), std::nullopt);
+}
+
 TEST(KvCache, RowBytesAndBlockBytes) {
     const KvCache f16(kLayers, kWidth, KvType::f16), f32(kLayers, kWidth, KvType::f32);
     EXPECT_EQ(f16.row_bytes(), 2u * kWidth);

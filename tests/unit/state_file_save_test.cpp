@@ -1,5 +1,6 @@
 // Atomic state-file saves: a failed save (unwritable directory, disk full) leaves the old file and no
-// temp file; a state that cannot be saved is refused before anything is written.
+// temp file; a state that cannot be saved (or not in the KV type asked for) is refused before anything
+// is written.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -69,6 +70,25 @@ TEST_F(StateFileTest, UnsaveableSamplerIsRefusedAtSave) {
     expect_error([&] { save_state(state, path("s.kvs")); }, ErrorCode::invalid_argument, "logit_bias token id 300");
     EXPECT_FALSE(fs::exists(path("s.kvs")));
     EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0) << "temp file left";
+}
+
+// The file's KV type is the State's own (bit-exact) or q8_0 (lossy); anything else is refused before a
+// byte is written. A State's cache is never q8_0.
+TEST_F(StateFileTest, FileKvTypeIsTheCacheTypeOrQ8_0) {
+    auto model = Model::load(tiny("gqa_f16"));
+    const State state = make_state(model, 5);  // f16 cache
+    expect_error([&] { save_state(state, path("s.kvs"), SaveOptions{.file_kv_type = KvType::f32}); },
+                 ErrorCode::invalid_argument, "can be stored as f16 or q8_0, not f32");
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0) << "a file was written";
+    save_state(state, path("same.kvs"), SaveOptions{.file_kv_type = KvType::f16});
+    EXPECT_EQ(inspect_state_file(path("same.kvs"), Checksums::verify).kv_type, KvType::f16);
+    save_state(state, path("q8.kvs"), SaveOptions{.file_kv_type = KvType::q8_0});
+    EXPECT_EQ(inspect_state_file(path("q8.kvs"), Checksums::verify).kv_type, KvType::q8_0);
+    expect_error(
+        [&] {
+            State(*model, StateOptions{KvType::q8_0, 64});
+        },
+        ErrorCode::invalid_argument, "KV cache type must be f16 or f32, not q8_0");
 }
 
 }  // namespace
