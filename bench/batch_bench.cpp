@@ -32,7 +32,9 @@
 #include "bench_common.h"
 
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 
 namespace {
 

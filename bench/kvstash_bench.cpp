@@ -34,7 +34,9 @@
 #include "kernels/matmul.h"
 #include "kernels/thread_pool.h"
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 
 namespace {
 

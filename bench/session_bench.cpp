@@ -31,11 +31,13 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
 #include "kvstash/sampler.h"
 #include "kvstash/session.h"
+#include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 
 namespace {
@@ -165,8 +167,8 @@ void run_baseline(Bench& b) {
     for (int t = 1; t <= b.turns; ++t) {
         messages.push_back({"user", kUserMessages[static_cast<size_t>(t - 1) % kUserMessages.size()]});
         const Stopwatch clock;
-        const std::vector<int32_t> tokens =
-            b.model->tokenizer().encode(b.tmpl.render(messages, true), /*add_special=*/false, /*parse_special=*/true);
+        const std::vector<int32_t> tokens = b.model->tokenizer().encode(
+            b.tmpl.render(messages, AddGenerationPrompt::yes), AddSpecial::no, ParseSpecial::yes);
         Row r;
         {
             State state(*b.model);
@@ -244,7 +246,7 @@ int main(int argc, char** argv) {
         b.evaluator = std::make_unique<Evaluator>(b.model, threads);
         b.tmpl = ChatTemplate::for_model(*b.model);
         const Tokenizer& tok = b.model->tokenizer();
-        std::vector<int32_t> ids = tok.encode(read_file(text_path), false, false);
+        std::vector<int32_t> ids = tok.encode(read_file(text_path), AddSpecial::no, ParseSpecial::no);
         if (ids.size() > static_cast<size_t>(system_tokens)) ids.resize(static_cast<size_t>(system_tokens));
         b.system = "Answer questions about the following text in one short sentence.\n\n" + tok.decode(ids);
         b.options.max_tokens = max_tokens;

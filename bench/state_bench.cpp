@@ -56,8 +56,10 @@
 #include "bench_common.h"
 
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
 #include "kvstash/sampler.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 #include "model/config.h"
@@ -178,7 +180,8 @@ int main(int argc, char** argv) {
 
         auto model = kvstash::Model::load(model_path);
         const std::string text = read_file(text_path);
-        std::vector<int32_t> ids = model->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
+        std::vector<int32_t> ids =
+            model->tokenizer().encode(text, kvstash::AddSpecial::yes, kvstash::ParseSpecial::yes);
         const size_t n_text_tokens = ids.size();
         int copies = 1;
         {
@@ -186,7 +189,7 @@ int main(int argc, char** argv) {
             while (static_cast<int64_t>(ids.size()) < max_tokens) {
                 all += text;
                 ++copies;
-                ids = model->tokenizer().encode(all, true, true);
+                ids = model->tokenizer().encode(all, kvstash::AddSpecial::yes, kvstash::ParseSpecial::yes);
             }
         }
         ids.resize(static_cast<size_t>(max_tokens));
@@ -207,7 +210,7 @@ int main(int argc, char** argv) {
             std::printf("%s\n", out.dump(2).c_str());
             return 0;
         }
-        const kvstash::ModelConfig& cfg = model->config();
+        const kvstash::ModelInfo& cfg = model->info();
         const int64_t kv_f16_per_token = cfg.n_layer * 2 * cfg.n_embd_kv() * 2;
         const int64_t kv_q8_per_token = cfg.n_layer * 2 * ((cfg.n_embd_kv() + 31) / 32) * 34;
 
@@ -344,10 +347,10 @@ int main(int argc, char** argv) {
                     kvstash::SaveOptions opts;
                 };
                 const Variant variants[] = {
-                    {"f16", {kvstash::StateKvStorage::same, false}},
-                    {"f16+compress", {kvstash::StateKvStorage::same, true}},
-                    {"q8_0", {kvstash::StateKvStorage::q8_0, false}},
-                    {"q8_0+compress", {kvstash::StateKvStorage::q8_0, true}},
+                    {"f16", {}},
+                    {"f16+compress", {.compress = true}},
+                    {"q8_0", {.file_kv_type = kvstash::KvType::q8_0}},
+                    {"q8_0+compress", {.file_kv_type = kvstash::KvType::q8_0, .compress = true}},
                 };
                 for (const Variant& v : variants) {
                     const std::string vpath = dir + "/prefix_" + std::to_string(n) + "_" + v.name + ".kvs";

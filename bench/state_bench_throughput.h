@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_block_hash.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "model/config.h"
-#include "state/kv_block_hash.h"
 #include "state_bench_io.h"
 
 namespace state_bench {
@@ -104,7 +106,7 @@ inline json throughput_only(const std::string& model_path, int threads, const kv
                                              path,
                                              "--child-suffix",
                                              std::to_string(ids[static_cast<size_t>(n)])};
-        const kvstash::ModelConfig& c = model.config();
+        const kvstash::ModelInfo& c = model.info();
         const size_t half_bytes = static_cast<size_t>(c.n_layer * 32 * c.n_embd_kv() * 2);  // f16 block half
         std::vector<uint8_t> dst;
         std::vector<double> touch_s, hash_s, hash_copy_s;

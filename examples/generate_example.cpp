@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/sampler.h"
+#include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 
 int main(int argc, char** argv) {
@@ -31,7 +33,7 @@ int main(int argc, char** argv) {
         // parse_special turns "<|im_start|>" into its control token instead of spelling it out.
         const std::string prompt = "<|im_start|>user\n" + question + "<|im_end|>\n<|im_start|>assistant\n";
         const std::vector<int32_t> tokens =
-            model->tokenizer().encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+            model->tokenizer().encode(prompt, kvstash::AddSpecial::yes, kvstash::ParseSpecial::yes);
         evaluator.eval(state, tokens);  // prefill: the state now ends with the logits for the first answer token
 
         kvstash::SamplerParams params;  // temperature 0.8, top-k 40, top-p 0.95, min-p 0.05

@@ -9,8 +9,9 @@ JOBS="$(nproc)"
 
 "$ROOT/scripts/setup.sh" --no-demo
 
-echo "==> source checks (format, file length)" >&2
+echo "==> source checks (format, file length, layers)" >&2
 "$ROOT/scripts/check_format.sh"
+"$ROOT/scripts/check_layers.sh"
 
 echo "==> tests (Release build)" >&2
 ctest --test-dir "$ROOT/build" --output-on-failure -j"$JOBS" --timeout 1200

@@ -1,16 +1,16 @@
 // Chat templates: turn a conversation into the exact text the model was trained on.
 //
 //   auto tmpl = kvstash::ChatTemplate::for_model(*model);           // from tokenizer.chat_template
-//   std::string prompt = tmpl.render({{"system", "Be brief."}, {"user", "Hi!"}}, /*add_generation_prompt=*/true);
-//   auto ids = model->tokenizer().encode(prompt, /*add_special=*/false, /*parse_special=*/true);
+//   std::string prompt = tmpl.render({{"system", "Be brief."}, {"user", "Hi!"}}, kvstash::AddGenerationPrompt::yes);
+//   auto ids = model->tokenizer().encode(prompt, kvstash::AddSpecial::no, kvstash::ParseSpecial::yes);
 //
 // Rendering is byte-identical to transformers' apply_chat_template for the supported templates, and
 // prefix-stable: the rendering of turns 1..N (closed by the assistant's reply) is a prefix of the
 // rendering of turns 1..N+1, so the state of earlier turns can be reused.
 //
 // The text is complete: it holds the template's own BOS where the template writes one (llama3:
-// "<|begin_of_text|>") and its control tokens as text. Encode it with add_special=false (add_special
-// would add a second BOS to a llama3 prompt) and parse_special=true (so "<|im_start|>" is one token).
+// "<|begin_of_text|>") and its control tokens as text. Encode it with AddSpecial::no (AddSpecial::yes
+// would add a second BOS to a llama3 prompt) and ParseSpecial::yes (so "<|im_start|>" is one token).
 // Message content is inserted as is, so control-token text inside a message also becomes control tokens,
 // as in transformers (whose sanitize_control_tokens is off by default).
 #pragma once
@@ -25,6 +25,10 @@
 namespace kvstash {
 
 class Model;
+
+// render(): end with the header of an assistant turn for the model to complete (yes), or after the last
+// message (no).
+enum class AddGenerationPrompt : bool { no, yes };
 
 struct ChatMessage {
     std::string role;  // "system", "user" or "assistant"
@@ -46,9 +50,9 @@ public:
     const std::string& name() const { return name_; }
     // Throws Error(invalid_argument) for an unknown role or an empty conversation (transformers refuses
     // that too). llama3 trims each message's content (Python str.strip()), as its template does.
-    std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+    std::string render(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const;
     // The same for a braced list, as in the example above (a std::span cannot be built from one in C++20).
-    std::string render(std::initializer_list<ChatMessage> messages, bool add_generation_prompt) const {
+    std::string render(std::initializer_list<ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const {
         return render(std::span<const ChatMessage>(messages.begin(), messages.size()), add_generation_prompt);
     }
     // Text that closes an assistant turn after the model's end-of-turn token was generated, so that
@@ -63,13 +67,19 @@ public:
     // otherwise, so that a prompt, and the state saved for it, stays the same from one day to the next.
     void set_date_string(std::string date_string) { date_string_ = std::move(date_string); }
 
+    // chatml only: a system turn with this text is inserted when the first message is not a system message,
+    // as SmolLM2's and Qwen2.5's templates do; for_model() sets it from the model's template.
+    void set_default_system_prompt(std::string system_prompt) {
+        has_default_system_ = true;
+        default_system_ = std::move(system_prompt);
+    }
+
 private:
-    friend ChatTemplate detect_chat_template(std::string_view template_text);  // src/text/chat_template_detect.h
     enum class Kind { chatml, llama3, llama3_0 };
 
     std::string name_;
     Kind kind_ = Kind::chatml;
-    // chatml: a system turn inserted when the first message is not a system message (SmolLM2, Qwen2.5)
+    // chatml: see set_default_system_prompt
     bool has_default_system_ = false;
     std::string default_system_;
     std::string date_string_ = "26 Jul 2024";  // llama3

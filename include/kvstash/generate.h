@@ -23,8 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "kvstash/model.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/sampler.h"
+#include "kvstash/state.h"
 
 namespace kvstash {
 

@@ -42,6 +42,7 @@
 #include <string>
 
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 
 namespace kvstash {
 

@@ -33,8 +33,9 @@
 #include <vector>
 
 #include "kvstash/chat.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
-#include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 
 namespace kvstash {
@@ -101,11 +102,10 @@ public:
     int64_t last_computed() const { return last_turn_.computed; }
     int64_t last_reused() const { return last_turn_.reused; }
 
-    struct Loaded;  // a decoded session file (src/engine/session_file.h); internal
-
 private:
-    Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, Loaded loaded);
-    void adopt(Loaded&& loaded) noexcept;
+    // A session read back from a file (open()).
+    Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, State state,
+            std::vector<ChatMessage> messages, std::vector<int64_t> turn_starts, std::vector<int32_t> system_tokens);
 
     Evaluator& evaluator_;
     ChatTemplate template_;

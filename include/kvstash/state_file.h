@@ -15,16 +15,15 @@
 #include <string_view>
 
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 
 namespace kvstash {
 
-enum class StateKvStorage {
-    same,  // the State's own KV type (f16 or f32): continuation is bit-exact
-    q8_0,  // 8-bit blocks, about half of f16: smaller, but continuation is NOT bit-exact any more
-};
-
 struct SaveOptions {
-    StateKvStorage kv_storage = StateKvStorage::same;
+    // The KV section's type in the file: empty or the State's own type (f16 or f32): continuation is
+    // bit-exact; KvType::q8_0: 8-bit blocks, about half of f16: smaller, but continuation is NOT
+    // bit-exact any more. Any other type is Error(invalid_argument).
+    std::optional<KvType> file_kv_type = std::nullopt;
     bool compress = false;  // zstd per section
 };
 
@@ -40,7 +39,7 @@ void save_state(const State& state, const std::string& path, const SaveOptions& 
 // Throws Error(bad_format) for a file that is not a state file, is truncated or fails a checksum (the
 // message names the section); Error(invalid_argument) when it belongs to another model (message names
 // both fingerprints); Error(unsupported) for a newer format version or an unknown option; Error(io) when
-// the file cannot be opened or mapped. A file saved with kv_storage = q8_0 loads into the State's own
+// the file cannot be opened or mapped. A file saved with file_kv_type = q8_0 loads into the State's own
 // f16/f32 cache type, with values within the q8_0 step of the originals.
 State load_state(const Model& model, const std::string& path);
 // The same, and the file's 'session' section (checksum verified): nullopt when it has none.
@@ -52,8 +51,8 @@ struct StateFileInfo {
     std::string model_name;         // informational (general.name at save time)
     int64_t n_tokens = 0;
     int64_t n_ctx = 0;
-    std::string kv_type;    // KV as stored: "f16", "f32" or "q8_0"
-    bool lossy_kv = false;  // stored as q8_0: loads into f16/f32, continuation close but NOT bit-exact
+    KvType kv_type = KvType::f16;  // KV as stored: f16, f32 or q8_0
+    bool lossy_kv = false;         // stored as q8_0: loads into f16/f32, continuation close but NOT bit-exact
     bool compressed = false;
     bool has_logits = false;
     bool has_sampler = false;
@@ -64,10 +63,15 @@ struct StateFileInfo {
     std::string checksum_error;  // when verified and !checksums_ok: the first section that failed
 };
 
-// Reads the header, section table and meta section (and, with verify, every section's checksum) without
-// needing the model. Throws as load_state for a malformed file; a failed section checksum under verify
-// is reported in checksums_ok / checksum_error instead.
-StateFileInfo inspect_state_file(const std::string& path, bool verify_checksums);
+// What inspect_state_file reads beyond the header and the meta section.
+enum class Checksums {
+    skip,    // only the header, the section table and the meta section (fast; checksums_ok stays false)
+    verify,  // also every section's checksum
+};
+// Reads the header, section table and meta section (and, with Checksums::verify, every section's
+// checksum) without needing the model. Throws as load_state for a malformed file; a failed section
+// checksum under verify is reported in checksums_ok / checksum_error instead.
+StateFileInfo inspect_state_file(const std::string& path, Checksums checksums);
 
 // The model's fingerprint as stored in state files (hex). Computed once per model file and cached by
 // file identity (device, inode, size, mtime) in memory.

@@ -1,8 +1,8 @@
 // Tokenizer: text <-> token ids with a model's own vocabulary (GGUF tokenizer.ggml.*).
 //
 //   const kvstash::Tokenizer& tok = model->tokenizer();
-//   std::vector<int32_t> ids = tok.encode("<|im_start|>user\nHi<|im_end|>", /*add_special=*/true,
-//                                         /*parse_special=*/true);
+//   std::vector<int32_t> ids = tok.encode("<|im_start|>user\nHi<|im_end|>", kvstash::AddSpecial::yes,
+//                                         kvstash::ParseSpecial::yes);
 //   std::string text = tok.decode(ids);   // the same bytes back
 //
 // Immutable after construction; every method is const and safe to call from many threads.
@@ -17,31 +17,30 @@
 
 namespace kvstash {
 
-struct Vocabulary;  // src/tokenizer/vocabulary.h: the GGUF's tokenizer.ggml.* values
+// encode(): BOS / EOS around the text as the vocabulary's add_bos / add_eos say (yes), or none (no).
+enum class AddSpecial : bool { no, yes };
+// encode(): control tokens written in the text (<|im_start|>, <s>) become those tokens (yes), or are
+// tokenized as plain text (no).
+enum class ParseSpecial : bool { no, yes };
 
+// Built by a Model from its file's vocabulary (Model::tokenizer()).
 class Tokenizer {
 public:
-    // Throws Error(unsupported) for an unknown vocab.model or (byte-level) vocab.pre, naming it and
-    // listing the known ones; Error(invalid_argument) for an inconsistent vocabulary (empty, arrays of
-    // the wrong length, a special id outside it).
-    explicit Tokenizer(Vocabulary vocab);
     ~Tokenizer();
     Tokenizer(Tokenizer&&) noexcept;
     Tokenizer& operator=(Tokenizer&&) noexcept;
     Tokenizer(const Tokenizer&) = delete;
     Tokenizer& operator=(const Tokenizer&) = delete;
 
-    // add_special: BOS / EOS around the text as the vocabulary's add_bos / add_eos say.
-    // parse_special: control tokens written in the text (<|im_start|>, <s>) become those tokens;
-    // otherwise they are tokenized as plain text. User-defined tokens (type 4) are matched either way,
-    // as llama.cpp and HF do. Where several match, the longest wins.
+    // add_special, parse_special: see the enums above. User-defined tokens (type 4) are matched either
+    // way, as llama.cpp and HF do. Where several match, the longest wins.
     // Any bytes are accepted; malformed UTF-8 is encoded byte by byte (see pretokenizer.h). A byte
     // the byte-level vocabulary has no token for is dropped, as HF and llama.cpp do (SmolLM2 lacks
     // 0x04 0x06 0x13 0x14 0x16 0x1D 0xC0 0xC1 0xF1 0xF2 0xF5-0xFF).
-    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+    std::vector<int32_t> encode(std::string_view text, AddSpecial add_special, ParseSpecial parse_special) const;
 
     // The exact bytes of the tokens, control tokens written out as their text, so that
-    // decode(encode(s, false, parse_special)) == s for every s whose bytes the vocabulary can spell
+    // decode(encode(s, AddSpecial::no, parse_special)) == s for every s whose bytes the vocabulary can spell
     // (for SentencePiece, every s without U+2581, which it uses for spaces), with two exceptions that
     // follow Hugging Face: Qwen2 normalises text to NFC first, so the round trip gives the NFC form,
     // and whitespace swallowed by an rstrip token (Phi-3's <|end|> and friends) is not given back.
@@ -57,10 +56,11 @@ public:
     // End of generation: EOS, EOT and control tokens that end a turn (<|im_end|>, <|eot_id|>,
     // <|endoftext|>, <end_of_turn>, ...), as llama.cpp's special_eog_ids.
     bool is_eog(int32_t id) const;
-    const Vocabulary& vocabulary() const;
 
 private:
     struct Impl;
+    friend struct TokenizerAccess;  // the library's own construction and access (src/tokenizer/tokenizer_access.h)
+    explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
 

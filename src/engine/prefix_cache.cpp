@@ -9,14 +9,16 @@
 #include "engine/prefix_cache_key.h"
 #include "kvstash/error.h"
 #include "state/fingerprint.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace kvstash {
 
 namespace {
 
 // An empty KvCache of the model's block shape for `type`: the disk tier forks it to allocate a block.
-KvCache block_shape(const Model& model, KvType type) { return State(model, StateOptions{type, 0}).impl().kv.fork(); }
+KvCache block_shape(const Model& model, KvType type) {
+    return StateAccess::impl(State(model, StateOptions{type, 0})).kv.fork();
+}
 
 BlockFileIdentity file_identity(const ModelFingerprint& fingerprint, KvType type, const KvCache& shape) {
     BlockFileIdentity id;
@@ -130,7 +132,7 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
         c.evictions += impl_->index.evict_to(impl_->options.ram_budget_bytes);
     }
 
-    State::Impl& s = result.state.impl();
+    StateImpl& s = StateAccess::impl(result.state);
     s.tokens.assign(tokens.begin(), tokens.begin() + match.n_tokens);
     s.kv.assign_blocks(std::move(match.blocks), match.n_tokens);
     result.reused_tokens = match.n_tokens;
@@ -140,7 +142,7 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
 }
 
 void PrefixCache::release(const State& state) {
-    const State::Impl& s = state.impl();
+    const StateImpl& s = StateAccess::impl(state);
     const bool same_model =
         s.model == &impl_->model || (s.model != nullptr && cached_model_fingerprint(*s.model) == impl_->fingerprint);
     if (!same_model || !s.kv_exact) {
@@ -151,7 +153,7 @@ void PrefixCache::release(const State& state) {
     if (s.kv.n_tokens() != state.n_tokens())
         throw Error(ErrorCode::internal, "PrefixCache::release: a State whose KV and tokens disagree");
     const int64_t n_full = state.n_tokens() / kv_block_tokens;
-    const PrefixKeyDomain& domain = impl_->domain(s.kv.type() == TensorType::F16 ? KvType::f16 : KvType::f32);
+    const PrefixKeyDomain& domain = impl_->domain(s.kv.kv_type());
     const std::vector<BlockKey> keys = domain.chain(state.tokens(), n_full);
     std::vector<std::shared_ptr<KvBlock>> blocks;
     blocks.reserve(static_cast<size_t>(n_full));
@@ -165,7 +167,7 @@ void PrefixCache::release(const State& state) {
     // Write-through (see the header): `blocks` keeps each block alive and unchanged (shared, so
     // copy-on-write) while it is written, even if the index evicted it just now.
     if (!impl_->disk) return;
-    const KvType type = s.kv.type() == TensorType::F16 ? KvType::f16 : KvType::f32;
+    const KvType type = s.kv.kv_type();
     for (size_t b = 0; b < blocks.size(); ++b) {
         const BlockFileName name{keys[b], b == 0 ? domain.root() : keys[b - 1],
                                  std::span(state.tokens()).subspan(b * kv_block_tokens).first<kv_block_tokens>()};

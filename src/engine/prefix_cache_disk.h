@@ -19,8 +19,8 @@
 #include <unordered_map>
 
 #include "engine/prefix_cache_disk_file.h"
+#include "kv/kv_cache.h"
 #include "kvstash/prefix_cache.h"
-#include "state/kv_cache.h"
 
 namespace kvstash {
 

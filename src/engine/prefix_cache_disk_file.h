@@ -22,8 +22,8 @@
 #include <string>
 
 #include "engine/prefix_cache_key.h"
+#include "kv/kv_cache.h"
 #include "state/fingerprint.h"
-#include "state/kv_cache.h"
 
 namespace kvstash {
 

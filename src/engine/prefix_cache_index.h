@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/prefix_cache_key.h"
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
-#include "kvstash/model.h"
+#include "kv/kv_cache.h"
+#include "kvstash/kv_type.h"
 #include "state/fingerprint.h"
-#include "state/kv_cache.h"
 
 namespace kvstash {
 

@@ -37,21 +37,24 @@ Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string s
                  StateOptions state_options)
     : Session(evaluator, std::move(chat_template), std::move(system_prompt), SessionOptions{state_options, nullptr}) {}
 
-Session::Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, Loaded loaded)
+Session::Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, State state,
+                 std::vector<ChatMessage> messages, std::vector<int64_t> turn_starts,
+                 std::vector<int32_t> system_tokens)
     : evaluator_(evaluator),
       template_(std::move(chat_template)),
       options_(options),
-      messages_(std::move(loaded.messages)),
-      state_(std::move(loaded.state)),
-      system_tokens_(std::move(loaded.system_tokens)),
-      turn_starts_(std::move(loaded.turn_starts)) {
+      messages_(std::move(messages)),
+      state_(std::move(state)),
+      system_tokens_(std::move(system_tokens)),
+      turn_starts_(std::move(turn_starts)) {
     if (options_.cache != nullptr) options_.cache->release(state_);
 }
 
 Session Session::open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path,
                       SessionOptions options) {
-    Loaded loaded = session_file::read(evaluator.model(), chat_template, path);
-    return Session(evaluator, std::move(chat_template), options, std::move(loaded));
+    LoadedSession loaded = session_file::read(evaluator.model(), chat_template, path);
+    return Session(evaluator, std::move(chat_template), options, std::move(loaded.state), std::move(loaded.messages),
+                   std::move(loaded.turn_starts), std::move(loaded.system_tokens));
 }
 
 Session::Session(Session&&) noexcept = default;
@@ -60,7 +63,7 @@ Session::~Session() = default;
 namespace session_file {
 
 std::vector<int32_t> encode_rendering(const Model& model, std::string_view text) {
-    return model.tokenizer().encode(text, /*add_special=*/false, /*parse_special=*/true);
+    return model.tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
 }
 
 std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template,
@@ -68,8 +71,8 @@ std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate&
     std::vector<ChatMessage> a(messages.begin(), messages.begin() + (has_system(messages) ? 1 : 0)), b = a;
     a.push_back({"user", "a"});
     b.push_back({"user", "b"});
-    std::vector<int32_t> ta = encode_rendering(model, chat_template.render(a, /*add_generation_prompt=*/true));
-    const std::vector<int32_t> tb = encode_rendering(model, chat_template.render(b, /*add_generation_prompt=*/true));
+    std::vector<int32_t> ta = encode_rendering(model, chat_template.render(a, AddGenerationPrompt::yes));
+    const std::vector<int32_t> tb = encode_rendering(model, chat_template.render(b, AddGenerationPrompt::yes));
     ta.resize(common_prefix(ta, tb));
     return ta;
 }
@@ -80,7 +83,7 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
                               const TokenCallback& on_text) {
     std::vector<ChatMessage> next = messages_;
     next.push_back({"user", std::string(user_message)});
-    const std::string text = template_.render(next, /*add_generation_prompt=*/true);
+    const std::string text = template_.render(next, AddGenerationPrompt::yes);
     const Tokenizer& tokenizer = evaluator_.model().tokenizer();
     const int64_t held = state_.n_tokens();
 
@@ -158,16 +161,14 @@ void Session::save(const std::string& path, const SaveOptions& options) const {
 }
 
 void Session::load(const std::string& path) {
-    adopt(session_file::read(evaluator_.model(), template_, path));
-    if (options_.cache != nullptr) options_.cache->release(state_);
-}
-
-void Session::adopt(Loaded&& loaded) noexcept {
+    // Read everything first: on any error the session is unchanged. The moves below cannot throw.
+    LoadedSession loaded = session_file::read(evaluator_.model(), template_, path);
     state_ = std::move(loaded.state);
     messages_ = std::move(loaded.messages);
     turn_starts_ = std::move(loaded.turn_starts);
     system_tokens_ = std::move(loaded.system_tokens);
     last_turn_ = {};
+    if (options_.cache != nullptr) options_.cache->release(state_);
 }
 
 }  // namespace kvstash

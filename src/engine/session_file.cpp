@@ -87,7 +87,7 @@ Decoded decode(const std::string& text, const std::string& path, int64_t n_token
     return d;
 }
 
-Session::Loaded read(const Model& model, const ChatTemplate& chat_template, const std::string& path) {
+LoadedSession read(const Model& model, const ChatTemplate& chat_template, const std::string& path) {
     std::optional<std::string> section;
     State state = load_state(model, path, &section);
     if (!section) {
@@ -102,7 +102,7 @@ Session::Loaded read(const Model& model, const ChatTemplate& chat_template, cons
                                                      "' chat template, but this chat uses '" + chat_template.name() +
                                                      "'; resume it with the '" + d.template_name + "' template");
     }
-    Session::Loaded loaded{std::move(state), std::move(d.messages), std::move(d.turn_starts), {}};
+    LoadedSession loaded{std::move(state), std::move(d.messages), std::move(d.turn_starts), {}};
     loaded.system_tokens = system_block_tokens(model, chat_template, loaded.messages);
     return loaded;
 }

@@ -11,7 +11,8 @@
 
 namespace kvstash {
 
-struct Session::Loaded {
+// A decoded session file: the State and what Session keeps beside it.
+struct LoadedSession {
     State state;
     std::vector<ChatMessage> messages;
     std::vector<int64_t> turn_starts;
@@ -28,7 +29,7 @@ std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate&
                                          const std::vector<ChatMessage>& messages);
 
 // Reads a session file for `model` and `chat_template`: throws as Session::load documents.
-Session::Loaded read(const Model& model, const ChatTemplate& chat_template, const std::string& path);
+LoadedSession read(const Model& model, const ChatTemplate& chat_template, const std::string& path);
 
 inline constexpr const char* kFormatName = "kvstash-session";
 inline constexpr int kVersion = 1;

@@ -8,8 +8,8 @@
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/thread_pool.h"
-#include "model/model_impl.h"
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
+#include "model/model_access.h"
 
 namespace kvstash {
 namespace {
@@ -18,17 +18,18 @@ void project(const MatrixRef& w, const float* x, int64_t n_tokens, float* y, Thr
     matmul(w.type, w.data, w.rows, w.cols, x, n_tokens, y, &pool);
 }
 
-// Products that read the same rows x (same column count): one thread-pool run, x quantized once.
-void project2(const MatrixRef& a, float* ya, const MatrixRef& b, float* yb, const float* x, int64_t n_tokens,
-              ThreadPool& pool) {
-    const MatmulOperand ops[] = {{a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}};
-    matmul_shared_input(ops, a.cols, x, n_tokens, &pool);
-}
-void project3(const MatrixRef& a, float* ya, const MatrixRef& b, float* yb, const MatrixRef& c, float* yc,
-              const float* x, int64_t n_tokens, ThreadPool& pool) {
+// The projections that read the same input rows x (same column count) run as one thread-pool run with
+// x quantized once: Q, K and V from the attention input; gate and up from the FFN input.
+void project_qkv(const MatrixRef& wq, float* q, const MatrixRef& wk, float* k, const MatrixRef& wv, float* v,
+                 const float* x, int64_t n_tokens, ThreadPool& pool) {
     const MatmulOperand ops[] = {
-        {a.type, a.data, a.rows, ya}, {b.type, b.data, b.rows, yb}, {c.type, c.data, c.rows, yc}};
-    matmul_shared_input(ops, a.cols, x, n_tokens, &pool);
+        {wq.type, wq.data, wq.rows, q}, {wk.type, wk.data, wk.rows, k}, {wv.type, wv.data, wv.rows, v}};
+    matmul_shared_input(ops, wq.cols, x, n_tokens, &pool);
+}
+void project_gate_up(const MatrixRef& w_gate, float* gate, const MatrixRef& w_up, float* up, const float* x,
+                     int64_t n_tokens, ThreadPool& pool) {
+    const MatmulOperand ops[] = {{w_gate.type, w_gate.data, w_gate.rows, gate}, {w_up.type, w_up.data, w_up.rows, up}};
+    matmul_shared_input(ops, w_gate.cols, x, n_tokens, &pool);
 }
 
 void norm_rows(const float* x, const std::vector<float>& weight, float* out, int64_t n_tokens, int64_t n, float eps) {
@@ -71,7 +72,7 @@ void LlamaScratch::reserve(const ModelConfig& c, int64_t n) {
     rope_sin.resize(sz(c.rope.n_rot / 2));
 }
 
-void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> segments, LlamaScratch& s,
+void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segments, LlamaScratch& s,
                    ThreadPool& pool) {
     const ModelConfig& c = model.config;
     const ModelWeights& w = model.weights;
@@ -107,7 +108,7 @@ void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> seg
         const LayerWeights& l = w.layers[static_cast<size_t>(il)];
         // Attention block: projections over all rows at once, then each row over its own sequence.
         norm_rows(s.x.data(), l.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-        project3(l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.xn.data(), n, pool);
+        project_qkv(l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.xn.data(), n, pool);
         for (int64_t t = 0; t < n; ++t) {
             const float* cs = s.rope_cos.data() + t * half_rot;
             const float* sn = s.rope_sin.data() + t * half_rot;
@@ -129,7 +130,7 @@ void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> seg
 
         // Feed-forward block (SwiGLU).
         norm_rows(s.x.data(), l.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-        project2(l.w_gate, s.gate.data(), l.w_up, s.up.data(), s.xn.data(), n, pool);
+        project_gate_up(l.w_gate, s.gate.data(), l.w_up, s.up.data(), s.xn.data(), n, pool);
         swiglu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
         project(l.w_down, s.gate.data(), n, s.proj.data(), pool);
         for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];

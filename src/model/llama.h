@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvstash/model.h"
+#include "model/model_access.h"
 #include "model/segment_attention.h"
 
 namespace kvstash {
@@ -55,7 +56,7 @@ struct ForwardSegment {
 // rows; norms, RoPE (at each row's own position) and attention (over each row's own sequence) are per
 // row. Appends each segment's K/V to its cache. Each output is bitwise what a one-segment call on that
 // sequence alone gives (batch-invariant kernels). Segments of one call must not share a KvCache.
-void llama_forward(const Model::Impl& model, std::span<const ForwardSegment> segments, LlamaScratch& scratch,
+void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segments, LlamaScratch& scratch,
                    ThreadPool& pool);
 
 }  // namespace kvstash

@@ -3,7 +3,8 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "kvstash/tokenizer.h"
-#include "model/model_impl.h"
+#include "model/model_access.h"
+#include "tokenizer/tokenizer_access.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {
@@ -16,10 +17,12 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     Impl& m = *model->impl_;
     m.file = gguf::File::open(path);
     m.config = read_model_config(*m.file);
+    m.info = ModelInfo{m.config.architecture, m.config.name,     m.config.n_layer, m.config.n_embd,     m.config.n_head,
+                       m.config.n_head_kv,    m.config.head_dim, m.config.n_vocab, m.config.n_ctx_train};
     m.weights = bind_llama_weights(*m.file, m.config);
     m.rope = RopeTable(m.config.rope, m.config.head_dim, m.weights.rope_freqs);
     try {
-        m.tokenizer = std::make_unique<Tokenizer>(vocabulary_from_gguf(*m.file));
+        m.tokenizer = std::make_unique<Tokenizer>(make_tokenizer(vocabulary_from_gguf(*m.file)));
     } catch (const Error& e) {
         m.tokenizer_error = e.what();
     }
@@ -27,7 +30,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
 }
 
 const std::string& Model::path() const { return impl_->file->path(); }
-const ModelConfig& Model::config() const { return impl_->config; }
+const ModelInfo& Model::info() const { return impl_->info; }
 int64_t Model::n_vocab() const { return impl_->config.n_vocab; }
 int64_t Model::n_ctx_train() const { return impl_->config.n_ctx_train; }
 uint64_t Model::weight_bytes() const { return impl_->weights.matrix_bytes; }

@@ -2,7 +2,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/thread_pool.h"
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 namespace kvstash {
 

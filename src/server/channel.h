@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvstash/model.h"
+#include "kvstash/state.h"
 
 namespace kvstash::server {
 

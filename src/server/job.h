@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kvstash/model.h"
 #include "kvstash/sampler.h"
+#include "kvstash/state.h"
 #include "server/channel.h"
 
 namespace kvstash::server {

@@ -10,12 +10,12 @@
 namespace kvstash::server {
 namespace {
 
-std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages, AddGenerationPrompt add_generation_prompt,
                                  ServerContext& ctx) {
     if (!ctx.chat_template) throw bad_request(ctx.chat_template_error, "messages", "no_chat_template");
     try {
         const std::string text = ctx.chat_template->render(messages, add_generation_prompt);
-        return ctx.model->tokenizer().encode(text, /*add_special=*/false, /*parse_special=*/true);
+        return ctx.model->tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
     } catch (const Error& e) {
         throw bad_request(e.what(), "messages", "invalid_value");
     }
@@ -107,12 +107,12 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
     // The prompt, after a named state when there is one.
     if (request.state) job->base = fork_named_state(*request.state, ctx);
     if (request.chat) {
-        job->prompt = chat_tokens(request.messages, /*add_generation_prompt=*/true, ctx);
+        job->prompt = chat_tokens(request.messages, AddGenerationPrompt::yes, ctx);
         if (job->base) drop_state_tokens(*job->base, job->prompt);
     } else {
         // A continued state already has its BOS.
-        job->prompt = ctx.model->tokenizer().encode(request.prompt.value_or(""), /*add_special=*/!job->base,
-                                                    /*parse_special=*/true);
+        job->prompt = ctx.model->tokenizer().encode(request.prompt.value_or(""), job->base ? AddSpecial::no : AddSpecial::yes,
+                                                    ParseSpecial::yes);
     }
     fit_context(request, *job, job->base ? job->base->n_ctx() : ctx.scheduler->n_ctx());
     return job;
@@ -122,9 +122,9 @@ std::unique_ptr<GenerationJob> build_prefill_job(const PrefillRequest& request, 
     auto job = std::make_unique<GenerationJob>();
     job->kind = GenerationJob::Kind::prefill;
     if (request.prompt) {
-        job->prompt = ctx.model->tokenizer().encode(*request.prompt, /*add_special=*/true, /*parse_special=*/true);
+        job->prompt = ctx.model->tokenizer().encode(*request.prompt, AddSpecial::yes, ParseSpecial::yes);
     } else {
-        job->prompt = chat_tokens(request.messages, request.add_generation_prompt, ctx);
+        job->prompt = chat_tokens(request.messages, request.add_generation_prompt ? AddGenerationPrompt::yes : AddGenerationPrompt::no, ctx);
     }
     if (job->prompt.empty()) throw bad_request("the prompt is empty", "prompt", "empty_prompt");
     if (static_cast<int64_t>(job->prompt.size()) >= ctx.scheduler->n_ctx()) {

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
 #include "server/job.h"

@@ -9,8 +9,8 @@
 #include <span>
 
 #include "engine/text_stream.h"
-#include "kvstash/model.h"
 #include "kvstash/sampler.h"
+#include "kvstash/state.h"
 #include "server/job.h"
 
 namespace kvstash::server {

@@ -7,16 +7,12 @@
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
 #include "server/state_name.h"
-#include "state/state_impl.h"
 
 namespace fs = std::filesystem;
 
 namespace kvstash::server {
 
-uint64_t state_kv_bytes(const State& state) {
-    const KvCache& kv = state.impl().kv;
-    return static_cast<uint64_t>(kv.n_blocks()) * kv.block_bytes();
-}
+uint64_t state_kv_bytes(const State& state) { return state.kv_bytes(); }
 
 namespace {
 
@@ -36,7 +32,7 @@ StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir
         const fs::path& path = file.path();
         if (path.extension() != ".kvs" || !valid_name(path.stem().string())) continue;
         try {
-            const StateFileInfo meta = inspect_state_file(path.string(), /*verify_checksums=*/false);
+            const StateFileInfo meta = inspect_state_file(path.string(), Checksums::skip);
             Entry entry;
             entry.info.name = path.stem().string();
             entry.info.n_tokens = meta.n_tokens;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "server/metrics.h"
 
 namespace kvstash::server {

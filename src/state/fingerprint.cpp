@@ -15,7 +15,7 @@
 
 #include "format/gguf.h"
 #include "kvstash/error.h"
-#include "model/model_impl.h"
+#include "model/model_access.h"
 
 namespace kvstash {
 namespace {
@@ -127,7 +127,7 @@ ModelFingerprint compute_model_fingerprint(const gguf::File& file) {
 }
 
 ModelFingerprint cached_model_fingerprint(const Model& model) {
-    const gguf::File& file = *model.impl().file;
+    const gguf::File& file = *ModelAccess::impl(model).file;
     struct stat st {};
     // Identity of the file at the model's path now. A file replaced since Model::load (different size)
     // is hashed from the mapping and not cached.

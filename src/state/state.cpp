@@ -1,18 +1,23 @@
+#include "kvstash/state.h"
 #include "kvstash/error.h"
 #include "kvstash/model.h"
-#include "model/config.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 
 namespace kvstash {
 
 State::State() : impl_(std::make_unique<Impl>()) {}
 
 State::State(const Model& model, StateOptions options) : State() {
-    const ModelConfig& c = model.config();
+    const ModelInfo& info = model.info();
     if (options.n_ctx < 0) throw Error(ErrorCode::invalid_argument, "context size must not be negative");
+    if (options.kv_type != KvType::f16 && options.kv_type != KvType::f32) {
+        throw Error(ErrorCode::invalid_argument, "a State's KV cache type must be f16 or f32, not " +
+                                                     std::string(kv_type_name(options.kv_type)) +
+                                                     " (q8_0 is a storage type of state files only)");
+    }
     impl_->model = &model;
-    impl_->n_ctx = options.n_ctx > 0 ? options.n_ctx : (c.n_ctx_train > 0 ? c.n_ctx_train : 4096);
-    impl_->kv = KvCache(c.n_layer, c.n_embd_kv(), options.kv_type == KvType::f16 ? TensorType::F16 : TensorType::F32);
+    impl_->n_ctx = options.n_ctx > 0 ? options.n_ctx : (info.n_ctx_train > 0 ? info.n_ctx_train : 4096);
+    impl_->kv = KvCache(info.n_layer, info.n_embd_kv(), options.kv_type);
 }
 
 State::~State() = default;
@@ -45,6 +50,8 @@ void State::truncate(int64_t n) {
 
 int64_t State::n_tokens() const { return static_cast<int64_t>(impl_->tokens.size()); }
 int64_t State::n_ctx() const { return impl_->n_ctx; }
+KvType State::kv_type() const { return impl_->kv.kv_type(); }
+uint64_t State::kv_bytes() const { return static_cast<uint64_t>(impl_->kv.n_blocks()) * impl_->kv.block_bytes(); }
 std::span<const int32_t> State::tokens() const { return impl_->tokens; }
 std::span<const float> State::last_logits() const { return impl_->last_logits; }
 const SamplerState* State::sampler_state() const { return impl_->sampler ? &*impl_->sampler : nullptr; }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 
 namespace kvstash::state_file {
@@ -194,7 +195,6 @@ void rewrite_checksums(std::span<uint8_t> file);
 // With `session`, also returns the 'session' section's bytes (nullopt when the file has none).
 State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name,
                    std::optional<std::string>* session = nullptr);
-StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name,
-                                  bool verify_checksums);
+StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name, Checksums checksums);
 
 }  // namespace kvstash::state_file

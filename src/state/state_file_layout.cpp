@@ -11,8 +11,8 @@
 
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
+#include "state/state_access.h"
 #include "state/state_file_reader.h"
-#include "state/state_impl.h"
 
 namespace kvstash::state_file {
 

@@ -13,12 +13,11 @@
 
 #include "format/mmap_file.h"
 #include "format/tensor_type.h"
+#include "kv/kv_block_hash.h"
 #include "kvstash/error.h"
-#include "model/config.h"
 #include "state/fingerprint.h"
-#include "state/kv_block_hash.h"
+#include "state/state_access.h"
 #include "state/state_file_reader.h"
-#include "state/state_impl.h"
 
 namespace kvstash::state_file {
 namespace {
@@ -127,7 +126,7 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
                "it was saved from model '" + m.model_name + "' (fingerprint " + m.fingerprint.hex() + "), not from '" +
                    model.path() + "' (fingerprint " + fp.hex() + "); load it with the model it was saved from");
     }
-    const ModelConfig& c = model.config();
+    const ModelInfo& c = model.info();
     if (m.n_vocab != c.n_vocab || m.n_layer != c.n_layer || m.n_embd_kv != c.n_embd_kv()) {
         r.corrupt("its shapes (n_vocab " + std::to_string(m.n_vocab) + ", n_layer " + std::to_string(m.n_layer) +
                   ", n_embd_kv " + std::to_string(m.n_embd_kv) + ") do not match its model's (" +
@@ -139,7 +138,7 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     options.kv_type = m.cache_type == 1 ? KvType::f16 : KvType::f32;
     options.n_ctx = m.n_ctx;
     State state(model, options);
-    State::Impl& s = state.impl();
+    StateImpl& s = StateAccess::impl(state);
 
     const std::vector<uint8_t> tokens = r.read_section(*r.find(kSectionTokens));
     s.tokens.resize(static_cast<size_t>(m.n_tokens));
@@ -169,8 +168,7 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     return state;
 }
 
-StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name,
-                                  bool verify_checksums) {
+StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name, Checksums checksums) {
     Reader r(file, display_name);
     r.parse_layout();
     const Meta m = r.read_meta();
@@ -180,7 +178,10 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     info.model_name = m.model_name;
     info.n_tokens = m.n_tokens;
     info.n_ctx = m.n_ctx;
-    info.kv_type = tensor_type_name(m.kv_encoding);
+    // parse_layout admits the cache type (f16 / f32) or q8_0 only.
+    info.kv_type = m.kv_encoding == static_cast<uint32_t>(TensorType::Q8_0)  ? KvType::q8_0
+                   : m.kv_encoding == static_cast<uint32_t>(TensorType::F16) ? KvType::f16
+                                                                             : KvType::f32;
     info.lossy_kv = m.kv_encoding != m.cache_type;
     info.has_logits = r.find(kSectionLogits) != nullptr;
     info.has_sampler = r.find(kSectionSampler) != nullptr;
@@ -188,7 +189,7 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     info.file_bytes = file.size();
     info.kv_bytes = r.find(kSectionKv)->stored_bytes;
     for (const SectionEntry& s : r.sections()) info.compressed = info.compressed || s.compressed();
-    if (verify_checksums) {
+    if (checksums == Checksums::verify) {
         info.checksums_ok = true;
         for (const SectionEntry& s : r.sections()) {
             try {
@@ -217,9 +218,9 @@ State load_state(const Model& model, const std::string& path, std::optional<std:
     return state_file::decode_state(model, {map.data(), map.size()}, path, session);
 }
 
-StateFileInfo inspect_state_file(const std::string& path, bool verify_checksums) {
+StateFileInfo inspect_state_file(const std::string& path, Checksums checksums) {
     const MappedFile map = MappedFile::open(path);
-    return state_file::inspect_state_bytes({map.data(), map.size()}, path, verify_checksums);
+    return state_file::inspect_state_bytes({map.data(), map.size()}, path, checksums);
 }
 
 }  // namespace kvstash

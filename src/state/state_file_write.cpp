@@ -19,10 +19,9 @@
 #include "format/quantize.h"
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
-#include "model/config.h"
 #include "state/fingerprint.h"
+#include "state/state_access.h"
 #include "state/state_file_format.h"
-#include "state/state_impl.h"
 
 namespace kvstash::state_file {
 namespace {
@@ -109,7 +108,7 @@ Section small_section(uint32_t type, std::vector<uint8_t> raw, bool compress) {
     return s;
 }
 
-std::vector<uint8_t> encode_meta(const State::Impl& s, const ModelConfig& c, const ModelFingerprint& fp,
+std::vector<uint8_t> encode_meta(const StateImpl& s, const ModelInfo& c, const ModelFingerprint& fp,
                                  uint32_t encoding) {
     // At most kMaxModelNameBytes, cut at a UTF-8 character boundary.
     const std::string name = c.name.substr(
@@ -267,10 +266,10 @@ private:
 }  // namespace
 
 void encode_state(const State& state, const SaveOptions& options, ByteSink& sink, std::string_view session) {
-    const State::Impl& s = state.impl();
+    const StateImpl& s = StateAccess::impl(state);
     if (s.model == nullptr)
         throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
-    const ModelConfig& c = s.model->config();
+    const ModelInfo& c = s.model->info();
     const std::string what = "cannot save the state of model '" + s.model->path() + "'";
     if (static_cast<int64_t>(s.tokens.size()) != s.kv.n_tokens()) {
         throw Error(ErrorCode::internal, what + ": it holds " + std::to_string(s.tokens.size()) + " tokens but " +
@@ -282,8 +281,15 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
     }
     if (s.sampler) validate_sampler_state(*s.sampler, c.n_vocab, ErrorCode::invalid_argument, what);
 
-    const uint32_t encoding = options.kv_storage == StateKvStorage::q8_0 ? static_cast<uint32_t>(TensorType::Q8_0)
-                                                                         : static_cast<uint32_t>(s.kv.type());
+    const KvType file_kv_type = options.file_kv_type.value_or(s.kv.kv_type());
+    if (file_kv_type != s.kv.kv_type() && file_kv_type != KvType::q8_0) {
+        throw Error(ErrorCode::invalid_argument, what + ": its " + std::string(kv_type_name(s.kv.kv_type())) +
+                                                     " KV can be stored as " +
+                                                     std::string(kv_type_name(s.kv.kv_type())) + " or q8_0, not " +
+                                                     std::string(kv_type_name(file_kv_type)));
+    }
+    const uint32_t encoding =
+        file_kv_type == KvType::q8_0 ? static_cast<uint32_t>(TensorType::Q8_0) : static_cast<uint32_t>(s.kv.type());
     const ModelFingerprint fp = cached_model_fingerprint(*s.model);
 
     std::vector<Section> sections;

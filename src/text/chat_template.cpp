@@ -18,7 +18,7 @@
 #include "base/utf8.h"
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
-#include "model/model_impl.h"
+#include "model/model_access.h"
 #include "text/chat_template_detect.h"
 
 namespace kvstash {
@@ -66,7 +66,7 @@ void append_llama3_header(std::string& out, std::string_view role) {
 }  // namespace
 
 ChatTemplate ChatTemplate::for_model(const Model& model) {
-    const std::optional<std::string> text = model.impl().file->get_string("tokenizer.chat_template");
+    const std::optional<std::string> text = ModelAccess::impl(model).file->get_string("tokenizer.chat_template");
     if (!text) {
         throw Error(ErrorCode::unsupported, "the model has no chat template (no tokenizer.chat_template in " +
                                                 model.path() +
@@ -95,7 +95,8 @@ ChatTemplate ChatTemplate::named(std::string_view name) {
 
 std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "llama3.0"}; }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(std::span<const ChatMessage> messages,
+                                 AddGenerationPrompt add_generation_prompt) const {
     if (messages.empty()) {
         throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
     }
@@ -112,7 +113,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
             append_chatml_turn(out, "system", default_system_);
         }
         for (const ChatMessage& message : messages) append_chatml_turn(out, message.role, message.content);
-        if (add_generation_prompt) out += "<|im_start|>assistant\n";
+        if (add_generation_prompt == AddGenerationPrompt::yes) out += "<|im_start|>assistant\n";
         return out;
     }
     out = "<|begin_of_text|>";
@@ -132,7 +133,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
         append_llama3_header(out, messages[i].role);
         out.append(python_strip(messages[i].content)).append("<|eot_id|>");
     }
-    if (add_generation_prompt) append_llama3_header(out, "assistant");
+    if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");
     return out;
 }
 

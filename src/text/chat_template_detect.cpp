@@ -77,8 +77,7 @@ ChatTemplate detect_chat_template(std::string_view template_text) {
         const auto match = match_known(without_trailing_newline(known.text), text);
         if (!match) continue;
         ChatTemplate tmpl = ChatTemplate::named(known.name);
-        tmpl.has_default_system_ = match->has_default_system;
-        tmpl.default_system_ = match->default_system;
+        if (match->has_default_system) tmpl.set_default_system_prompt(match->default_system);
         return tmpl;
     }
     std::string choices;

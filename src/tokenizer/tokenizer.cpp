@@ -1,4 +1,5 @@
 #include "kvstash/tokenizer.h"
+#include "tokenizer/tokenizer_access.h"
 #include "tokenizer/vocabulary.h"
 
 #include <array>
@@ -232,12 +233,20 @@ struct Tokenizer::Impl {
     }
 };
 
-Tokenizer::Tokenizer(Vocabulary vocab) : impl_(std::make_unique<Impl>(std::move(vocab))) {}
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Tokenizer TokenizerAccess::make(Vocabulary vocab) {
+    return Tokenizer(std::make_unique<Tokenizer::Impl>(std::move(vocab)));
+}
+const Vocabulary& TokenizerAccess::vocabulary(const Tokenizer& tokenizer) { return tokenizer.impl_->vocab; }
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, AddSpecial add_special_tokens,
+                                       ParseSpecial parse_special_tokens) const {
+    const bool add_special = add_special_tokens == AddSpecial::yes;
+    const bool parse_special = parse_special_tokens == ParseSpecial::yes;
     const Impl& im = *impl_;
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 2);
@@ -311,6 +320,5 @@ int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->vocab.to
 int32_t Tokenizer::bos() const { return impl_->vocab.bos_id; }
 int32_t Tokenizer::eos() const { return impl_->vocab.eos_id; }
 bool Tokenizer::is_eog(int32_t id) const { return id >= 0 && id < n_vocab() && impl_->end_of_generation[id]; }
-const Vocabulary& Tokenizer::vocabulary() const { return impl_->vocab; }
 
 }  // namespace kvstash

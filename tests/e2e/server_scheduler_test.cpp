@@ -9,8 +9,10 @@
 #include <cstring>
 #include <map>
 
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 #include "server/scheduler.h"
 #include "server/sequence.h"
@@ -87,7 +89,7 @@ TEST(ServerScheduler, BatchedChunkedCachedEqualsGenerateAlone) {
     std::vector<std::vector<int32_t>> tokens;
     for (size_t i = 0; i < prompts.size(); ++i) {
         auto job = std::make_unique<GenerationJob>();
-        job->prompt = tok.encode(prompts[i], true, true);
+        job->prompt = tok.encode(prompts[i], AddSpecial::yes, ParseSpecial::yes);
         job->sampling = seeded(100 + i);
         job->max_tokens = max_tokens;
         job->n = i == 1 ? 2 : 1;  // choice c uses seed + c
@@ -159,7 +161,7 @@ TEST(ServerScheduler, CancelledJobLeavesAndQueueIsBounded) {
     Scheduler scheduler(model, options, metrics);
     auto make = [&](int64_t max_tokens) {
         auto job = std::make_unique<GenerationJob>();
-        job->prompt = model->tokenizer().encode("Once upon a time", true, true);
+        job->prompt = model->tokenizer().encode("Once upon a time", AddSpecial::yes, ParseSpecial::yes);
         job->sampling = seeded(1);
         job->sampling.logit_bias = {{0, -100.0f}, {2, -100.0f}};  // SmolLM2's end tokens: run to max_tokens
         job->max_tokens = max_tokens;

@@ -107,7 +107,7 @@ TEST_F(StateCli, StateInfoVerifiesChecksums) {
 TEST_F(StateCli, Q8StateIsSmallerAndSaysItIsNotExact) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     ASSERT_EQ(run_cli({"prefill", "-p", prefix, "-o", path("f16.kvs")}).exit_code, 0);
-    const auto q8 = run_cli({"prefill", "-p", prefix, "-o", path("q8.kvs"), "--kv-type", "q8_0"});
+    const auto q8 = run_cli({"prefill", "-p", prefix, "-o", path("q8.kvs"), "--file-kv-type", "q8_0"});
     ASSERT_EQ(q8.exit_code, 0) << q8.err;
     EXPECT_NE(q8.err.find("not bit-exactly"), std::string::npos) << q8.err;
     EXPECT_LT(fs::file_size(path("q8.kvs")), fs::file_size(path("f16.kvs")) * 7 / 10);

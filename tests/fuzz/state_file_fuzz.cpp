@@ -10,6 +10,7 @@
 
 #include "kvstash/error.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "state/state_file_format.h"
 
 namespace {
@@ -26,7 +27,7 @@ const kvstash::Model& fuzz_model() {
 
 void try_input(std::span<const uint8_t> bytes) {
     try {
-        const kvstash::StateFileInfo info = sf::inspect_state_bytes(bytes, "fuzz-input", true);
+        const kvstash::StateFileInfo info = sf::inspect_state_bytes(bytes, "fuzz-input", kvstash::Checksums::verify);
         g_sink = g_sink + info.file_bytes + info.kv_bytes + static_cast<uint64_t>(info.n_tokens);
     } catch (const kvstash::Error&) {}
     try {

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "state/state_file_format.h"
 
@@ -48,8 +50,8 @@ int main(int argc, char** argv) {
         sampler.rng = {1, 2, 3, 4};
         small.set_sampler_state(sampler);
         write(dir, "f16_sampler.kvs", sf::encode_state_to_memory(small));
-        write(dir, "f16_q8_0.kvs", sf::encode_state_to_memory(small, SaveOptions{StateKvStorage::q8_0, false}));
-        write(dir, "f16_zstd.kvs", sf::encode_state_to_memory(small, SaveOptions{StateKvStorage::same, true}));
+        write(dir, "f16_q8_0.kvs", sf::encode_state_to_memory(small, SaveOptions{.file_kv_type = KvType::q8_0}));
+        write(dir, "f16_zstd.kvs", sf::encode_state_to_memory(small, SaveOptions{.compress = true}));
 
         State f32(*model, StateOptions{KvType::f32, 64});
         evaluator.eval(f32, std::span<const int32_t>(tokens.data(), 34));
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
 
         State repeated(*model, StateOptions{KvType::f16, 64});
         evaluator.eval(repeated, std::vector<int32_t>(36, 11));
-        write(dir, "q8_0_zstd.kvs", sf::encode_state_to_memory(repeated, SaveOptions{StateKvStorage::q8_0, true}));
+        write(dir, "q8_0_zstd.kvs",
+              sf::encode_state_to_memory(repeated, SaveOptions{.file_kv_type = KvType::q8_0, .compress = true}));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "fuzz_state_file_seeds: %s\n", e.what());
         return 1;

@@ -22,6 +22,10 @@
 namespace kvstash {
 namespace {
 
+AddGenerationPrompt generation_prompt(const nlohmann::json& fixture_case) {
+    return fixture_case.at("add_generation_prompt").get<bool>() ? AddGenerationPrompt::yes : AddGenerationPrompt::no;
+}
+
 using nlohmann::json;
 using Messages = std::vector<ChatMessage>;
 
@@ -54,7 +58,7 @@ int render_cases(const json& fixture, ChatTemplate tmpl, const std::string& labe
         const Messages messages = messages_of(c.at("messages"));
         if (only_leading_system && messages.front().role != "system") continue;
         tmpl.set_date_string(c.contains("date_string") ? c.at("date_string").get<std::string>() : "26 Jul 2024");
-        const std::string rendered = tmpl.render(messages, c.at("add_generation_prompt").get<bool>());
+        const std::string rendered = tmpl.render(messages, generation_prompt(c));
         const std::string expected = c.at("rendered").get<std::string>();
         EXPECT_EQ(rendered, expected) << label << " case " << i;
         matched += rendered == expected;
@@ -70,9 +74,10 @@ TEST(ChatTemplateParity, EveryFixtureCaseByDetection) {
         const json& expected = fixture.at("expected_detection");
         EXPECT_EQ(tmpl.name(), expected.at("name").get<std::string>()) << name;
         // The default system prompt read from the template text is the one the fixture says it holds.
-        const std::string probe = tmpl.render(Messages{{"user", "x"}}, false);
+        const std::string probe = tmpl.render(Messages{{"user", "x"}}, AddGenerationPrompt::no);
         if (expected.at("default_system").is_null()) {
-            EXPECT_EQ(probe, ChatTemplate::named(tmpl.name()).render(Messages{{"user", "x"}}, false)) << name;
+            EXPECT_EQ(probe, ChatTemplate::named(tmpl.name()).render(Messages{{"user", "x"}}, AddGenerationPrompt::no))
+                << name;
         } else {
             EXPECT_TRUE(probe.starts_with("<|im_start|>system\n" + expected.at("default_system").get<std::string>() +
                                           "<|im_end|>\n"))
@@ -117,7 +122,7 @@ TEST(ChatTemplateParity, Llama32TodayDate) {
     EXPECT_EQ(date.size(), std::string("05 Mar 2025").size()) << date;  // strftime("%d %b %Y")
     ChatTemplate tmpl = detect_chat_template(fixture.at("template").get<std::string>());
     tmpl.set_date_string(date);
-    EXPECT_EQ(tmpl.render(messages_of(today.at("messages")), today.at("add_generation_prompt").get<bool>()), expected);
+    EXPECT_EQ(tmpl.render(messages_of(today.at("messages")), generation_prompt(today)), expected);
 }
 
 TEST(ChatTemplateParity, ForModelOnSmolLM2) {
@@ -140,9 +145,7 @@ TEST(ChatTemplateParity, TokenPrefixStabilityWithSmolLM2) {
     const auto model = Model::load(test::default_model_path());
     const Tokenizer& tok = model->tokenizer();
     const ChatTemplate tmpl = ChatTemplate::for_model(*model);
-    auto encode = [&](const std::string& text) {
-        return tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
-    };
+    auto encode = [&](const std::string& text) { return tok.encode(text, AddSpecial::no, ParseSpecial::yes); };
     const std::vector<int32_t> im_end = encode("<|im_end|>");
     ASSERT_EQ(im_end.size(), 1u);
     EXPECT_TRUE(tok.is_eog(im_end[0]));
@@ -167,14 +170,15 @@ TEST(ChatTemplateParity, TokenPrefixStabilityWithSmolLM2) {
         std::vector<int32_t> previous;
         for (size_t n = 1; n <= conversation.size(); ++n) {
             const std::span<const ChatMessage> turns(conversation.data(), n);
-            const std::vector<int32_t> closed = encode(tmpl.render(turns, false));
+            const std::vector<int32_t> closed = encode(tmpl.render(turns, AddGenerationPrompt::no));
             EXPECT_TRUE(is_prefix(previous, closed)) << n << " messages";
             if (conversation[n - 1].role != "assistant") {
-                EXPECT_TRUE(is_prefix(previous, encode(tmpl.render(turns, true)))) << n << " messages";
+                EXPECT_TRUE(is_prefix(previous, encode(tmpl.render(turns, AddGenerationPrompt::yes))))
+                    << n << " messages";
                 continue;
             }
             // The tokens a generation would hold: the prompt's, the reply's, <|im_end|>; then the template's "\n".
-            std::vector<int32_t> generated = encode(tmpl.render(turns.first(n - 1), true));
+            std::vector<int32_t> generated = encode(tmpl.render(turns.first(n - 1), AddGenerationPrompt::yes));
             for (int32_t id : encode(conversation[n - 1].content)) generated.push_back(id);
             generated.push_back(im_end[0]);
             for (int32_t id : encode(tmpl.end_of_turn_suffix())) generated.push_back(id);

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
-#include "state/state_impl.h"
+#include "kvstash/state.h"
+#include "state/state_access.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 
@@ -41,7 +43,7 @@ std::vector<float> to_vector(std::span<const float> s) { return {s.begin(), s.en
 // The KV bytes of positions [0, n_tokens), every layer, K then V per (position, layer); rows past
 // n_tokens in the last block are unspecified and left out.
 std::vector<uint8_t> kv_bytes(const State& state) {
-    const KvCache& kv = state.impl().kv;
+    const KvCache& kv = StateAccess::impl(state).kv;
     std::vector<uint8_t> out;
     const uint64_t rb = kv.row_bytes();
     for (int64_t pos = 0; pos < kv.n_tokens(); ++pos) {
@@ -68,7 +70,7 @@ struct Snapshot {
 Snapshot snapshot(const State& state) {
     return {{state.tokens().begin(), state.tokens().end()},
             to_vector(state.last_logits()),
-            state.impl().kv.n_tokens(),
+            StateAccess::impl(state).kv.n_tokens(),
             kv_bytes(state)};
 }
 

@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/sampler.h"
+#include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"

@@ -15,6 +15,7 @@
 #include "kvstash/tokenizer.h"
 #include "support/paths.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_access.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {
@@ -40,7 +41,7 @@ std::string from_hex(const std::string& hex) {
 std::string spellable(const Tokenizer& tok, const std::string& bytes) {
     std::string out;
     for (char c : bytes) {
-        if (!tok.encode(std::string(1, c), false, false).empty()) out += c;
+        if (!tok.encode(std::string(1, c), AddSpecial::no, ParseSpecial::no).empty()) out += c;
     }
     return out;
 }
@@ -56,7 +57,7 @@ protected:
     static void SetUpTestSuite() {
         if (test::default_model_status() != test::ModelStatus::present) return;
         const auto file = gguf::File::open(test::default_model_path());
-        tokenizer_ = new Tokenizer(vocabulary_from_gguf(*file));
+        tokenizer_ = new Tokenizer(make_tokenizer(vocabulary_from_gguf(*file)));
     }
     static void TearDownTestSuite() {
         delete tokenizer_;
@@ -82,8 +83,8 @@ TEST_F(TokenizerParity, SmolLM2CorpusMatchesHuggingFace) {
         const auto transformers_plain = entry.value("ids_plain", transformers_ids);
         const auto expected_plain = entry.value("ids_plain_tokenizer_json", transformers_plain);
 
-        const std::vector<int32_t> ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
-        const std::vector<int32_t> plain = tok.encode(text, false, /*parse_special=*/false);
+        const std::vector<int32_t> ids = tok.encode(text, AddSpecial::no, ParseSpecial::yes);
+        const std::vector<int32_t> plain = tok.encode(text, AddSpecial::no, ParseSpecial::no);
         ++total;
         matched += ids == expected;
         matched_plain += plain == expected_plain;
@@ -121,8 +122,8 @@ TEST_F(TokenizerParity, SmolLM2FixtureCorpusAndLongTexts) {
             const std::string text = entry["text"];
             const auto expected = entry["ids"].get<std::vector<int32_t>>();
             const auto expected_plain = entry.value("ids_no_special", expected);
-            const std::vector<int32_t> ids = tok.encode(text, false, true);
-            const bool ok = ids == expected && tok.encode(text, false, false) == expected_plain;
+            const std::vector<int32_t> ids = tok.encode(text, AddSpecial::no, ParseSpecial::yes);
+            const bool ok = ids == expected && tok.encode(text, AddSpecial::no, ParseSpecial::no) == expected_plain;
             ++total;
             matched += ok;
             EXPECT_TRUE(ok) << "text: \"" << text.substr(0, 200) << "\"\n  kvstash: " << show(ids)
@@ -147,7 +148,7 @@ TEST_F(TokenizerParity, SmolLM2FixtureCorpusAndLongTexts) {
             continue;
         }
         const auto expected = doc["tokens"].get<std::vector<int32_t>>();
-        const std::vector<int32_t> ids = tok.encode(text, false, true);
+        const std::vector<int32_t> ids = tok.encode(text, AddSpecial::no, ParseSpecial::yes);
         size_t same = 0;
         while (same < ids.size() && same < expected.size() && ids[same] == expected[same]) ++same;
         std::cout << "[ parity   ] " << name << ": " << ids.size() << " tokens, HF " << expected.size()
@@ -167,9 +168,10 @@ TEST_F(TokenizerParity, SmolLM2SpecialTokens) {
     EXPECT_EQ(tok.n_vocab(), 49152);
     EXPECT_EQ(tok.bos(), 1);
     EXPECT_EQ(tok.eos(), 2);
-    EXPECT_EQ(tok.vocabulary().model, "gpt2");
-    EXPECT_EQ(tok.vocabulary().pre, "smollm");
-    EXPECT_EQ(tok.encode("Hi", /*add_special=*/true, true), tok.encode("Hi", false, true));
+    EXPECT_EQ(tokenizer_vocabulary(tok).model, "gpt2");
+    EXPECT_EQ(tokenizer_vocabulary(tok).pre, "smollm");
+    EXPECT_EQ(tok.encode("Hi", AddSpecial::yes, ParseSpecial::yes),
+              tok.encode("Hi", AddSpecial::no, ParseSpecial::yes));
     EXPECT_TRUE(tok.is_eog(2));   // <|im_end|>
     EXPECT_TRUE(tok.is_eog(0));   // <|endoftext|>
     EXPECT_FALSE(tok.is_eog(1));  // <|im_start|>
@@ -189,7 +191,8 @@ TEST_F(TokenizerParity, MalformedUtf8RoundTrips) {
         if (!entry.contains("hex")) continue;
         const std::string bytes = from_hex(entry["hex"]);
         for (bool parse_special : {true, false}) {
-            const std::vector<int32_t> ids = tok.encode(bytes, false, parse_special);
+            const std::vector<int32_t> ids =
+                tok.encode(bytes, AddSpecial::no, parse_special ? ParseSpecial::yes : ParseSpecial::no);
             const std::string kept = spellable(tok, bytes);
             EXPECT_EQ(tok.decode(ids), kept) << "hex " << entry["hex"];
             std::string streamed;
@@ -201,7 +204,7 @@ TEST_F(TokenizerParity, MalformedUtf8RoundTrips) {
     EXPECT_GE(count, 10);
     // Bytes that are not UTF-8 but do have a token (stray continuation bytes) survive exactly.
     const std::string stray = "a\x80\xbf b\xc3(";
-    EXPECT_EQ(tok.decode(tok.encode(stray, false, true)), stray);
+    EXPECT_EQ(tok.decode(tok.encode(stray, AddSpecial::no, ParseSpecial::yes)), stray);
 }
 
 // The pre-tokenizer regexes against HF tokenizers' Split(Regex, "isolated") for the Llama 3, Qwen2
@@ -250,7 +253,7 @@ TEST_F(TokenizerParity, Encodes100KilobytesQuickly) {
     }
     text.resize(100 * 1024);  // may cut a character: the tokenizer takes any bytes
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<int32_t> ids = tok.encode(text, false, true);
+    const std::vector<int32_t> ids = tok.encode(text, AddSpecial::no, ParseSpecial::yes);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::cout << "[ speed    ] encode 100 KB: " << ids.size() << " tokens in " << ms << " ms\n";
     EXPECT_EQ(tok.decode(ids), spellable(tok, text));
@@ -279,7 +282,7 @@ TEST_F(TokenizerParity, PathologicalInputsStayFast) {
     };
     for (const auto& [name, text] : inputs) {
         const auto start = std::chrono::steady_clock::now();
-        const std::vector<int32_t> ids = tok.encode(text, false, true);
+        const std::vector<int32_t> ids = tok.encode(text, AddSpecial::no, ParseSpecial::yes);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         std::cout << "[ speed    ] encode 100 KB of " << name << ": " << ids.size() << " tokens in " << ms << " ms\n";
         EXPECT_EQ(tok.decode(ids), spellable(tok, text)) << name;

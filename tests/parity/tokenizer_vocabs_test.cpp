@@ -28,6 +28,7 @@
 #include "kvstash/tokenizer.h"
 #include "support/paths.h"
 #include "tokenizer/byte_unicode.h"
+#include "tokenizer/tokenizer_access.h"
 #include "tokenizer/unicode_nfc.h"
 #include "tokenizer/vocabulary.h"
 
@@ -158,10 +159,10 @@ protected:
         if (!slot) {
             auto loaded = std::make_unique<LoadedVocab>();
             const auto file = gguf::File::open(gguf_path(vocab));
-            loaded->tokenizer = std::make_unique<Tokenizer>(vocabulary_from_gguf(*file));
+            loaded->tokenizer = std::make_unique<Tokenizer>(make_tokenizer(vocabulary_from_gguf(*file)));
             for (int b = 0; b < 256; ++b) {
                 const std::string byte(1, static_cast<char>(b));
-                loaded->spellable[b] = !loaded->tokenizer->encode(byte, false, false).empty();
+                loaded->spellable[b] = !loaded->tokenizer->encode(byte, AddSpecial::no, ParseSpecial::no).empty();
             }
             std::ifstream in(test::fixture_path("tokenizer/" + vocab + "_corpus.json"));
             if (in) loaded->corpus = json::parse(in);
@@ -184,7 +185,7 @@ protected:
             if (v.spellable[static_cast<uint8_t>(c)]) out += c;
         }
         // SentencePiece writes spaces as U+2581, so one in the text comes back as a space.
-        if (v.tokenizer->vocabulary().model == "llama") out = replace_all(out, "\xE2\x96\x81", " ");
+        if (tokenizer_vocabulary(*v.tokenizer).model == "llama") out = replace_all(out, "\xE2\x96\x81", " ");
         return out;
     }
 };
@@ -209,7 +210,7 @@ TEST_P(VocabParity, LlamaCppCasesMatch) {
     const auto cases = read_llama_cpp_cases(gguf_path(vocab));
     int matched = 0;
     for (const auto& [text, expected] : cases) {
-        const Ids ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/false);
+        const Ids ids = tok.encode(text, AddSpecial::no, ParseSpecial::no);
         matched += ids == expected;
         EXPECT_EQ(ids, expected) << vocab << " on " << excerpt(text) << "\n  kvstash: " << show(ids)
                                  << "\n  HF:      " << show(expected);
@@ -236,7 +237,7 @@ TEST_P(VocabParity, CorpusMatchesHuggingFace) {
         ++total;
         converter += entry.contains("ids_transformers_gguf") || entry.contains("ids_plain_transformers_gguf");
         for (bool parse_special : {true, false}) {
-            const Ids ids = tok.encode(text, /*add_special=*/false, parse_special);
+            const Ids ids = tok.encode(text, AddSpecial::no, parse_special ? ParseSpecial::yes : ParseSpecial::no);
             const Ids& want = parse_special ? expected : expected_plain;
             const bool same = ids == want;
             if (const KnownDifference* k = known_difference(vocab, text, parse_special)) {
@@ -276,7 +277,7 @@ TEST_P(VocabParity, DecodeRoundTrips) {
         for (bool parse_special : {true, false}) {
             const std::string expected =
                 kept(v, entry.value(parse_special ? "round_trip" : "round_trip_plain", normalized));
-            const Ids ids = tok.encode(text, false, parse_special);
+            const Ids ids = tok.encode(text, AddSpecial::no, parse_special ? ParseSpecial::yes : ParseSpecial::no);
             const std::string decoded = tok.decode(ids);
             ++total;
             round_trips += decoded == expected;
@@ -310,11 +311,11 @@ TEST_P(VocabParity, SpecialTokens) {
         EXPECT_EQ(tok.n_vocab(), e.n_vocab);
         EXPECT_EQ(tok.bos(), e.bos);
         EXPECT_EQ(tok.eos(), e.eos);
-        EXPECT_EQ(tok.vocabulary().add_bos, e.add_bos);
-        const Ids eog = tok.encode(e.eog, false, true);
+        EXPECT_EQ(tokenizer_vocabulary(tok).add_bos, e.add_bos);
+        const Ids eog = tok.encode(e.eog, AddSpecial::no, ParseSpecial::yes);
         ASSERT_EQ(eog.size(), 1u) << e.eog;
         EXPECT_TRUE(tok.is_eog(eog[0])) << e.eog;
-        const Ids with_special = tok.encode("Hi", /*add_special=*/true, true);
+        const Ids with_special = tok.encode("Hi", AddSpecial::yes, ParseSpecial::yes);
         ASSERT_FALSE(with_special.empty());
         EXPECT_EQ(with_special.front() == e.bos, e.add_bos);
     }
@@ -349,7 +350,7 @@ TEST_P(VocabParity, EncodesQuickly) {
     };
     for (const auto& [name, text] : inputs) {
         const auto start = std::chrono::steady_clock::now();
-        const Ids ids = v.tokenizer->encode(text, false, true);
+        const Ids ids = v.tokenizer->encode(text, AddSpecial::no, ParseSpecial::yes);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         std::cout << "[ speed    ] " << vocab << ": encode 100 KB of " << name << ": " << ids.size() << " tokens in "
                   << ms << " ms\n";
@@ -410,8 +411,10 @@ TEST(SpecialTokenRstrip, SwallowsWhitespaceAfterMatchedToken) {
     vocab.tokens.push_back("</s>");
     vocab.token_types.push_back(static_cast<int32_t>(TokenType::user_defined));
     vocab.rstrip_ids = {256, 257};
-    const Tokenizer tok(std::move(vocab));
-    const auto ids = [&](std::string_view text, bool parse_special) { return tok.encode(text, false, parse_special); };
+    const Tokenizer tok = make_tokenizer(std::move(vocab));
+    const auto ids = [&](std::string_view text, bool parse_special) {
+        return tok.encode(text, AddSpecial::no, parse_special ? ParseSpecial::yes : ParseSpecial::no);
+    };
     EXPECT_EQ(ids("<|end|> \n\t\xE3\x80\x80x", true), (Ids{256, 'x'}));  // U+3000 too
     EXPECT_EQ(ids("<|end|>\x1Cx", true), (Ids{256, 0x1C, 'x'}));         // U+001C is not White_Space
     EXPECT_EQ(ids("a</s>  ", false), (Ids{'a', 257}));                   // user-defined: matched either way

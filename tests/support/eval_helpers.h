@@ -8,7 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvstash/evaluator.h"
+#include "kvstash/kv_type.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 
 namespace kvstash::test {
 

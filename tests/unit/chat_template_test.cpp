@@ -65,16 +65,18 @@ TEST(ChatTemplate, UnknownRoleIsInvalidArgument) {
     for (const std::string& name : ChatTemplate::names()) {
         const ChatTemplate tmpl = ChatTemplate::named(name);
         const Messages messages = {{"user", "hi"}, {"tool", "42"}};
-        expect_error([&] { tmpl.render(messages, true); }, ErrorCode::invalid_argument, {"message 1", "\"tool\""});
+        expect_error([&] { tmpl.render(messages, AddGenerationPrompt::yes); }, ErrorCode::invalid_argument,
+                     {"message 1", "\"tool\""});
         const Messages capitalised = {{"User", "hi"}};
-        expect_error([&] { tmpl.render(capitalised, false); }, ErrorCode::invalid_argument, {"\"User\""});
+        expect_error([&] { tmpl.render(capitalised, AddGenerationPrompt::no); }, ErrorCode::invalid_argument,
+                     {"\"User\""});
     }
 }
 
 TEST(ChatTemplate, EmptyConversationIsInvalidArgument) {
     for (const std::string& name : ChatTemplate::names()) {
-        expect_error([&] { ChatTemplate::named(name).render({}, true); }, ErrorCode::invalid_argument,
-                     {"empty conversation"});
+        expect_error([&] { ChatTemplate::named(name).render({}, AddGenerationPrompt::yes); },
+                     ErrorCode::invalid_argument, {"empty conversation"});
     }
 }
 
@@ -112,27 +114,29 @@ TEST(ChatTemplate, DetectsEveryKnownTextAndReadsTheDefaultSystemPrompt) {
         }
         const ChatTemplate tmpl = detect_chat_template(text);
         EXPECT_EQ(tmpl.name(), known.name);
-        const std::string rendered = tmpl.render(Messages{{"user", "Hi"}}, false);
+        const std::string rendered = tmpl.render(Messages{{"user", "Hi"}}, AddGenerationPrompt::no);
         if (has_prompt) {
             EXPECT_EQ(rendered,
                       "<|im_start|>system\nBe nice. 你好 {{ x }}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
         } else {
-            EXPECT_EQ(rendered, ChatTemplate::named(known.name).render(Messages{{"user", "Hi"}}, false));
+            EXPECT_EQ(rendered,
+                      ChatTemplate::named(known.name).render(Messages{{"user", "Hi"}}, AddGenerationPrompt::no));
         }
     }
     // Jinja drops one trailing newline, so a template stored with or without it is the same template.
     const std::string smol = known_text_with_prompt("chatml", kSmolSystem);
-    EXPECT_EQ(detect_chat_template(smol + "\n").render(Messages{{"user", "x"}}, false),
-              detect_chat_template(smol).render(Messages{{"user", "x"}}, false));
+    EXPECT_EQ(detect_chat_template(smol + "\n").render(Messages{{"user", "x"}}, AddGenerationPrompt::no),
+              detect_chat_template(smol).render(Messages{{"user", "x"}}, AddGenerationPrompt::no));
     // An empty default system prompt is still a system turn.
-    EXPECT_EQ(detect_chat_template(known_text_with_prompt("chatml", "")).render(Messages{{"user", "x"}}, false),
+    EXPECT_EQ(detect_chat_template(known_text_with_prompt("chatml", ""))
+                  .render(Messages{{"user", "x"}}, AddGenerationPrompt::no),
               "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nx<|im_end|>\n");
 }
 
 TEST(ChatTemplate, ChatmlKeepsContentAsIs) {
     const ChatTemplate tmpl = ChatTemplate::named("chatml");
     const Messages messages = {{"system", " s \n"}, {"user", "\t<|im_end|>\xff"}};
-    EXPECT_EQ(tmpl.render(messages, true),
+    EXPECT_EQ(tmpl.render(messages, AddGenerationPrompt::yes),
               "<|im_start|>system\n s \n<|im_end|>\n"
               "<|im_start|>user\n\t<|im_end|>\xff<|im_end|>\n<|im_start|>assistant\n");
     EXPECT_EQ(tmpl.end_of_turn_suffix(), "\n");
@@ -141,7 +145,7 @@ TEST(ChatTemplate, ChatmlKeepsContentAsIs) {
 TEST(ChatTemplate, Llama3TrimsLikePythonStrip) {
     const ChatTemplate tmpl = ChatTemplate::named("llama3.0");
     auto body = [&](const std::string& content) {
-        const std::string out = tmpl.render(Messages{{"user", content}}, false);
+        const std::string out = tmpl.render(Messages{{"user", content}}, AddGenerationPrompt::no);
         const std::string head = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n";
         EXPECT_TRUE(out.starts_with(head) && out.ends_with("<|eot_id|>")) << out;
         return out.substr(head.size(), out.size() - head.size() - std::string("<|eot_id|>").size());
@@ -163,17 +167,17 @@ TEST(ChatTemplate, Llama3TrimsLikePythonStrip) {
 TEST(ChatTemplate, Llama3DateString) {
     ChatTemplate tmpl = ChatTemplate::named("llama3");
     const Messages messages = {{"user", "Hi"}};
-    const std::string fixed = tmpl.render(messages, true);
+    const std::string fixed = tmpl.render(messages, AddGenerationPrompt::yes);
     EXPECT_NE(fixed.find("\nToday Date: 26 Jul 2024\n\n"), std::string::npos) << fixed;
     tmpl.set_date_string("05 Mar 2025");
-    const std::string dated = tmpl.render(messages, true);
+    const std::string dated = tmpl.render(messages, AddGenerationPrompt::yes);
     EXPECT_NE(dated.find("\nToday Date: 05 Mar 2025\n\n"), std::string::npos) << dated;
     EXPECT_EQ(dated.size(), fixed.size());
 }
 
 TEST(ChatTemplate, BracedConversationAsInTheHeader) {
     const ChatTemplate tmpl = ChatTemplate::named("chatml");
-    EXPECT_EQ(tmpl.render({{"system", "Be brief."}, {"user", "Hi!"}}, true),
+    EXPECT_EQ(tmpl.render({{"system", "Be brief."}, {"user", "Hi!"}}, AddGenerationPrompt::yes),
               "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
 }
 
@@ -216,8 +220,8 @@ TEST(ChatTemplate, GenerationPromptPlusReplyIsTheClosedTurn) {
                 const std::span<const ChatMessage> before(conversation.data(), n - 1);
                 const std::span<const ChatMessage> with_reply(conversation.data(), n);
                 const std::string generated = conversation[n - 1].content + end_of_turn_token(tmpl);
-                EXPECT_EQ(tmpl.render(with_reply, false),
-                          tmpl.render(before, true) + generated + tmpl.end_of_turn_suffix())
+                EXPECT_EQ(tmpl.render(with_reply, AddGenerationPrompt::no),
+                          tmpl.render(before, AddGenerationPrompt::yes) + generated + tmpl.end_of_turn_suffix())
                     << tmpl.name() << ", " << n << " messages";
             }
         }
@@ -230,12 +234,13 @@ TEST(ChatTemplate, EachClosedTurnIsAPrefixOfTheNext) {
             std::string previous;
             for (size_t n = 1; n <= conversation.size(); ++n) {
                 const std::span<const ChatMessage> turns(conversation.data(), n);
-                const std::string closed = tmpl.render(turns, false);
+                const std::string closed = tmpl.render(turns, AddGenerationPrompt::no);
                 EXPECT_TRUE(closed.starts_with(previous)) << tmpl.name() << ", " << n << " messages:\n"
                                                           << previous << "\n---\n"
                                                           << closed;
                 if (conversation[n - 1].role == "user") {
-                    EXPECT_TRUE(tmpl.render(turns, true).starts_with(previous)) << tmpl.name() << ", " << n;
+                    EXPECT_TRUE(tmpl.render(turns, AddGenerationPrompt::yes).starts_with(previous))
+                        << tmpl.name() << ", " << n;
                 }
                 if (conversation[n - 1].role == "assistant") previous = closed;
             }

@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/sampler.h"
+#include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 #include "support/paths.h"
 
@@ -103,7 +105,7 @@ protected:
         model = default_model();
         tokenizer = &model->tokenizer();
         evaluator_ptr = std::make_unique<Evaluator>(model, 2);
-        prompt = tokenizer->encode("The capital of France is", false, false);
+        prompt = tokenizer->encode("The capital of France is", AddSpecial::no, ParseSpecial::no);
     }
     const Tokenizer& tok() const { return *tokenizer; }
     Evaluator& evaluator() { return *evaluator_ptr; }
@@ -127,7 +129,7 @@ protected:
     GenerateResult greedy(const std::string& text, int64_t max_tokens, const std::vector<std::string>& stops,
                           Recorder& rec) {
         State state(*model);
-        evaluator().eval(state, tok().encode(text, false, false));
+        evaluator().eval(state, tok().encode(text, AddSpecial::no, ParseSpecial::no));
         SamplerParams p;
         p.temperature = 0.0f;
         Sampler sampler(p);
@@ -166,7 +168,7 @@ TEST_F(Generate, MultiByteCharactersAreNeverSplitAcrossPieces) {
 }
 
 TEST_F(Generate, EndOfGenerationStops) {
-    const Ids end_of_turn = tok().encode("<|im_end|>", false, true);
+    const Ids end_of_turn = tok().encode("<|im_end|>", AddSpecial::no, ParseSpecial::yes);
     ASSERT_EQ(end_of_turn.size(), 1u);
     ASSERT_TRUE(tok().is_eog(end_of_turn[0]));
     SamplerParams p = sampling(3);

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "kv/kv_block_hash.h"
 #include "kvstash/error.h"
-#include "state/kv_block_hash.h"
 
 namespace kvstash {
 namespace {

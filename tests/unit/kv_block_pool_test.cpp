@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "state/kv_block_buffer.h"
-#include "state/kv_block_pool.h"
+#include "kv/kv_block_buffer.h"
+#include "kv/kv_block_pool.h"
 
 namespace kvstash {
 namespace {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "format/tensor_type.h"
+#include "kv/kv_block_pool.h"
+#include "kv/kv_cache.h"
 #include "kvstash/error.h"
-#include "state/kv_block_pool.h"
-#include "state/kv_cache.h"
 
 namespace kvstash {
 namespace {
@@ -52,19 +52,28 @@ void expect_rows(KvCache& kv, int64_t from, int64_t to, int tag, const char* who
     }
 }
 
+// One name per KV type, for every frontend; anything else is not a type.
+TEST(KvType, NamesParseBackAndNothingElseParses) {
+    for (KvType type : {KvType::f16, KvType::f32, KvType::q8_0}) EXPECT_EQ(parse_kv_type(kv_type_name(type)), type);
+    EXPECT_EQ(kv_type_name(KvType::q8_0), "q8_0");
+    for (const char* other : {"", "F16", "f16 ", "q8", "q4_0", "bf16"}) EXPECT_EQ(parse_kv_type(other), std::nullopt);
+}
+
 TEST(KvCache, RowBytesAndBlockBytes) {
-    const KvCache f16(kLayers, kWidth, TensorType::F16), f32(kLayers, kWidth, TensorType::F32);
+    const KvCache f16(kLayers, kWidth, KvType::f16), f32(kLayers, kWidth, KvType::f32);
     EXPECT_EQ(f16.row_bytes(), 2u * kWidth);
     EXPECT_EQ(f32.row_bytes(), 4u * kWidth);
     EXPECT_EQ(f32.block_bytes(), 2u * kLayers * B * 4 * kWidth);
     EXPECT_EQ(f32.type(), TensorType::F32);
+    EXPECT_EQ(f32.kv_type(), KvType::f32);
+    EXPECT_EQ(f16.kv_type(), KvType::f16);
     EXPECT_EQ(f16.n_tokens(), 0);
     EXPECT_EQ(f16.n_blocks(), 0);
 }
 
 TEST(KvCache, RejectsQuantizedTypes) {
     try {
-        KvCache kv(kLayers, 32, TensorType::Q8_0);
+        KvCache kv(kLayers, 32, KvType::q8_0);
         FAIL() << "a q8_0 cache was accepted";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
@@ -72,7 +81,7 @@ TEST(KvCache, RejectsQuantizedTypes) {
 }
 
 TEST(KvCache, GrowAndTruncateSizes) {
-    KvCache kv(kLayers, kWidth, TensorType::F32);
+    KvCache kv(kLayers, kWidth, KvType::f32);
     struct Step {
         bool grow;
         int64_t n;
@@ -93,7 +102,7 @@ TEST(KvCache, GrowAndTruncateSizes) {
 }
 
 TEST(KvCache, InvalidSizesThrow) {
-    KvCache kv(kLayers, kWidth, TensorType::F32);
+    KvCache kv(kLayers, kWidth, KvType::f32);
     kv.grow(10);
     EXPECT_THROW(kv.grow(5), Error);
     EXPECT_THROW(kv.truncate(11), Error);
@@ -105,8 +114,9 @@ TEST(KvCache, InvalidSizesThrow) {
 // Every position of every layer, K and V, lands in its own row: the view's block table and row stride
 // address exactly what k_row/v_row returned, and no two rows overlap.
 TEST(KvCache, LayerViewAddressesTheWrittenRows) {
-    for (TensorType type : {TensorType::F32, TensorType::F16}) {
-        KvCache kv(kLayers, kWidth, type);
+    for (KvType kv_type : {KvType::f32, KvType::f16}) {
+        KvCache kv(kLayers, kWidth, kv_type);
+        const TensorType type = kv.type();
         kv.grow(2 * B + 5);
         for (int64_t layer = 0; layer < kLayers; ++layer) {
             const KvLayerView view = kv.layer_view(layer);
@@ -120,14 +130,14 @@ TEST(KvCache, LayerViewAddressesTheWrittenRows) {
             }
         }
     }
-    KvCache kv(kLayers, kWidth, TensorType::F32);
+    KvCache kv(kLayers, kWidth, KvType::f32);
     kv.grow(2 * B + 5);
     write_rows(kv, 0, kv.n_tokens(), 1);
     expect_rows(kv, 0, kv.n_tokens(), 1, "single cache");
 }
 
 TEST(KvCache, GrowKeepsWhatWasWritten) {
-    KvCache kv(kLayers, kWidth, TensorType::F32);
+    KvCache kv(kLayers, kWidth, KvType::f32);
     kv.grow(B - 3);
     write_rows(kv, 0, B - 3, 1);
     kv.grow(B + 2);  // fills the partial block and allocates one more
@@ -139,7 +149,7 @@ TEST(KvCache, GrowKeepsWhatWasWritten) {
 
 // fork() copies block pointers: until someone writes, both sides see the same blocks.
 TEST(KvCache, ForkSharesBlocks) {
-    KvCache parent(kLayers, kWidth, TensorType::F32);
+    KvCache parent(kLayers, kWidth, KvType::f32);
     parent.grow(2 * B + 7);
     write_rows(parent, 0, parent.n_tokens(), 1);
     KvCache child = parent.fork();
@@ -158,7 +168,7 @@ TEST(KvCache, ForkSharesBlocks) {
 // common prefix, and the full blocks stay shared (copy-on-write copies only the block written to).
 TEST(KvCache, ForkCopiesThePartialBlockOnWrite) {
     const int64_t prefix = 2 * B + 7;
-    KvCache parent(kLayers, kWidth, TensorType::F32);
+    KvCache parent(kLayers, kWidth, KvType::f32);
     parent.grow(prefix);
     write_rows(parent, 0, prefix, 1);
     KvCache child = parent.fork();
@@ -184,7 +194,7 @@ TEST(KvCache, ForkCopiesThePartialBlockOnWrite) {
 
 // Forking at a block boundary: both sides grow into fresh blocks; the shared full blocks stay intact.
 TEST(KvCache, ForkAtABlockBoundary) {
-    KvCache parent(kLayers, kWidth, TensorType::F16);
+    KvCache parent(kLayers, kWidth, KvType::f16);
     parent.grow(2 * B);
     KvCache child = parent.fork();
     child.grow(2 * B + 1);
@@ -200,7 +210,7 @@ TEST(KvCache, TruncateInsideASharedBlockThenGrow) {
     for (bool child_truncates : {true, false}) {
         const int64_t full = 2 * B + 10;
         for (int64_t cut : {int64_t{B + 5}, int64_t{2 * B + 3}, int64_t{5}}) {
-            KvCache a(kLayers, kWidth, TensorType::F32);
+            KvCache a(kLayers, kWidth, KvType::f32);
             a.grow(full);
             write_rows(a, 0, full, 1);
             KvCache b = a.fork();
@@ -223,7 +233,7 @@ TEST(KvCache, TruncateInsideASharedBlockThenGrow) {
 TEST(KvCache, ForkOutlivesParent) {
     KvCache child;
     {
-        KvCache parent(kLayers, kWidth, TensorType::F32);
+        KvCache parent(kLayers, kWidth, KvType::f32);
         parent.grow(B + 3);
         write_rows(parent, 0, B + 3, 1);
         child = parent.fork();
@@ -242,12 +252,12 @@ TEST(KvCache, BlocksAreRecycledThroughThePool) {
     constexpr int64_t kOwnWidth = 40;
     KvBlockPool& pool = KvBlockPool::instance();
     {
-        KvCache first(kLayers, kOwnWidth, TensorType::F32);
+        KvCache first(kLayers, kOwnWidth, KvType::f32);
         first.grow(41 * B);  // as many blocks as the second cache and its fork hold below
     }
     const KvBlockPool::Stats before = pool.stats();
     {
-        KvCache second(kLayers, kOwnWidth, TensorType::F32);
+        KvCache second(kLayers, kOwnWidth, KvType::f32);
         second.grow(40 * B);
         KvCache fork = second.fork();
         fork.truncate(B + 1);

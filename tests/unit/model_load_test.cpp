@@ -17,8 +17,11 @@
 #include <vector>
 
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "model/config.h"
+#include "model/model_access.h"
 #include "support/gguf_builder.h"
 
 namespace kvstash {
@@ -235,7 +238,7 @@ protected:
 std::shared_ptr<const Model> TinyModelEval::model_;
 
 TEST_F(TinyModelEval, LoadsAndEvaluates) {
-    const ModelConfig& c = model_->config();
+    const ModelConfig& c = ModelAccess::impl(*model_).config;
     EXPECT_EQ(c.n_layer, kLayers);
     EXPECT_EQ(c.n_head, 4);
     EXPECT_EQ(c.n_head_kv, 2);

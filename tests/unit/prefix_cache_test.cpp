@@ -9,7 +9,7 @@
 
 #include "engine/prefix_cache_key.h"
 #include "kvstash/prefix_cache.h"
-#include "state/state_impl.h"
+#include "state/state_access.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 
@@ -64,7 +64,7 @@ void finish_and_expect_cold(Evaluator& evaluator, CachedPrefix& hit, const std::
 }
 
 uint64_t block_bytes(const Model& model, KvType kv_type = KvType::f16) {
-    return State(model, StateOptions{kv_type, 0}).impl().kv.block_bytes();
+    return StateAccess::impl(State(model, StateOptions{kv_type, 0})).kv.block_bytes();
 }
 
 void miss_then_hit(const std::shared_ptr<const Model>& model, int64_t n_tokens) {
@@ -230,10 +230,10 @@ TEST(PrefixCache, AnotherKvTypeNeverShares) {
     EXPECT_EQ(cache.stats().blocks_held, 4u);  // two trees, one per KV type
     CachedPrefix f32 = cache.acquire(tokens, StateOptions{KvType::f32, 0});
     EXPECT_EQ(f32.reused_tokens, 2 * B - 1);
-    EXPECT_EQ(f32.state.impl().kv.type(), TensorType::F32);
+    EXPECT_EQ(f32.state.kv_type(), KvType::f32);
     finish_and_expect_cold(evaluator, f32, tokens, KvType::f32);
     CachedPrefix f16 = cache.acquire(tokens);
-    EXPECT_EQ(f16.state.impl().kv.type(), TensorType::F16);
+    EXPECT_EQ(f16.state.kv_type(), KvType::f16);
     finish_and_expect_cold(evaluator, f16, tokens, KvType::f16);
 }
 
@@ -284,8 +284,8 @@ TEST(PrefixCache, LossyKvIsNotCached) {
     Evaluator evaluator(model, 1);
     PrefixCache cache(*model);
     State state = evaluated(evaluator, pseudo_random_tokens(2 * B, 300, 95));
-    state.impl().kv_exact = false;  // as a State decoded from a q8_0 state file
-    cache.release(state.fork());    // forks inherit it
+    StateAccess::impl(state).kv_exact = false;  // as a State decoded from a q8_0 state file
+    cache.release(state.fork());                // forks inherit it
     EXPECT_EQ(cache.stats().releases_rejected, 1u);
     EXPECT_EQ(cache.stats().blocks_held, 0u);
 }

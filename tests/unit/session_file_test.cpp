@@ -79,9 +79,9 @@ TEST_F(SessionSection, RoundTripsAndIsSkippedByPlainReaders) {
         ASSERT_EQ(s->last_logits().size(), state_->last_logits().size());
         EXPECT_EQ(0, std::memcmp(s->last_logits().data(), state_->last_logits().data(), s->last_logits().size() * 4));
     }
-    EXPECT_TRUE(inspect_state_file(path("with.kvs"), true).has_session);
-    EXPECT_TRUE(inspect_state_file(path("with.kvs"), true).checksums_ok);
-    EXPECT_FALSE(inspect_state_file(path("without.kvs"), false).has_session);
+    EXPECT_TRUE(inspect_state_file(path("with.kvs"), Checksums::verify).has_session);
+    EXPECT_TRUE(inspect_state_file(path("with.kvs"), Checksums::verify).checksums_ok);
+    EXPECT_FALSE(inspect_state_file(path("without.kvs"), Checksums::skip).has_session);
     EXPECT_EQ(find_section(read_bytes(path("with.kvs")), kSectionSession).second, session.size());
     EXPECT_EQ(find_section(read_bytes(path("without.kvs")), kSectionSession).second, 0u);
 }
@@ -116,7 +116,7 @@ TEST_F(SessionSection, ADamagedSectionIsACorruptFileForThoseWhoReadIt) {
     }
     // A reader that does not use the section is not stopped by it (it is ancillary).
     EXPECT_EQ(load_state(*model_, path("bad.kvs")).n_tokens(), state_->n_tokens());
-    const StateFileInfo info = inspect_state_file(path("bad.kvs"), true);
+    const StateFileInfo info = inspect_state_file(path("bad.kvs"), Checksums::verify);
     EXPECT_FALSE(info.checksums_ok);
     EXPECT_NE(info.checksum_error.find("session"), std::string::npos) << info.checksum_error;
 }

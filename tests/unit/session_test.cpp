@@ -43,7 +43,7 @@ GenerateOptions short_replies(std::vector<std::vector<float>>* sampled_logits = 
 std::vector<int32_t> tokens_of(const State& s) { return {s.tokens().begin(), s.tokens().end()}; }
 
 std::vector<int32_t> encode(const Model& model, const std::string& text) {
-    return model.tokenizer().encode(text, false, true);
+    return model.tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
 }
 
 // Logits after the last of `tokens`, evaluated in one pass from an empty State.
@@ -85,7 +85,7 @@ TEST_F(SessionTest, EachTurnComputesOnlyItsOwnTokensAndMatchesAColdEvaluation) {
         const std::vector<int32_t> before = tokens_of(chat.state());
         std::vector<ChatMessage> rendered = chat.messages();
         rendered.push_back({"user", questions[turn]});
-        const std::string text = tmpl.render(rendered, true);
+        const std::string text = tmpl.render(rendered, AddGenerationPrompt::yes);
         const std::string held_text = model->tokenizer().decode(before);
         ASSERT_TRUE(text.starts_with(held_text));
         // The new turn's tokens, from the rendering: what follows the held tokens' text.
@@ -245,7 +245,7 @@ TEST_F(SessionTest, SavedAfterTwoTurnsResumesExactlyAsNeverSaving) {
     EXPECT_EQ(other.state().n_tokens(), saved_starts[1]);
 
     // A session file is a plain state file too.
-    const StateFileInfo info = inspect_state_file(path("chat.kvs"), true);
+    const StateFileInfo info = inspect_state_file(path("chat.kvs"), Checksums::verify);
     EXPECT_TRUE(info.has_session);
     EXPECT_TRUE(info.checksums_ok);
     const State plain = load_state(*model, path("chat.kvs"));
@@ -324,6 +324,37 @@ TEST_F(SessionTest, FilesThatAreNotThisSessionAreRefusedAndLeaveItUnchanged) {
         EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
         EXPECT_NE(std::string(e.what()).find("fingerprint"), std::string::npos) << e.what();
     }
+}
+
+// Without a cache: the system prompt is evaluated at construction and every turn reuses the earlier ones.
+TEST(Session, LaterTurnsReuseEarlierOnesAndMatchAFreshComputation) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    auto model = Model::load(default_model_path());
+    Evaluator evaluator(model, 2);
+    Session chat(evaluator, ChatTemplate::for_model(*model), "You answer in one short sentence.");
+    GenerateOptions options;
+    options.max_tokens = 24;
+    Sampler sampler(greedy());
+    chat.reply("What is the capital of France?", sampler, options);
+    const int64_t after_first = chat.state().n_tokens();
+    EXPECT_GT(chat.last_reused(), 0) << "the system prompt should have been cached at construction";
+    chat.reply("And of Italy?", sampler, options);
+    EXPECT_GE(chat.last_reused(), after_first / 2) << "the second turn recomputed the first";
+    ASSERT_EQ(chat.messages().size(), 5u);
+    EXPECT_EQ(chat.messages()[4].role, "assistant");
+
+    // The state's logits equal evaluating its tokens from scratch, bitwise.
+    const std::vector<int32_t> tokens(chat.state().tokens().begin(), chat.state().tokens().end());
+    State fresh(*model);
+    evaluator.eval(fresh, tokens);
+    ASSERT_EQ(fresh.last_logits().size(), chat.state().last_logits().size());
+    EXPECT_EQ(
+        0, std::memcmp(fresh.last_logits().data(), chat.state().last_logits().data(), fresh.last_logits().size() * 4));
+
+    chat.reset();
+    EXPECT_EQ(chat.messages().size(), 1u);
+    chat.reply("Hi", sampler, options);
+    EXPECT_GT(chat.last_reused(), 5);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kvstash/tokenizer.h"
 #include "tokenizer/byte_unicode.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/tokenizer_access.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {
@@ -137,39 +138,40 @@ ByteLevelVocab make_byte_level(const std::vector<std::string>& merges, const std
 TEST(BytePairEncoding, MergesByRank) {
     // Ranks: 0 "h e", 1 "l l", 2 "he ll", 3 "hell o", 4 "Ġ w", 5 "o r", 6 "Ġw or".
     const ByteLevelVocab v = make_byte_level({"h e", "l l", "he ll", "hell o", "\xC4\xA0 w", "o r", "\xC4\xA0w or"});
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     // "hello": h e l l o -> (rank 0) he l l o -> (1) he ll o -> (2) hell o -> (3) hello.
-    EXPECT_EQ(tok.encode("hello", false, false), (Ids{v.id("hello")}));
+    EXPECT_EQ(tok.encode("hello", AddSpecial::no, ParseSpecial::no), (Ids{v.id("hello")}));
     // " world": Ġ w o r l d -> (4) Ġw o r l d -> (5) Ġw or l d -> (6) Ġwor l d; no "l d" merge.
-    EXPECT_EQ(tok.encode("hello world", false, false), (Ids{v.id("hello"), v.id("\xC4\xA0wor"), 'l', 'd'}));
-    EXPECT_EQ(tok.decode(tok.encode("hello world", false, false)), "hello world");
+    EXPECT_EQ(tok.encode("hello world", AddSpecial::no, ParseSpecial::no),
+              (Ids{v.id("hello"), v.id("\xC4\xA0wor"), 'l', 'd'}));
+    EXPECT_EQ(tok.decode(tok.encode("hello world", AddSpecial::no, ParseSpecial::no)), "hello world");
 }
 
 TEST(BytePairEncoding, LowerRankWinsOverPosition) {
     // "abc" with "b c" at rank 0 and "a b" at rank 1: b+c first, then "a bc" has no merge.
     const ByteLevelVocab v = make_byte_level({"b c", "a b"});
-    const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("abc", false, false), (Ids{'a', v.id("bc")}));
-    EXPECT_EQ(tok.encode("abd", false, false), (Ids{v.id("ab"), 'd'}));
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    EXPECT_EQ(tok.encode("abc", AddSpecial::no, ParseSpecial::no), (Ids{'a', v.id("bc")}));
+    EXPECT_EQ(tok.encode("abd", AddSpecial::no, ParseSpecial::no), (Ids{v.id("ab"), 'd'}));
 }
 
 TEST(BytePairEncoding, EqualRankMergesLeftmostFirst) {
     // "aaa" with only "a a": the leftmost pair merges, leaving [aa, a]. With "aa aa" too, "aaaa" ends
     // as one token: a a a a -> aa a a -> aa aa (the leftmost remaining pair) -> aaaa.
     const ByteLevelVocab v = make_byte_level({"a a", "aa aa"});
-    const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("aaa", false, false), (Ids{v.id("aa"), 'a'}));
-    EXPECT_EQ(tok.encode("aaaa", false, false), (Ids{v.id("aaaa")}));
-    EXPECT_EQ(tok.encode("aaaaa", false, false), (Ids{v.id("aaaa"), 'a'}));
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    EXPECT_EQ(tok.encode("aaa", AddSpecial::no, ParseSpecial::no), (Ids{v.id("aa"), 'a'}));
+    EXPECT_EQ(tok.encode("aaaa", AddSpecial::no, ParseSpecial::no), (Ids{v.id("aaaa")}));
+    EXPECT_EQ(tok.encode("aaaaa", AddSpecial::no, ParseSpecial::no), (Ids{v.id("aaaa"), 'a'}));
 }
 
 TEST(BytePairEncoding, WordsDoNotMergeAcrossPreTokens) {
     // The merge "a Ġ" exists, but the pre-tokenizer cuts "a b" into "a" and " b" first.
     // (Token b is byte b here, so ' ' is id 0x20.)
     const ByteLevelVocab v = make_byte_level({"a \xC4\xA0"});
-    const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("a b", false, false), (Ids{'a', ' ', 'b'}));
-    EXPECT_EQ(tok.encode("a", false, false), (Ids{'a'}));
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    EXPECT_EQ(tok.encode("a b", AddSpecial::no, ParseSpecial::no), (Ids{'a', ' ', 'b'}));
+    EXPECT_EQ(tok.encode("a", AddSpecial::no, ParseSpecial::no), (Ids{'a'}));
 }
 
 TEST(BytePairEncoding, IgnoreMergesEmitsWholeWordTokens) {
@@ -178,36 +180,38 @@ TEST(BytePairEncoding, IgnoreMergesEmitsWholeWordTokens) {
     const std::vector<std::pair<std::string, TokenType>> extra = {{"abc", TokenType::normal}};
     const ByteLevelVocab llama3 = make_byte_level({"a b"}, "llama-bpe", extra);
     const ByteLevelVocab gpt2 = make_byte_level({"a b"}, "gpt2", extra);
-    EXPECT_EQ(Tokenizer(llama3.vocab).encode("abc", false, false), (Ids{llama3.id("abc")}));
-    EXPECT_EQ(Tokenizer(gpt2.vocab).encode("abc", false, false), (Ids{gpt2.id("ab"), 'c'}));
+    EXPECT_EQ(make_tokenizer(llama3.vocab).encode("abc", AddSpecial::no, ParseSpecial::no), (Ids{llama3.id("abc")}));
+    EXPECT_EQ(make_tokenizer(gpt2.vocab).encode("abc", AddSpecial::no, ParseSpecial::no), (Ids{gpt2.id("ab"), 'c'}));
 }
 
 TEST(BytePairEncoding, MergesOutsideTheVocabularyAreIgnored) {
     ByteLevelVocab v = make_byte_level({"a b"});
     v.vocab.merges.insert(v.vocab.merges.begin(), "x y");  // "xy" is no token
     v.vocab.merges.push_back("nospace");
-    const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("xyab", false, false), (Ids{'x', 'y', v.id("ab")}));
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    EXPECT_EQ(tok.encode("xyab", AddSpecial::no, ParseSpecial::no), (Ids{'x', 'y', v.id("ab")}));
 }
 
 TEST(BytePairEncoding, BytesWithoutATokenAreDropped) {
     ByteLevelVocab v = make_byte_level({});
     v.vocab.tokens[0xFF] = "<unused-ff>";  // the vocabulary cannot spell byte 0xFF any more
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     EXPECT_EQ(tok.encode("a\xFF"
                          "b",
-                         false, false),
+                         AddSpecial::no, ParseSpecial::no),
               (Ids{'a', 'b'}));
 }
 
 TEST(BytePairEncoding, AnyBytesRoundTrip) {
     const ByteLevelVocab v = make_byte_level({"h e", "\xC3 \xA9"});
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     std::string all;
     for (int b = 255; b >= 0; --b) all += static_cast<char>(b);
     for (const std::string& s :
          {all, std::string("caf\xC3\xA9 \xC3\xA9t\xC3\xA9"), std::string("\xFF\xFE\x80 he\xC3")}) {
-        for (bool parse_special : {false, true}) EXPECT_EQ(tok.decode(tok.encode(s, false, parse_special)), s);
+        for (bool parse_special : {false, true})
+            EXPECT_EQ(tok.decode(tok.encode(s, AddSpecial::no, parse_special ? ParseSpecial::yes : ParseSpecial::no)),
+                      s);
     }
 }
 
@@ -220,32 +224,32 @@ TEST(SpecialTokens, ParsedOnlyWhenAsked) {
                                               {"<|im_end|>", TokenType::control},
                                               {"<think>", TokenType::user_defined}});
     const int32_t start = v.id("<|im_start|>"), end = v.id("<|im_end|>"), think = v.id("<think>");
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     const std::string text = "<|im_start|>hi<think><|im_end|>";
-    EXPECT_EQ(tok.encode(text, false, true), (Ids{start, 'h', 'i', think, end}));
+    EXPECT_EQ(tok.encode(text, AddSpecial::no, ParseSpecial::yes), (Ids{start, 'h', 'i', think, end}));
     // Unparsed, control tokens are text; user-defined tokens are matched anyway (llama.cpp, HF).
-    const Ids plain = tok.encode(text, false, false);
+    const Ids plain = tok.encode(text, AddSpecial::no, ParseSpecial::no);
     EXPECT_EQ(std::count(plain.begin(), plain.end(), start), 0);
     EXPECT_EQ(std::count(plain.begin(), plain.end(), think), 1);
     EXPECT_EQ(tok.decode(plain), text);
-    EXPECT_EQ(tok.decode(tok.encode(text, false, true)), text);
+    EXPECT_EQ(tok.decode(tok.encode(text, AddSpecial::no, ParseSpecial::yes)), text);
     // A partial special token is plain text.
-    EXPECT_EQ(tok.encode("<|im_start", false, true).size(), 10u);
+    EXPECT_EQ(tok.encode("<|im_start", AddSpecial::no, ParseSpecial::yes).size(), 10u);
     EXPECT_EQ(tok.token_piece(start), "<|im_start|>");
 }
 
 TEST(SpecialTokens, LongestMatchWins) {
     const ByteLevelVocab v = make_byte_level({}, "gpt2", {{"<a>", TokenType::control}, {"<a><b>", TokenType::control}});
-    const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("<a><b>", false, true), (Ids{v.id("<a><b>")}));
-    EXPECT_EQ(tok.encode("<a><c>", false, true), (Ids{v.id("<a>"), '<', 'c', '>'}));
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    EXPECT_EQ(tok.encode("<a><b>", AddSpecial::no, ParseSpecial::yes), (Ids{v.id("<a><b>")}));
+    EXPECT_EQ(tok.encode("<a><c>", AddSpecial::no, ParseSpecial::yes), (Ids{v.id("<a>"), '<', 'c', '>'}));
 }
 
 TEST(SpecialTokens, SplitTheTextIntoSeparateWords) {
     // " x" after a special token is its own word; "a<s> b" is "a", <s>, " b".
     const ByteLevelVocab v = make_byte_level({"a \xC4\xA0"}, "gpt2", {{"<s>", TokenType::control}});
-    const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("a<s> b", false, true), (Ids{'a', v.id("<s>"), v.id("\xC4\xA0"), 'b'}));
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    EXPECT_EQ(tok.encode("a<s> b", AddSpecial::no, ParseSpecial::yes), (Ids{'a', v.id("<s>"), v.id("\xC4\xA0"), 'b'}));
 }
 
 TEST(SpecialTokens, BosEosAndEndOfGeneration) {
@@ -258,10 +262,10 @@ TEST(SpecialTokens, BosEosAndEndOfGeneration) {
     v.vocab.eos_id = v.id("<|end|>");
     v.vocab.add_bos = true;
     v.vocab.add_eos = true;
-    const Tokenizer tok(v.vocab);
-    EXPECT_EQ(tok.encode("a", true, false), (Ids{v.id("<|begin|>"), 'a', v.id("<|end|>")}));
-    EXPECT_EQ(tok.encode("a", false, false), (Ids{'a'}));
-    EXPECT_EQ(tok.encode("", true, false), (Ids{v.id("<|begin|>"), v.id("<|end|>")}));
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    EXPECT_EQ(tok.encode("a", AddSpecial::yes, ParseSpecial::no), (Ids{v.id("<|begin|>"), 'a', v.id("<|end|>")}));
+    EXPECT_EQ(tok.encode("a", AddSpecial::no, ParseSpecial::no), (Ids{'a'}));
+    EXPECT_EQ(tok.encode("", AddSpecial::yes, ParseSpecial::no), (Ids{v.id("<|begin|>"), v.id("<|end|>")}));
     EXPECT_EQ(tok.bos(), v.id("<|begin|>"));
     EXPECT_EQ(tok.eos(), v.id("<|end|>"));
     EXPECT_TRUE(tok.is_eog(tok.eos()));
@@ -279,7 +283,7 @@ TEST(TokenizerErrors, UnknownModelOrPreTokenizer) {
     ByteLevelVocab v = make_byte_level({});
     v.vocab.model = "bert";
     try {
-        Tokenizer tok(v.vocab);
+        Tokenizer tok = make_tokenizer(v.vocab);
         FAIL();
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::unsupported);
@@ -289,23 +293,23 @@ TEST(TokenizerErrors, UnknownModelOrPreTokenizer) {
     }
     v.vocab.model = "gpt2";
     v.vocab.pre = "deepseek-coder";
-    EXPECT_THROW(Tokenizer{v.vocab}, Error);
+    EXPECT_THROW(make_tokenizer(v.vocab), Error);
     v.vocab.pre = "";  // no tokenizer.ggml.pre: GPT-2's pattern
-    EXPECT_NO_THROW(Tokenizer{v.vocab});
+    EXPECT_NO_THROW(make_tokenizer(v.vocab));
 }
 
 TEST(TokenizerErrors, InconsistentVocabularyAndBadIds) {
     ByteLevelVocab v = make_byte_level({});
     v.vocab.token_types.pop_back();
-    EXPECT_THROW(Tokenizer{v.vocab}, Error);
+    EXPECT_THROW(make_tokenizer(v.vocab), Error);
     v = make_byte_level({});
     v.vocab.eos_id = 999;
-    EXPECT_THROW(Tokenizer{v.vocab}, Error);
+    EXPECT_THROW(make_tokenizer(v.vocab), Error);
     Vocabulary empty;
     empty.model = "gpt2";
-    EXPECT_THROW(Tokenizer{empty}, Error);
+    EXPECT_THROW(make_tokenizer(empty), Error);
 
-    const Tokenizer tok(make_byte_level({}).vocab);
+    const Tokenizer tok = make_tokenizer(make_byte_level({}).vocab);
     const Ids bad = {'a', 256};
     EXPECT_THROW(tok.decode(bad), Error);
     EXPECT_THROW(tok.token_piece(-1), Error);
@@ -313,13 +317,14 @@ TEST(TokenizerErrors, InconsistentVocabularyAndBadIds) {
 
 TEST(Tokenizer, ConcurrentEncodeIsSafe) {
     const ByteLevelVocab v = make_byte_level({"h e", "l l", "he ll", "hell o"});
-    const Tokenizer tok(v.vocab);
-    const Ids expected = tok.encode("hello hello 123 hello", false, true);
+    const Tokenizer tok = make_tokenizer(v.vocab);
+    const Ids expected = tok.encode("hello hello 123 hello", AddSpecial::no, ParseSpecial::yes);
     std::vector<std::thread> threads;
     std::vector<int> ok(4, 0);
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
-            for (int i = 0; i < 200; ++i) ok[t] += tok.encode("hello hello 123 hello", false, true) == expected;
+            for (int i = 0; i < 200; ++i)
+                ok[t] += tok.encode("hello hello 123 hello", AddSpecial::no, ParseSpecial::yes) == expected;
         });
     }
     for (std::thread& th : threads) th.join();
@@ -387,64 +392,65 @@ SpmVocab make_spm(bool with_bytes = true) {
 
 TEST(SentencePiece, MergesByScore) {
     const SpmVocab v = make_spm();
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     const std::string m = kMark;
     // "hello" -> "▁hello" (space prefix). Symbols ▁ h e l l o. Candidate pairs and their scores:
     // ▁h -4, he -5, el (none), ll -3, lo (none). Best: ll (-3) -> ▁ h e ll o; then ▁h (-4) ->
     // ▁h e ll o; then ▁h+e = ▁he (-6) -> ▁he ll o; ll+o = llo (-7) -> ▁he llo; ▁he+llo = ▁hello (-8).
-    EXPECT_EQ(tok.encode("hello", false, false), (Ids{v.id(m + "hello")}));
+    EXPECT_EQ(tok.encode("hello", AddSpecial::no, ParseSpecial::no), (Ids{v.id(m + "hello")}));
     // " world": ▁ w o r l d; or (-9) first, then ▁w (-10), ▁w+or = ▁wor (-11), ld (-12), ▁world (-13).
-    EXPECT_EQ(tok.encode("hello world", true, false), (Ids{1, v.id(m + "hello"), v.id(m + "world")}));
+    EXPECT_EQ(tok.encode("hello world", AddSpecial::yes, ParseSpecial::no),
+              (Ids{1, v.id(m + "hello"), v.id(m + "world")}));
     // "wa": ▁ w a -> ▁w, a (no "▁wa").
-    EXPECT_EQ(tok.encode("wa", false, false), (Ids{v.id(m + "w"), v.id("a")}));
+    EXPECT_EQ(tok.encode("wa", AddSpecial::no, ParseSpecial::no), (Ids{v.id(m + "w"), v.id("a")}));
 }
 
 TEST(SentencePiece, SpacesAndPrefix) {
     const SpmVocab v = make_spm();
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     const std::string m = kMark;
     // "  he": prefix + two spaces = ▁▁▁he. Pairs: ▁▁ (-14) twice, ▁h (-4), he (-5). ▁h first (it is
     // the best), then ▁h+e = ▁he (-6); then the leftmost ▁▁ (-14): [▁▁, ▁he].
-    EXPECT_EQ(tok.encode("  he", false, false), (Ids{v.id(m + m), v.id(m + "he")}));
-    EXPECT_EQ(tok.decode(tok.encode("  he", false, false)), "  he");
+    EXPECT_EQ(tok.encode("  he", AddSpecial::no, ParseSpecial::no), (Ids{v.id(m + m), v.id(m + "he")}));
+    EXPECT_EQ(tok.decode(tok.encode("  he", AddSpecial::no, ParseSpecial::no)), "  he");
     // " hello" -> ▁▁hello: ▁▁ (-14) loses to the merges inside "hello", which end as ▁hello; [▁, ▁hello].
-    EXPECT_EQ(tok.encode(" hello", false, false), (Ids{v.id(m), v.id(m + "hello")}));
+    EXPECT_EQ(tok.encode(" hello", AddSpecial::no, ParseSpecial::no), (Ids{v.id(m), v.id(m + "hello")}));
     // "a  b" -> ▁a▁▁b: only ▁▁ merges; 'b' is no piece, so it is <0x62>.
-    EXPECT_EQ(tok.encode("a  b", false, false), (Ids{v.id(m), v.id("a"), v.id(m + m), 3 + 'b'}));
+    EXPECT_EQ(tok.encode("a  b", AddSpecial::no, ParseSpecial::no), (Ids{v.id(m), v.id("a"), v.id(m + m), 3 + 'b'}));
     // Without add_space_prefix nothing is prepended.
     SpmVocab no_prefix = make_spm();
     no_prefix.vocab.add_space_prefix = false;
-    EXPECT_EQ(Tokenizer(no_prefix.vocab).encode("he", false, false), (Ids{v.id("he")}));
+    EXPECT_EQ(make_tokenizer(no_prefix.vocab).encode("he", AddSpecial::no, ParseSpecial::no), (Ids{v.id("he")}));
 }
 
 TEST(SentencePiece, ByteFallbackAndUnknown) {
     const SpmVocab v = make_spm();
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     const std::string m = kMark;
     // 'é' (C3 A9) is no piece: its bytes become <0xC3> <0xA9> (ids 3 + byte).
-    EXPECT_EQ(tok.encode("h\xC3\xA9", false, false), (Ids{v.id(m + "h"), 3 + 0xC3, 3 + 0xA9}));
-    EXPECT_EQ(tok.decode(tok.encode("h\xC3\xA9", false, false)), "h\xC3\xA9");
+    EXPECT_EQ(tok.encode("h\xC3\xA9", AddSpecial::no, ParseSpecial::no), (Ids{v.id(m + "h"), 3 + 0xC3, 3 + 0xA9}));
+    EXPECT_EQ(tok.decode(tok.encode("h\xC3\xA9", AddSpecial::no, ParseSpecial::no)), "h\xC3\xA9");
     // Malformed UTF-8 is byte fallback as well and round-trips.
-    EXPECT_EQ(tok.decode(tok.encode("a\xFF\x80z", false, false)), "a\xFF\x80z");
+    EXPECT_EQ(tok.decode(tok.encode("a\xFF\x80z", AddSpecial::no, ParseSpecial::no)), "a\xFF\x80z");
     EXPECT_EQ(tok.token_piece(3 + 'A'), "A");
     // Without byte tokens, an unknown character is one <unk>.
     const SpmVocab no_bytes = make_spm(/*with_bytes=*/false);
-    const Tokenizer tok2(no_bytes.vocab);
-    EXPECT_EQ(tok2.encode("h\xC3\xA9", false, false), (Ids{no_bytes.id(m + "h"), 0}));
+    const Tokenizer tok2 = make_tokenizer(no_bytes.vocab);
+    EXPECT_EQ(tok2.encode("h\xC3\xA9", AddSpecial::no, ParseSpecial::no), (Ids{no_bytes.id(m + "h"), 0}));
 }
 
 TEST(SentencePiece, SpecialTokensAndDecode) {
     const SpmVocab v = make_spm();
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     const std::string m = kMark;
     // As llama.cpp: the text after a special token gets the space prefix again, and decode drops it.
-    const Ids ids = tok.encode("hello</s>world", false, true);
+    const Ids ids = tok.encode("hello</s>world", AddSpecial::no, ParseSpecial::yes);
     EXPECT_EQ(ids, (Ids{v.id(m + "hello"), 2, v.id(m + "world")}));
     EXPECT_EQ(tok.decode(ids), "hello</s>world");
-    EXPECT_EQ(tok.decode(tok.encode("hello world", true, false)), "<s>hello world");
+    EXPECT_EQ(tok.decode(tok.encode("hello world", AddSpecial::yes, ParseSpecial::no)), "<s>hello world");
     EXPECT_EQ(tok.token_piece(v.id(m + "hello")), " hello");  // streaming keeps the space
-    EXPECT_EQ(tok.encode("", true, false), (Ids{1}));
-    EXPECT_EQ(tok.encode("", false, false), (Ids{}));
+    EXPECT_EQ(tok.encode("", AddSpecial::yes, ParseSpecial::no), (Ids{1}));
+    EXPECT_EQ(tok.encode("", AddSpecial::no, ParseSpecial::no), (Ids{}));
     EXPECT_TRUE(tok.is_eog(2));
 }
 
@@ -453,10 +459,10 @@ TEST(SentencePiece, UserDefinedTokensRoundTrip) {
     v.vocab.tokens.push_back("<tool>");
     v.vocab.token_types.push_back(static_cast<int32_t>(TokenType::user_defined));
     v.vocab.scores.push_back(0);
-    const Tokenizer tok(v.vocab);
+    const Tokenizer tok = make_tokenizer(v.vocab);
     const std::string m = kMark;
     // Matched even without parse_special; the text after it gets the space prefix like after <s>.
-    const Ids ids = tok.encode("he<tool>hello", false, false);
+    const Ids ids = tok.encode("he<tool>hello", AddSpecial::no, ParseSpecial::no);
     EXPECT_EQ(ids, (Ids{v.id(m + "he"), v.id("<tool>"), v.id(m + "hello")}));
     EXPECT_EQ(tok.decode(ids), "he<tool>hello");
 }

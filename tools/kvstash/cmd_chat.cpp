@@ -14,6 +14,7 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
@@ -21,6 +22,7 @@
 #include "kvstash/sampling_options.h"
 #include "kvstash/session.h"
 #include "kvstash/shared_flags.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 
@@ -83,7 +85,7 @@ auto with_load_advice(const Model& model, const std::string& path, Fn load) {
         if (e.code() != ErrorCode::invalid_argument) throw;
         StateFileInfo info;
         try {
-            info = inspect_state_file(path, /*verify_checksums=*/false);
+            info = inspect_state_file(path, Checksums::skip);
         } catch (const Error&) {
             throw e;  // the library's error is the one to show
         }

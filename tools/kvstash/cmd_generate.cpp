@@ -14,12 +14,14 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
 #include "kvstash/progress.h"
 #include "kvstash/sampling_options.h"
 #include "kvstash/shared_flags.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 
@@ -80,11 +82,10 @@ std::vector<int32_t> prompt_tokens(const Model& model, const GenerateFlags& f, c
         std::vector<ChatMessage> messages;
         if (!f.system.empty()) messages.push_back({"system", f.system});
         messages.push_back({"user", text});
-        return tokenizer.encode(tmpl.render(messages, /*add_generation_prompt=*/true), /*add_special=*/false,
-                                /*parse_special=*/true);
+        return tokenizer.encode(tmpl.render(messages, AddGenerationPrompt::yes), AddSpecial::no, ParseSpecial::yes);
     }
     // A continued state already has its BOS; a fresh one gets it if the vocabulary asks for one.
-    return tokenizer.encode(text, /*add_special=*/!continuing, /*parse_special=*/true);
+    return tokenizer.encode(text, continuing ? AddSpecial::no : AddSpecial::yes, ParseSpecial::yes);
 }
 
 int run_generate(const GenerateFlags& f) {
@@ -120,7 +121,7 @@ int run_generate(const GenerateFlags& f) {
         std::fprintf(stderr, "state: %lld tokens loaded from %s in %.3f s\n", static_cast<long long>(base->n_tokens()),
                      f.state_path.c_str(), seconds_since(load_start));
     } else {
-        base.emplace(*model, StateOptions{parse_kv_type(f.kv_type), f.ctx});
+        base.emplace(*model, StateOptions{parse_cache_kv_type(f.kv_type), f.ctx});
     }
     const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
 
@@ -154,7 +155,7 @@ int run_generate(const GenerateFlags& f) {
         size_t reused = 0;
         double acquire_seconds = 0;
         if (cache) {
-            CachedPrefix hit = cache->acquire(tokens, StateOptions{parse_kv_type(f.kv_type), f.ctx});
+            CachedPrefix hit = cache->acquire(tokens, StateOptions{parse_cache_kv_type(f.kv_type), f.ctx});
             reused = static_cast<size_t>(hit.reused_tokens);
             state = std::move(hit.state);
             acquire_seconds = seconds_since(start);

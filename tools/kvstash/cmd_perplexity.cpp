@@ -15,7 +15,9 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 #include "tokenizer/vocabulary.h"
 
@@ -32,7 +34,7 @@ struct PerplexityOptions {
 int run_perplexity(const PerplexityOptions& o) {
     auto model = Model::load(o.model_path);
     const std::string text = read_text_file(o.file);
-    const std::vector<int32_t> tokens = model->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/false);
+    const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::no);
     const auto n_chunks = static_cast<int64_t>(tokens.size()) / o.ctx;
     if (n_chunks == 0) {
         throw Error(ErrorCode::invalid_argument, "'" + o.file + "' has " + std::to_string(tokens.size()) +

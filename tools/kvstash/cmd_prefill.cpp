@@ -8,9 +8,11 @@
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
+#include "kvstash/evaluator.h"
 #include "kvstash/model.h"
 #include "kvstash/progress.h"
 #include "kvstash/shared_flags.h"
+#include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 
@@ -22,7 +24,8 @@ struct PrefillFlags {
     std::string prompt;
     std::string file;
     std::string output;
-    std::string kv_type = "f16";
+    std::string kv_type = "f16";  // the cache's type while prefilling
+    std::string file_kv_type;     // the KV section's type in the file; empty = kv_type
     bool compress = false;
     int64_t ctx = 0;
     int threads = 0;
@@ -33,9 +36,8 @@ int run_prefill(const PrefillFlags& f) {
     if (text.empty()) throw Error(ErrorCode::invalid_argument, "the text is empty; give some with -p or -f");
     require_valid_utf8(text, f.file.empty() ? "the prompt" : "'" + f.file + "'");
     auto model = Model::load(f.model_path);
-    const std::vector<int32_t> tokens = model->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
-    const KvType kv_type = f.kv_type == "f32" ? KvType::f32 : KvType::f16;
-    State state(*model, StateOptions{kv_type, f.ctx});
+    const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
+    State state(*model, StateOptions{parse_cache_kv_type(f.kv_type), f.ctx});
     if (static_cast<int64_t>(tokens.size()) >= state.n_ctx()) {
         throw Error(ErrorCode::out_of_range, "the text has " + std::to_string(tokens.size()) +
                                                  " tokens, more than the context of " + std::to_string(state.n_ctx()) +
@@ -49,7 +51,7 @@ int run_prefill(const PrefillFlags& f) {
     }
     const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     SaveOptions options;
-    options.kv_storage = f.kv_type == "q8_0" ? StateKvStorage::q8_0 : StateKvStorage::same;
+    if (!f.file_kv_type.empty()) options.file_kv_type = parse_kv_type(f.file_kv_type);
     options.compress = f.compress;
     const auto save_start = std::chrono::steady_clock::now();
     save_state(state, f.output, options);
@@ -59,7 +61,7 @@ int run_prefill(const PrefillFlags& f) {
                 f.output.c_str(), tokens.size(), static_cast<unsigned long long>(bytes),
                 static_cast<double>(bytes) / static_cast<double>(tokens.size()), eval_seconds,
                 static_cast<double>(tokens.size()) / eval_seconds, save_seconds);
-    if (options.kv_storage == StateKvStorage::q8_0) {
+    if (options.file_kv_type == KvType::q8_0) {
         std::fprintf(
             stderr,
             "note: the KV cache is stored as q8_0: continuing from this file is close to, but not bit-exactly, "
@@ -76,10 +78,13 @@ void register_prefill(CLI::App& root, Action& action) {
     add_model_option(*cmd, f->model_path);
     const PromptFlags text = add_prompt_flags(*cmd, f->prompt, f->file);
     cmd->add_option("-o,--output", f->output, "state file to write")->required();
-    cmd->add_option("--kv-type", f->kv_type,
-                    "KV storage: f16 (default, bit-exact), f32 (bit-exact) or q8_0 (about half of f16, not bit-exact)")
-        ->check(CLI::IsMember({"f16", "f32", "q8_0"}))
+    cmd->add_option("--kv-type", f->kv_type, "KV cache type while prefilling: f16 or f32 (as for generate)")
+        ->check(CLI::IsMember({"f16", "f32"}))
         ->capture_default_str();
+    cmd->add_option("--file-kv-type", f->file_kv_type,
+                    "KV type in the file: the cache type (default, bit-exact) or q8_0 (about half of f16, not "
+                    "bit-exact)")
+        ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
     cmd->add_flag("--compress", f->compress, "compress the file with zstd");
     add_ctx_option(*cmd, f->ctx, "context size of the saved state (0 = the model's)");
     add_threads_option(*cmd, f->threads);

@@ -19,16 +19,16 @@ void register_state(CLI::App& root, Action& action) {
     info->add_flag("--no-verify", *no_verify, "skip checksum verification");
     info->callback([&action, path, no_verify] {
         action = [path, no_verify] {
-            const StateFileInfo i = inspect_state_file(*path, !*no_verify);
+            const StateFileInfo i = inspect_state_file(*path, *no_verify ? Checksums::skip : Checksums::verify);
             std::printf("file:          %s (%llu bytes)\n", path->c_str(),
                         static_cast<unsigned long long>(i.file_bytes));
             std::printf("format:        version %u\n", i.format_version);
             std::printf("model:         %s (fingerprint %s)\n", i.model_name.c_str(), i.model_fingerprint.c_str());
             std::printf("tokens:        %lld (context %lld)\n", static_cast<long long>(i.n_tokens),
                         static_cast<long long>(i.n_ctx));
-            std::printf("kv:            %s, %llu bytes%s\n", i.kv_type.c_str(),
+            std::printf("kv:            %s, %llu bytes%s\n", std::string(kv_type_name(i.kv_type)).c_str(),
                         static_cast<unsigned long long>(i.kv_bytes),
-                        i.kv_type == "q8_0" ? " (quantized: continuation is not bit-exact)" : " (bit-exact)");
+                        i.kv_type == KvType::q8_0 ? " (quantized: continuation is not bit-exact)" : " (bit-exact)");
             std::printf("compressed:    %s\n", i.compressed ? "zstd" : "no");
             std::printf("logits:        %s\n", i.has_logits ? "yes" : "no");
             std::printf("sampler:       %s\n", i.has_sampler ? "yes" : "no");

@@ -22,7 +22,7 @@ void register_tokenize(CLI::App& root, Action& action) {
         action = [o] {
             auto model = Model::load(o->model_path);
             const std::string text = o->file.empty() ? o->prompt : read_text_file(o->file);
-            const auto ids = model->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
+            const auto ids = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
             for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];
             std::cout << "\n";
             return 0;

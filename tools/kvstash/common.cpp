@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "base/utf8.h"
@@ -57,9 +58,9 @@ void require_valid_utf8(std::string_view text, const std::string& what) {
     }
 }
 
-KvType parse_kv_type(const std::string& name) {
-    if (name == "f16") return KvType::f16;
-    if (name == "f32") return KvType::f32;
+KvType parse_cache_kv_type(const std::string& name) {
+    const std::optional<KvType> type = parse_kv_type(name);
+    if (type == KvType::f16 || type == KvType::f32) return *type;
     throw Error(ErrorCode::invalid_argument, "unknown KV cache type '" + name + "' (use f16 or f32)");
 }
 

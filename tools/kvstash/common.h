@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "kvstash/model.h"
+#include "kvstash/kv_type.h"
 
 namespace kvstash::cli {
 
@@ -23,8 +23,8 @@ std::string read_text_file(const std::string& path);
 bool stderr_is_tty();
 // Throws Error(invalid_argument) "<what> is not valid UTF-8 (byte N)" for malformed text.
 void require_valid_utf8(std::string_view text, const std::string& what);
-// "f16" / "f32" -> KvType; throws Error(invalid_argument) otherwise.
-KvType parse_kv_type(const std::string& name);
+// A KV cache type, "f16" / "f32" -> KvType; throws Error(invalid_argument) otherwise.
+KvType parse_cache_kv_type(const std::string& name);
 // "a|b|c"
 std::string join_names(const std::vector<std::string>& names);
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "kvstash/model.h"
+#include "kvstash/evaluator.h"
 
 namespace kvstash::cli {
 

@@ -5,11 +5,11 @@
 
 #include "kernels/thread_pool.h"
 #include "kvstash/error.h"
-#include "kvstash/model.h"
+#include "kvstash/evaluator.h"
 #include "model/batch_plan.h"
 #include "model/llama.h"
-#include "model/model_impl.h"
-#include "state/state_impl.h"
+#include "model/model_access.h"
+#include "state/state_access.h"
 
 namespace kvstash {
 
@@ -56,7 +56,7 @@ namespace {
 
 // One request with tokens while a batch is evaluated: where it started, and its results until commit.
 struct PendingRequest {
-    State::Impl* state = nullptr;
+    StateImpl* state = nullptr;
     std::span<const int32_t> tokens;
     std::vector<float>* all_logits = nullptr;
     int64_t first = 0;        // the state's n_tokens before the call
@@ -77,7 +77,7 @@ void validate_requests(std::span<const EvalRequest> requests, const Model* model
         const EvalRequest& r = requests[i];
         const std::string where = request_prefix(i, requests.size());
         if (r.state == nullptr) throw Error(ErrorCode::invalid_argument, where + "no state given");
-        const State::Impl& st = r.state->impl();
+        const StateImpl& st = StateAccess::impl(*r.state);
         if (st.model != model) {
             throw Error(ErrorCode::invalid_argument,
                         where + "this state belongs to another model than the evaluator's");
@@ -122,7 +122,7 @@ void validate_requests(std::span<const EvalRequest> requests, const Model* model
 }  // namespace
 
 void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
-    const Model::Impl& m = impl_->model->impl();
+    const ModelImpl& m = ModelAccess::impl(*impl_->model);
     const int64_t n_vocab = m.config.n_vocab;
     validate_requests(requests, impl_->model.get(), n_vocab);
 
@@ -132,7 +132,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
     for (const EvalRequest& r : requests) {
         if (r.tokens.empty()) continue;  // a no-op, as eval() of no tokens
         PendingRequest p;
-        p.state = &r.state->impl();
+        p.state = &StateAccess::impl(*r.state);
         p.tokens = r.tokens;
         p.all_logits = r.all_logits;
         p.first = r.state->n_tokens();

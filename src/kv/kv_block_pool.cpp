@@ -1,4 +1,4 @@
-#include "state/kv_block_pool.h"
+#include "kv/kv_block_pool.h"
 
 #include <sys/mman.h>
 

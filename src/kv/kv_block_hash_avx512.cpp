@@ -10,7 +10,7 @@
 #define XXH_VECTOR XXH_AVX512
 #include <xxhash.h>
 
-#include "state/kv_block_hash.h"
+#include "kv/kv_block_hash.h"
 
 namespace kvstash::kv_block_hash_avx512 {
 

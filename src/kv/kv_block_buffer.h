@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "state/kv_block_pool.h"
+#include "kv/kv_block_pool.h"
 
 namespace kvstash {
 

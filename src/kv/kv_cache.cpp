@@ -1,15 +1,15 @@
-#include "state/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include "kvstash/error.h"
 
 namespace kvstash {
 
-KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, TensorType type)
-    : n_layer_(n_layer), n_embd_kv_(n_embd_kv), type_(type) {
-    if (type != TensorType::F16 && type != TensorType::F32) {
+KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type) : n_layer_(n_layer), n_embd_kv_(n_embd_kv) {
+    if (type != KvType::f16 && type != KvType::f32) {
         throw Error(ErrorCode::invalid_argument, "KV cache type must be f16 or f32");
     }
-    row_bytes_ = tensor_row_bytes(type, n_embd_kv);
+    type_ = type == KvType::f16 ? TensorType::F16 : TensorType::F32;
+    row_bytes_ = tensor_row_bytes(type_, n_embd_kv);
 }
 
 uint64_t KvCache::block_bytes() const { return 2 * static_cast<uint64_t>(n_layer_) * kv_block_tokens * row_bytes_; }

@@ -1,4 +1,4 @@
-#include "state/kv_block_hash.h"
+#include "kv/kv_block_hash.h"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t's size, for a state held in place
 #include <xxhash.h>
