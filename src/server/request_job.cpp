@@ -111,8 +111,8 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
         if (job->base) drop_state_tokens(*job->base, job->prompt);
     } else {
         // A continued state already has its BOS.
-        job->prompt = ctx.model->tokenizer().encode(request.prompt.value_or(""), job->base ? AddSpecial::no : AddSpecial::yes,
-                                                    ParseSpecial::yes);
+        job->prompt = ctx.model->tokenizer().encode(request.prompt.value_or(""),
+                                                    job->base ? AddSpecial::no : AddSpecial::yes, ParseSpecial::yes);
     }
     fit_context(request, *job, job->base ? job->base->n_ctx() : ctx.scheduler->n_ctx());
     return job;
@@ -124,7 +124,8 @@ std::unique_ptr<GenerationJob> build_prefill_job(const PrefillRequest& request, 
     if (request.prompt) {
         job->prompt = ctx.model->tokenizer().encode(*request.prompt, AddSpecial::yes, ParseSpecial::yes);
     } else {
-        job->prompt = chat_tokens(request.messages, request.add_generation_prompt ? AddGenerationPrompt::yes : AddGenerationPrompt::no, ctx);
+        job->prompt = chat_tokens(
+            request.messages, request.add_generation_prompt ? AddGenerationPrompt::yes : AddGenerationPrompt::no, ctx);
     }
     if (job->prompt.empty()) throw bad_request("the prompt is empty", "prompt", "empty_prompt");
     if (static_cast<int64_t>(job->prompt.size()) >= ctx.scheduler->n_ctx()) {

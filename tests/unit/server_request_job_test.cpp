@@ -35,8 +35,8 @@ protected:
     std::unique_ptr<GenerationJob> completion(const std::string& body, bool chat) {
         return build_completion_job(parse_completion_request(parse_json_body(body), chat, request_limits(ctx_)), ctx_);
     }
-    std::vector<int32_t> encode(const std::string& text, bool add_special) const {
-        return model_->tokenizer().encode(text, add_special, /*parse_special=*/true);
+    std::vector<int32_t> encode(const std::string& text, AddSpecial add_special) const {
+        return model_->tokenizer().encode(text, add_special, ParseSpecial::yes);
     }
     // Stores the state after `tokens` as `name`.
     void put_state(const std::string& name, const std::vector<int32_t>& tokens) {
@@ -67,7 +67,7 @@ void expect_api_error(Fn fn, int status, const std::string& param, const std::st
 TEST_F(RequestJob, TextPromptIsTokenizedWithBosAndDefaultsTo16Tokens) {
     const auto job = completion(R"({"prompt": "the cat sat", "seed": 9, "n": 2, "stop": "x", "logprobs": 1})", false);
     EXPECT_EQ(job->kind, GenerationJob::Kind::complete);
-    EXPECT_EQ(job->prompt, encode("the cat sat", true));
+    EXPECT_EQ(job->prompt, encode("the cat sat", AddSpecial::yes));
     EXPECT_EQ(job->max_tokens, 16);
     EXPECT_EQ(job->sampling.seed, 9u);
     EXPECT_EQ(job->n, 2);
@@ -81,7 +81,8 @@ TEST_F(RequestJob, ChatIsRenderedWithTheTemplateAndTakesTheRestOfTheContext) {
     const std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true})";
     const auto job = completion(body, true);
     const std::vector<ChatMessage> messages = {{"user", "hi"}};
-    const std::vector<int32_t> expected = encode(ctx_.chat_template->render(messages, true), false);
+    const std::vector<int32_t> expected =
+        encode(ctx_.chat_template->render(messages, AddGenerationPrompt::yes), AddSpecial::no);
     EXPECT_EQ(job->prompt, expected);
     EXPECT_EQ(job->max_tokens, kCtx - static_cast<int64_t>(expected.size()));
     EXPECT_EQ(job->top_logprobs, 0);
@@ -97,7 +98,7 @@ TEST_F(RequestJob, WithoutAChatTemplateChatIsRefusedWithTheServersReason) {
 TEST_F(RequestJob, ContextAndVocabularyLimitsNameTheField) {
     std::string long_prompt;
     for (int i = 0; i < 200; ++i) long_prompt += "the cat sat ";
-    ASSERT_GE(encode(long_prompt, true).size(), static_cast<size_t>(kCtx));
+    ASSERT_GE(encode(long_prompt, AddSpecial::yes).size(), static_cast<size_t>(kCtx));
     expect_api_error([&] { completion(R"({"prompt": ")" + long_prompt + "\"}", false); }, 400, "prompt",
                      "context_length_exceeded", "but the context holds " + std::to_string(kCtx));
     expect_api_error([&] { completion(R"({"prompt": "a", "max_tokens": )" + std::to_string(kCtx) + "}", false); }, 400,
@@ -113,23 +114,24 @@ TEST_F(RequestJob, NamedStatesAreContinued) {
     expect_api_error([&] { completion(R"({"prompt": "a", "state": "nope"})", false); }, 404, "state", "state_not_found",
                      "no state named 'nope'");
 
-    const std::vector<int32_t> held = encode("the cat", true);
+    const std::vector<int32_t> held = encode("the cat", AddSpecial::yes);
     put_state("cat", held);
     const auto job = completion(R"({"prompt": " sat", "state": "cat"})", false);
     ASSERT_TRUE(job->base);
     EXPECT_EQ(job->base->n_tokens(), static_cast<int64_t>(held.size()));
-    EXPECT_EQ(job->prompt, encode(" sat", false)) << "a continued state already has its BOS";
+    EXPECT_EQ(job->prompt, encode(" sat", AddSpecial::no)) << "a continued state already has its BOS";
     const auto as_is = completion(R"({"state": "cat"})", false);
     EXPECT_TRUE(as_is->prompt.empty());
 
     // Chat: the state must hold the start of the rendered conversation; the job evaluates the rest.
     const std::vector<ChatMessage> system = {{"system", "Be brief."}};
-    put_state("sys", encode(ctx_.chat_template->render(system, false), false));
+    put_state("sys", encode(ctx_.chat_template->render(system, AddGenerationPrompt::no), AddSpecial::no));
     const auto chat = completion(
         R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}], "state": "sys"})",
         true);
     const std::vector<int32_t> whole =
-        encode(ctx_.chat_template->render({{"system", "Be brief."}, {"user", "hi"}}, true), false);
+        encode(ctx_.chat_template->render({{"system", "Be brief."}, {"user", "hi"}}, AddGenerationPrompt::yes),
+               AddSpecial::no);
     const size_t n_held = static_cast<size_t>(chat->base->n_tokens());
     EXPECT_EQ(chat->prompt, std::vector<int32_t>(whole.begin() + static_cast<std::ptrdiff_t>(n_held), whole.end()));
     expect_api_error([&] { completion(R"({"messages": [{"role": "user", "content": "hi"}], "state": "cat"})", true); },
@@ -140,11 +142,12 @@ TEST_F(RequestJob, PrefillJobsHoldThePromptTokens) {
     const auto text =
         build_prefill_job(parse_prefill_request(parse_json_body(R"({"name": "a", "prompt": "x y"})")), ctx_);
     EXPECT_EQ(text->kind, GenerationJob::Kind::prefill);
-    EXPECT_EQ(text->prompt, encode("x y", true));
+    EXPECT_EQ(text->prompt, encode("x y", AddSpecial::yes));
     const auto chat = build_prefill_job(
         parse_prefill_request(parse_json_body(R"({"name": "a", "messages": [{"role": "system", "content": "s"}]})")),
         ctx_);
-    EXPECT_EQ(chat->prompt, encode(ctx_.chat_template->render({{"system", "s"}}, false), false));
+    EXPECT_EQ(chat->prompt,
+              encode(ctx_.chat_template->render({{"system", "s"}}, AddGenerationPrompt::no), AddSpecial::no));
     std::string long_prompt;
     for (int i = 0; i < 200; ++i) long_prompt += "the cat sat ";
     expect_api_error(

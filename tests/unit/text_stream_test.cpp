@@ -15,6 +15,7 @@
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
 #include "tokenizer/byte_unicode.h"
+#include "tokenizer/tokenizer_access.h"
 #include "tokenizer/vocabulary.h"
 
 namespace kvstash {
@@ -25,7 +26,7 @@ constexpr int32_t kHello = 257;  // "hello"
 constexpr int32_t kAbcd = 258;   // "abcd"
 constexpr int32_t kEuro = 259;   // "€" (E2 82 AC)
 
-Tokenizer make_tokenizer() {
+Tokenizer make_byte_tokenizer() {
     Vocabulary v;
     v.model = "gpt2";
     v.pre = "gpt2";
@@ -38,11 +39,11 @@ Tokenizer make_tokenizer() {
         v.token_types.push_back(static_cast<int32_t>(TokenType::normal));
     }
     v.eos_id = kEog;
-    return Tokenizer(std::move(v));
+    return make_tokenizer(std::move(v));
 }
 
 const Tokenizer& tokenizer() {
-    static const Tokenizer instance = make_tokenizer();
+    static const Tokenizer instance = make_byte_tokenizer();
     return instance;
 }
 
