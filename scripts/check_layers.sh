@@ -16,8 +16,10 @@
 #   8 engine     src/engine/        evaluator, generation, sampler, sessions, prefix cache
 #   9 frontends  src/server/ tools/ examples/ bench/
 # A public header belongs to the layer that implements it (PUBLIC_LAYER below); tests/ may include
-# anything. Only quoted includes are checked; a quoted include is resolved as the compiler does for
-# each target (include/, src/, tools/).
+# anything. Every include is resolved as the compiler does for each target: "x" in the including file's
+# directory first, then (like <x>) in src/, tools/ (the CLI) and include/; "a/../b" is normalised. An
+# include that resolves to no repository file is a system header. A directory under src/ that has no
+# layer in DIR_LAYER is an error (give it one).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -53,7 +55,8 @@ fail() {
 }
 
 # Sets LAYER to the layer of a repository file: "" when it is in none (tests/), "?" for a public header
-# missing from PUBLIC_LAYER. (Functions set globals instead of printing: no subshell per include.)
+# missing from PUBLIC_LAYER, "!" for a file in a src/ directory missing from DIR_LAYER. (Functions set
+# globals instead of printing: no subshell per include.)
 layer_of() {
     local path="$1" dir
     LAYER=""
@@ -67,20 +70,27 @@ layer_of() {
             return
         fi
     done
+    [[ "$path" == src/* ]] && LAYER="!"
+    return 0
 }
 
 # Sets TARGET to where a quoted include of `file` resolves: its own directory first, then the targets'
 # include directories (tools/ before include/: the CLI's "kvstash/common.h" is tools/kvstash/common.h);
 # "" when it is not a repository header.
+# `kind` is "quoted" or "angle" (<...>: no lookup in the including file's directory).
 resolve() {
-    local file="$1" inc="$2" candidate
+    local file="$1" inc="$2" kind="$3" candidate
     TARGET=""
-    local -a candidates=("${file%/*}/$inc" "src/$inc" "include/$inc")
-    [[ "$file" == tools/* ]] && candidates=("${file%/*}/$inc" "src/$inc" "tools/$inc" "include/$inc")
+    local -a candidates=("src/$inc" "include/$inc")
+    [[ "$file" == tools/* ]] && candidates=("src/$inc" "tools/$inc" "include/$inc")
+    [[ "$kind" == quoted ]] && candidates=("${file%/*}/$inc" "${candidates[@]}")
     for candidate in "${candidates[@]}"; do
         if [[ -f "$candidate" ]]; then
             TARGET="$candidate"
-            return
+            if [[ "$TARGET" == *..* || "$TARGET" == *./* ]]; then
+                TARGET="$(realpath -m --relative-to="$ROOT" "$TARGET")"
+            fi
+            return 0
         fi
     done
 }
@@ -95,16 +105,21 @@ while IFS= read -r file; do
         fail "$file: a public header with no layer: add it to PUBLIC_LAYER in scripts/check_layers.sh"
         continue
     fi
-    while IFS=: read -r line inc; do
+    if [[ "$from_layer" == "!" ]]; then
+        fail "$file: its directory has no layer: add it to DIR_LAYER in scripts/check_layers.sh (and to docs/architecture.md)"
+        continue
+    fi
+    while IFS=: read -r line kind inc; do
         [[ -z "$line" ]] && continue
         n_includes=$((n_includes + 1))
-        resolve "$file" "$inc"
+        resolve "$file" "$inc" "$kind"
         target="$TARGET"
-        if [[ "$file" == include/kvstash/* && "$inc" != kvstash/* ]]; then
+        if [[ "$file" == include/kvstash/* && -n "$target" && "$target" != include/kvstash/* ]] ||
+            [[ "$file" == include/kvstash/* && "$kind" == quoted && "$inc" != kvstash/* ]]; then
             fail "$file:$line: public header includes \"$inc\": public headers include only \"kvstash/...\" and <system> headers"
             continue
         fi
-        if [[ "$file" == examples/* && "$target" != include/kvstash/* ]]; then
+        if [[ "$file" == examples/* && "$target" != include/kvstash/* && ("$kind" == quoted || -n "$target") ]]; then
             fail "$file:$line: example includes \"$inc\" (${target:-not found}): examples use the public headers (include/kvstash/) only"
             continue
         fi
@@ -113,6 +128,10 @@ while IFS= read -r file; do
         to_layer="$LAYER"
         if [[ "$to_layer" == "?" ]]; then
             fail "$file:$line: includes \"$inc\", a public header with no layer: add it to PUBLIC_LAYER in scripts/check_layers.sh"
+            continue
+        fi
+        if [[ "$to_layer" == "!" ]]; then
+            fail "$file:$line: includes \"$inc\" ($target), whose directory has no layer: add it to DIR_LAYER in scripts/check_layers.sh"
             continue
         fi
         [[ -z "$to_layer" ]] && continue
@@ -125,8 +144,9 @@ while IFS= read -r file; do
             fail "$file:$line: includes \"$inc\" ($target): layer $from_layer may not include layer $to_layer (above it)"
         fi
     done < <(
-             grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" |
-                 sed 's/^\([0-9]*\):[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1:\2/')
+             grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]' "$file" |
+                 sed -e 's/^\([0-9]*\):[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1:quoted:\2/' \
+                     -e 's/^\([0-9]*\):[[:space:]]*#[[:space:]]*include[[:space:]]*<\([^>]*\)>.*/\1:angle:\2/')
 done < <(find include/kvstash src tools examples bench -type f \( -name '*.h' -o -name '*.cpp' \) | sort)
 
 for allowed in "${ALLOWED_UPWARD[@]}"; do
@@ -139,4 +159,4 @@ if ((failures > 0)); then
 fi
 allowed_note=""
 ((${#ALLOWED_SEEN[@]} > 0)) && allowed_note=" but ${#ALLOWED_SEEN[@]} in ALLOWED_UPWARD"
-echo "check_layers: OK: $n_files files, $n_includes quoted includes, none points up$allowed_note (layers bottom up: ${LAYERS[*]}); public headers and examples/ include only public headers"
+echo "check_layers: OK: $n_files files, $n_includes includes, none points up$allowed_note (layers bottom up: ${LAYERS[*]}); public headers and examples/ include only public headers"
