@@ -12,8 +12,6 @@ namespace fs = std::filesystem;
 
 namespace kvstash::server {
 
-uint64_t state_kv_bytes(const State& state) { return state.kv_bytes(); }
-
 namespace {
 
 int64_t unix_now() {
@@ -59,7 +57,7 @@ NamedStateInfo StateStore::store(const std::string& name, State state, uint64_t 
     entry.info.name = name;
     entry.info.n_tokens = state.n_tokens();
     entry.info.n_ctx = state.n_ctx();
-    entry.info.kv_bytes = state_kv_bytes(state);
+    entry.info.kv_bytes = state.kv_bytes();
     entry.info.file_bytes = file_bytes;
     entry.info.in_memory = true;
     entry.info.has_logits = !state.last_logits().empty();
@@ -104,7 +102,7 @@ std::optional<State> StateStore::fork(const std::string& name) {
     auto it = entries_.find(name);
     if (it == entries_.end()) return std::nullopt;  // deleted meanwhile
     if (!it->second.state) {
-        it->second.info.kv_bytes = state_kv_bytes(loaded);
+        it->second.info.kv_bytes = loaded.kv_bytes();
         it->second.info.in_memory = true;
         it->second.info.has_logits = !loaded.last_logits().empty();
         it->second.state = std::make_shared<const State>(std::move(loaded));

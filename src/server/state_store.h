@@ -67,6 +67,4 @@ private:
     std::map<std::string, Entry> entries_;
 };
 
-uint64_t state_kv_bytes(const State& state);
-
 }  // namespace kvstash::server
