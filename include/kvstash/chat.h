@@ -39,7 +39,7 @@ class ChatTemplate {
 public:
     // Recognises the model's tokenizer.chat_template (the exact text of a known template; for ChatML, any
     // default system prompt is read from it). Throws Error(unsupported) when there is none or it is not one
-    // kvstash knows, with a message naming `--chat-template chatml|llama3|...` as the way out.
+    // kvstash knows, with a message listing the names named() takes (the CLI adds its --chat-template advice).
     static ChatTemplate for_model(const Model& model);
     // A template by name (see names()): "chatml" (no default system prompt), "llama3" (Llama 3.1/3.2: a
     // system header with the date always comes first), "llama3.0" (Llama 3: no default system header).

@@ -16,6 +16,11 @@ int http_status(ErrorCode code) {
 
 ApiError api_error(const Error& e) { return ApiError(http_status(e.code()), e.what()); }
 
+ApiError request_error(const Error& e, std::string param, std::string code) {
+    if (http_status(e.code()) != 400) return api_error(e);
+    return bad_request(e.what(), std::move(param), std::move(code));
+}
+
 const char* error_type(int status) {
     switch (status) {
         case 401: return "authentication_error";

@@ -40,6 +40,9 @@ inline ApiError bad_request(std::string message, std::string param = {}, std::st
 int http_status(ErrorCode code);
 // An ApiError with http_status(e.code()) and the library's message.
 ApiError api_error(const Error& e);
+// For a library call on request data: a 400 naming `param` / `code` when http_status says the client can
+// fix it, else api_error(e) (the server's fault keeps its 500, without the request's field).
+ApiError request_error(const Error& e, std::string param, std::string code);
 
 // The OpenAI error type for a status: invalid_request_error, authentication_error, not_found_error, ...
 const char* error_type(int status);

@@ -126,7 +126,8 @@ json parse_json_body(const std::string& body) {
     return value;
 }
 
-CompletionRequest parse_completion_request(const json& body, bool chat, const RequestLimits& limits) {
+CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, const RequestLimits& limits) {
+    const bool chat = endpoint == Endpoint::chat;
     reject_unsupported(body);
     CompletionRequest out;
     out.chat = chat;

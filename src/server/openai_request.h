@@ -22,6 +22,9 @@ struct RequestLimits {
     int max_n = 1;  // most choices per request (--parallel)
 };
 
+// Which completion endpoint a request came to: POST /v1/completions (text) or /v1/chat/completions (chat).
+enum class Endpoint { text, chat };
+
 // POST /v1/completions (chat = false) and /v1/chat/completions (chat = true).
 struct CompletionRequest {
     bool chat = false;
@@ -52,7 +55,7 @@ nlohmann::json parse_json_body(const std::string& body);
 
 // Throw ApiError (400) for a bad field. A few fields read with json::value() may throw json::exception
 // for a value of the wrong type; the routes answer that with 400 "bad JSON value" too.
-CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat, const RequestLimits& limits);
+CompletionRequest parse_completion_request(const nlohmann::json& body, Endpoint endpoint, const RequestLimits& limits);
 PrefillRequest parse_prefill_request(const nlohmann::json& body);
 
 // 400 unless `name` is a valid state name (server/state_name.h).

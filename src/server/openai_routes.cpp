@@ -111,13 +111,14 @@ void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> cha
         });
 }
 
-void handle_completion(const httplib::Request& req, httplib::Response& res, ServerContext& ctx, bool chat) {
+void handle_completion(const httplib::Request& req, httplib::Response& res, ServerContext& ctx, Endpoint endpoint) {
     require_body_size(req, ctx);
-    const CompletionRequest request = parse_completion_request(parse_json_body(req.body), chat, request_limits(ctx));
+    const CompletionRequest request =
+        parse_completion_request(parse_json_body(req.body), endpoint, request_limits(ctx));
     std::unique_ptr<GenerationJob> job = build_completion_job(request, ctx);
     auto channel = job->channel;
-    auto formatter =
-        std::make_shared<CompletionFormatter>(chat, ctx.model_id, ctx.model->tokenizer(), job->n, request.logprobs);
+    auto formatter = std::make_shared<CompletionFormatter>(request.chat, ctx.model_id, ctx.model->tokenizer(), job->n,
+                                                           request.logprobs);
     if (!ctx.scheduler->submit(std::move(job))) throw queue_full(ctx);
     if (request.stream) {
         stream_response(res, channel, formatter, request.include_usage);
@@ -141,10 +142,10 @@ std::shared_ptr<State> run_prefill(ServerContext& ctx, std::unique_ptr<Generatio
 
 void register_openai_routes(httplib::Server& http, ServerContext& ctx) {
     http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
-        guarded(res, [&] { handle_completion(req, res, ctx, false); });
+        guarded(res, [&] { handle_completion(req, res, ctx, Endpoint::text); });
     });
     http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
-        guarded(res, [&] { handle_completion(req, res, ctx, true); });
+        guarded(res, [&] { handle_completion(req, res, ctx, Endpoint::chat); });
     });
     http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
         json model = {

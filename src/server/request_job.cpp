@@ -17,7 +17,7 @@ std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages, AddGe
         const std::string text = ctx.chat_template->render(messages, add_generation_prompt);
         return ctx.model->tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
     } catch (const Error& e) {
-        throw bad_request(e.what(), "messages", "invalid_value");
+        throw request_error(e, "messages", "invalid_value");
     }
 }
 
@@ -32,7 +32,7 @@ void check_token_ids(const SamplerParams& p, const Model& model) {
     try {
         Sampler check(p);
     } catch (const Error& e) {
-        throw bad_request(e.what(), "", "invalid_value");
+        throw request_error(e, "", "invalid_value");
     }
 }
 

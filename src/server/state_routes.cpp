@@ -3,10 +3,11 @@
 // with a size limit and are then loaded with the state-file loader's full validation (checksums,
 // version, model fingerprint) before anything is kept.
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
+#include "base/atomic_file.h"
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
 #include "server/openai_request.h"
@@ -37,20 +38,18 @@ ApiError unknown_state(const std::string& name) {
     return ApiError(404, "no state named '" + name + "' (see GET /v1/states)", "name", "state_not_found");
 }
 
-// A temporary file in the state directory (same file system as the final one) or the system's.
-std::string temp_path(const ServerContext& ctx, const char* kind) {
+// A scratch file for a download, in the state directory or the system's temp directory, named as
+// base/atomic_file names temporary files (unique across threads and processes, hidden).
+std::string download_path(const ServerContext& ctx) {
     const fs::path dir = ctx.options.state_dir.empty() ? fs::temp_directory_path() : fs::path(ctx.options.state_dir);
-    std::random_device device;
-    return (dir /
-            (std::string(".kvstash-") + kind + "-" + std::to_string(device()) + std::to_string(device()) + ".tmp"))
-        .string();
+    return atomic_file::temp_path_for((dir / "kvstash-download.kvs").string());
 }
 
 void handle_download(const httplib::Request& req, httplib::Response& res, ServerContext& ctx) {
     const std::string name = name_from(req);
     std::optional<State> state = ctx.states->fork(name);
     if (!state) throw unknown_state(name);
-    const std::string path = temp_path(ctx, "download");
+    const std::string path = download_path(ctx);
     save_state(*state, path);
     const uint64_t size = fs::file_size(path);
     auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
@@ -74,45 +73,41 @@ void handle_download(const httplib::Request& req, httplib::Response& res, Server
 void handle_upload(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                    ServerContext& ctx) {
     const std::string name = name_from(req);
-    const std::string path = temp_path(ctx, "upload");
-    struct Cleanup {
-        std::string path;
-        ~Cleanup() {
-            std::error_code ec;
-            fs::remove(path, ec);  // after a successful put_file the file has moved and this does nothing
-        }
-    } cleanup{path};
-    uint64_t received = 0;
-    bool too_large = false;
-    {
-        std::ofstream out(path, std::ios::binary | std::ios::trunc);
-        if (!out) throw Error(ErrorCode::io, "cannot create a temporary file for the upload");
+    // Writes the body to the store's temporary file and validates it there; throwing leaves nothing behind.
+    const auto write_and_load = [&](int fd, const std::string& path) {
+        uint64_t received = 0;
+        bool too_large = false;
+        std::exception_ptr write_error;  // not thrown through httplib's reader
         reader([&](const char* data, size_t length) {
             received += length;
             if (received > ctx.options.max_state_bytes) {
                 too_large = true;
                 return false;
             }
-            out.write(data, static_cast<std::streamsize>(length));
-            return static_cast<bool>(out);
+            try {
+                atomic_file::write_all(fd, data, length, path);
+            } catch (...) {
+                write_error = std::current_exception();
+                return false;
+            }
+            return true;
         });
-        if (!too_large && !out.flush())
-            throw Error(ErrorCode::io, "cannot write the uploaded state to a temporary file");
-    }
-    if (too_large) {
-        res.set_header("Connection", "close");
-        throw ApiError(413,
-                       "the state file is larger than " + std::to_string(ctx.options.max_state_bytes) +
-                           " bytes (--max-state-bytes)",
-                       "", "request_too_large");
-    }
-    if (received == 0)
-        throw bad_request("the upload is empty: send the state file as the request body", "", "empty_body");
-    State state = [&] {
+        if (write_error) std::rethrow_exception(write_error);
+        if (too_large) {
+            res.set_header("Connection", "close");
+            throw ApiError(413,
+                           "the state file is larger than " + std::to_string(ctx.options.max_state_bytes) +
+                               " bytes (--max-state-bytes)",
+                           "", "request_too_large");
+        }
+        if (received == 0)
+            throw bad_request("the upload is empty: send the state file as the request body", "", "empty_body");
         try {
             return load_state(*ctx.model, path);
         } catch (const Error& e) {
-            if (e.code() == ErrorCode::io) throw;
+            // A malformed upload is the client's to fix (400), bad_format included; the server's own
+            // failures (io, internal) keep http_status's 500 through the route guard.
+            if (e.code() == ErrorCode::io || e.code() == ErrorCode::internal) throw;
             // The loader names the file: say "the upload" instead of a server-side temporary path.
             std::string message = e.what();
             for (size_t at; (at = message.find("'" + path + "'")) != std::string::npos;)
@@ -121,8 +116,8 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
                 message.replace(at, path.size(), "(the upload)");
             throw bad_request("not a usable state file for this model: " + message, "", "invalid_state_file");
         }
-    }();
-    const NamedStateInfo info = ctx.states->put_file(name, std::move(state), path);
+    };
+    const NamedStateInfo info = ctx.states->put_file(name, write_and_load);
     send_json(res, info_json(info, ctx), 201);
 }
 

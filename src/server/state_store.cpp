@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <unistd.h>
+
+#include "base/atomic_file.h"
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
 #include "server/state_name.h"
@@ -11,8 +14,6 @@
 namespace fs = std::filesystem;
 
 namespace kvstash::server {
-
-uint64_t state_kv_bytes(const State& state) { return state.kv_bytes(); }
 
 namespace {
 
@@ -59,7 +60,7 @@ NamedStateInfo StateStore::store(const std::string& name, State state, uint64_t 
     entry.info.name = name;
     entry.info.n_tokens = state.n_tokens();
     entry.info.n_ctx = state.n_ctx();
-    entry.info.kv_bytes = state_kv_bytes(state);
+    entry.info.kv_bytes = state.kv_bytes();
     entry.info.file_bytes = file_bytes;
     entry.info.in_memory = true;
     entry.info.has_logits = !state.last_logits().empty();
@@ -79,16 +80,23 @@ NamedStateInfo StateStore::put(const std::string& name, State state) {
     return store(name, std::move(state), file_bytes);
 }
 
-NamedStateInfo StateStore::put_file(const std::string& name, State state, const std::string& file_path_now) {
-    uint64_t file_bytes = 0;
-    if (!dir_.empty()) {
+NamedStateInfo StateStore::put_file(const std::string& name, const UploadWriter& write_and_load) {
+    std::optional<State> state;
+    const auto write = [&](int fd, const std::string& temp_path) { state.emplace(write_and_load(fd, temp_path)); };
+    if (dir_.empty()) {
+        // The file exists for the loader only: no fsync, and removed once loaded (a concurrent upload of the
+        // same name may rename over it first; each has loaded its own temporary file by then). The pid keeps
+        // other servers (other users) sharing the temp directory out of the way.
+        const std::string target =
+            (fs::temp_directory_path() / ("kvstash-upload-" + std::to_string(::getpid()) + "-" + name + ".kvs"))
+                .string();
+        atomic_file::write(target, write, {atomic_file::Durability::none, "uploaded state"});
         std::error_code ec;
-        fs::rename(file_path_now, file_path(name), ec);
-        if (ec)
-            throw Error(ErrorCode::io, "cannot move the uploaded state to '" + file_path(name) + "': " + ec.message());
-        file_bytes = fs::file_size(file_path(name));
+        fs::remove(target, ec);
+        return store(name, std::move(*state), 0);
     }
-    return store(name, std::move(state), file_bytes);
+    atomic_file::write(file_path(name), write, {atomic_file::Durability::file_and_directory, "uploaded state"});
+    return store(name, std::move(*state), fs::file_size(file_path(name)));
 }
 
 std::optional<State> StateStore::fork(const std::string& name) {
@@ -104,7 +112,7 @@ std::optional<State> StateStore::fork(const std::string& name) {
     auto it = entries_.find(name);
     if (it == entries_.end()) return std::nullopt;  // deleted meanwhile
     if (!it->second.state) {
-        it->second.info.kv_bytes = state_kv_bytes(loaded);
+        it->second.info.kv_bytes = loaded.kv_bytes();
         it->second.info.in_memory = true;
         it->second.info.has_logits = !loaded.last_logits().empty();
         it->second.state = std::make_shared<const State>(std::move(loaded));

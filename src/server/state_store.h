@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,9 +42,12 @@ public:
     // Keeps `state` under `name`, replacing any state of that name; with a directory, saves it there
     // first (atomic). Throws Error(io) when the file cannot be written (then nothing changes).
     NamedStateInfo put(const std::string& name, State state);
-    // The same for an uploaded file already validated by load_state: moved into the directory (when
-    // there is one) instead of being written again.
-    NamedStateInfo put_file(const std::string& name, State state, const std::string& file_path);
+    // The same for an uploaded file. `write_and_load(fd, temp_path)` writes the upload through `fd` into a
+    // temporary file (base/atomic_file) and returns load_state's State from it (its full validation), or
+    // throws; only then does the file replace <dir>/<name>.kvs (fsync, rename, fsync dir). Without a
+    // directory the file, in the system's temp directory, is removed after the load.
+    using UploadWriter = std::function<State(int fd, const std::string& temp_path)>;
+    NamedStateInfo put_file(const std::string& name, const UploadWriter& write_and_load);
     // A fork of the named state (loaded from its file on first use); nullopt for an unknown name.
     std::optional<State> fork(const std::string& name);
     std::optional<NamedStateInfo> info(const std::string& name);
@@ -66,7 +70,5 @@ private:
     std::mutex mutex_;
     std::map<std::string, Entry> entries_;
 };
-
-uint64_t state_kv_bytes(const State& state);
 
 }  // namespace kvstash::server

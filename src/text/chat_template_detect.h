@@ -10,7 +10,7 @@ namespace kvstash {
 
 // The known template (text/chat_template_known.h) whose text `template_text` is, byte for byte except for one
 // trailing newline (Jinja drops it) and the default system prompt, which is read from the text. Throws
-// Error(unsupported) for any other text, with a message naming --chat-template and the known names.
+// Error(unsupported) for any other text, with a message listing the known names (callers add how to pick one).
 ChatTemplate detect_chat_template(std::string_view template_text);
 
 }  // namespace kvstash

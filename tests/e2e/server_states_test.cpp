@@ -2,8 +2,11 @@
 // upload (and refuse broken uploads), delete; with --state-dir they outlive the server.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "e2e/server/http_client.h"
 
@@ -113,6 +116,21 @@ TEST(ServerStateDir, StatesPersistAcrossRestarts) {
         ASSERT_EQ(created.status, 201) << created.text;
         EXPECT_GT(created.body["file_bytes"].get<int64_t>(), 0);
         EXPECT_TRUE(fs::exists(dir / "story.kvs"));
+        // An upload lands in the directory as <name>.kvs; a refused one leaves no file (temporary or not).
+        auto file = c.Get("/v1/states/story/file");
+        ASSERT_TRUE(file);
+        ASSERT_EQ(file->status, 200);
+        auto put = c.Put("/v1/states/story-copy/file", file->body, "application/octet-stream");
+        ASSERT_TRUE(put);
+        ASSERT_EQ(put->status, 201) << put->body;
+        EXPECT_EQ(fs::file_size(dir / "story-copy.kvs"), file->body.size());
+        auto bad = c.Put("/v1/states/broken/file", std::string(4096, 'x'), "application/octet-stream");
+        ASSERT_TRUE(bad);
+        EXPECT_EQ(bad->status, 400) << bad->body;
+        std::vector<std::string> names;
+        for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+        std::sort(names.begin(), names.end());
+        EXPECT_EQ(names, (std::vector<std::string>{"story-copy.kvs", "story.kvs"}));
         Reply r = post(c, "/v1/completions", request);
         ASSERT_EQ(r.status, 200) << r.text;
         first_answer = r.body["choices"][0]["text"];

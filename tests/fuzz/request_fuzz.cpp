@@ -66,9 +66,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         require(e.status() == 400 && e.code() == "invalid_json");
         return 0;
     }
-    for (bool chat : {false, true}) {
-        expect_parsed_or_rejected(
-            [&] { check_completion(srv::parse_completion_request(json, chat, srv::RequestLimits{kMaxN}), chat); });
+    for (srv::Endpoint endpoint : {srv::Endpoint::text, srv::Endpoint::chat}) {
+        expect_parsed_or_rejected([&] {
+            check_completion(srv::parse_completion_request(json, endpoint, srv::RequestLimits{kMaxN}),
+                             endpoint == srv::Endpoint::chat);
+        });
     }
     expect_parsed_or_rejected([&] {
         const srv::PrefillRequest p = srv::parse_prefill_request(json);

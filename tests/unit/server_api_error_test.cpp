@@ -32,6 +32,22 @@ TEST(ServerApiError, EveryErrorCodeHasItsStatus) {
     }
 }
 
+// A library error on request data is a 400 naming the field only when the client can fix it.
+TEST(ServerApiError, RequestErrorKeepsTheServersFaultsAt500) {
+    const ApiError client = request_error(Error(ErrorCode::invalid_argument, "bad role"), "messages", "invalid_value");
+    EXPECT_EQ(client.status(), 400);
+    EXPECT_EQ(client.param(), "messages");
+    EXPECT_EQ(client.code(), "invalid_value");
+    EXPECT_STREQ(client.what(), "bad role");
+    for (const ErrorCode code : {ErrorCode::io, ErrorCode::bad_format, ErrorCode::internal}) {
+        const ApiError server = request_error(Error(code, "a bug"), "messages", "invalid_value");
+        EXPECT_EQ(server.status(), 500) << static_cast<int>(code);
+        EXPECT_EQ(server.param(), "");
+        EXPECT_EQ(server.code(), "");
+        EXPECT_STREQ(server.what(), "a bug");
+    }
+}
+
 TEST(ServerApiError, ErrorJsonHasTheOpenAiShape) {
     const auto body = error_json(400, "bad", "max_tokens", "invalid_value");
     EXPECT_EQ(body["error"]["message"], "bad");

@@ -33,7 +33,10 @@ protected:
     }
 
     std::unique_ptr<GenerationJob> completion(const std::string& body, bool chat) {
-        return build_completion_job(parse_completion_request(parse_json_body(body), chat, request_limits(ctx_)), ctx_);
+        return build_completion_job(
+            parse_completion_request(parse_json_body(body), chat ? Endpoint::chat : Endpoint::text,
+                                     request_limits(ctx_)),
+            ctx_);
     }
     std::vector<int32_t> encode(const std::string& text, AddSpecial add_special) const {
         return model_->tokenizer().encode(text, add_special, ParseSpecial::yes);

@@ -15,10 +15,10 @@ using nlohmann::json;
 const RequestLimits kLimits{4};
 
 CompletionRequest text(const std::string& body) {
-    return parse_completion_request(parse_json_body(body), false, kLimits);
+    return parse_completion_request(parse_json_body(body), Endpoint::text, kLimits);
 }
 CompletionRequest chat(const std::string& body) {
-    return parse_completion_request(parse_json_body(body), true, kLimits);
+    return parse_completion_request(parse_json_body(body), Endpoint::chat, kLimits);
 }
 
 // Runs fn and checks the ApiError: status 400, `param`, `code` and a part of the message.

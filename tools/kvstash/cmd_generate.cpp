@@ -230,8 +230,7 @@ void register_generate(CLI::App& root, Action& action) {
         "--dump-logits", f->dump_logits_path,
         "write, for every generated token, its id (int32) and the logits it was sampled from (n_vocab float32)");
     add_ctx_option(*cmd, f->ctx);
-    cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")
-        ->check(CLI::IsMember({"f16", "f32"}))
+    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32}, "KV cache type")
         ->capture_default_str();
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings,

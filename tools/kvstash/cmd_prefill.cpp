@@ -78,13 +78,12 @@ void register_prefill(CLI::App& root, Action& action) {
     add_model_option(*cmd, f->model_path);
     const PromptFlags text = add_prompt_flags(*cmd, f->prompt, f->file);
     cmd->add_option("-o,--output", f->output, "state file to write")->required();
-    cmd->add_option("--kv-type", f->kv_type, "KV cache type while prefilling: f16 or f32 (as for generate)")
-        ->check(CLI::IsMember({"f16", "f32"}))
+    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32},
+                       "KV cache type while prefilling (as for generate)")
         ->capture_default_str();
-    cmd->add_option("--file-kv-type", f->file_kv_type,
-                    "KV type in the file: the cache type (default, bit-exact) or q8_0 (about half of f16, not "
-                    "bit-exact)")
-        ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
+    add_kv_type_option(*cmd, "--file-kv-type", f->file_kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
+                       "KV type in the file (default: the cache type, bit-exact; q8_0 is about half of f16, not "
+                       "bit-exact)");
     cmd->add_flag("--compress", f->compress, "compress the file with zstd");
     add_ctx_option(*cmd, f->ctx, "context size of the saved state (0 = the model's)");
     add_threads_option(*cmd, f->threads);

@@ -84,10 +84,15 @@ void register_serve(CLI::App& root, Action& action) {
     cmd->add_option("--max-body", o.max_body, "largest JSON request body in bytes (413 past it)")
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 34))
         ->capture_default_str();
-    cmd->add_option("--cache-ram", o.cache_ram_mib, "prefix cache RAM budget in MiB")
+    // Not cache_flags.h: the server always has a prefix cache (RAM only without --cache-dir), so here
+    // --cache-ram stands alone, where generate/chat have no cache without --cache-dir and require it.
+    cmd->add_option("--cache-ram", o.cache_ram_mib,
+                    "MiB of KV blocks the prefix cache keeps in memory when unused (with or without --cache-dir)")
         ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
         ->capture_default_str();
-    cmd->add_option("--cache-dir", o.cache_dir, "prefix cache disk tier directory (blocks evicted from RAM go there)");
+    cmd->add_option("--cache-dir", o.cache_dir,
+                    "prefix cache disk tier: every full block is also written here once (write-through) and read "
+                    "back when RAM no longer holds it, also by other kvstash processes");
     cmd->add_option("--state-dir", o.state_dir,
                     "keep named states as state files in this directory (found again at start)");
     cmd->add_option("--max-state-bytes", o.max_state_bytes, "largest uploaded state file in bytes (413 past it)")

@@ -27,6 +27,18 @@ CLI::Option* add_ctx_option(CLI::App& cmd, int64_t& n_ctx, const std::string& he
     return cmd.add_option("--ctx", n_ctx, help)->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
 }
 
+CLI::Option* add_kv_type_option(CLI::App& cmd, const std::string& name, std::string& value,
+                                std::initializer_list<KvType> types, const std::string& help) {
+    std::vector<std::string> names;
+    std::string list;
+    for (const KvType type : types) {
+        names.emplace_back(kv_type_name(type));
+        if (!list.empty()) list += names.size() == types.size() ? " or " : ", ";
+        list += names.back();
+    }
+    return cmd.add_option(name, value, help + ": " + list)->check(CLI::IsMember(names));
+}
+
 CLI::Option* add_chat_template_option(CLI::App& cmd, std::string& name) {
     return cmd
         .add_option("--chat-template", name,

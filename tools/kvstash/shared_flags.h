@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "kvstash/chat.h"
+#include "kvstash/kv_type.h"
 #include "kvstash/model.h"
 
 namespace kvstash::cli {
@@ -34,6 +36,11 @@ PromptFlags add_prompt_flags(CLI::App& cmd, std::vector<std::string>& prompts, s
 // command-specific additions (e.g. capture_default_str).
 CLI::Option* add_ctx_option(CLI::App& cmd, int64_t& n_ctx,
                             const std::string& help = "context size in tokens (0 = the model's)");
+
+// `name` (e.g. "--kv-type") taking one of `types` by its kv_type_name; the help is `help` followed by the
+// accepted names ("...: f16 or f32").
+CLI::Option* add_kv_type_option(CLI::App& cmd, const std::string& name, std::string& value,
+                                std::initializer_list<KvType> types, const std::string& help);
 
 // --chat-template NAME, one of ChatTemplate::names().
 CLI::Option* add_chat_template_option(CLI::App& cmd, std::string& name);
