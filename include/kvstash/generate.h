@@ -31,8 +31,8 @@ namespace kvstash {
 
 struct GenerateOptions {
     int64_t max_tokens = 256;  // 0: return at once, sampling nothing
-    std::vector<std::string>
-        stop_strings;  // generation stops before the first occurrence (not included in the text); none empty
+    // Generation stops before the first occurrence (not included in the text); none empty.
+    std::vector<std::string> stop_strings;
     bool stop_at_end_of_generation = true;  // EOS / end-of-turn tokens (Tokenizer::is_eog); not included in the text
     // Called with the logits each token is sampled from and the token chosen (for tracing and for
     // checking that continuations are bit-identical). Empty = none.
@@ -43,8 +43,8 @@ enum class StopReason { end_of_generation, stop_string, max_tokens, callback, co
 const char* stop_reason_name(StopReason reason);  // "end_of_generation", "stop_string", ...
 
 struct GenerateResult {
-    std::vector<int32_t>
-        tokens;  // generated ids (including a final EOG token, if any, and the token that completed a stop string)
+    // Generated ids (including a final EOG token, if any, and the token that completed a stop string).
+    std::vector<int32_t> tokens;
     std::string text;  // their text (Tokenizer::token_piece), without EOG tokens and cut before a stop string
     StopReason stop = StopReason::max_tokens;
     double seconds = 0.0;  // wall time of the loop

@@ -14,8 +14,8 @@ struct SamplerParams {
     int32_t top_k = 40;        // keep the k most likely; <= 0: off
     float top_p = 0.95f;       // keep the smallest set whose probability reaches p; >= 1: off
     float min_p = 0.05f;       // drop tokens below min_p × the top probability; <= 0: off
-    float repeat_penalty =
-        1.0f;  // llama.cpp-style: logits of tokens in the last repeat_last_n divided (>0) or multiplied (<=0); 1: off
+    // llama.cpp-style: logits of tokens in the last repeat_last_n divided (>0) or multiplied (<=0); 1: off.
+    float repeat_penalty = 1.0f;
     int32_t repeat_last_n = 64;      // window of the history the penalties look at; 0: off, -1: whole history
     float presence_penalty = 0.0f;   // subtracted once from every token present in the window
     float frequency_penalty = 0.0f;  // subtracted per occurrence in the window

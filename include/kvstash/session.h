@@ -44,8 +44,8 @@ class PrefixCache;
 
 struct SessionOptions {
     StateOptions state;  // KV type and context of the session's State
-    PrefixCache* cache =
-        nullptr;  // not owned; must outlive the session; null = the session keeps its own system prompt
+    // Not owned; must outlive the session; null = the session keeps its own system prompt.
+    PrefixCache* cache = nullptr;
 };
 
 // What the last reply() did with the prompt (the rendered conversation up to the assistant's turn).

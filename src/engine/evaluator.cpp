@@ -56,11 +56,12 @@ namespace {
 
 // One request with tokens while a batch is evaluated: where it started, and its results until commit.
 struct PendingRequest {
-    StateImpl* state = nullptr;
+    State* state = nullptr;
     std::span<const int32_t> tokens;
     std::vector<float>* all_logits = nullptr;
     int64_t first = 0;        // the state's n_tokens before the call
     std::vector<float> last;  // (n_vocab) logits of its last token
+    KvCache* kv = nullptr;    // the state's KV, once grown
     bool grown = false;       // KV grown: truncate back to `first` on error
 };
 
@@ -77,8 +78,7 @@ void validate_requests(std::span<const EvalRequest> requests, const Model* model
         const EvalRequest& r = requests[i];
         const std::string where = request_prefix(i, requests.size());
         if (r.state == nullptr) throw Error(ErrorCode::invalid_argument, where + "no state given");
-        const StateImpl& st = StateAccess::impl(*r.state);
-        if (st.model != model) {
+        if (StateAccess::model(*r.state) != model) {
             throw Error(ErrorCode::invalid_argument,
                         where + "this state belongs to another model than the evaluator's");
         }
@@ -91,10 +91,10 @@ void validate_requests(std::span<const EvalRequest> requests, const Model* model
         }
         const auto n = static_cast<int64_t>(r.tokens.size());
         const int64_t first = r.state->n_tokens();
-        if (first + n > st.n_ctx) {
+        if (first + n > r.state->n_ctx()) {
             throw Error(ErrorCode::out_of_range, where + "evaluating " + std::to_string(n) + " tokens after " +
                                                      std::to_string(first) + " exceeds the context of " +
-                                                     std::to_string(st.n_ctx) +
+                                                     std::to_string(r.state->n_ctx()) +
                                                      " tokens; use a larger context or a shorter input");
         }
         states.emplace_back(r.state, i);
@@ -132,7 +132,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
     for (const EvalRequest& r : requests) {
         if (r.tokens.empty()) continue;  // a no-op, as eval() of no tokens
         PendingRequest p;
-        p.state = &StateAccess::impl(*r.state);
+        p.state = r.state;
         p.tokens = r.tokens;
         p.all_logits = r.all_logits;
         p.first = r.state->n_tokens();
@@ -148,8 +148,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
             const auto n = static_cast<int64_t>(p.tokens.size());
             p.last.resize(static_cast<size_t>(n_vocab));
             if (p.all_logits) p.all_logits->resize(static_cast<size_t>(n * n_vocab));
-            p.state->tokens.reserve(static_cast<size_t>(p.first + n));  // the commit below cannot throw
-            p.state->kv.grow(p.first + n);
+            p.kv = &StateAccess::grow(*p.state, n);  // the commit below cannot throw
             p.grown = true;
         }
         int64_t done = 0;
@@ -158,7 +157,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
             for (const PlannedSegment& planned : batch) {
                 PendingRequest& p = pending[planned.request];
                 ForwardSegment seg;
-                seg.kv = &p.state->kv;
+                seg.kv = p.kv;
                 seg.first_pos = p.first + planned.offset;
                 seg.tokens = p.tokens.subspan(static_cast<size_t>(planned.offset), static_cast<size_t>(planned.count));
                 const bool is_final = planned.offset + planned.count == static_cast<int64_t>(p.tokens.size());
@@ -177,15 +176,14 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
         }
     } catch (...) {
         for (PendingRequest& p : pending) {
-            if (p.grown) p.state->kv.truncate(p.first);
+            if (p.grown) StateAccess::roll_back(*p.state, p.first);
         }
         throw;
     }
     for (PendingRequest& p : pending) {
         const auto n = static_cast<int64_t>(p.tokens.size());
         if (p.all_logits) std::copy_n(p.all_logits->data() + (n - 1) * n_vocab, n_vocab, p.last.data());
-        p.state->tokens.insert(p.state->tokens.end(), p.tokens.begin(), p.tokens.end());
-        p.state->last_logits = std::move(p.last);
+        StateAccess::commit(*p.state, p.tokens, std::move(p.last));
     }
 }
 

@@ -49,7 +49,8 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
     const auto start = std::chrono::steady_clock::now();
     const Tokenizer& tokenizer = evaluator.model().tokenizer();
     GenerateResult result;
-    TextStream stream(tokenizer, options.stop_strings, options.stop_at_end_of_generation);
+    TextStream stream(tokenizer, options.stop_strings,
+                      options.stop_at_end_of_generation ? StopAtEndOfGeneration::yes : StopAtEndOfGeneration::no);
     // Passes a piece to the callback; true when there was nothing to pass.
     auto emit = [&on_text](int32_t token, std::string_view piece) {
         return piece.empty() || !on_text || on_text(token, piece);

@@ -17,13 +17,14 @@ namespace {
 
 // An empty KvCache of the model's block shape for `type`: the disk tier forks it to allocate a block.
 KvCache block_shape(const Model& model, KvType type) {
-    return StateAccess::impl(State(model, StateOptions{type, 0})).kv.fork();
+    const ModelInfo& info = model.info();
+    return KvCache(info.n_layer, info.n_embd_kv(), type);
 }
 
 BlockFileIdentity file_identity(const ModelFingerprint& fingerprint, KvType type, const KvCache& shape) {
     BlockFileIdentity id;
     id.model = fingerprint;
-    id.kv_type = type == KvType::f16 ? 0u : 1u;  // as in the block key
+    id.kv_type = kv_block_code(type);
     id.isa = static_cast<uint32_t>(active_isa());
     id.n_layer = static_cast<uint32_t>(shape.n_layer());
     id.row_bytes = shape.row_bytes();
@@ -132,9 +133,7 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
         c.evictions += impl_->index.evict_to(impl_->options.ram_budget_bytes);
     }
 
-    StateImpl& s = StateAccess::impl(result.state);
-    s.tokens.assign(tokens.begin(), tokens.begin() + match.n_tokens);
-    s.kv.assign_blocks(std::move(match.blocks), match.n_tokens);
+    StateAccess::adopt(result.state, tokens.first(static_cast<size_t>(match.n_tokens)), std::move(match.blocks));
     result.reused_tokens = match.n_tokens;
     result.tokens_to_evaluate = n - match.n_tokens;
     result.partial_block = match.partial_block;
@@ -142,22 +141,23 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
 }
 
 void PrefixCache::release(const State& state) {
-    const StateImpl& s = StateAccess::impl(state);
+    const Model* model = StateAccess::model(state);
+    const KvCache& kv = StateAccess::kv(state);
     const bool same_model =
-        s.model == &impl_->model || (s.model != nullptr && cached_model_fingerprint(*s.model) == impl_->fingerprint);
-    if (!same_model || !s.kv_exact) {
+        model == &impl_->model || (model != nullptr && cached_model_fingerprint(*model) == impl_->fingerprint);
+    if (!same_model || !StateAccess::kv_exact(state)) {
         const std::lock_guard lock(impl_->mutex);
         ++impl_->counters.releases_rejected;
         return;
     }
-    if (s.kv.n_tokens() != state.n_tokens())
+    if (kv.n_tokens() != state.n_tokens())
         throw Error(ErrorCode::internal, "PrefixCache::release: a State whose KV and tokens disagree");
     const int64_t n_full = state.n_tokens() / kv_block_tokens;
-    const PrefixKeyDomain& domain = impl_->domain(s.kv.kv_type());
+    const PrefixKeyDomain& domain = impl_->domain(kv.kv_type());
     const std::vector<BlockKey> keys = domain.chain(state.tokens(), n_full);
     std::vector<std::shared_ptr<KvBlock>> blocks;
     blocks.reserve(static_cast<size_t>(n_full));
-    for (int64_t b = 0; b < n_full; ++b) blocks.push_back(s.kv.share_block(b));
+    for (int64_t b = 0; b < n_full; ++b) blocks.push_back(kv.share_block(b));
 
     {
         const std::lock_guard lock(impl_->mutex);
@@ -167,7 +167,7 @@ void PrefixCache::release(const State& state) {
     // Write-through (see the header): `blocks` keeps each block alive and unchanged (shared, so
     // copy-on-write) while it is written, even if the index evicted it just now.
     if (!impl_->disk) return;
-    const KvType type = s.kv.kv_type();
+    const KvType type = kv.kv_type();
     for (size_t b = 0; b < blocks.size(); ++b) {
         const BlockFileName name{keys[b], b == 0 ? domain.root() : keys[b - 1],
                                  std::span(state.tokens()).subspan(b * kv_block_tokens).first<kv_block_tokens>()};

@@ -37,11 +37,13 @@ std::string BlockKey::hex() const {
     return text;
 }
 
+uint32_t kv_block_code(KvType kv_type) { return kv_type == KvType::f16 ? 0u : 1u; }
+
 PrefixKeyDomain::PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, Isa isa) {
     uint8_t* out = header_.data();
     std::memcpy(out, kTag, sizeof kTag);
     std::memcpy(out + 17, model.bytes.data(), 16);
-    put_u32(out + 33, kv_type == KvType::f16 ? 0u : 1u);
+    put_u32(out + 33, kv_block_code(kv_type));
     put_u32(out + 37, static_cast<uint32_t>(isa));
     root_ = to_key(XXH3_128bits(header_.data(), header_.size()));
 }

@@ -33,6 +33,9 @@ struct BlockKeyHash {
     size_t operator()(const BlockKey& key) const noexcept { return static_cast<size_t>(key.low); }
 };
 
+// The KV type's code in block keys and block files: u32, 0 = f16, 1 = f32.
+uint32_t kv_block_code(KvType kv_type);
+
 // What every key of one tree shares: the model, the KV type and the instruction set that computed it.
 class PrefixKeyDomain {
 public:

@@ -7,9 +7,8 @@
 
 namespace kvstash {
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                       bool stop_at_end_of_generation)
-    : tokenizer_(tokenizer), stops_(std::move(stop_strings)), stop_at_eog_(stop_at_end_of_generation) {
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, StopAtEndOfGeneration at_eog)
+    : tokenizer_(tokenizer), stops_(std::move(stop_strings)), at_eog_(at_eog) {
     for (const std::string& stop : stops_) {
         if (stop.empty()) {
             throw Error(ErrorCode::invalid_argument,
@@ -21,7 +20,7 @@ TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop
 std::optional<StopReason> TextStream::push(int32_t token) {
     if (tokenizer_.is_eog(token)) {
         // An EOG token's text is never shown, also when generation goes on past it.
-        if (stop_at_eog_) return StopReason::end_of_generation;
+        if (at_eog_ == StopAtEndOfGeneration::yes) return StopReason::end_of_generation;
         return std::nullopt;
     }
     text_ += tokenizer_.token_piece(token);

@@ -3,7 +3,7 @@
 // cuts the text before a stop string and recognises end-of-generation tokens. generate() drives it in
 // its loop; the HTTP server drives one per sequence, a step at a time, so both stream the same bytes.
 //
-//   TextStream stream(tokenizer, {"\n\n"}, /*stop_at_end_of_generation=*/true);
+//   TextStream stream(tokenizer, {"\n\n"}, StopAtEndOfGeneration::yes);
 //   for each sampled token t:
 //       if (auto stop = stream.push(t)) { show(stream.take_rest()); break; }
 //       show(stream.take_ready());
@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvstash/generate.h"
@@ -20,10 +21,19 @@
 
 namespace kvstash {
 
+// Whether an end-of-generation token (Tokenizer::is_eog) stops the stream (its text never added) or is
+// treated as any other token.
+enum class StopAtEndOfGeneration { no, yes };
+
 class TextStream {
 public:
     // `tokenizer` must outlive the stream. Throws Error(invalid_argument) for an empty stop string.
-    TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool stop_at_end_of_generation);
+    TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, StopAtEndOfGeneration at_eog);
+    // Transitional: src/server/scheduler.cpp still passes a bool (another branch owns it); delete this once
+    // it passes StopAtEndOfGeneration.
+    TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool stop_at_end_of_generation)
+        : TextStream(tokenizer, std::move(stop_strings),
+                     stop_at_end_of_generation ? StopAtEndOfGeneration::yes : StopAtEndOfGeneration::no) {}
 
     // Adds a sampled token. Returns StopReason::end_of_generation for an EOG token (when stopping at
     // them; its text is never added) or StopReason::stop_string when a stop string is now complete (the
@@ -46,7 +56,7 @@ private:
 
     const Tokenizer& tokenizer_;
     std::vector<std::string> stops_;
-    bool stop_at_eog_ = true;
+    StopAtEndOfGeneration at_eog_ = StopAtEndOfGeneration::yes;
     // Invariant: no stop string can begin before emitted_ (text that could be the start of one is
     // never emitted), so searches start there and look at a few bytes only.
     std::string text_;

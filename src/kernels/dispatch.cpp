@@ -82,9 +82,9 @@ const IsaChoice& isa_choice() {
 
 kernels::KernelTable scalar_table() {
     kernels::KernelTable t;
-    t.matmul_rows = kernels::matmul_rows_scalar;
-    t.matmul_int8_rows = kernels::matmul_int8_rows_scalar;
-    t.quantize_activation_row = kernels::quantize_activation_row;
+    t.matmul_rows = kernels::reference::matmul_rows_scalar;
+    t.matmul_int8_rows = kernels::reference::matmul_int8_rows_scalar;
+    t.quantize_activation_row = kernels::reference::quantize_activation_row;
     t.attention_dot = kernels::reference::attention_dot;
     t.attention_axpy = kernels::reference::attention_axpy;
     t.exp_f32_shifted_row = kernels::reference::exp_f32_shifted_row;
@@ -101,7 +101,7 @@ kernels::KernelTable avx2_table() {
     t.matmul_rows = kernels::matmul_rows_avx2;
     // The integer code compiled for AVX2 (exact, the scalar bits); matmul() keeps f32 activations here.
     t.matmul_int8_rows = kernels::matmul_int8_rows_avx2;
-    t.quantize_activation_row = kernels::quantize_activation_row;
+    t.quantize_activation_row = kernels::reference::quantize_activation_row;
     t.attention_dot = kernels::attention_dot_avx2;
     t.attention_axpy = kernels::attention_axpy_avx2;
     t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx2;
@@ -121,7 +121,8 @@ kernels::KernelTable avx512_table() {
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx512;
     t.matmul_int8_rows = vnni ? kernels::matmul_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
-    t.quantize_activation_row = vnni ? kernels::quantize_activation_row_avx512 : kernels::quantize_activation_row;
+    t.quantize_activation_row =
+        vnni ? kernels::quantize_activation_row_avx512 : kernels::reference::quantize_activation_row;
     t.attention_dot = kernels::attention_dot_avx512;
     t.attention_axpy = kernels::attention_axpy_avx512;
     t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx512;

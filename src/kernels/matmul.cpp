@@ -47,11 +47,14 @@ int64_t rows_per_task(int64_t rows, int n_threads) {
     return std::max<int64_t>(16, (target + 15) / 16 * 16);
 }
 
-// Products of one input X with every operand on `isa`, in one thread-pool run: integer activations for
-// the types matmul_uses_integer_activations names, or for all of them with force_integer (every type
-// must then have an integer path); X quantized once per activation block size (32 or 256).
-void run_products(Isa isa, bool force_integer, std::span<const MatmulOperand> operands, int64_t cols, const float* X,
-                  int64_t n_tokens, ThreadPool* pool) {
+// Which activations the products use: integer ones for the types matmul_uses_integer_activations names
+// (as inference does), or integer ones for every operand (every type must then have an integer path).
+enum class Activations { as_inference_does, integer };
+
+// Products of one input X with every operand on `isa`, in one thread-pool run; X quantized once per
+// activation block size (32 or 256) where integer activations are used.
+void run_products(Isa isa, Activations activations, std::span<const MatmulOperand> operands, int64_t cols,
+                  const float* X, int64_t n_tokens, ThreadPool* pool) {
     struct Part {
         kernels::MatmulRowsFn kernel;
         kernels::MatmulArgs args;
@@ -69,7 +72,7 @@ void run_products(Isa isa, bool force_integer, std::span<const MatmulOperand> op
     const int n_threads = pool ? pool->n_threads() : 1;
     int64_t n_tasks = 0;
     for (const MatmulOperand& op : operands) {
-        const bool integer = force_integer || matmul_uses_integer_activations(isa, op.type);
+        const bool integer = activations == Activations::integer || matmul_uses_integer_activations(isa, op.type);
         const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer);  // throws if the CPU lacks `isa`
         if (op.rows == 0 || n_tokens == 0) continue;
         Part part{kernel,
@@ -109,14 +112,14 @@ void run_products(Isa isa, bool force_integer, std::span<const MatmulOperand> op
 void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, const float* X, int64_t n_tokens,
                          ThreadPool* pool) {
     for (const MatmulOperand& op : operands) check_shape(op.type, op.rows, cols, n_tokens);
-    run_products(active_isa(), false, operands, cols, X, n_tokens, pool);
+    run_products(active_isa(), Activations::as_inference_does, operands, cols, X, n_tokens, pool);
 }
 
 void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
                  float* Y, ThreadPool* pool) {
     check_shape(type, rows, cols, n_tokens);
     const MatmulOperand op{type, W, rows, Y};
-    run_products(isa, false, {&op, 1}, cols, X, n_tokens, pool);
+    run_products(isa, Activations::as_inference_does, {&op, 1}, cols, X, n_tokens, pool);
 }
 
 void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
@@ -128,7 +131,7 @@ void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, 
                         " has no integer-activation path (only block-quantized types)");
     }
     const MatmulOperand op{type, W, rows, Y};
-    run_products(isa, true, {&op, 1}, cols, X, n_tokens, pool);
+    run_products(isa, Activations::integer, {&op, 1}, cols, X, n_tokens, pool);
 }
 
 float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols) {

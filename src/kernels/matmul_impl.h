@@ -32,7 +32,9 @@ struct MatmulArgs {
 // MatmulRowsFn (kernels/dispatch.h): one of these, chosen by the ISA's kernel table.
 
 // Scalar: dequantize_row then a sequential f32 sum per (row, token). This is reference::matmul.
+namespace reference {
 void matmul_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+}  // namespace reference
 // AVX2 + FMA + F16C (matmul_avx2.cpp, matmul_fused_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp,
 // matmul_fused_avx512.cpp). Only call them on a CPU that has the instructions.
 void matmul_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
@@ -48,7 +50,9 @@ void matmul_rows_fused_avx512(const MatmulArgs& args, int64_t row_begin, int64_t
 // reference/matmul_int8_ref.cpp, bitwise equal to each other:
 //   scalar (the definition), AVX2 (the same code vectorized by the compiler, matmul_int8_avx2.cpp),
 //   AVX-512 F/BW/VL/DQ + VNNI + VBMI (matmul_int8_avx512vnni.cpp, matmul_int8_decode*_avx512vnni.cpp).
+namespace reference {
 void matmul_int8_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+}  // namespace reference
 void matmul_int8_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_int8_rows_avx512vnni(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 

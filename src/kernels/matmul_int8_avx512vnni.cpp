@@ -365,9 +365,9 @@ PackedTileFn packed_tile_for(TensorType type, int nt) {
 }  // namespace
 
 // A 16-row tile at a time: unpack the whole tile once, then token tile after token tile over it. Up to
-// kFewTokensChunkedMax tokens go to the decode kernels instead (few_tokens_rows).
+// kFewTokensChunkedMax tokens go to the decode kernels instead (decode_rows).
 void matmul_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens <= kFewTokensChunkedMax) return few_tokens_rows(a, row_begin, row_end);
+    if (a.n_tokens <= kFewTokensChunkedMax) return decode_rows(a, row_begin, row_end);
     const int64_t block = tensor_type_traits(a.type).block_size;
     const int64_t n_blocks = a.cols / block;
     const int n_sub = a.type == TensorType::Q6_K ? 16 : 8;

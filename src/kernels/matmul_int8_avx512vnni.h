@@ -57,6 +57,6 @@ constexpr int kFewTokensChunkedMax = 8;
 
 // The decode path (matmul_int8_decode*_avx512vnni.cpp): rows [row_begin, row_end),
 // a.n_tokens <= kFewTokensChunkedMax.
-void few_tokens_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
+void decode_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
 }  // namespace kvstash::kernels::int8_avx512

@@ -145,7 +145,7 @@ void decode_rows_blocks32(const MatmulArgs& a, int64_t row_begin, int64_t row_en
     }
 }
 
-void few_tokens_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+void decode_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     static_assert(kFewTokensMax == 2);
     if (a.n_tokens >= 1 && a.n_tokens <= kFewTokensMax) {
         few_tokens_one_call(a, row_begin, row_end);

@@ -62,8 +62,10 @@ struct QuantizedActivations {
 // Quantizes one row (cols a multiple of block and of 32) into the planes h, l, the scales d and the
 // sums. Scalar; every ISA uses this function, so the quantized activations are the same bits on every
 // path.
+namespace reference {
 void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d, int32_t* h32,
                              int32_t* l32, int32_t* h16, int32_t* l16);
+}  // namespace reference
 
 // QuantizeRowFn (kernels/dispatch.h): quantize_activation_row or an ISA's version of it with the same
 // result bits.
@@ -80,7 +82,7 @@ void copy_activation_rows(const QuantizedActivations& from, int64_t t0, int64_t 
 // Quantizes n_tokens rows of X (row stride cols) into out (resized as needed) with `row_fn`; rows split
 // over the pool's threads when there are many (each row's result is the same whoever computes it).
 void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_t block, QuantizedActivations& out,
-                          ThreadPool* pool, QuantizeRowFn row_fn = quantize_activation_row);
+                          ThreadPool* pool, QuantizeRowFn row_fn = reference::quantize_activation_row);
 
 }  // namespace kernels
 }  // namespace kvstash

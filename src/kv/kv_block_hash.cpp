@@ -17,7 +17,9 @@ bool KvBlockHash::cpu_has_avx512() {
 }
 
 KvBlockHash::KvBlockHash(Path path) {
-    avx512_ = path == Path::avx512 || (path == Path::automatic && cpu_has_avx512());
+    // automatic follows the dispatch module (CPU + KVSTASH_ISA), as every kernel does; the explicit paths
+    // are test overrides. Both paths compute the same XXH3 values.
+    avx512_ = path == Path::avx512 || (path == Path::automatic && active_isa() == Isa::avx512);
     if (avx512_ && !cpu_has_avx512()) throw Error(ErrorCode::invalid_argument, "KvBlockHash: this CPU has no AVX-512F");
     if (avx512_) {
         if (kv_block_hash_avx512::state_bytes() > kStateBytes)

@@ -13,7 +13,8 @@ namespace kvstash {
 class KvBlockHash {
 public:
     enum class Path { automatic, portable, avx512 };
-    // `avx512` on a CPU without AVX-512F throws Error(invalid_argument).
+    // `automatic`: AVX-512 when the dispatch module's active_isa() is avx512 (so KVSTASH_ISA=avx2 or scalar
+    // selects the portable path). `avx512` on a CPU without AVX-512F throws Error(invalid_argument).
     explicit KvBlockHash(Path path = Path::automatic);
     KvBlockHash(const KvBlockHash&) = delete;
     KvBlockHash& operator=(const KvBlockHash&) = delete;

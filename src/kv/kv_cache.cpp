@@ -8,7 +8,7 @@ KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type) : n_layer_(n_l
     if (type != KvType::f16 && type != KvType::f32) {
         throw Error(ErrorCode::invalid_argument, "KV cache type must be f16 or f32");
     }
-    type_ = type == KvType::f16 ? TensorType::F16 : TensorType::F32;
+    type_ = tensor_type_of(type);
     row_bytes_ = tensor_row_bytes(type_, n_embd_kv);
 }
 

@@ -12,6 +12,7 @@
 #include "format/tensor_type.h"
 #include "kernels/attention.h"
 #include "kv/kv_block_buffer.h"
+#include "kv/kv_tensor_type.h"
 #include "kvstash/kv_type.h"
 
 namespace kvstash {
@@ -31,7 +32,7 @@ public:
     // type: f16 or f32 (Error(invalid_argument) otherwise: q8_0 is a storage type of state files only).
     KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type);
 
-    KvType kv_type() const { return type_ == TensorType::F16 ? KvType::f16 : KvType::f32; }
+    KvType kv_type() const { return kv_type_of(type_); }
     TensorType type() const { return type_; }  // the rows' element type, for the kernels
     int64_t n_tokens() const { return n_tokens_; }
     uint64_t row_bytes() const { return row_bytes_; }

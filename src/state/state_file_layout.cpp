@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "format/tensor_type.h"
+#include "kv/kv_cache.h"
 #include "kvstash/error.h"
-#include "state/state_access.h"
 #include "state/state_file_reader.h"
 
 namespace kvstash::state_file {

@@ -14,6 +14,7 @@
 #include "format/mmap_file.h"
 #include "format/tensor_type.h"
 #include "kv/kv_block_hash.h"
+#include "kv/kv_tensor_type.h"
 #include "kvstash/error.h"
 #include "state/fingerprint.h"
 #include "state/state_access.h"
@@ -135,29 +136,32 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     }
 
     StateOptions options;
-    options.kv_type = m.cache_type == 1 ? KvType::f16 : KvType::f32;
+    options.kv_type = kv_type_of(static_cast<TensorType>(m.cache_type));
     options.n_ctx = m.n_ctx;
     State state(model, options);
-    StateImpl& s = StateAccess::impl(state);
 
-    const std::vector<uint8_t> tokens = r.read_section(*r.find(kSectionTokens));
-    s.tokens.resize(static_cast<size_t>(m.n_tokens));
-    if (!tokens.empty()) std::memcpy(s.tokens.data(), tokens.data(), tokens.size());
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-        if (s.tokens[i] < 0 || s.tokens[i] >= c.n_vocab) {
-            r.corrupt("token " + std::to_string(s.tokens[i]) + " at position " + std::to_string(i) +
+    const std::vector<uint8_t> token_bytes = r.read_section(*r.find(kSectionTokens));
+    std::vector<int32_t> tokens(static_cast<size_t>(m.n_tokens));
+    if (!token_bytes.empty()) std::memcpy(tokens.data(), token_bytes.data(), token_bytes.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i] < 0 || tokens[i] >= c.n_vocab) {
+            r.corrupt("token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
                       " is outside the vocabulary of " + std::to_string(c.n_vocab));
         }
     }
+    std::vector<float> last_logits;
     if (const SectionEntry* logits = r.find(kSectionLogits)) {
         const std::vector<uint8_t> b = r.read_section(*logits);
-        s.last_logits.resize(static_cast<size_t>(c.n_vocab));
-        std::memcpy(s.last_logits.data(), b.data(), b.size());
+        last_logits.resize(static_cast<size_t>(c.n_vocab));
+        std::memcpy(last_logits.data(), b.data(), b.size());
     }
+    std::optional<SamplerState> sampler_state;
     if (const SectionEntry* sampler = r.find(kSectionSampler))
-        s.sampler = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
-    decode_kv(r, *r.find(kSectionKv), m, s.kv);
-    s.kv_exact = m.kv_encoding == m.cache_type;  // q8_0 KV is not what recomputing would give
+        sampler_state = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
+    decode_kv(r, *r.find(kSectionKv), m, StateAccess::kv_to_restore(state));
+    // q8_0 KV is not what recomputing would give.
+    StateAccess::restore(state, std::move(tokens), std::move(last_logits), std::move(sampler_state),
+                         m.kv_encoding == m.cache_type);
     if (session != nullptr) {
         session->reset();
         if (const SectionEntry* sec = r.find(kSectionSession)) {
@@ -179,9 +183,7 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     info.n_tokens = m.n_tokens;
     info.n_ctx = m.n_ctx;
     // parse_layout admits the cache type (f16 / f32) or q8_0 only.
-    info.kv_type = m.kv_encoding == static_cast<uint32_t>(TensorType::Q8_0)  ? KvType::q8_0
-                   : m.kv_encoding == static_cast<uint32_t>(TensorType::F16) ? KvType::f16
-                                                                             : KvType::f32;
+    info.kv_type = kv_type_of(static_cast<TensorType>(m.kv_encoding));
     info.lossy_kv = m.kv_encoding != m.cache_type;
     info.has_logits = r.find(kSectionLogits) != nullptr;
     info.has_sampler = r.find(kSectionSampler) != nullptr;

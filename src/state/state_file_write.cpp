@@ -18,6 +18,7 @@
 #include "base/utf8.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
+#include "kv/kv_tensor_type.h"
 #include "kvstash/error.h"
 #include "state/fingerprint.h"
 #include "state/state_access.h"
@@ -108,8 +109,7 @@ Section small_section(uint32_t type, std::vector<uint8_t> raw, bool compress) {
     return s;
 }
 
-std::vector<uint8_t> encode_meta(const StateImpl& s, const ModelInfo& c, const ModelFingerprint& fp,
-                                 uint32_t encoding) {
+std::vector<uint8_t> encode_meta(const State& s, const ModelInfo& c, const ModelFingerprint& fp, uint32_t encoding) {
     // At most kMaxModelNameBytes, cut at a UTF-8 character boundary.
     const std::string name = c.name.substr(
         0, utf8::character_start_at_or_before(c.name, std::min<size_t>(c.name.size(), kMaxModelNameBytes)));
@@ -118,10 +118,10 @@ std::vector<uint8_t> encode_meta(const StateImpl& s, const ModelInfo& c, const M
     store_le<int64_t>(&m[meta::n_vocab], c.n_vocab);
     store_le<int64_t>(&m[meta::n_layer], c.n_layer);
     store_le<int64_t>(&m[meta::n_embd_kv], c.n_embd_kv());
-    store_le<int64_t>(&m[meta::n_ctx], s.n_ctx);
-    store_le<int64_t>(&m[meta::n_tokens], static_cast<int64_t>(s.tokens.size()));
+    store_le<int64_t>(&m[meta::n_ctx], s.n_ctx());
+    store_le<int64_t>(&m[meta::n_tokens], s.n_tokens());
     store_le<uint32_t>(&m[meta::kv_block_tokens], static_cast<uint32_t>(kv_block_tokens));
-    store_le<uint32_t>(&m[meta::cache_type], static_cast<uint32_t>(s.kv.type()));
+    store_le<uint32_t>(&m[meta::cache_type], static_cast<uint32_t>(StateAccess::kv(s).type()));
     store_le<uint32_t>(&m[meta::kv_encoding], encoding);
     store_le<uint32_t>(&m[meta::name_bytes], static_cast<uint32_t>(name.size()));
     std::memcpy(m.data() + kMetaFixedBytes, name.data(), name.size());
@@ -266,43 +266,45 @@ private:
 }  // namespace
 
 void encode_state(const State& state, const SaveOptions& options, ByteSink& sink, std::string_view session) {
-    const StateImpl& s = StateAccess::impl(state);
-    if (s.model == nullptr)
+    const Model* model = StateAccess::model(state);
+    const KvCache& kv = StateAccess::kv(state);
+    const std::span<const float> last_logits = state.last_logits();
+    if (model == nullptr)
         throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
-    const ModelInfo& c = s.model->info();
-    const std::string what = "cannot save the state of model '" + s.model->path() + "'";
-    if (static_cast<int64_t>(s.tokens.size()) != s.kv.n_tokens()) {
-        throw Error(ErrorCode::internal, what + ": it holds " + std::to_string(s.tokens.size()) + " tokens but " +
-                                             std::to_string(s.kv.n_tokens()) + " KV positions");
+    const ModelInfo& c = model->info();
+    const std::string what = "cannot save the state of model '" + model->path() + "'";
+    if (state.n_tokens() != kv.n_tokens()) {
+        throw Error(ErrorCode::internal, what + ": it holds " + std::to_string(state.n_tokens()) + " tokens but " +
+                                             std::to_string(kv.n_tokens()) + " KV positions");
     }
-    if (!s.last_logits.empty() && static_cast<int64_t>(s.last_logits.size()) != c.n_vocab) {
-        throw Error(ErrorCode::internal, what + ": its logits have " + std::to_string(s.last_logits.size()) +
+    if (!last_logits.empty() && static_cast<int64_t>(last_logits.size()) != c.n_vocab) {
+        throw Error(ErrorCode::internal, what + ": its logits have " + std::to_string(last_logits.size()) +
                                              " entries for a vocabulary of " + std::to_string(c.n_vocab));
     }
-    if (s.sampler) validate_sampler_state(*s.sampler, c.n_vocab, ErrorCode::invalid_argument, what);
+    if (const SamplerState* sampler = state.sampler_state())
+        validate_sampler_state(*sampler, c.n_vocab, ErrorCode::invalid_argument, what);
 
-    const KvType file_kv_type = options.file_kv_type.value_or(s.kv.kv_type());
-    if (file_kv_type != s.kv.kv_type() && file_kv_type != KvType::q8_0) {
-        throw Error(ErrorCode::invalid_argument, what + ": its " + std::string(kv_type_name(s.kv.kv_type())) +
-                                                     " KV can be stored as " +
-                                                     std::string(kv_type_name(s.kv.kv_type())) + " or q8_0, not " +
-                                                     std::string(kv_type_name(file_kv_type)));
+    const KvType file_kv_type = options.file_kv_type.value_or(kv.kv_type());
+    if (file_kv_type != kv.kv_type() && file_kv_type != KvType::q8_0) {
+        throw Error(ErrorCode::invalid_argument, what + ": its " + std::string(kv_type_name(kv.kv_type())) +
+                                                     " KV can be stored as " + std::string(kv_type_name(kv.kv_type())) +
+                                                     " or q8_0, not " + std::string(kv_type_name(file_kv_type)));
     }
-    const uint32_t encoding =
-        file_kv_type == KvType::q8_0 ? static_cast<uint32_t>(TensorType::Q8_0) : static_cast<uint32_t>(s.kv.type());
-    const ModelFingerprint fp = cached_model_fingerprint(*s.model);
+    const auto encoding = static_cast<uint32_t>(tensor_type_of(file_kv_type));
+    const ModelFingerprint fp = cached_model_fingerprint(*model);
 
     std::vector<Section> sections;
-    sections.push_back(small_section(kSectionMeta, encode_meta(s, c, fp, encoding), options.compress));
-    std::vector<uint8_t> tokens(s.tokens.size() * 4);
-    if (!tokens.empty()) std::memcpy(tokens.data(), s.tokens.data(), tokens.size());
+    sections.push_back(small_section(kSectionMeta, encode_meta(state, c, fp, encoding), options.compress));
+    std::vector<uint8_t> tokens(state.tokens().size() * 4);
+    if (!tokens.empty()) std::memcpy(tokens.data(), state.tokens().data(), tokens.size());
     sections.push_back(small_section(kSectionTokens, std::move(tokens), options.compress));
-    if (!s.last_logits.empty()) {
-        std::vector<uint8_t> logits(s.last_logits.size() * 4);
-        std::memcpy(logits.data(), s.last_logits.data(), logits.size());
+    if (!last_logits.empty()) {
+        std::vector<uint8_t> logits(last_logits.size() * 4);
+        std::memcpy(logits.data(), last_logits.data(), logits.size());
         sections.push_back(small_section(kSectionLogits, std::move(logits), options.compress));
     }
-    if (s.sampler) sections.push_back(small_section(kSectionSampler, encode_sampler(*s.sampler), options.compress));
+    if (const SamplerState* sampler = state.sampler_state())
+        sections.push_back(small_section(kSectionSampler, encode_sampler(*sampler), options.compress));
     if (!session.empty()) {
         if (session.size() > kMaxSessionBytes) {
             throw Error(ErrorCode::invalid_argument, what + ": its session data (" + std::to_string(session.size()) +
@@ -312,7 +314,7 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
         sections.push_back(
             small_section(kSectionSession, std::vector<uint8_t>(session.begin(), session.end()), options.compress));
     }
-    sections.push_back(kv_section(s.kv, encoding, options.compress));  // last: the big one
+    sections.push_back(kv_section(kv, encoding, options.compress));  // last: the big one
 
     uint64_t end = align_up(kHeaderBytes + kSectionEntryBytes * sections.size(), kSectionAlignment);
     uint64_t file_bytes = end;
@@ -323,7 +325,7 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
     }
     for (Section& sec : sections) {
         if (sec.streamed) {
-            sec.checksum = write_kv_raw(s.kv, encoding, sec.offset, sink);
+            sec.checksum = write_kv_raw(kv, encoding, sec.offset, sink);
         } else {
             sink.write_at(sec.offset, sec.stored.data(), sec.stored.size());
         }

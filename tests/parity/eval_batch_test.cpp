@@ -43,7 +43,7 @@ std::vector<float> to_vector(std::span<const float> s) { return {s.begin(), s.en
 // The KV bytes of positions [0, n_tokens), every layer, K then V per (position, layer); rows past
 // n_tokens in the last block are unspecified and left out.
 std::vector<uint8_t> kv_bytes(const State& state) {
-    const KvCache& kv = StateAccess::impl(state).kv;
+    const KvCache& kv = StateAccess::kv(state);
     std::vector<uint8_t> out;
     const uint64_t rb = kv.row_bytes();
     for (int64_t pos = 0; pos < kv.n_tokens(); ++pos) {
@@ -70,7 +70,7 @@ struct Snapshot {
 Snapshot snapshot(const State& state) {
     return {{state.tokens().begin(), state.tokens().end()},
             to_vector(state.last_logits()),
-            StateAccess::impl(state).kv.n_tokens(),
+            StateAccess::kv(state).n_tokens(),
             kv_bytes(state)};
 }
 

@@ -84,7 +84,7 @@ inline State make_state(const std::shared_ptr<const Model>& model, int64_t n, Kv
 
 // Rows [0, n_tokens) of every layer's K and V, in cache order.
 inline std::vector<uint8_t> kv_bytes(const State& state) {
-    const KvCache& kv = StateAccess::impl(state).kv;
+    const KvCache& kv = StateAccess::kv(state);
     std::vector<uint8_t> out;
     for (int64_t b = 0; b < kv.n_blocks(); ++b) {
         const int64_t used = std::min<int64_t>(kv_block_tokens, kv.n_tokens() - b * kv_block_tokens);
@@ -105,7 +105,7 @@ inline void expect_same_state(const State& want, const State& got) {
     ASSERT_EQ(want.last_logits().size(), got.last_logits().size());
     EXPECT_TRUE(std::equal(want.last_logits().begin(), want.last_logits().end(), got.last_logits().begin(),
                            [](float x, float y) { return std::memcmp(&x, &y, 4) == 0; }));
-    EXPECT_EQ(StateAccess::impl(want).kv.type(), StateAccess::impl(got).kv.type());
+    EXPECT_EQ(StateAccess::kv(want).type(), StateAccess::kv(got).type());
     EXPECT_TRUE(kv_bytes(want) == kv_bytes(got)) << "KV bytes differ";
     ASSERT_EQ(want.sampler_state() != nullptr, got.sampler_state() != nullptr);
     if (want.sampler_state() != nullptr) {
@@ -136,9 +136,8 @@ void expect_error(Call&& call, ErrorCode code, const std::string& needle) {
     }
 }
 
-struct Entry {
-    uint32_t type;
-    uint64_t offset, stored_bytes;
+// A section-table entry as the library decodes it, and where it sits in the file (for tests that edit it).
+struct Entry : sf::SectionEntry {
     uint8_t* at;  // the table entry
 };
 
@@ -147,8 +146,7 @@ inline std::vector<Entry> entries(std::vector<uint8_t>& file) {
     const uint32_t count = sf::load_le<uint32_t>(&file[sf::header::section_count]);
     for (uint32_t i = 0; i < count; ++i) {
         uint8_t* e = file.data() + sf::kHeaderBytes + sf::kSectionEntryBytes * i;
-        out.push_back({sf::load_le<uint32_t>(e), sf::load_le<uint64_t>(e + sf::entry::offset),
-                       sf::load_le<uint64_t>(e + sf::entry::stored_bytes), e});
+        out.push_back({sf::load_section_entry(e), e});
     }
     return out;
 }

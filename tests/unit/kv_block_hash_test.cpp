@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/dispatch.h"
 #include "kv/kv_block_hash.h"
 #include "kvstash/error.h"
 
@@ -48,8 +49,9 @@ TEST(KvBlockHash, StreamingEqualsOneShotXxh3OnEveryPath) {
     }
 }
 
-TEST(KvBlockHash, Avx512IsUsedWhenTheCpuHasItAndRefusedOtherwise) {
-    EXPECT_EQ(KvBlockHash().uses_avx512(), KvBlockHash::cpu_has_avx512());
+TEST(KvBlockHash, AutomaticFollowsTheActiveIsaAndAvx512IsRefusedWithoutIt) {
+    // automatic follows the dispatch module (CPU + KVSTASH_ISA), as every kernel does.
+    EXPECT_EQ(KvBlockHash().uses_avx512(), active_isa() == Isa::avx512);
     EXPECT_FALSE(KvBlockHash(KvBlockHash::Path::portable).uses_avx512());
     if (!KvBlockHash::cpu_has_avx512()) {
         EXPECT_THROW(KvBlockHash(KvBlockHash::Path::avx512), Error);

@@ -162,8 +162,8 @@ void check_int8_path(Isa isa, TensorType type) {
             const double half_step = 0.5 + 3 * kernels::kActivationMax * u;
             for (int64_t t = 0; t < n_tokens; ++t) {
                 const float* x = X.data() + t * cols;
-                kernels::quantize_activation_row(x, cols, ablock, qh.data(), ql.data(), dx.data(), h32.data(),
-                                                 l32.data(), h16.data(), l16.data());
+                kernels::reference::quantize_activation_row(x, cols, ablock, qh.data(), ql.data(), dx.data(),
+                                                            h32.data(), l32.data(), h16.data(), l16.data());
                 for (int64_t k = 0; k < cols; ++k) {
                     const auto kk = static_cast<size_t>(k);
                     q[kk] = 256.0 * qh[kk] + ql[kk];

@@ -69,8 +69,8 @@ BlockFileIdentity identity_of(const Model& model) {
     id.model = cached_model_fingerprint(model);
     id.kv_type = 0;
     id.isa = static_cast<uint32_t>(active_isa());
-    id.n_layer = static_cast<uint32_t>(StateAccess::impl(probe).kv.n_layer());
-    id.row_bytes = StateAccess::impl(probe).kv.row_bytes();
+    id.n_layer = static_cast<uint32_t>(StateAccess::kv(probe).n_layer());
+    id.row_bytes = StateAccess::kv(probe).row_bytes();
     return id;
 }
 
@@ -108,7 +108,7 @@ TEST_F(PrefixCacheDisk, ANewCacheOnTheSameDirectoryReusesBlocksBitwise) {
         const PrefixCacheStats s = writer.stats();
         EXPECT_EQ(s.disk_blocks_written, 3u);  // written through at release, whatever RAM does later
         EXPECT_EQ(s.disk_blocks_held, 3u);
-        const uint64_t file_bytes = kBlockFileHeaderBytes + StateAccess::impl(State(*model)).kv.block_bytes();
+        const uint64_t file_bytes = kBlockFileHeaderBytes + StateAccess::kv(State(*model)).block_bytes();
         EXPECT_EQ(s.disk_bytes_held, 3 * file_bytes);
         EXPECT_EQ(s.disk_bytes_written, 3 * file_bytes);
     }

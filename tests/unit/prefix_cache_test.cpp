@@ -64,7 +64,7 @@ void finish_and_expect_cold(Evaluator& evaluator, CachedPrefix& hit, const std::
 }
 
 uint64_t block_bytes(const Model& model, KvType kv_type = KvType::f16) {
-    return StateAccess::impl(State(model, StateOptions{kv_type, 0})).kv.block_bytes();
+    return StateAccess::kv(State(model, StateOptions{kv_type, 0})).block_bytes();
 }
 
 void miss_then_hit(const std::shared_ptr<const Model>& model, int64_t n_tokens) {
@@ -284,8 +284,8 @@ TEST(PrefixCache, LossyKvIsNotCached) {
     Evaluator evaluator(model, 1);
     PrefixCache cache(*model);
     State state = evaluated(evaluator, pseudo_random_tokens(2 * B, 300, 95));
-    StateAccess::impl(state).kv_exact = false;  // as a State decoded from a q8_0 state file
-    cache.release(state.fork());                // forks inherit it
+    StateAccess::set_kv_exact(state, false);  // as a State decoded from a q8_0 state file
+    cache.release(state.fork());              // forks inherit it
     EXPECT_EQ(cache.stats().releases_rejected, 1u);
     EXPECT_EQ(cache.stats().blocks_held, 0u);
 }

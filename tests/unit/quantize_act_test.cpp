@@ -44,7 +44,8 @@ TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
                o.l16.data());
             return o;
         };
-        const Out a = run(kernels::quantize_activation_row), b = run(kernels::quantize_activation_row_avx512);
+        const Out a = run(kernels::reference::quantize_activation_row),
+                  b = run(kernels::quantize_activation_row_avx512);
         EXPECT_EQ(a.h, b.h) << block;
         EXPECT_EQ(a.l, b.l) << block;
         EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), 4 * a.d.size())) << block;

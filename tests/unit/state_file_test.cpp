@@ -109,8 +109,8 @@ TEST_F(StateFileTest, Q8_0KvIsCloseAndAboutHalfTheSize) {
             }
 
             const State loaded = load_state(*model, path("q8.kvs"));
-            ASSERT_EQ(StateAccess::impl(loaded).kv.type(), StateAccess::impl(state).kv.type());
-            const TensorType t = StateAccess::impl(state).kv.type();
+            ASSERT_EQ(StateAccess::kv(loaded).type(), StateAccess::kv(state).type());
+            const TensorType t = StateAccess::kv(state).type();
             const std::vector<uint8_t> a = kv_bytes(state), b = kv_bytes(loaded);
             ASSERT_EQ(a.size(), b.size());
             const size_t width = static_cast<size_t>(n), elem = t == TensorType::F16 ? 2 : 4;

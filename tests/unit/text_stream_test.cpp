@@ -59,7 +59,7 @@ TEST(TextStream, TheVocabularyIsWhatTheTestsAssume) {
 }
 
 TEST(TextStream, StopStringAcrossTokens) {
-    TextStream stream(tokenizer(), {"END"}, true);
+    TextStream stream(tokenizer(), {"END"}, StopAtEndOfGeneration::yes);
     std::string shown;
     for (char c : std::string("abEN")) {
         ASSERT_EQ(stream.push(byte(c)), std::nullopt);
@@ -72,7 +72,7 @@ TEST(TextStream, StopStringAcrossTokens) {
 }
 
 TEST(TextStream, HeldBackTextIsReleasedWhenItCannotStartTheStop) {
-    TextStream stream(tokenizer(), {"END"}, true);
+    TextStream stream(tokenizer(), {"END"}, StopAtEndOfGeneration::yes);
     EXPECT_EQ(stream.push(byte('E')), std::nullopt);
     EXPECT_EQ(stream.take_ready(), "");
     EXPECT_EQ(stream.push(byte('N')), std::nullopt);
@@ -83,14 +83,14 @@ TEST(TextStream, HeldBackTextIsReleasedWhenItCannotStartTheStop) {
 }
 
 TEST(TextStream, EarliestOfSeveralStopsInsideOneToken) {
-    TextStream stream(tokenizer(), {"cd", "b"}, true);
+    TextStream stream(tokenizer(), {"cd", "b"}, StopAtEndOfGeneration::yes);
     EXPECT_EQ(stream.push(kAbcd), StopReason::stop_string);
     EXPECT_EQ(stream.text(), "a");
     EXPECT_EQ(stream.take_rest(), "a");
 }
 
 TEST(TextStream, StopStartingInsideAHeldBackRun) {
-    TextStream stream(tokenizer(), {"aab"}, true);
+    TextStream stream(tokenizer(), {"aab"}, StopAtEndOfGeneration::yes);
     std::string shown;
     for (char c : std::string("aaa")) {
         ASSERT_EQ(stream.push(byte(c)), std::nullopt);
@@ -103,7 +103,7 @@ TEST(TextStream, StopStartingInsideAHeldBackRun) {
 }
 
 TEST(TextStream, IncompleteCharacterIsHeldBack) {
-    TextStream stream(tokenizer(), {}, true);
+    TextStream stream(tokenizer(), {}, StopAtEndOfGeneration::yes);
     stream.push(byte('x'));
     stream.push(0xF0);
     EXPECT_EQ(stream.take_ready(), "x");
@@ -120,7 +120,7 @@ TEST(TextStream, IncompleteCharacterIsHeldBack) {
 }
 
 TEST(TextStream, TheEndReleasesAnIncompleteCharacter) {
-    TextStream stream(tokenizer(), {"\xC3\xA9!"}, true);
+    TextStream stream(tokenizer(), {"\xC3\xA9!"}, StopAtEndOfGeneration::yes);
     stream.push(byte('a'));
     stream.push(0xC3);
     EXPECT_EQ(stream.take_ready(), "a");
@@ -129,12 +129,12 @@ TEST(TextStream, TheEndReleasesAnIncompleteCharacter) {
 }
 
 TEST(TextStream, EndOfGeneration) {
-    TextStream stopping(tokenizer(), {}, true);
+    TextStream stopping(tokenizer(), {}, StopAtEndOfGeneration::yes);
     stopping.push(kHello);
     EXPECT_EQ(stopping.push(kEog), StopReason::end_of_generation);
     EXPECT_EQ(stopping.text(), "hello") << "the EOG token's text is never added";
 
-    TextStream going_on(tokenizer(), {}, false);
+    TextStream going_on(tokenizer(), {}, StopAtEndOfGeneration::no);
     EXPECT_EQ(going_on.push(kEog), std::nullopt);
     going_on.push(kHello);
     EXPECT_EQ(going_on.take_rest(), "hello");
@@ -142,7 +142,7 @@ TEST(TextStream, EndOfGeneration) {
 
 TEST(TextStream, EmptyStopStringIsRefused) {
     try {
-        TextStream stream(tokenizer(), {"x", ""}, true);
+        TextStream stream(tokenizer(), {"x", ""}, StopAtEndOfGeneration::yes);
         FAIL() << "no error";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
@@ -188,7 +188,7 @@ TEST(TextStream, AgreesWithADirectComputationOnRandomStreams) {
     std::mt19937 rng(12);
     size_t stopped = 0;
     for (int round = 0; round < 3000; ++round) {
-        TextStream stream(tokenizer(), stops, true);
+        TextStream stream(tokenizer(), stops, StopAtEndOfGeneration::yes);
         std::string all, shown;
         std::optional<StopReason> stop;
         for (int step = 0; step < 12 && !stop; ++step) {
@@ -204,8 +204,10 @@ TEST(TextStream, AgreesWithADirectComputationOnRandomStreams) {
                 break;
             }
             shown += stream.take_ready();
-            ASSERT_EQ(shown, all.substr(0, std::max(shown.size(), expected_ready(all, stops))))
-                << testing::PrintToString(all);
+            // Exactly what is ready: neither less (held back too long) nor more (an incomplete character or a
+            // possible start of a stop string shown).
+            ASSERT_EQ(shown.size(), expected_ready(all, stops)) << testing::PrintToString(all);
+            ASSERT_EQ(shown, all.substr(0, shown.size())) << testing::PrintToString(all);
         }
         shown += stream.take_rest();
         EXPECT_EQ(shown, stream.text());

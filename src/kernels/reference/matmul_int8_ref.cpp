@@ -25,7 +25,7 @@
 #define KVSTASH_INT8_DOT_NAMESPACE int8_scalar
 #include "kernels/matmul_int8_dot.h"
 
-namespace kvstash::kernels {
+namespace kvstash::kernels::reference {
 
 void matmul_int8_rows_scalar(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     for (int64_t r = row_begin; r < row_end; ++r) {
@@ -34,4 +34,4 @@ void matmul_int8_rows_scalar(const MatmulArgs& a, int64_t row_begin, int64_t row
     }
 }
 
-}  // namespace kvstash::kernels
+}  // namespace kvstash::kernels::reference

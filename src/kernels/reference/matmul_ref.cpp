@@ -11,7 +11,7 @@
 
 namespace kvstash {
 
-namespace kernels {
+namespace kernels::reference {
 
 void matmul_rows_scalar(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     std::vector<float> w(static_cast<size_t>(a.cols));
@@ -26,7 +26,7 @@ void matmul_rows_scalar(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
     }
 }
 
-}  // namespace kernels
+}  // namespace kernels::reference
 
 namespace reference {
 
@@ -38,7 +38,7 @@ void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const fl
     }
     const kernels::MatmulArgs args{
         type, static_cast<const uint8_t*>(W), tensor_row_bytes(type, cols), cols, X, n_tokens, Y, rows};
-    kernels::matmul_rows_scalar(args, 0, rows);
+    kernels::reference::matmul_rows_scalar(args, 0, rows);
 }
 
 }  // namespace reference

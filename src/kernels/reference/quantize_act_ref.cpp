@@ -8,7 +8,7 @@
 
 #include "kernels/quantize_act.h"
 
-namespace kvstash::kernels {
+namespace kvstash::kernels::reference {
 
 void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d, int32_t* h32,
                              int32_t* l32, int32_t* h16, int32_t* l16) {
@@ -47,4 +47,4 @@ void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t
     }
 }
 
-}  // namespace kvstash::kernels
+}  // namespace kvstash::kernels::reference
