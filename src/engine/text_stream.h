@@ -29,11 +29,6 @@ class TextStream {
 public:
     // `tokenizer` must outlive the stream. Throws Error(invalid_argument) for an empty stop string.
     TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, StopAtEndOfGeneration at_eog);
-    // Transitional: src/server/scheduler.cpp still passes a bool (another branch owns it); delete this once
-    // it passes StopAtEndOfGeneration.
-    TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop_strings, bool stop_at_end_of_generation)
-        : TextStream(tokenizer, std::move(stop_strings),
-                     stop_at_end_of_generation ? StopAtEndOfGeneration::yes : StopAtEndOfGeneration::no) {}
 
     // Adds a sampled token. Returns StopReason::end_of_generation for an EOG token (when stopping at
     // them; its text is never added) or StopReason::stop_string when a stop string is now complete (the

@@ -278,7 +278,7 @@ void Scheduler::after_prefill(size_t index) {
             SamplerParams params = job.sampling;
             params.seed += static_cast<uint64_t>(c);
             choice->sampler.emplace(params);
-            choice->stream.emplace(model_->tokenizer(), job.stop, /*stop_at_end_of_generation=*/true);
+            choice->stream.emplace(model_->tokenizer(), job.stop, StopAtEndOfGeneration::yes);
             sample_step(*choice);
             sequences_.push_back(std::move(choice));
             ++progress.live_sequences;
