@@ -18,6 +18,6 @@ ctest --test-dir "$ROOT/build" --output-on-failure -j"$JOBS" --timeout 1200
 
 echo "==> unit tests under ASan + UBSan" >&2
 cmake -S "$ROOT" -B "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTASH_SANITIZE=ON >/dev/null
-cmake --build "$ROOT/build-asan" -j"$JOBS"
+cmake --build "$ROOT/build-asan" -j"$JOBS" --target unit_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j"$JOBS" -L unit --timeout 1200

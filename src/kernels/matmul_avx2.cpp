@@ -13,10 +13,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/matmul_avx2_loads.h"
 #include "kernels/matmul_impl.h"
+#include "kernels/scratch.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -243,10 +243,8 @@ void matmul_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     }
     const int max_rows = a.n_tokens == 1 ? kMaxRows : kRowsMulti;
     const bool direct = a.type == TensorType::F32;  // f32 rows are used in place
-    thread_local std::vector<float> decoded;        // max_rows × cols, per worker
-    if (!direct && decoded.size() < static_cast<size_t>(max_rows * a.cols)) {
-        decoded.resize(static_cast<size_t>(max_rows * a.cols));
-    }
+    thread_local ScratchArray decoded_buf;          // max_rows × cols, per worker
+    float* decoded = direct ? nullptr : decoded_buf.floats(static_cast<size_t>(max_rows * a.cols));
     const float* w[kMaxRows];
     for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenBlock) {
         const int64_t t_end = std::min(a.n_tokens, t0 + kTokenBlock);
@@ -257,7 +255,7 @@ void matmul_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
                 if (direct) {
                     w[i] = reinterpret_cast<const float*>(src);
                 } else {
-                    float* dst = decoded.data() + i * a.cols;
+                    float* dst = decoded + i * a.cols;
                     decode_row(a.type, src, dst, a.cols);
                     w[i] = dst;
                 }

@@ -13,9 +13,9 @@
 #pragma GCC optimize("fp-contract=off")  // decode arithmetic exactly as written, never fused implicitly
 
 #include <algorithm>
-#include <vector>
 
 #include "kernels/matmul_avx512_blocks.h"
+#include "kernels/scratch.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -114,10 +114,8 @@ BufferedTileFn buffered_tile_for(int nr, int nt) {
 
 void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const bool direct = a.type == TensorType::F32;  // f32 rows are used in place
-    thread_local std::vector<float> decoded;        // kRowTile × cols, per worker
-    if (!direct && decoded.size() < static_cast<size_t>(kRowTile * a.cols)) {
-        decoded.resize(static_cast<size_t>(kRowTile * a.cols));
-    }
+    thread_local ScratchArray decoded_buf;          // kRowTile × cols, per worker
+    float* decoded = direct ? nullptr : decoded_buf.floats(static_cast<size_t>(kRowTile * a.cols));
     const float* w[kRowTile];
     // Each token tile's accumulators between column slices.
     alignas(64) __m512 park[(kTokenBlock + kTokenTile - 1) / kTokenTile][kRowTile * kTokenTile];
@@ -137,7 +135,7 @@ void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
                 if (direct) {
                     w[i] = reinterpret_cast<const float*>(src);
                 } else {
-                    float* dst = decoded.data() + i * a.cols;
+                    float* dst = decoded + i * a.cols;
                     decode_row(a.type, src, dst, a.cols);
                     w[i] = dst;
                 }

@@ -18,7 +18,8 @@
 #include "kernels/matmul_int8_avx512vnni.h"
 
 #include <algorithm>
-#include <vector>
+
+#include "kernels/scratch.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -29,25 +30,28 @@ using namespace int8_avx512;
 // row stride `stride`); per block (absolute index), per row: the f32 scale d (and m / dmin), and the
 // K-quants' integer sub-block scales and mins.
 struct PackedTile {
-    std::vector<uint8_t> u;       // kRows × stride
-    std::vector<uint8_t> packed;  // (chunk / 4) × kRows × 4: dword k of every row
-    std::vector<float> d, m;      // n_blocks × kRows
-    std::vector<int32_t> sc, mn;  // n_blocks × n_sub × kRows (K-quants)
+    uint8_t* u = nullptr;                  // kRows × stride
+    uint8_t* packed = nullptr;             // (chunk / 4) × kRows × 4: dword k of every row
+    float *d = nullptr, *m = nullptr;      // n_blocks × kRows
+    int32_t *sc = nullptr, *mn = nullptr;  // n_blocks × n_sub × kRows (K-quants)
+    ScratchArray u_buf, packed_buf, d_buf, m_buf, sc_buf, mn_buf;
     void reserve(int64_t chunk, int64_t n_blocks, int n_sub) {
         const auto need = static_cast<size_t>(kRows * chunk);
-        if (u.size() < need) u.resize(need);
-        if (packed.size() < need) packed.resize(need);
+        u = u_buf.bytes(need);
+        packed = packed_buf.bytes(need);
         const auto nb = static_cast<size_t>(n_blocks * kRows);
-        if (d.size() < nb) d.resize(nb), m.resize(nb);
+        d = d_buf.floats(nb);
+        m = m_buf.floats(nb);
         const auto ns = static_cast<size_t>(n_blocks * n_sub * kRows);
-        if (sc.size() < ns) sc.resize(ns), mn.resize(ns);
+        sc = sc_buf.ints(ns);
+        mn = mn_buf.ints(ns);
     }
 };
 
 // ---- unpacking blocks [b0, b1) of one row (bytes `w` = the row's first block) into tile row i ----
 
 void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t b1, int64_t stride, int i, PackedTile& t) {
-    uint8_t* u = t.u.data() + static_cast<size_t>(i) * static_cast<size_t>(stride);
+    uint8_t* u = t.u + static_cast<size_t>(i) * static_cast<size_t>(stride);
     const __m128i low4 = _mm_set1_epi8(0x0F);
     const __m256i low4y = _mm256_set1_epi8(0x0F);
     switch (type) {
@@ -140,7 +144,7 @@ void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t b1, int64
 
 // Rows beyond the matrix in a partial tile: zero weights and scales (their outputs are not stored).
 void clear_row(int64_t b0, int64_t b1, int64_t chunk, int64_t stride, int n_sub, int i, PackedTile& t) {
-    std::memset(t.u.data() + static_cast<size_t>(i) * static_cast<size_t>(stride), 0, static_cast<size_t>(chunk));
+    std::memset(t.u + static_cast<size_t>(i) * static_cast<size_t>(stride), 0, static_cast<size_t>(chunk));
     for (int64_t b = b0; b < b1; ++b) {
         t.d[b * kRows + i] = 0.0f;
         t.m[b * kRows + i] = 0.0f;
@@ -151,7 +155,7 @@ void clear_row(int64_t b0, int64_t b1, int64_t chunk, int64_t stride, int n_sub,
 // packed[(c * 8 + k) * 64 + 4 * i ..] = dword k of elements 32c.. of row i, for the chunk's 32-column
 // groups c: two 8 × 8 dword transposes at once (rows 0-7 in the low, 8-15 in the high 256 bits).
 void transpose_tile(int64_t chunk, int64_t stride, PackedTile& t) {
-    const uint8_t* u = t.u.data();
+    const uint8_t* u = t.u;
     const auto row_stride = static_cast<size_t>(stride);
     const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
     const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
@@ -174,7 +178,7 @@ void transpose_tile(int64_t chunk, int64_t stride, PackedTile& t) {
         const __m512i s5 = _mm512_castps_si512(_mm512_shuffle_ps(t4, t6, 0xEE));
         const __m512i s6 = _mm512_castps_si512(_mm512_shuffle_ps(t5, t7, 0x44));
         const __m512i s7 = _mm512_castps_si512(_mm512_shuffle_ps(t5, t7, 0xEE));
-        uint8_t* out = t.packed.data() + c * 8 * 64;
+        uint8_t* out = t.packed + c * 8 * 64;
         _mm512_storeu_si512(out + 0 * 64, _mm512_permutex2var_epi32(s0, lo, s4));
         _mm512_storeu_si512(out + 1 * 64, _mm512_permutex2var_epi32(s1, lo, s5));
         _mm512_storeu_si512(out + 2 * 64, _mm512_permutex2var_epi32(s2, lo, s6));
@@ -208,7 +212,7 @@ void packed_tile_blocks32(const PackedTile& t, int64_t b0, int64_t b1, const Qua
     }
     __m512 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = _mm512_loadu_ps(acc_io + j * kRows);
-    const uint8_t* wp = t.packed.data();
+    const uint8_t* wp = t.packed;
     for (int64_t b = b0; b < b1; ++b, wp += 8 * 64) {
         __m512i s_h[NT], s_l[NT];
 #pragma GCC unroll 16
@@ -225,7 +229,7 @@ void packed_tile_blocks32(const PackedTile& t, int64_t b0, int64_t b1, const Qua
                 s_l[j] = _mm512_dpbusd_epi32(s_l[j], w, bcast4(xl[j] + 32 * b + 4 * k));
             }
         }
-        const __m512 d = _mm512_loadu_ps(t.d.data() + b * kRows);
+        const __m512 d = _mm512_loadu_ps(t.d + b * kRows);
 #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) {
             const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(s_h[j], 8), s_l[j]);
@@ -233,7 +237,7 @@ void packed_tile_blocks32(const PackedTile& t, int64_t b0, int64_t b1, const Qua
             acc[j] = _mm512_fmadd_ps(c, _mm512_cvtepi32_ps(sum), acc[j]);
             if constexpr (kMin) {
                 const float sx = dx[j][b] * static_cast<float>(256 * h32[j][b] + l32[j][b]);
-                acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(t.m.data() + b * kRows), _mm512_set1_ps(sx), acc[j]);
+                acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(t.m + b * kRows), _mm512_set1_ps(sx), acc[j]);
             }
         }
     }
@@ -259,7 +263,7 @@ void packed_tile_super_blocks(const PackedTile& t, int64_t b0, int64_t b1, const
     }
     __m512 acc[NT];
     for (int j = 0; j < NT; ++j) acc[j] = _mm512_loadu_ps(acc_io + j * kRows);
-    const uint8_t* wp = t.packed.data();
+    const uint8_t* wp = t.packed;
     for (int64_t b = b0; b < b1; ++b) {
         __m512i s_h[NT], s_l[NT];
         for (int j = 0; j < NT; ++j) s_h[j] = s_l[j] = _mm512_setzero_si512();
@@ -280,15 +284,15 @@ void packed_tile_super_blocks(const PackedTile& t, int64_t b0, int64_t b1, const
                     p_l[j] = _mm512_dpbusd_epi32(p_l[j], w, bcast4(xl[j] + e));
                 }
             }
-            const __m512i sc = _mm512_loadu_si512(t.sc.data() + (b * kSub + sub) * kRows);
+            const __m512i sc = _mm512_loadu_si512(t.sc + (b * kSub + sub) * kRows);
 #pragma GCC unroll 16
             for (int j = 0; j < NT; ++j) {
                 s_h[j] = _mm512_add_epi32(s_h[j], _mm512_mullo_epi32(p_h[j], sc));
                 s_l[j] = _mm512_add_epi32(s_l[j], _mm512_mullo_epi32(p_l[j], sc));
             }
         }
-        const __m512 d = _mm512_loadu_ps(t.d.data() + b * kRows);
-        const __m512 dmin = _mm512_loadu_ps(t.m.data() + b * kRows);
+        const __m512 d = _mm512_loadu_ps(t.d + b * kRows);
+        const __m512 dmin = _mm512_loadu_ps(t.m + b * kRows);
 #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) {
             const __m512 x_scale = _mm512_set1_ps(dx[j][b]);
@@ -299,7 +303,7 @@ void packed_tile_super_blocks(const PackedTile& t, int64_t b0, int64_t b1, const
                 __m512i m_h = _mm512_setzero_si512(), m_l = _mm512_setzero_si512();
 #pragma GCC unroll 8
                 for (int sub = 0; sub < kSub; ++sub) {
-                    const __m512i mn = _mm512_loadu_si512(t.mn.data() + (b * kSub + sub) * kRows);
+                    const __m512i mn = _mm512_loadu_si512(t.mn + (b * kSub + sub) * kRows);
                     m_h = _mm512_dpwssd_epi32(m_h, mn, _mm512_set1_epi32(sh[j][b * kSub + sub]));
                     m_l = _mm512_dpwssd_epi32(m_l, mn, _mm512_set1_epi32(sl[j][b * kSub + sub]));
                 }
@@ -374,11 +378,11 @@ void matmul_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t
     const int64_t chunk = a.cols;
     thread_local PackedTile tile;
     tile.reserve(chunk, n_blocks, n_sub);
-    thread_local std::vector<float> acc;
-    if (acc.size() < static_cast<size_t>(a.n_tokens * kRows)) acc.resize(static_cast<size_t>(a.n_tokens * kRows));
+    thread_local ScratchArray acc_buf;
+    float* acc = acc_buf.floats(static_cast<size_t>(a.n_tokens * kRows));
     for (int64_t r = row_begin; r < row_end; r += kRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r));
-        std::fill(acc.begin(), acc.begin() + a.n_tokens * kRows, 0.0f);
+        std::fill(acc, acc + a.n_tokens * kRows, 0.0f);
         for (int64_t c0 = 0; c0 < a.cols; c0 += chunk) {
             const int64_t c1 = std::min(a.cols, c0 + chunk);
             const int64_t b0 = c0 / block, b1 = c1 / block;
@@ -393,12 +397,12 @@ void matmul_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t
             const int64_t token_tile = block == 256 ? kTokenTileK : kTokenTile;
             for (int64_t t = 0; t < a.n_tokens; t += token_tile) {
                 const int nt = static_cast<int>(std::min<int64_t>(token_tile, a.n_tokens - t));
-                packed_tile_for(a.type, nt)(tile, b0, b1, *a.xq, t, acc.data() + t * kRows);
+                packed_tile_for(a.type, nt)(tile, b0, b1, *a.xq, t, acc + t * kRows);
             }
         }
         const auto mask = static_cast<__mmask16>((1u << nr) - 1);
         for (int64_t t = 0; t < a.n_tokens; ++t) {
-            _mm512_mask_storeu_ps(a.Y + t * a.y_stride + r, mask, _mm512_loadu_ps(acc.data() + t * kRows));
+            _mm512_mask_storeu_ps(a.Y + t * a.y_stride + r, mask, _mm512_loadu_ps(acc + t * kRows));
         }
     }
 }

@@ -13,6 +13,9 @@
 
 namespace kvstash::kernels {
 namespace KVSTASH_INT8_DOT_NAMESPACE {
+// File-local in each includer: one copy is built for AVX2 and one for the baseline, and they must not be
+// merged into one shared (weak) symbol by the linker.
+namespace {
 
 inline float fp16_at(const uint8_t* p) {
     uint16_t h;
@@ -132,5 +135,6 @@ inline float dot_int8(TensorType type, const uint8_t* w, const QuantizedActivati
     return acc;
 }
 
+}  // namespace
 }  // namespace KVSTASH_INT8_DOT_NAMESPACE
 }  // namespace kvstash::kernels

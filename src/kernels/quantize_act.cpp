@@ -11,6 +11,13 @@
 
 namespace kvstash::kernels {
 
+QuantizedActivations::QuantizedActivations() = default;
+QuantizedActivations::~QuantizedActivations() = default;
+QuantizedActivations::QuantizedActivations(const QuantizedActivations&) = default;
+QuantizedActivations& QuantizedActivations::operator=(const QuantizedActivations&) = default;
+QuantizedActivations::QuantizedActivations(QuantizedActivations&&) noexcept = default;
+QuantizedActivations& QuantizedActivations::operator=(QuantizedActivations&&) noexcept = default;
+
 bool uses_integer_activations(TensorType type) {
     return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K || type == TensorType::Q8_0;
 }

@@ -44,6 +44,15 @@ bool uses_integer_activations(TensorType type);
 int64_t activation_block(TensorType type);
 
 struct QuantizedActivations {
+    // Out of line (quantize_act.cpp) so that kernel files built for one instruction set, which keep
+    // these per thread, do not emit the vectors' members as shared weak symbols (see scratch.h).
+    QuantizedActivations();
+    ~QuantizedActivations();
+    QuantizedActivations(const QuantizedActivations&);
+    QuantizedActivations& operator=(const QuantizedActivations&);
+    QuantizedActivations(QuantizedActivations&&) noexcept;
+    QuantizedActivations& operator=(QuantizedActivations&&) noexcept;
+
     int64_t n_tokens = 0, cols = 0, block = 0;
     std::vector<int8_t> h, l;       // n_tokens × cols each: the two planes, q = 256 h + l
     std::vector<float> d;           // n_tokens × (cols / block)
