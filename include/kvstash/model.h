@@ -32,6 +32,11 @@ struct ModelInfo {
     int64_t head_dim = 0;
     int64_t n_vocab = 0;
     int64_t n_ctx_train = 0;
+    // Layers with an attention KV cache (all of a Llama model's; none of a Mamba model's) and layers
+    // with a fixed-size recurrent state (Mamba blocks).
+    int64_t n_kv_layers = 0;
+    int64_t n_recurrent_layers = 0;
+    uint64_t recurrent_state_bytes = 0;  // per sequence: every recurrent layer's conv window + SSM state (f32)
 
     int64_t n_embd_kv() const { return n_head_kv * head_dim; }  // K or V width per token and layer
 };

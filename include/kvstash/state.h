@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kvstash/error.h"
 #include "kvstash/kv_type.h"
@@ -19,6 +20,13 @@ namespace kvstash {
 struct StateOptions {
     KvType kv_type = KvType::f16;  // f16 or f32 (q8_0 is a state-file storage type only)
     int64_t n_ctx = 0;             // maximum tokens; 0 = the model's training context length
+    // Models with recurrent layers (Mamba, hybrids), whose state cannot be cut back: a copy of the
+    // recurrent state is kept every checkpoint_interval tokens (and where checkpoint() is called), so
+    // that truncate() re-evaluates at most that many tokens. At most checkpoint_memory bytes of copies
+    // are kept per state (at least one), thinned out where they lie closest together. Copies are shared
+    // with forks. ModelInfo::recurrent_state_bytes is the size of one (docs/recurrent.md gives figures).
+    int64_t checkpoint_interval = 256;
+    uint64_t checkpoint_memory = uint64_t{256} << 20;
 };
 
 // Everything needed to continue a sequence: its tokens, their KV cache and the last position's logits.
@@ -34,14 +42,25 @@ public:
 
     // A new state sharing this one's KV blocks (copy-on-write); cost independent of the prefix length.
     State fork() const;
-    // Rewinds to the first n tokens.
+    // Rewinds to the first n tokens. With recurrent layers: back to the last checkpoint at or before n;
+    // the tokens from there to n are evaluated again (bit-exactly) by the next eval().
     void truncate(int64_t n);
+    // Recurrent models: keeps a copy of the recurrent state at the current position (O(1); the next
+    // write copies it once), e.g. at a chat turn's start so that undoing the turn re-evaluates nothing.
+    // No-op for models without recurrent layers or while tokens wait for re-evaluation.
+    void checkpoint();
 
     int64_t n_tokens() const;
     int64_t n_ctx() const;
     KvType kv_type() const;  // the KV cache's element type: f16 or f32
     // Bytes of KV memory the state references (K + V of its blocks, shared ones included).
     uint64_t kv_bytes() const;
+    // Bytes of recurrent state the state references: its own and its checkpoints' (0 without recurrent layers).
+    uint64_t recurrent_bytes() const;
+    // Checkpoint positions (ascending; recurrent models), and how many tokens at the end are waiting
+    // to be evaluated again after a truncate().
+    std::vector<int64_t> checkpoint_positions() const;
+    int64_t n_pending() const;
     std::span<const int32_t> tokens() const;
     // Logits (n_vocab) after the last token; empty before the first eval().
     std::span<const float> last_logits() const;

@@ -7,7 +7,7 @@
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "model/batch_plan.h"
-#include "model/llama.h"
+#include "model/forward.h"
 #include "model/model_access.h"
 #include "state/state_access.h"
 
@@ -20,7 +20,7 @@ constexpr int64_t max_micro_batch = 128;
 struct Evaluator::Impl {
     std::shared_ptr<const Model> model;
     ThreadPool pool;
-    LlamaScratch scratch;
+    ForwardScratch scratch;
     Progress progress;
 
     Impl(std::shared_ptr<const Model> m, int n_threads) : model(std::move(m)), pool(n_threads) {}
@@ -57,12 +57,19 @@ namespace {
 // One request with tokens while a batch is evaluated: where it started, and its results until commit.
 struct PendingRequest {
     State* state = nullptr;
-    std::span<const int32_t> tokens;
+    std::span<const int32_t> tokens;  // the new tokens
     std::vector<float>* all_logits = nullptr;
-    int64_t first = 0;        // the state's n_tokens before the call
+    int64_t first = 0;  // the state's evaluated tokens before the call
+    // What the forward pass runs: tokens waiting to be evaluated again (after a truncate of a recurrent
+    // model) then the new ones; `run` views `run_buffer` when there are such tokens, else `tokens`.
+    std::vector<int32_t> run_buffer;
+    std::span<const int32_t> run;
+    int64_t n_replay = 0;
     std::vector<float> last;  // (n_vocab) logits of its last token
     KvCache* kv = nullptr;    // the state's KV, once grown
-    bool grown = false;       // KV grown: truncate back to `first` on error
+    RecurrentState* recurrent = nullptr;
+    std::vector<RecurrentCheckpoint> checkpoints;  // taken on the way (recurrent models)
+    bool grown = false;                            // KV grown: roll back to `first` on error
 };
 
 // "request 3: " in a batch of several, nothing for a single request (eval()).
@@ -135,43 +142,71 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
         p.state = r.state;
         p.tokens = r.tokens;
         p.all_logits = r.all_logits;
-        p.first = r.state->n_tokens();
+        p.first = StateAccess::n_evaluated(*r.state);
+        const std::span<const int32_t> replay = StateAccess::pending(*r.state);
+        p.n_replay = static_cast<int64_t>(replay.size());
+        if (replay.empty()) {
+            p.run = r.tokens;
+        } else {
+            p.run_buffer.assign(replay.begin(), replay.end());
+            p.run_buffer.insert(p.run_buffer.end(), r.tokens.begin(), r.tokens.end());
+            p.run = p.run_buffer;
+        }
         pending.push_back(std::move(p));
-        sizes.push_back(static_cast<int64_t>(r.tokens.size()));
+        sizes.push_back(static_cast<int64_t>(pending.back().run.size()));
         total += sizes.back();
     }
     if (pending.empty()) return;
 
+    const RecurrentShape recurrent_shape = m.config.recurrent_shape();
     std::vector<ForwardSegment> segments;
+    std::vector<std::vector<RecurrentSnapshot>> snapshots;  // per segment of the current micro-batch
     try {
         for (PendingRequest& p : pending) {
-            const auto n = static_cast<int64_t>(p.tokens.size());
+            const auto n = static_cast<int64_t>(p.run.size());
             p.last.resize(static_cast<size_t>(n_vocab));
-            if (p.all_logits) p.all_logits->resize(static_cast<size_t>(n * n_vocab));
+            if (p.all_logits) p.all_logits->resize(p.tokens.size() * static_cast<size_t>(n_vocab));
             p.kv = &StateAccess::grow(*p.state, n);  // the commit below cannot throw
             p.grown = true;
+            if (recurrent_shape.n_layer == 0) continue;
+            p.recurrent = &StateAccess::recurrent(*p.state);
+            // Checkpoints at every multiple of the interval passed (allocated now: the snapshots point at them).
+            const int64_t interval = StateAccess::options(*p.state).checkpoint_interval;
+            if (interval <= 0) continue;
+            for (int64_t pos = (p.first / interval + 1) * interval; pos <= p.first + n; pos += interval) {
+                p.checkpoints.push_back(RecurrentCheckpoint{pos, RecurrentState(recurrent_shape)});
+            }
         }
         int64_t done = 0;
         for (const MicroBatch& batch : plan_micro_batches(sizes, max_micro_batch)) {
             segments.clear();
-            for (const PlannedSegment& planned : batch) {
+            snapshots.resize(batch.size());
+            for (size_t k = 0; k < batch.size(); ++k) {
+                const PlannedSegment& planned = batch[k];
                 PendingRequest& p = pending[planned.request];
                 ForwardSegment seg;
                 seg.kv = p.kv;
+                seg.recurrent = p.recurrent;
                 seg.first_pos = p.first + planned.offset;
-                seg.tokens = p.tokens.subspan(static_cast<size_t>(planned.offset), static_cast<size_t>(planned.count));
-                const bool is_final = planned.offset + planned.count == static_cast<int64_t>(p.tokens.size());
-                if (p.all_logits) {  // every row
-                    seg.logits_from = 0;
-                    seg.logits = p.all_logits->data() + planned.offset * n_vocab;
+                seg.tokens = p.run.subspan(static_cast<size_t>(planned.offset), static_cast<size_t>(planned.count));
+                const bool is_final = planned.offset + planned.count == static_cast<int64_t>(p.run.size());
+                if (p.all_logits) {  // every row of the new tokens
+                    seg.logits_from = std::clamp<int64_t>(p.n_replay - planned.offset, 0, planned.count);
+                    seg.logits = p.all_logits->data() + (planned.offset + seg.logits_from - p.n_replay) * n_vocab;
                 } else {  // only the request's very last token
                     seg.logits_from = is_final ? planned.count - 1 : planned.count;
                     seg.logits = p.last.data();
                 }
+                snapshots[k].clear();
+                for (RecurrentCheckpoint& c : p.checkpoints) {
+                    const int64_t row = c.pos - seg.first_pos;
+                    if (row > 0 && row <= planned.count) snapshots[k].push_back(RecurrentSnapshot{row, &c.state});
+                }
+                seg.snapshots = snapshots[k];
                 segments.push_back(seg);
                 done += planned.count;
             }
-            llama_forward(m, segments, impl_->scratch, impl_->pool);
+            model_forward(m, segments, impl_->scratch, impl_->pool);
             if (impl_->progress) impl_->progress(done, total);
         }
     } catch (...) {
@@ -183,7 +218,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
     for (PendingRequest& p : pending) {
         const auto n = static_cast<int64_t>(p.tokens.size());
         if (p.all_logits) std::copy_n(p.all_logits->data() + (n - 1) * n_vocab, n_vocab, p.last.data());
-        StateAccess::commit(*p.state, p.tokens, std::move(p.last));
+        StateAccess::commit(*p.state, p.tokens, std::move(p.last), std::move(p.checkpoints));
     }
 }
 

@@ -18,7 +18,7 @@ namespace {
 // An empty KvCache of the model's block shape for `type`: the disk tier forks it to allocate a block.
 KvCache block_shape(const Model& model, KvType type) {
     const ModelInfo& info = model.info();
-    return KvCache(info.n_layer, info.n_embd_kv(), type);
+    return KvCache(info.n_kv_layers, info.n_embd_kv(), type);
 }
 
 BlockFileIdentity file_identity(const ModelFingerprint& fingerprint, KvType type, const KvCache& shape) {
@@ -91,7 +91,12 @@ PrefixCache::~PrefixCache() = default;
 CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions options) {
     CachedPrefix result{State(impl_->model, options)};
     const auto n = static_cast<int64_t>(tokens.size());
-    if (n == 0) return result;
+    // Models with recurrent layers: their blocks would need recurrent checkpoints, which the cache does
+    // not hold yet; nothing is reused (and release() stores nothing).
+    if (n == 0 || impl_->model.info().n_recurrent_layers > 0) {
+        result.tokens_to_evaluate = n;
+        return result;
+    }
     // Leave at least one token to evaluate (the State keeps no logits), and stay within the context.
     const int64_t limit = std::min(n - 1, result.state.n_ctx());
     const PrefixKeyDomain& domain = impl_->domain(options.kv_type);
@@ -145,7 +150,7 @@ void PrefixCache::release(const State& state) {
     const KvCache& kv = StateAccess::kv(state);
     const bool same_model =
         model == &impl_->model || (model != nullptr && cached_model_fingerprint(*model) == impl_->fingerprint);
-    if (!same_model || !StateAccess::kv_exact(state)) {
+    if (!same_model || !StateAccess::kv_exact(state) || model->info().n_recurrent_layers > 0) {
         const std::lock_guard lock(impl_->mutex);
         ++impl_->counters.releases_rejected;
         return;

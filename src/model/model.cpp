@@ -17,10 +17,15 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
     Impl& m = *model->impl_;
     m.file = gguf::File::open(path);
     m.config = read_model_config(*m.file);
-    m.info = ModelInfo{m.config.architecture, m.config.name,     m.config.n_layer, m.config.n_embd,     m.config.n_head,
-                       m.config.n_head_kv,    m.config.head_dim, m.config.n_vocab, m.config.n_ctx_train};
-    m.weights = bind_llama_weights(*m.file, m.config);
-    m.rope = RopeTable(m.config.rope, m.config.head_dim, m.weights.rope_freqs);
+    const ModelConfig& c = m.config;
+    m.info = ModelInfo{c.architecture, c.name,     c.n_layer, c.n_embd,     c.n_head,
+                       c.n_head_kv,    c.head_dim, c.n_vocab, c.n_ctx_train};
+    m.info.n_kv_layers = c.n_kv_layers;
+    m.info.n_recurrent_layers = c.n_recurrent_layers;
+    m.info.recurrent_state_bytes = static_cast<uint64_t>(c.n_recurrent_layers) *
+                                   static_cast<uint64_t>(c.ssm.conv_floats() + c.ssm.scan_floats()) * sizeof(float);
+    m.weights = bind_weights(*m.file, c);
+    if (c.n_kv_layers > 0 && c.use_rope) m.rope = RopeTable(c.rope, c.head_dim, m.weights.rope_freqs);
     try {
         m.tokenizer = std::make_unique<Tokenizer>(make_tokenizer(vocabulary_from_gguf(*m.file)));
     } catch (const Error& e) {
@@ -54,15 +59,32 @@ std::string Model::describe() const {
     s << "layers:        " << c.n_layer << "\n";
     s << "embedding:     " << c.n_embd << "\n";
     s << "ffn:           " << c.n_ff << "\n";
-    s << "heads:         " << c.n_head << " (kv " << c.n_head_kv << ", head dim " << c.head_dim << ")\n";
+    if (c.n_kv_layers > 0) {
+        s << "heads:         " << c.n_head << " (kv " << c.n_head_kv << ", head dim " << c.head_dim << ")\n";
+    }
+    if (c.n_recurrent_layers > 0) {
+        const SsmConfig& m2 = c.ssm;
+        s << "layer kinds:   " << c.n_kv_layers << " attention, " << c.n_recurrent_layers << " "
+          << (m2.mamba2 ? "Mamba-2" : "Mamba-1") << "\n";
+        s << "ssm:           inner " << m2.d_inner << ", state " << m2.d_state << ", conv " << m2.d_conv << ", heads "
+          << m2.n_head << " × " << m2.head_dim << ", groups " << m2.n_group << (m2.mamba2 ? "" : ", dt rank ")
+          << (m2.mamba2 ? "" : std::to_string(m2.dt_rank)) << "\n";
+        s << "recurrent:     " << impl_->info.recurrent_state_bytes << " bytes of state per sequence\n";
+    }
     s << "vocab:         " << c.n_vocab << "\n";
     s << "context:       " << c.n_ctx_train << "\n";
-    s << "rope:          base " << c.rope.freq_base << ", dims " << c.rope.n_rot
-      << (c.rope.has_freq_factors ? ", llama3 frequency factors" : "") << "\n";
+    if (c.n_kv_layers > 0 && c.use_rope) {
+        s << "rope:          base " << c.rope.freq_base << ", dims " << c.rope.n_rot
+          << (c.rope.has_freq_factors ? ", llama3 frequency factors" : "") << "\n";
+    } else if (c.n_kv_layers > 0) {
+        s << "rope:          none (NoPE)\n";
+    }
     s << "rms eps:       " << c.rms_eps << "\n";
     s << "output:        " << (c.tied_output ? "tied to token_embd" : "separate") << "\n";
+    const LayerWeights& l0 = impl_->weights.layers.at(0);
+    const MatrixRef& first = c.is_recurrent(0) ? l0.ssm_in : l0.wq;
     s << "weights:       " << impl_->weights.matrix_bytes << " bytes of matrices ("
-      << tensor_type_name(static_cast<uint32_t>(impl_->weights.layers.at(0).wq.type)) << " attention, "
+      << tensor_type_name(static_cast<uint32_t>(first.type)) << (c.is_recurrent(0) ? " ssm_in, " : " attention, ")
       << tensor_type_name(static_cast<uint32_t>(impl_->weights.output.type)) << " output)\n";
     s << "tokenizer:     "
       << (impl_->tokenizer ? f.get_string("tokenizer.ggml.model").value_or("?") + " / " +

@@ -48,9 +48,77 @@ std::vector<float> read_vector(const gguf::File& file, const std::string& name, 
     return v;
 }
 
+// All elements of a tensor of GGUF dims `dims` (any type) as f32, in file order.
+std::vector<float> read_f32(const gguf::File& file, const std::string& name, const std::vector<int64_t>& dims) {
+    const gguf::TensorInfo& info = require_tensor(file, name, dims);
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    const int64_t block = tensor_type_traits(info.type).block_size;
+    if (dims[0] % block != 0) {
+        throw Error(ErrorCode::bad_format, "tensor '" + name + "' rows are not a multiple of its block size");
+    }
+    std::vector<float> v(static_cast<size_t>(n));
+    const uint64_t row_bytes = tensor_row_bytes(info.type, dims[0]);
+    const uint8_t* data = file.tensor_data(info);
+    for (int64_t r = 0; r < n / dims[0]; ++r) {
+        dequantize_row(info.type, data + static_cast<uint64_t>(r) * row_bytes, v.data() + r * dims[0], dims[0]);
+    }
+    return v;
+}
+
+void reject_present(const gguf::File& file, const std::string& name) {
+    if (file.find_tensor(name)) {
+        throw Error(ErrorCode::unsupported, "model has tensor '" + name + "', which kvstash does not apply yet");
+    }
+}
+
+void bind_attention(const gguf::File& file, const std::string& p, const ModelConfig& c, LayerWeights& l) {
+    l.wq = bind_matrix(file, p + "attn_q.weight", c.n_embd_q(), c.n_embd);
+    l.wk = bind_matrix(file, p + "attn_k.weight", c.n_embd_kv(), c.n_embd);
+    l.wv = bind_matrix(file, p + "attn_v.weight", c.n_embd_kv(), c.n_embd);
+    l.wo = bind_matrix(file, p + "attn_output.weight", c.n_embd, c.n_embd_q());
+    for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "attn_qkv.weight"}) {
+        reject_present(file, p + bias);
+    }
+}
+
+void bind_ffn(const gguf::File& file, const std::string& p, const ModelConfig& c, LayerWeights& l) {
+    l.ffn_norm = read_vector(file, p + "ffn_norm.weight", c.n_embd);
+    l.w_gate = bind_matrix(file, p + "ffn_gate.weight", c.n_ff, c.n_embd);
+    l.w_up = bind_matrix(file, p + "ffn_up.weight", c.n_ff, c.n_embd);
+    l.w_down = bind_matrix(file, p + "ffn_down.weight", c.n_embd, c.n_ff);
+    for (const char* bias : {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "ffn_gate_inp.weight"}) {
+        reject_present(file, p + bias);
+    }
+}
+
+// Shapes as llama.cpp's loaders (src/models/mamba*.cpp, granite-hybrid.cpp) create them.
+void bind_ssm(const gguf::File& file, const std::string& p, const SsmConfig& s, int64_t n_embd, LayerWeights& l) {
+    l.ssm_in = bind_matrix(file, p + "ssm_in.weight", s.d_in_proj(), n_embd);
+    l.ssm_conv1d = read_f32(file, p + "ssm_conv1d.weight", {s.d_conv, s.conv_channels()});
+    if (file.find_tensor(p + "ssm_conv1d.bias")) {
+        l.ssm_conv1d_b = read_f32(file, p + "ssm_conv1d.bias", {s.conv_channels()});
+    }
+    l.ssm_out = bind_matrix(file, p + "ssm_out.weight", n_embd, s.d_inner);
+    if (s.mamba2) {
+        l.ssm_dt_b = read_f32(file, p + "ssm_dt.bias", {s.n_head});
+        l.ssm_a = read_f32(file, p + "ssm_a", {1, s.n_head});
+        l.ssm_d = read_f32(file, p + "ssm_d", {1, s.n_head});
+        l.ssm_norm = read_f32(file, p + "ssm_norm.weight", {s.d_inner / s.n_group, s.n_group});
+    } else {
+        l.ssm_x = bind_matrix(file, p + "ssm_x.weight", s.dt_rank + 2 * s.d_state, s.d_inner);
+        l.ssm_dt = bind_matrix(file, p + "ssm_dt.weight", s.d_inner, s.dt_rank);
+        l.ssm_dt_b = read_f32(file, p + "ssm_dt.bias", {s.d_inner});
+        l.ssm_a = read_f32(file, p + "ssm_a", {s.d_state, s.d_inner});
+        l.ssm_d = read_f32(file, p + "ssm_d", {s.d_inner});
+    }
+}
+
+uint64_t bytes_of(const MatrixRef& m) { return m.data ? m.row_bytes * static_cast<uint64_t>(m.rows) : 0; }
+
 }  // namespace
 
-ModelWeights bind_llama_weights(const gguf::File& file, const ModelConfig& c) {
+ModelWeights bind_weights(const gguf::File& file, const ModelConfig& c) {
     ModelWeights w;
     w.token_embd = bind_matrix(file, "token_embd.weight", c.n_vocab, c.n_embd);
     w.output_norm = read_vector(file, "output_norm.weight", c.n_embd);
@@ -61,19 +129,18 @@ ModelWeights bind_llama_weights(const gguf::File& file, const ModelConfig& c) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights& l = w.layers[static_cast<size_t>(il)];
         l.attn_norm = read_vector(file, p + "attn_norm.weight", c.n_embd);
-        l.wq = bind_matrix(file, p + "attn_q.weight", c.n_embd_q(), c.n_embd);
-        l.wk = bind_matrix(file, p + "attn_k.weight", c.n_embd_kv(), c.n_embd);
-        l.wv = bind_matrix(file, p + "attn_v.weight", c.n_embd_kv(), c.n_embd);
-        l.wo = bind_matrix(file, p + "attn_output.weight", c.n_embd, c.n_embd_q());
-        l.ffn_norm = read_vector(file, p + "ffn_norm.weight", c.n_embd);
-        l.w_gate = bind_matrix(file, p + "ffn_gate.weight", c.n_ff, c.n_embd);
-        l.w_up = bind_matrix(file, p + "ffn_up.weight", c.n_ff, c.n_embd);
-        l.w_down = bind_matrix(file, p + "ffn_down.weight", c.n_embd, c.n_ff);
-        for (const MatrixRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-            w.matrix_bytes += m->row_bytes * static_cast<uint64_t>(m->rows);
+        if (c.is_recurrent(il)) {
+            bind_ssm(file, p, c.ssm, c.n_embd, l);
+        } else {
+            bind_attention(file, p, c, l);
+        }
+        if (c.has_ffn()) bind_ffn(file, p, c, l);
+        for (const MatrixRef* m :
+             {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ssm_in, &l.ssm_x, &l.ssm_dt, &l.ssm_out}) {
+            w.matrix_bytes += bytes_of(*m);
         }
     }
-    w.matrix_bytes += w.output.row_bytes * static_cast<uint64_t>(w.output.rows);
+    w.matrix_bytes += bytes_of(w.output);
     return w;
 }
 

@@ -27,8 +27,10 @@ struct MatrixRef {
     const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes; }
 };
 
+// One layer. A Llama layer has attention and FFN; a Mamba layer the ssm_* tensors only; a granitehybrid
+// layer a Mamba block or attention, then the FFN. Absent parts are left empty.
 struct LayerWeights {
-    std::vector<float> attn_norm;  // (n_embd)
+    std::vector<float> attn_norm;  // (n_embd): the norm before the attention or Mamba block
     MatrixRef wq;                  // (n_head * head_dim) × n_embd
     MatrixRef wk;                  // (n_head_kv * head_dim) × n_embd
     MatrixRef wv;                  // (n_head_kv * head_dim) × n_embd
@@ -37,6 +39,18 @@ struct LayerWeights {
     MatrixRef w_gate;              // n_ff × n_embd
     MatrixRef w_up;                // n_ff × n_embd
     MatrixRef w_down;              // n_embd × n_ff
+
+    // Mamba block (ModelConfig::ssm gives the sizes).
+    MatrixRef ssm_in;                 // d_in_proj × n_embd
+    std::vector<float> ssm_conv1d;    // (conv_channels × d_conv) taps, oldest input first
+    std::vector<float> ssm_conv1d_b;  // (conv_channels), empty when the file has none
+    MatrixRef ssm_x;                  // Mamba-1: (dt_rank + 2 d_state) × d_inner
+    MatrixRef ssm_dt;                 // Mamba-1: d_inner × dt_rank
+    std::vector<float> ssm_dt_b;      // (n_head)
+    std::vector<float> ssm_a;         // Mamba-1: (d_inner × d_state); Mamba-2: (n_head). = -exp(A_log)
+    std::vector<float> ssm_d;         // (n_head)
+    std::vector<float> ssm_norm;      // Mamba-2: (d_inner), n_group groups of d_inner / n_group
+    MatrixRef ssm_out;                // n_embd × d_inner
 };
 
 struct ModelWeights {
@@ -48,8 +62,9 @@ struct ModelWeights {
     uint64_t matrix_bytes = 0;       // bytes of all matrices read per token (for bandwidth figures)
 };
 
-// Binds every tensor a Llama-family model needs. Throws Error(bad_format) naming a missing tensor or
-// printing expected vs actual shape.
-ModelWeights bind_llama_weights(const gguf::File& file, const ModelConfig& config);
+// Binds every tensor the model's architecture needs. Throws Error(bad_format) naming a missing tensor or
+// printing expected vs actual shape, Error(unsupported) for optional tensors kvstash does not apply
+// (attention or FFN biases).
+ModelWeights bind_weights(const gguf::File& file, const ModelConfig& config);
 
 }  // namespace kvstash

@@ -1,9 +1,67 @@
 #include "kvstash/state.h"
+
+#include <algorithm>
+
 #include "kvstash/error.h"
 #include "kvstash/model.h"
+#include "model/model_access.h"
 #include "state/state_access.h"
 
 namespace kvstash {
+
+// Recurrent models: the evaluated part goes back to the last checkpoint at or before n (the zero
+// state at 0 if none); later checkpoints are dropped. Tokens up to n stay, to be evaluated again.
+void StateAccess::rewind_recurrent(State::Impl& s, int64_t n) {
+    auto& cps = s.checkpoints;
+    cps.erase(std::find_if(cps.begin(), cps.end(), [n](const RecurrentCheckpoint& c) { return c.pos > n; }), cps.end());
+    if (cps.empty()) {
+        s.recurrent = RecurrentState(s.recurrent.shape());
+        s.kv.truncate(0);
+    } else {
+        s.recurrent = cps.back().state;  // shared; copied on the next write
+        s.kv.truncate(cps.back().pos);
+    }
+}
+
+// Keeps at most max(1, checkpoint_memory / state bytes) checkpoints: drops the one closest to its
+// predecessor (position 0 counts as one), the older on ties, never the newest.
+void StateAccess::thin_checkpoints(State::Impl& s) {
+    auto& cps = s.checkpoints;
+    const uint64_t each = std::max<uint64_t>(s.recurrent.bytes(), 1);
+    const auto max_count = static_cast<size_t>(std::max<uint64_t>(s.options.checkpoint_memory / each, 1));
+    while (cps.size() > max_count) {
+        size_t drop = 0;
+        int64_t best_gap = -1;
+        for (size_t i = 0; i + 1 < cps.size(); ++i) {
+            const int64_t gap = cps[i].pos - (i == 0 ? 0 : cps[i - 1].pos);
+            if (best_gap < 0 || gap < best_gap) best_gap = gap, drop = i;
+        }
+        cps.erase(cps.begin() + static_cast<std::ptrdiff_t>(drop));
+    }
+}
+
+void StateAccess::roll_back(State& state, int64_t first) {
+    State::Impl& s = *state.impl_;
+    if (s.recurrent.empty()) {
+        s.kv.truncate(first);
+    } else {
+        rewind_recurrent(s, first);  // the recurrent state was advanced in place: back to a checkpoint
+    }
+}
+
+void StateAccess::commit(State& state, std::span<const int32_t> new_tokens, std::vector<float> last_logits,
+                         std::vector<RecurrentCheckpoint> checkpoints) {
+    State::Impl& s = *state.impl_;
+    s.tokens.insert(s.tokens.end(), new_tokens.begin(), new_tokens.end());
+    s.last_logits = std::move(last_logits);
+    if (checkpoints.empty()) return;
+    for (RecurrentCheckpoint& c : checkpoints) {
+        if (c.pos > 0 && (s.checkpoints.empty() || c.pos > s.checkpoints.back().pos)) {
+            s.checkpoints.push_back(std::move(c));
+        }
+    }
+    StateAccess::thin_checkpoints(s);
+}
 
 State::State() : impl_(std::make_unique<Impl>()) {}
 
@@ -15,9 +73,15 @@ State::State(const Model& model, StateOptions options) : State() {
                                                      std::string(kv_type_name(options.kv_type)) +
                                                      " (q8_0 is a storage type of state files only)");
     }
+    if (options.checkpoint_interval < 0)
+        throw Error(ErrorCode::invalid_argument, "checkpoint interval must not be negative");
     impl_->model = &model;
+    impl_->options = options;
     impl_->n_ctx = options.n_ctx > 0 ? options.n_ctx : (info.n_ctx_train > 0 ? info.n_ctx_train : 4096);
-    impl_->kv = KvCache(info.n_layer, info.n_embd_kv(), options.kv_type);
+    impl_->options.n_ctx = impl_->n_ctx;
+    impl_->kv = KvCache(info.n_kv_layers, info.n_embd_kv(), options.kv_type);
+    const RecurrentShape shape = ModelAccess::impl(model).config.recurrent_shape();
+    if (shape.n_layer > 0) impl_->recurrent = RecurrentState(shape);
 }
 
 State::~State() = default;
@@ -29,7 +93,10 @@ State State::fork() const {
     copy.impl_->model = impl_->model;
     copy.impl_->n_ctx = impl_->n_ctx;
     copy.impl_->tokens = impl_->tokens;
+    copy.impl_->options = impl_->options;
     copy.impl_->kv = impl_->kv.fork();
+    copy.impl_->recurrent = impl_->recurrent;  // shared, copied on the first write
+    copy.impl_->checkpoints = impl_->checkpoints;
     copy.impl_->last_logits = impl_->last_logits;
     copy.impl_->sampler = impl_->sampler;
     copy.impl_->kv_exact = impl_->kv_exact;
@@ -42,11 +109,36 @@ void State::truncate(int64_t n) {
                                                  std::to_string(n_tokens()));
     }
     if (n == n_tokens()) return;
-    impl_->kv.truncate(n);
+    if (impl_->recurrent.empty()) {
+        impl_->kv.truncate(n);
+    } else if (n < impl_->kv.n_tokens()) {
+        StateAccess::rewind_recurrent(*impl_, n);
+    }
     impl_->tokens.resize(static_cast<size_t>(n));
     // The logits of position n-1 are not stored; the caller re-evaluates the last token to get them.
     impl_->last_logits.clear();
 }
+
+void State::checkpoint() {
+    State::Impl& s = *impl_;
+    if (s.recurrent.empty() || n_pending() > 0 || s.kv.n_tokens() == 0) return;
+    if (!s.checkpoints.empty() && s.checkpoints.back().pos == s.kv.n_tokens()) return;
+    s.checkpoints.push_back(RecurrentCheckpoint{s.kv.n_tokens(), s.recurrent});
+    StateAccess::thin_checkpoints(s);
+}
+
+uint64_t State::recurrent_bytes() const {
+    if (impl_->recurrent.empty()) return 0;
+    return impl_->recurrent.bytes() * (1 + impl_->checkpoints.size());
+}
+
+std::vector<int64_t> State::checkpoint_positions() const {
+    std::vector<int64_t> out;
+    for (const RecurrentCheckpoint& c : impl_->checkpoints) out.push_back(c.pos);
+    return out;
+}
+
+int64_t State::n_pending() const { return n_tokens() - impl_->kv.n_tokens(); }
 
 int64_t State::n_tokens() const { return static_cast<int64_t>(impl_->tokens.size()); }
 int64_t State::n_ctx() const { return impl_->n_ctx; }

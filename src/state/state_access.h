@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
+#include "kv/recurrent_state.h"
 #include "kvstash/sampler_state.h"
 #include "kvstash/state.h"
 
@@ -18,9 +19,14 @@ namespace kvstash {
 struct State::Impl {
     const Model* model = nullptr;
     int64_t n_ctx = 0;
+    StateOptions options;
     std::vector<int32_t> tokens;
+    // The KV and recurrent state of the first kv.n_tokens() tokens ("evaluated"); tokens past that
+    // (after a truncate() of a recurrent model) wait for the next eval to be evaluated again.
     KvCache kv;
-    std::vector<float> last_logits;  // (n_vocab) or empty
+    RecurrentState recurrent;                      // empty without recurrent layers
+    std::vector<RecurrentCheckpoint> checkpoints;  // ascending pos, all <= kv.n_tokens(), none at 0
+    std::vector<float> last_logits;                // (n_vocab) or empty
     std::optional<SamplerState> sampler;
     // False when the KV is not what evaluating the tokens computes (decoded from a lossy q8_0 state file,
     // or continued from such KV): the prefix cache, whose blocks must be exact, never takes it.
@@ -37,21 +43,31 @@ struct StateAccess {
     static bool kv_exact(const State& state) { return state.impl_->kv_exact; }
     static void set_kv_exact(State& state, bool exact) { state.impl_->kv_exact = exact; }
 
-    // Evaluator: make n_new more positions writable (tokens' capacity reserved, so that commit cannot
-    // throw) and return the KV to write them into; then either commit or roll back to `first`.
-    static KvCache& grow(State& state, int64_t n_new) {
+    // Evaluator. pending(): tokens to evaluate again before new ones (after a truncate of a recurrent
+    // model). grow(n): make n more positions after the evaluated ones writable (tokens' capacity
+    // reserved, so that commit cannot throw) and return the KV to write them into; the recurrent state
+    // (advanced in place) is recurrent(). Then either commit the new tokens (and checkpoints taken on the
+    // way) or roll back to the evaluated count `first` before grow.
+    static int64_t n_evaluated(const State& state) { return state.impl_->kv.n_tokens(); }
+    static std::span<const int32_t> pending(const State& state) {
+        const State::Impl& s = *state.impl_;
+        return std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.kv.n_tokens()));
+    }
+    static KvCache& grow(State& state, int64_t n) {
         State::Impl& s = *state.impl_;
-        const int64_t first = static_cast<int64_t>(s.tokens.size());
-        s.tokens.reserve(static_cast<size_t>(first + n_new));
-        s.kv.grow(first + n_new);
+        s.tokens.reserve(s.tokens.size() + static_cast<size_t>(n));
+        s.kv.grow(s.kv.n_tokens() + n);
         return s.kv;
     }
-    static void roll_back(State& state, int64_t first) { state.impl_->kv.truncate(first); }
-    static void commit(State& state, std::span<const int32_t> tokens, std::vector<float> last_logits) {
-        State::Impl& s = *state.impl_;
-        s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
-        s.last_logits = std::move(last_logits);
-    }
+    static RecurrentState& recurrent(State& state) { return state.impl_->recurrent; }
+    static const StateOptions& options(const State& state) { return state.impl_->options; }
+    static void roll_back(State& state, int64_t first);
+    // Recurrent models: the evaluated part back to the last checkpoint at or before n (the zero state if
+    // none); and the checkpoint budget applied (StateOptions::checkpoint_memory).
+    static void rewind_recurrent(State::Impl& s, int64_t n);
+    static void thin_checkpoints(State::Impl& s);
+    static void commit(State& state, std::span<const int32_t> new_tokens, std::vector<float> last_logits,
+                       std::vector<RecurrentCheckpoint> checkpoints);
 
     // Prefix cache: the State becomes `tokens` with their KV in `blocks` (shared, see
     // KvCache::assign_blocks).

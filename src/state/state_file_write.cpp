@@ -273,6 +273,11 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
         throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
     const ModelInfo& c = model->info();
     const std::string what = "cannot save the state of model '" + model->path() + "'";
+    if (c.n_recurrent_layers > 0) {
+        throw Error(ErrorCode::unsupported, what +
+                                                ": it has recurrent (Mamba) layers, whose state this state-file "
+                                                "version cannot hold yet");
+    }
     if (state.n_tokens() != kv.n_tokens()) {
         throw Error(ErrorCode::internal, what + ": it holds " + std::to_string(state.n_tokens()) + " tokens but " +
                                              std::to_string(kv.n_tokens()) + " KV positions");

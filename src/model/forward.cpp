@@ -1,4 +1,4 @@
-#include "model/llama.h"
+#include "model/forward.h"
 
 #include <cmath>
 #include <cstring>
@@ -55,9 +55,10 @@ void store_rows(const float* src, int64_t n_tokens, int64_t width, bool keys, Kv
 
 }  // namespace
 
-void LlamaScratch::reserve(const ModelConfig& c, int64_t n) {
+void ForwardScratch::reserve(const ModelConfig& c, int64_t n) {
     if (n <= max_tokens) return;
     max_tokens = n;
+    // Widths of absent parts (no attention in Mamba models, no FFN) are 0.
     const auto sz = [n](int64_t width) { return static_cast<size_t>(n * width); };
     x.resize(sz(c.n_embd));
     xn.resize(sz(c.n_embd));
@@ -72,7 +73,7 @@ void LlamaScratch::reserve(const ModelConfig& c, int64_t n) {
     rope_sin.resize(sz(c.rope.n_rot / 2));
 }
 
-void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segments, LlamaScratch& s,
+void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segments, ForwardScratch& s,
                    ThreadPool& pool) {
     const ModelConfig& c = model.config;
     const ModelWeights& w = model.weights;
@@ -82,6 +83,7 @@ void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
     if (n == 0) return;
     s.reserve(c, n);
 
+    const bool rope = c.n_kv_layers > 0 && c.use_rope;
     std::vector<AttentionSegment>& attention_segments = s.attention_segments;
     attention_segments.clear();
     {
@@ -89,10 +91,15 @@ void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
         for (const ForwardSegment& seg : segments) {
             const auto count = static_cast<int64_t>(seg.tokens.size());
             for (int64_t t = 0; t < count; ++t, ++row) {
-                dequantize_row(w.token_embd.type, w.token_embd.row(seg.tokens[static_cast<size_t>(t)]),
-                               s.x.data() + row * c.n_embd, c.n_embd);
-                model.rope.angles(seg.first_pos + t, s.rope_cos.data() + row * half_rot,
-                                  s.rope_sin.data() + row * half_rot);
+                float* x = s.x.data() + row * c.n_embd;
+                dequantize_row(w.token_embd.type, w.token_embd.row(seg.tokens[static_cast<size_t>(t)]), x, c.n_embd);
+                if (c.embedding_scale != 1.0f) {
+                    for (int64_t i = 0; i < c.n_embd; ++i) x[i] *= c.embedding_scale;
+                }
+                if (rope) {
+                    model.rope.angles(seg.first_pos + t, s.rope_cos.data() + row * half_rot,
+                                      s.rope_sin.data() + row * half_rot);
+                }
             }
             attention_segments.push_back(AttentionSegment{seg.kv, seg.first_pos, count});
         }
@@ -102,38 +109,60 @@ void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
     shape.n_head = c.n_head;
     shape.n_head_kv = c.n_head_kv;
     shape.head_dim = c.head_dim;
-    shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    shape.scale = c.attention_scale != 0.0f
+                      ? c.attention_scale
+                      : (c.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(c.head_dim)) : 0.0f);
+
+    // x += proj (× residual_scale: Granite).
+    const auto add_residual = [&] {
+        float* x = s.x.data();
+        const float* p = s.proj.data();
+        if (c.residual_scale != 1.0f) {
+            for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += p[i] * c.residual_scale;
+        } else {
+            for (int64_t i = 0; i < n * c.n_embd; ++i) x[i] += p[i];
+        }
+    };
 
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const LayerWeights& l = w.layers[static_cast<size_t>(il)];
-        // Attention block: projections over all rows at once, then each row over its own sequence.
         norm_rows(s.x.data(), l.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-        project_qkv(l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.xn.data(), n, pool);
-        for (int64_t t = 0; t < n; ++t) {
-            const float* cs = s.rope_cos.data() + t * half_rot;
-            const float* sn = s.rope_sin.data() + t * half_rot;
-            model.rope.apply(s.q.data() + t * c.n_embd_q(), c.n_head, cs, sn);
-            model.rope.apply(s.k.data() + t * c.n_embd_kv(), c.n_head_kv, cs, sn);
+        if (c.is_recurrent(il)) {
+            // Mamba block: projections over all rows, convolution and scan per sequence.
+            mamba_block(model, il, segments, s.xn.data(), s.proj.data(), s.mamba, pool);
+        } else {
+            // Attention block: projections over all rows at once, then each row over its own sequence.
+            const int64_t kv_layer = c.slot[static_cast<size_t>(il)];
+            project_qkv(l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.xn.data(), n, pool);
+            if (rope) {
+                for (int64_t t = 0; t < n; ++t) {
+                    const float* cs = s.rope_cos.data() + t * half_rot;
+                    const float* sn = s.rope_sin.data() + t * half_rot;
+                    model.rope.apply(s.q.data() + t * c.n_embd_q(), c.n_head, cs, sn);
+                    model.rope.apply(s.k.data() + t * c.n_embd_kv(), c.n_head_kv, cs, sn);
+                }
+            }
+            int64_t row = 0;
+            for (const ForwardSegment& seg : segments) {
+                const auto count = static_cast<int64_t>(seg.tokens.size());
+                store_rows(s.k.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/true, *seg.kv, kv_layer,
+                           seg.first_pos);
+                store_rows(s.v.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/false, *seg.kv, kv_layer,
+                           seg.first_pos);
+                row += count;
+            }
+            segment_attention(shape, attention_segments, kv_layer, s.q.data(), s.attn.data(), s.attention, pool);
+            project(l.wo, s.attn.data(), n, s.proj.data(), pool);
         }
-        int64_t row = 0;
-        for (const ForwardSegment& seg : segments) {
-            const auto count = static_cast<int64_t>(seg.tokens.size());
-            store_rows(s.k.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/true, *seg.kv, il,
-                       seg.first_pos);
-            store_rows(s.v.data() + row * c.n_embd_kv(), count, c.n_embd_kv(), /*keys=*/false, *seg.kv, il,
-                       seg.first_pos);
-            row += count;
-        }
-        segment_attention(shape, attention_segments, il, s.q.data(), s.attn.data(), s.attention, pool);
-        project(l.wo, s.attn.data(), n, s.proj.data(), pool);
-        for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];
+        add_residual();
 
+        if (!c.has_ffn()) continue;
         // Feed-forward block (SwiGLU).
         norm_rows(s.x.data(), l.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
         project_gate_up(l.w_gate, s.gate.data(), l.w_up, s.up.data(), s.xn.data(), n, pool);
         swiglu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
         project(l.w_down, s.gate.data(), n, s.proj.data(), pool);
-        for (int64_t i = 0; i < n * c.n_embd; ++i) s.x[static_cast<size_t>(i)] += s.proj[static_cast<size_t>(i)];
+        add_residual();
     }
 
     // Logits of the selected rows only: gather their normalised rows, then one output matmul for all
@@ -158,13 +187,21 @@ void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
         }
     }
     if (n_out == 0) return;
+    const auto n_vocab = static_cast<size_t>(c.n_vocab);
+    // Granite divides the logits by logit_scale (as llama.cpp: × (1 / logit_scale)).
+    const auto scale_logits = [&](float* logits, int64_t rows) {
+        if (c.logit_scale == 1.0f) return;
+        const float inverse = 1.0f / c.logit_scale;
+        for (size_t i = 0; i < static_cast<size_t>(rows) * n_vocab; ++i) logits[i] *= inverse;
+    };
     if (destinations == 1) {
         project(w.output, s.xn.data(), n_out, single_destination, pool);
+        scale_logits(single_destination, n_out);
         return;
     }
-    const auto n_vocab = static_cast<size_t>(c.n_vocab);
     s.logits.resize(static_cast<size_t>(n_out) * n_vocab);
     project(w.output, s.xn.data(), n_out, s.logits.data(), pool);
+    scale_logits(s.logits.data(), n_out);
     const float* src = s.logits.data();
     for (const ForwardSegment& seg : segments) {
         const auto rows = static_cast<int64_t>(seg.tokens.size()) - seg.logits_from;

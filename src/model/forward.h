@@ -1,5 +1,6 @@
-// The Llama-family forward pass over a micro-batch of rows drawn from one or more sequences, each on
-// top of its own KV cache.
+// The forward pass over a micro-batch of rows drawn from one or more sequences, each on top of its own
+// KV cache (attention layers) and recurrent state (Mamba layers): Llama-family transformers, Mamba-1,
+// Mamba-2 and granitehybrid models.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include "kvstash/model.h"
+#include "model/forward_segment.h"
+#include "model/mamba_block.h"
 #include "model/model_access.h"
 #include "model/segment_attention.h"
 
@@ -16,7 +19,7 @@ class KvCache;
 class ThreadPool;
 
 // Activation buffers for micro-batches of up to max_tokens rows; owned by one evaluator.
-struct LlamaScratch {
+struct ForwardScratch {
     int64_t max_tokens = 0;
     std::vector<float> x;         // (max_tokens, n_embd)   residual stream
     std::vector<float> xn;        // (max_tokens, n_embd)   normalised input of a sub-layer
@@ -34,29 +37,18 @@ struct LlamaScratch {
     std::vector<float> logits;
     std::vector<AttentionSegment> attention_segments;  // (segments of the current micro-batch)
     SegmentAttentionScratch attention;
+    MambaScratch mamba;
 
     void reserve(const ModelConfig& config, int64_t n_tokens);
-};
-
-// One sequence's rows in a micro-batch: `tokens` at absolute positions first_pos.. of `kv`, which
-// must already have grown to hold [first_pos, first_pos + tokens.size()) and hold that sequence's
-// K/V for [0, first_pos).
-struct ForwardSegment {
-    KvCache* kv = nullptr;
-    int64_t first_pos = 0;
-    std::span<const int32_t> tokens;
-    // Rows logits_from..tokens.size()-1 of this segment get logits, written to `logits`
-    // ((tokens.size() - logits_from) × n_vocab, row-major); logits_from == tokens.size(): none.
-    int64_t logits_from = 0;
-    float* logits = nullptr;
 };
 
 // Evaluates the rows of all segments together (rows concatenated in segment order, at most
 // scratch-sized micro-batches: the caller bounds the total): every weight matrix is read once for all
 // rows; norms, RoPE (at each row's own position) and attention (over each row's own sequence) are per
-// row. Appends each segment's K/V to its cache. Each output is bitwise what a one-segment call on that
-// sequence alone gives (batch-invariant kernels). Segments of one call must not share a KvCache.
-void llama_forward(const ModelImpl& model, std::span<const ForwardSegment> segments, LlamaScratch& scratch,
+// row. Appends each segment's K/V to its cache and advances its recurrent state. Each output is
+// bitwise what a one-segment call on that sequence alone gives (batch-invariant kernels). Segments of
+// one call must not share a KvCache or a RecurrentState.
+void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segments, ForwardScratch& scratch,
                    ThreadPool& pool);
 
 }  // namespace kvstash
