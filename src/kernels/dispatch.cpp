@@ -14,6 +14,7 @@
 #include "kernels/norm.h"
 #include "kernels/quantize_act.h"
 #include "kernels/rope_rotate.h"
+#include "kernels/ssm.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -93,6 +94,8 @@ kernels::KernelTable scalar_table() {
     t.scale_row = kernels::reference::scale_row;
     t.rope_rotate = kernels::reference::rope_rotate;
     t.swiglu = kernels::reference::swiglu;
+    t.ssm_conv = kernels::reference::ssm_conv;
+    t.ssm_scan = kernels::reference::ssm_scan;
     return t;
 }
 
@@ -110,6 +113,8 @@ kernels::KernelTable avx2_table() {
     t.scale_row = kernels::scale_row_avx2;
     t.rope_rotate = kernels::rope_rotate_avx2;
     t.swiglu = kernels::swiglu_avx2;
+    t.ssm_conv = kernels::ssm_conv_avx2;
+    t.ssm_scan = kernels::ssm_scan_avx2;
     return t;
 }
 
@@ -131,6 +136,8 @@ kernels::KernelTable avx512_table() {
     t.scale_row = kernels::scale_row_avx512;
     t.rope_rotate = kernels::rope_rotate_avx512;
     t.swiglu = kernels::swiglu_avx512;
+    t.ssm_conv = kernels::ssm_conv_avx512;
+    t.ssm_scan = kernels::ssm_scan_avx512;
     return t;
 }
 

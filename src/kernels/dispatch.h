@@ -44,6 +44,9 @@ const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 // they keep f32.)
 bool matmul_uses_integer_activations(Isa isa, TensorType type);
 
+struct SsmConvArgs;  // kernels/ssm.h
+struct SsmScanArgs;
+
 namespace kernels {
 
 struct MatmulArgs;          // kernels/matmul_impl.h
@@ -75,6 +78,9 @@ struct KernelTable {
     void (*scale_row)(const float* x, const float* weight, float scale, float* out, int64_t n) = nullptr;
     RopeRotateFn rope_rotate = nullptr;
     void (*swiglu)(const float* gate, const float* up, float* out, int64_t n) = nullptr;  // activation.h
+    // ssm.h: channels [begin, end) of a conv call, heads [begin, end) of a scan call.
+    void (*ssm_conv)(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end) = nullptr;
+    void (*ssm_scan)(const SsmScanArgs& args, int64_t head_begin, int64_t head_end) = nullptr;
 };
 
 // The table of `isa`, which must be one of available_isas() (not checked: the per-row kernels ask for it

@@ -77,10 +77,22 @@ void ssm_scan(const SsmScanArgs& args, ThreadPool* pool);
 void ssm_scan_with(Isa isa, const SsmScanArgs& args, ThreadPool* pool);
 
 namespace kernels {
+// Each ISA's part of a call: the conv of channels [channel_begin, channel_end) (outputs and window), the
+// scan of heads [head_begin, head_end) (state and y). Arguments checked by ssm_conv / ssm_scan.
 namespace reference {
 void ssm_conv(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end);
 void ssm_scan(const SsmScanArgs& args, int64_t head_begin, int64_t head_end);
 }  // namespace reference
+void ssm_conv_avx2(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end);
+void ssm_scan_avx2(const SsmScanArgs& args, int64_t head_begin, int64_t head_end);
+void ssm_conv_avx512(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end);
+void ssm_scan_avx512(const SsmScanArgs& args, int64_t head_begin, int64_t head_end);
+
+// Shared by every ISA (compiled once, for the baseline, so every path calls the same code):
+// softplus(dt) as above (std::log1p of exp_f32), and the window update of a conv call for channels
+// [channel_begin, channel_end): row j becomes in(n_tokens - d_conv + 1 + j), after the outputs are made.
+float ssm_softplus(float dt);
+void ssm_conv_update_window(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end);
 }  // namespace kernels
 
 }  // namespace kvstash

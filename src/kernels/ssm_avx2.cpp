@@ -1,0 +1,139 @@
+// The Mamba kernels (kernels/ssm.h) on AVX2, the reference's bits: the conv with 8 channels per vector
+// (each channel's taps in k order), the scan with the 16 partial sums over d_state as two vectors
+// (lanes 0-7 and 8-15); the lanes past d_state or past the last channel are masked out.
+#pragma GCC optimize("fp-contract=off")  // the float steps exactly as written (fma only where asked for)
+
+#include <algorithm>
+
+#include "kernels/exp_f32_avx2.h"
+#include "kernels/scratch.h"
+#include "kernels/ssm.h"
+
+namespace kvstash::kernels {
+namespace {
+
+// Lanes [0, n) of 8 set, n in [0, 8].
+inline __m256i first_lanes(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline __m256 load(const float* p, bool full, __m256i mask) {
+    return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask);
+}
+
+// silu(a) = a / (1 + exp_f32(-a)), as the reference.
+inline __m256 silu8(__m256 a) {
+    const __m256 e = exp_f32_avx2(_mm256_xor_ps(a, _mm256_set1_ps(-0.0f)));
+    return _mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// ssm.h's combination of the 16 partial sums: lo = p[0..7], hi = p[8..15].
+inline float combine_partials(__m256 lo, __m256 hi) {
+    const __m256 q = _mm256_add_ps(lo, hi);                                               // q[j] = p[j] + p[j + 8]
+    const __m128 r = _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));  // q[j] + q[j + 4]
+    const __m128 u = _mm_add_ps(r, _mm_movehl_ps(r, r));                                  // r[j] + r[j + 2]
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));                              // u[0] + u[1]
+}
+
+// One group of 8 states of one channel at one token: the state update, then the partial sums
+// p += state · C on the lanes of `mask` (all when full).
+struct ScanStep {
+    __m256 dts, xdt, dA;  // dA: Mamba-2's per-head decay (unused when per_state_decay)
+    bool per_state_decay;
+
+    // A: the group's decays (per_state_decay), else null.
+    inline __m256 run(float* state, const float* A, const float* B, const float* C, __m256 partial, bool full,
+                      __m256i mask) const {
+        const __m256 dA = per_state_decay ? exp_f32_avx2(_mm256_mul_ps(dts, load(A, full, mask))) : this->dA;
+        const __m256 s =
+            _mm256_add_ps(_mm256_mul_ps(load(state, full, mask), dA), _mm256_mul_ps(load(B, full, mask), xdt));
+        const __m256 product = _mm256_mul_ps(s, load(C, full, mask));
+        if (full) {
+            _mm256_storeu_ps(state, s);
+            return _mm256_add_ps(partial, product);
+        }
+        _mm256_maskstore_ps(state, mask, s);
+        return _mm256_blendv_ps(partial, _mm256_add_ps(partial, product), _mm256_castsi256_ps(mask));
+    }
+};
+
+}  // namespace
+
+void ssm_conv_avx2(const SsmConvArgs& a, int64_t channel_begin, int64_t channel_end) {
+    thread_local ScratchArray taps_buf;
+    float* taps = taps_buf.floats(static_cast<size_t>(a.d_conv) * 8);  // d_conv × 8: tap k of the block's channels
+    for (int64_t c0 = channel_begin; c0 < channel_end; c0 += 8) {
+        const int64_t n = std::min<int64_t>(8, channel_end - c0);
+        const bool full = n == 8;
+        const __m256i mask = first_lanes(n);
+        for (int64_t k = 0; k < a.d_conv; ++k) {
+            for (int64_t l = 0; l < 8; ++l) taps[k * 8 + l] = l < n ? a.weight[(c0 + l) * a.d_conv + k] : 0.0f;
+        }
+        const __m256 bias = a.bias ? load(a.bias + c0, full, mask) : _mm256_setzero_ps();
+        auto input = [&](int64_t i) {
+            return load(i >= 0 ? a.x + i * a.x_stride + c0 : a.window + (a.d_conv - 1 + i) * a.channels + c0, full,
+                        mask);
+        };
+        for (int64_t t = 0; t < a.n_tokens; ++t) {
+            const int64_t first = t - a.d_conv + 1;
+            __m256 acc = _mm256_mul_ps(input(first), _mm256_load_ps(taps));
+            for (int64_t k = 1; k < a.d_conv; ++k) {
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(input(first + k), _mm256_load_ps(taps + k * 8)));
+            }
+            if (a.bias) acc = _mm256_add_ps(acc, bias);
+            const __m256 y = silu8(acc);
+            float* out = a.out + t * a.out_stride + c0;
+            if (full) {
+                _mm256_storeu_ps(out, y);
+            } else {
+                _mm256_maskstore_ps(out, mask, y);
+            }
+        }
+    }
+    ssm_conv_update_window(a, channel_begin, channel_end);
+}
+
+void ssm_scan_avx2(const SsmScanArgs& a, int64_t head_begin, int64_t head_end) {
+    const int64_t heads_per_group = a.n_head / a.n_group;
+    const int64_t whole = a.d_state / 16 * 16;  // states in whole groups of 16
+    const int64_t rest = a.d_state - whole;     // then lanes [0, rest) of one more group
+    const __m256i mask_lo = first_lanes(std::min<int64_t>(rest, 8));
+    const __m256i mask_hi = first_lanes(std::max<int64_t>(rest - 8, 0));
+    const __m256i all = _mm256_set1_epi32(-1);
+    // Heads are independent: each head runs all its tokens (its state stays in cache).
+    for (int64_t h = head_begin; h < head_end; ++h) {
+        const int64_t g = h / heads_per_group;
+        const float* A = a.per_state_decay ? a.A + h * a.d_state : nullptr;
+        for (int64_t t = 0; t < a.n_tokens; ++t) {
+            const float dts = ssm_softplus(a.dt[t * a.dt_stride + h]);
+            ScanStep step;
+            step.per_state_decay = a.per_state_decay;
+            step.dts = _mm256_set1_ps(dts);
+            step.dA = a.per_state_decay ? _mm256_setzero_ps() : _mm256_set1_ps(exp_f32(dts * a.A[h]));
+            const float* B = a.B + t * a.B_stride + g * a.d_state;
+            const float* C = a.C + t * a.C_stride + g * a.d_state;
+            for (int64_t i = 0; i < a.head_dim; ++i) {
+                const int64_t channel = h * a.head_dim + i;
+                const float x = a.x[t * a.x_stride + channel];
+                step.xdt = _mm256_set1_ps(x * dts);
+                float* state = a.state + channel * a.d_state;
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                auto at = [&](int64_t s) { return A ? A + s : nullptr; };
+                for (int64_t s = 0; s < whole; s += 16) {
+                    lo = step.run(state + s, at(s), B + s, C + s, lo, true, all);
+                    hi = step.run(state + s + 8, at(s + 8), B + s + 8, C + s + 8, hi, true, all);
+                }
+                if (rest > 0) lo = step.run(state + whole, at(whole), B + whole, C + whole, lo, rest >= 8, mask_lo);
+                if (rest > 8) {
+                    const int64_t s = whole + 8;
+                    hi = step.run(state + s, at(s), B + s, C + s, hi, false, mask_hi);
+                }
+                float y = combine_partials(lo, hi);
+                if (a.D) y = y + x * a.D[h];
+                a.y[t * a.y_stride + channel] = y;
+            }
+        }
+    }
+}
+
+}  // namespace kvstash::kernels
