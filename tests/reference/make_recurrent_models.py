@@ -84,6 +84,9 @@ def mamba2_config():
 
 
 def granite_config(rope: bool):
+    # rope=True is not used: for GraniteMoeHybridForCausalLM with any Mamba layer the converter writes
+    # rope.scaling.finetuned = false, which llama.cpp reads as "no RoPE" whatever position_embedding_type says,
+    # so a RoPE hybrid converted this way disagrees with transformers (see tests/reference/README.md).
     from transformers import GraniteMoeHybridConfig
     # intermediate_size == shared_intermediate_size: the converter writes feed_forward_length from
     # intermediate_size, and llama.cpp's dense (non-MoE) branch expects ffn_gate/up/down of that width.
@@ -344,6 +347,105 @@ def load_quantized_back(model, v, tensors: dict) -> list:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# sensitivity: the fixture must fail an engine that ignores or mis-applies any one parameter or scale
+
+
+def neutral_value(name: str, p: torch.Tensor):
+    leaf = name.rsplit(".", 1)[-1]
+    if "norm" in name and leaf == "weight":
+        return torch.ones_like(p), "1"
+    if leaf in ("bias", "dt_bias", "D"):
+        return torch.zeros_like(p), "0"
+    if leaf == "A_log":
+        return torch.zeros_like(p), "0 (A = -1)"
+    if "conv1d" in name and leaf == "weight":
+        w = torch.zeros_like(p)
+        w[..., -1] = 1.0  # identity: the current step only
+        return w, "identity (last tap 1, others 0)"
+    return None, None
+
+
+@torch.no_grad()
+def sensitivity(model, v, tokens, ref) -> dict:
+    """max |logits - ref| when one kind of parameter (all layers at once) is set to a neutral value, or one
+    scale / one normalisation detail is changed: each must be clearly above the parity tolerance."""
+    import re
+    out = {}
+    params = dict(model.named_parameters())
+    kinds = {}
+    for name in params:
+        kinds.setdefault(re.sub(r"\.\d+\.", ".N.", name), []).append(name)
+    for kind, names in sorted(kinds.items()):
+        saved = {n: params[n].detach().clone() for n in names}
+        label = None
+        for n in names:
+            val, label = neutral_value(n, params[n])
+            if val is None:
+                break
+            params[n].copy_(val)
+        if label is not None:
+            out[f"{kind} = {label}"] = refutil.f32(np.abs(hf_logits(model, tokens) - ref).max())
+        for n in names:
+            params[n].copy_(saved[n])
+    cfg = model.config
+    if v["arch"] == "granitehybrid":
+        for key in GRANITE_SCALES:
+            old = getattr(cfg, key)
+            setattr(cfg, key, 1.0)
+            for mod in model.modules():  # some modules copy the multiplier at construction
+                for attr in ("embedding_multiplier", "residual_multiplier", "logits_scaling", "scaling"):
+                    if hasattr(mod, attr) and not isinstance(getattr(mod, attr), torch.nn.Module):
+                        setattr(mod, "_saved_" + attr, getattr(mod, attr))
+                        if attr == "scaling" and key == "attention_multiplier":
+                            setattr(mod, attr, 1.0 / math.sqrt(cfg.hidden_size // cfg.num_attention_heads))
+                        elif attr == key:
+                            setattr(mod, attr, 1.0)
+            out[f"{key} = 1 (attention: 1/sqrt(head_dim))" if key == "attention_multiplier" else f"{key} = 1"] = \
+                refutil.f32(np.abs(hf_logits(model, tokens) - ref).max())
+            setattr(cfg, key, old)
+            for mod in model.modules():
+                for attr in ("embedding_multiplier", "residual_multiplier", "logits_scaling", "scaling"):
+                    if hasattr(mod, "_saved_" + attr):
+                        setattr(mod, attr, getattr(mod, "_saved_" + attr))
+                        delattr(mod, "_saved_" + attr)
+    if v["arch"] in ("mamba2", "granitehybrid"):
+        norms = [m for n, m in model.named_modules() if n.endswith("mixer.norm") or n.endswith("mamba.norm")]
+        assert norms
+        for m in norms:
+            m.group_size, m._saved = m.weight.shape[0], m.group_size
+        out["ssm_norm over all d_inner channels (ignoring groups)"] = \
+            refutil.f32(np.abs(hf_logits(model, tokens) - ref).max())
+        for m in norms:
+            m.group_size = m._saved
+            del m._saved
+    assert np.abs(hf_logits(model, tokens) - ref).max() == 0, "sensitivity check did not restore the model"
+    return out
+
+
+def q8_0_roundtrip(x: torch.Tensor) -> torch.Tensor:
+    """x rounded as ggml quantizes an activation row to Q8_0 before a Q8_0 matmul: blocks of 32 along the last
+    axis, d = max|x| / 127 (fp32), q = round(x / d) (AVX2 path: round-half-even), stored scale fp16(d)."""
+    b = x.reshape(-1, 32).float()
+    d = b.abs().amax(dim=1, keepdim=True) / 127.0
+    inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    q = torch.round(b * inv)
+    return (q * d.half().float()).reshape(x.shape)
+
+
+@torch.no_grad()
+def hf_logits_q8_activations(model, tokens) -> np.ndarray:
+    """hf_logits with every nn.Linear's input rounded by q8_0_roundtrip (all Linear weights are Q8_0 in the
+    quantized GGUFs): an emulation of llama.cpp's CPU arithmetic for them."""
+    handles = [mod.register_forward_pre_hook(lambda mod, args: (q8_0_roundtrip(args[0]),) + tuple(args[1:]))
+               for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    try:
+        return hf_logits(model, tokens)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+# ---------------------------------------------------------------------------------------------------------
 # transformers references
 
 
@@ -464,15 +566,23 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> tuple:
         copied = load_quantized_back(model, v, tensors)
         quant_note = dict(copied_back=copied)
     logits = hf_logits(model, tokens)
+    q8_act = None
     if quant_note is not None:
         quant_note["unquantized_weights_max_abs_diff"] = refutil.f32(np.abs(unquant - logits).max())
+        q8_act = hf_logits_q8_activations(model, tokens)
+        assert np.abs(hf_logits(model, tokens) - logits).max() == 0, "q8 activation hooks not removed"
     stepwise = hf_logits_stepwise(model, tokens)
     cont, margins, argmax = hf_greedy(model, prompt)
+    sens = sensitivity(model, v, tokens, logits) if v["outtype"] == "f32" else None
 
     ll_logits, ll_cont, ll_version = run_llamacpp(llamacpp_python, gguf_path, tokens, prompt, tmp)
     assert ll_logits.shape == logits.shape, (ll_logits.shape, logits.shape)
     diff = np.abs(ll_logits - logits)
     max_ref = float(np.abs(logits).max())
+    if q8_act is not None:
+        quant_note["logits_q8_activations_max_abs_diff_llamacpp"] = refutil.f32(np.abs(q8_act - ll_logits).max())
+        quant_note["logits_q8_activations_max_abs_diff_logits"] = refutil.f32(np.abs(q8_act - logits).max())
+        assert np.abs(q8_act - ll_logits).max() < 1e-4, "Q8_0 activation emulation does not reproduce llama.cpp"
 
     versions = refutil.versions()
     versions["llama_cpp_python"] = ll_version
@@ -490,7 +600,14 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> tuple:
            "head_count_kv per layer is asserted. " if v["arch"] == "granitehybrid" else "")
         + ("The quantized GGUF matrices were dequantized with gguf-py and copied back into the transformers model "
            "(attn_q/attn_k rows un-permuted) before computing `logits`, so `logits` is the fp32 reference for "
-           "exactly the stored weights (`quantization`). " if quant_note is not None else "")
+           "exactly the stored weights (`quantization`). llama.cpp multiplies Q8_0 weights with activations it "
+           "quantizes to Q8_0 (ggml's q8_0 x q8_0 dot product), so `llamacpp_logits` differ from `logits` by that "
+           "activation rounding; past a step whose top-2 margin is below that difference the greedy "
+           "continuations may part (`greedy.first_disagreement`). `logits_q8_activations`: transformers with "
+           "dequantized weights and every nn.Linear input rounded to Q8_0 as ggml does (blocks of 32, d = "
+           "max|x|/127, q = round-half-even(x/d), scale stored fp16); it reproduces llama.cpp to float rounding "
+           "(`quantization.logits_q8_activations_max_abs_diff_llamacpp`), which confirms the Q8_0 weight mapping and "
+           "the cause of the difference. " if quant_note is not None else "")
         + f"`tokens`: numpy.random.default_rng({TOKEN_SEED}).integers(1, {VOCAB}, {N_TOKENS}). `logits`: "
         f"transformers, model.eval(), one forward of all tokens with use_cache=False, fp32, CPU (row i = after "
         f"tokens[0..i]). `llamacpp_logits`: llama-cpp-python Llama(logits_all=True, n_threads=2), one eval of all "
@@ -510,6 +627,8 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> tuple:
     }
     if quant_note is not None:
         obj["quantization"] = quant_note
+    if sens is not None:
+        obj["sensitivity_max_abs_diff"] = sens
     obj.update({
         "n_tokens": N_TOKENS,
         "tokens": tokens,
@@ -521,6 +640,7 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> tuple:
             "continuation": cont,
             "llamacpp_continuation": ll_cont,
             "continuations_agree": cont == ll_cont,
+            "first_disagreement": next((k for k in range(N_GEN) if cont[k] != ll_cont[k]), None),
             "no_cache_argmax_agrees": argmax == cont,
             "top2_margin": refutil.f32_list(margins),
             "min_top2_margin": refutil.f32(margins.min()),
@@ -528,6 +648,8 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> tuple:
         "logits": refutil.f32_rows(logits),
         "llamacpp_logits": refutil.f32_rows(ll_logits),
     })
+    if q8_act is not None:
+        obj["logits_q8_activations"] = refutil.f32_rows(q8_act)
     refutil.write_json(os.path.join(OUT_DIR, name + ".json"), obj)
     elapsed = time.time() - t0
     print(f"{name}: max|ref| {max_ref:.3f}  max|hf-llama.cpp| {diff.max():.3g}  cache-vs-nocache "
