@@ -53,7 +53,7 @@ class Converter:
         if src:
             sdist = src
         else:
-            print(f"==> downloading llama.cpp's converter (llama-cpp-python==0.3.36 sdist from PyPI)", file=sys.stderr)
+            print("==> downloading llama.cpp's converter (llama-cpp-python==0.3.36 sdist from PyPI)", file=sys.stderr)
             subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                             "--disable-pip-version-check", "-d", self._tmp, "llama-cpp-python==0.3.36"], check=True)
             sdist = os.path.join(self._tmp, SDIST)
