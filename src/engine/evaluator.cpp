@@ -172,10 +172,19 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
             p.recurrent = &StateAccess::recurrent(*p.state);
             // Checkpoints at every multiple of the interval passed (allocated now: the snapshots point at them).
             const int64_t interval = StateAccess::options(*p.state).checkpoint_interval;
-            if (interval <= 0) continue;
-            for (int64_t pos = (p.first / interval + 1) * interval; pos <= p.first + n; pos += interval) {
-                p.checkpoints.push_back(RecurrentCheckpoint{pos, RecurrentState(recurrent_shape)});
+            std::vector<int64_t> positions;
+            if (interval > 0) {
+                for (int64_t pos = (p.first / interval + 1) * interval; pos <= p.first + n; pos += interval) {
+                    positions.push_back(pos);
+                }
             }
+            for (int64_t pos : StateAccess::wanted_checkpoints(*p.state)) {
+                if (pos > p.first && pos <= p.first + n) positions.push_back(pos);
+            }
+            std::sort(positions.begin(), positions.end());
+            positions.erase(std::unique(positions.begin(), positions.end()), positions.end());
+            for (int64_t pos : positions)
+                p.checkpoints.push_back(RecurrentCheckpoint{pos, RecurrentState(recurrent_shape)});
         }
         int64_t done = 0;
         for (const MicroBatch& batch : plan_micro_batches(sizes, max_micro_batch)) {

@@ -54,6 +54,8 @@ void StateAccess::commit(State& state, std::span<const int32_t> new_tokens, std:
     State::Impl& s = *state.impl_;
     s.tokens.insert(s.tokens.end(), new_tokens.begin(), new_tokens.end());
     s.last_logits = std::move(last_logits);
+    const int64_t evaluated = s.kv.n_tokens();
+    std::erase_if(s.wanted_checkpoints, [evaluated](int64_t pos) { return pos <= evaluated; });
     if (checkpoints.empty()) return;
     for (RecurrentCheckpoint& c : checkpoints) {
         if (c.pos > 0 && (s.checkpoints.empty() || c.pos > s.checkpoints.back().pos)) {
@@ -97,6 +99,7 @@ State State::fork() const {
     copy.impl_->kv = impl_->kv.fork();
     copy.impl_->recurrent = impl_->recurrent;  // shared, copied on the first write
     copy.impl_->checkpoints = impl_->checkpoints;
+    copy.impl_->wanted_checkpoints = impl_->wanted_checkpoints;
     copy.impl_->last_logits = impl_->last_logits;
     copy.impl_->sampler = impl_->sampler;
     copy.impl_->kv_exact = impl_->kv_exact;

@@ -26,6 +26,7 @@ struct State::Impl {
     KvCache kv;
     RecurrentState recurrent;                      // empty without recurrent layers
     std::vector<RecurrentCheckpoint> checkpoints;  // ascending pos, all <= kv.n_tokens(), none at 0
+    std::vector<int64_t> wanted_checkpoints;       // positions > kv.n_tokens() to take a checkpoint at
     std::vector<float> last_logits;                // (n_vocab) or empty
     std::optional<SamplerState> sampler;
     // False when the KV is not what evaluating the tokens computes (decoded from a lossy q8_0 state file,
@@ -61,6 +62,12 @@ struct StateAccess {
     }
     static RecurrentState& recurrent(State& state) { return state.impl_->recurrent; }
     static const StateOptions& options(const State& state) { return state.impl_->options; }
+    // A checkpoint to take when evaluation passes `pos` (besides the interval's), e.g. where a prompt
+    // leaves a cached one (the prefix cache); the evaluator takes and forgets it.
+    static void want_checkpoint(State& state, int64_t pos) { state.impl_->wanted_checkpoints.push_back(pos); }
+    static std::vector<int64_t>& wanted_checkpoints(State& state) { return state.impl_->wanted_checkpoints; }
+    static const std::vector<RecurrentCheckpoint>& checkpoints(const State& state) { return state.impl_->checkpoints; }
+    static const RecurrentState& recurrent(const State& state) { return state.impl_->recurrent; }
     static void roll_back(State& state, int64_t first);
     // Recurrent models: the evaluated part back to the last checkpoint at or before n (the zero state if
     // none); and the checkpoint budget applied (StateOptions::checkpoint_memory).

@@ -64,7 +64,8 @@ TEST_F(RecurrentExactness, ChunkingThreadsAndCheckpointsChangeNoBit) {
         ASSERT_EQ(want.size(), tokens.size() * static_cast<size_t>(model->n_vocab()));
         for (const auto& [chunks, interval] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
                  {{1}, 0}, {{3, 5, 7}, 0}, {{150}, 4}, {{13, 64, 2}, 5}, {{40}, 1}}) {
-            EXPECT_TRUE(same_bits(want.data(), chunked(two_threads, *model, tokens, chunks, interval).data(), want.size()))
+            EXPECT_TRUE(
+                same_bits(want.data(), chunked(two_threads, *model, tokens, chunks, interval).data(), want.size()))
                 << "chunks starting " << chunks[0] << ", checkpoint interval " << interval;
         }
     }

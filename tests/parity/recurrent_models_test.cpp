@@ -76,10 +76,11 @@ TEST(RecurrentModels, LogitsMatchTransformersAndLlamaCpp) {
         const auto [f32_ratio, f32_abs] = worst(f32, ref, model->n_vocab());
         const auto [f16_ratio, f16_abs] = worst(f16, ref, model->n_vocab());
         const auto [cpp_ratio, cpp_abs] = worst(f32, llamacpp, model->n_vocab());
-        std::printf("%-24s vs transformers: f32 KV %.3g (%.3g of max|ref|), f16 KV %.3g (%.3g); vs llama.cpp %.3g "
-                    "(llama.cpp vs transformers %.3g)\n",
-                    j.at("model").get<std::string>().c_str(), f32_abs, f32_ratio, f16_abs, f16_ratio, cpp_abs,
-                    j.at("max_abs_diff_transformers_llamacpp").get<double>());
+        std::printf(
+            "%-24s vs transformers: f32 KV %.3g (%.3g of max|ref|), f16 KV %.3g (%.3g); vs llama.cpp %.3g "
+            "(llama.cpp vs transformers %.3g)\n",
+            j.at("model").get<std::string>().c_str(), f32_abs, f32_ratio, f16_abs, f16_ratio, cpp_abs,
+            j.at("max_abs_diff_transformers_llamacpp").get<double>());
         const double activation_rounding = quantized_products(j) * 4.0 / 65278.0;
         EXPECT_LE(f32_ratio, 3.05e-5 + activation_rounding);
         EXPECT_LE(f16_ratio, 10.0 / 2048.0 + activation_rounding);
