@@ -128,6 +128,9 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
         state_.truncate(static_cast<int64_t>(keep));
         for (int64_t& start : turn_starts_) start = std::min(start, static_cast<int64_t>(keep));
     }
+    // Recurrent models: keep the state where this exchange starts, so that undo() rewinds without
+    // evaluating anything again (no-op for attention-only models, O(1) otherwise).
+    state_.checkpoint();
     evaluator_.eval(state_, std::span<const int32_t>(prompt).subspan(keep));
     last_turn_ = {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(prompt.size() - keep),
                   static_cast<int64_t>(keep), appended};
