@@ -259,9 +259,9 @@ std::string describe(const ScanShape& s) {
 
 std::vector<ScanShape> scan_shapes() {
     std::vector<ScanShape> shapes;
-    for (int64_t d_state : {16, 5, 20, 33}) shapes.push_back({48, 1, d_state, 1, true, true});  // n_embd 24
+    for (int64_t d_state : {16, 5, 12, 20, 29, 33}) shapes.push_back({48, 1, d_state, 1, true, true});  // n_embd 24
     shapes.push_back({48, 1, 16, 1, true, false});
-    for (int64_t d_state : {16, 64, 128, 5, 20, 33}) {
+    for (int64_t d_state : {16, 64, 128, 5, 12, 20, 24, 29, 33}) {
         for (int64_t n_group : {1, 2}) shapes.push_back({8, 16, d_state, n_group, false, true});
     }
     shapes.push_back({8, 16, 64, 2, false, false});
@@ -511,7 +511,7 @@ TEST(SsmScan, RejectsBadArguments) {
         change(a);
         expect_invalid([&] { ssm_scan(a, nullptr); }, what);
     };
-    bad("n_group 3 does not divide 8", [](SsmScanArgs& a) { a.n_group = 3; });
+    bad("n_group 2 does not divide 7", [](SsmScanArgs& a) { a.n_head = 7; });  // other sizes still fit
     bad("n_group 0", [](SsmScanArgs& a) { a.n_group = 0; });
     bad("d_state 0", [](SsmScanArgs& a) { a.d_state = 0; });
     bad("head_dim 0", [](SsmScanArgs& a) { a.head_dim = 0; });
