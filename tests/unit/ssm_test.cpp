@@ -304,6 +304,54 @@ TEST(SsmScan, OutputOverInputEqualsSeparateOutput) {
     }
 }
 
+// A task's part (kernel_table(isa).ssm_scan / ssm_conv over a range, as the pool runs them) writes
+// only its heads' / channels' state and outputs, and those equal the reference's on the same range.
+TEST(SsmKernels, RangeTouchesOnlyItsHeadsAndChannels) {
+    for (Isa isa : available_isas()) {
+        for (const ScanShape& shape : {ScanShape{40, 1, 16, 1, true, true}, ScanShape{8, 4, 20, 2, false, true}}) {
+            const ScanProblem p = make_scan(shape, 3, 17);
+            const int64_t begin = 3, end = shape.n_head == 40 ? 21 : 6;
+            const ScanResult expected =
+                run_scan(p, 3, [&](const SsmScanArgs& a) { kernels::reference::ssm_scan(a, begin, end); });
+            const ScanResult got =
+                run_scan(p, 3, [&](const SsmScanArgs& a) { kernels::kernel_table(isa).ssm_scan(a, begin, end); });
+            EXPECT_TRUE(same_bits(expected.y, got.y)) << isa_name(isa) << " " << describe(shape);
+            EXPECT_TRUE(same_bits(expected.state, got.state)) << isa_name(isa) << " " << describe(shape);
+            const int64_t per_head = shape.head_dim * shape.d_state;
+            EXPECT_EQ(0, std::memcmp(got.state.data(), p.state0.data(), begin * per_head * sizeof(float)));
+            EXPECT_EQ(0, std::memcmp(got.state.data() + end * per_head, p.state0.data() + end * per_head,
+                                     (shape.n_head - end) * per_head * sizeof(float)))
+                << isa_name(isa) << " " << describe(shape) << ": heads past the range changed";
+            for (int64_t t = 0; t < p.n_tokens; ++t) {
+                for (int64_t c = 0; c < shape.n_head * shape.head_dim; ++c) {
+                    if (c >= begin * shape.head_dim && c < end * shape.head_dim) continue;
+                    ASSERT_EQ(got.y[t * p.x_stride + c], 0.0f) << isa_name(isa) << " y written outside, t " << t;
+                }
+            }
+        }
+        const ConvProblem p = make_conv(3, 40, 4, true, 3);
+        const int64_t begin = 5, end = 22;
+        const ConvResult expected =
+            run_conv(p, 3, [&](const SsmConvArgs& a) { kernels::reference::ssm_conv(a, begin, end); });
+        const ConvResult got =
+            run_conv(p, 3, [&](const SsmConvArgs& a) { kernels::kernel_table(isa).ssm_conv(a, begin, end); });
+        EXPECT_TRUE(same_bits(expected.out, got.out)) << isa_name(isa);
+        EXPECT_TRUE(same_bits(expected.window, got.window)) << isa_name(isa);
+        for (int64_t r = 0; r < p.d_conv - 1; ++r) {
+            for (int64_t c = 0; c < p.channels; ++c) {
+                if (c >= begin && c < end) continue;
+                ASSERT_EQ(got.window[r * p.channels + c], p.window0[r * p.channels + c]) << isa_name(isa) << " c " << c;
+            }
+        }
+        for (int64_t t = 0; t < p.n_tokens; ++t) {
+            for (int64_t c = 0; c < p.channels; ++c) {
+                if (c >= begin && c < end) continue;
+                ASSERT_EQ(got.out[t * p.out_stride + c], 0.0f) << isa_name(isa) << " c " << c;
+            }
+        }
+    }
+}
+
 // Chunking invariance and threads: one call, token by token, uneven chunks, pools of 1, 2, 3 threads.
 TEST(SsmScan, ChunksAndThreadsGiveTheSameBits) {
     ThreadPool pool1(1), pool2(2), pool3(3);
