@@ -47,7 +47,8 @@ public:
     void truncate(int64_t n);
     // Recurrent models: keeps a copy of the recurrent state at the current position (O(1); the next
     // write copies it once), e.g. at a chat turn's start so that undoing the turn re-evaluates nothing.
-    // No-op for models without recurrent layers or while tokens wait for re-evaluation.
+    // While tokens wait for re-evaluation (after a truncate), it is taken when the next eval passes this
+    // position. No-op for models without recurrent layers.
     void checkpoint();
 
     int64_t n_tokens() const;

