@@ -83,6 +83,13 @@ TEST_F(RecurrentStateFile, PrefillSaveLoadContinueIsOnePassBitwise) {
                 expect_same_state(prefix, loaded);
                 expect_same_recurrent(prefix, loaded);
                 EXPECT_EQ(loaded.checkpoint_positions(), (std::vector<int64_t>{16, 32, 48}));
+                const StateFileInfo info = inspect_state_file(path("r.kvs"), Checksums::verify);
+                EXPECT_TRUE(info.checksums_ok) << info.checksum_error;
+                EXPECT_EQ(info.checkpoint_positions, (std::vector<int64_t>{16, 32, 48}));
+                EXPECT_EQ(info.n_recurrent_layers, model->info().n_recurrent_layers);
+                std::vector<uint8_t> file = read_file(path("r.kvs"));
+                // zstd pays on these floats: the positions are read through the decompressor.
+                EXPECT_EQ(entry_of(file, sf::kSectionCheckpoints).compressed(), compress);
                 EXPECT_TRUE(StateAccess::kv_exact(loaded));
                 // save -> load -> save: the same bytes.
                 EXPECT_TRUE(read_file(path("r.kvs")) == sf::encode_state_to_memory(loaded, {.compress = compress}));
