@@ -6,7 +6,9 @@
 //
 // A file is bound to its model by a fingerprint of the weights and tokenizer (not by a name): loading
 // it with another model — even one with identical shapes — is refused. The format is versioned and
-// documented in docs/state-format.md.
+// documented in docs/state-format.md. For models with recurrent layers (Mamba, hybrids) the file also
+// holds the recurrent state (exact f32, whatever file_kv_type says), its checkpoints and any tokens
+// still waiting to be evaluated again after a truncate (format version 2).
 #pragma once
 
 #include <cstdint>
