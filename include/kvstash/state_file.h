@@ -6,13 +6,16 @@
 //
 // A file is bound to its model by a fingerprint of the weights and tokenizer (not by a name): loading
 // it with another model — even one with identical shapes — is refused. The format is versioned and
-// documented in docs/state-format.md.
+// documented in docs/state-format.md. For models with recurrent layers (Mamba, hybrids) the file also
+// holds the recurrent state (exact f32, whatever file_kv_type says), its checkpoints and any tokens
+// still waiting to be evaluated again after a truncate (format version 2).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvstash/model.h"
 #include "kvstash/state.h"
@@ -58,9 +61,16 @@ struct StateFileInfo {
     bool has_sampler = false;
     bool has_session = false;  // a chat session (messages) is saved beside the state
     uint64_t file_bytes = 0;
-    uint64_t kv_bytes = 0;       // KV payload as stored
-    bool checksums_ok = false;   // only meaningful when verified
-    std::string checksum_error;  // when verified and !checksums_ok: the first section that failed
+    uint64_t kv_bytes = 0;  // KV payload as stored
+    // Format version 2: tokens whose KV / recurrent state the file holds (< n_tokens when the state was
+    // saved after a truncate of a recurrent model: the rest are evaluated again by the next eval).
+    int64_t n_evaluated = 0;
+    int64_t n_recurrent_layers = 0;
+    uint64_t recurrent_state_bytes = 0;         // one recurrent state (f32), 0 without recurrent layers
+    uint64_t recurrent_stored_bytes = 0;        // the recurrent state and checkpoints as stored
+    std::vector<int64_t> checkpoint_positions;  // ascending (read unless a checksum failed)
+    bool checksums_ok = false;                  // only meaningful when verified
+    std::string checksum_error;                 // when verified and !checksums_ok: the first section that failed
 };
 
 // What inspect_state_file reads beyond the header and the meta section.

@@ -84,15 +84,21 @@ struct StateAccess {
         s.kv.assign_blocks(std::move(blocks), static_cast<int64_t>(tokens.size()));
     }
 
-    // State-file reader: a fresh State's KV to decode into, then what the file holds besides.
+    // State-file reader: a fresh State's KV to decode into (its n_tokens() becomes the evaluated count),
+    // then what the file holds besides: all tokens (evaluated ones first, then any pending), the
+    // recurrent state after the evaluated ones and the checkpoints (ascending, in [1, evaluated]).
     static KvCache& kv_to_restore(State& state) { return state.impl_->kv; }
     static void restore(State& state, std::vector<int32_t> tokens, std::vector<float> last_logits,
-                        std::optional<SamplerState> sampler, bool kv_exact) {
+                        std::optional<SamplerState> sampler, bool kv_exact, RecurrentState recurrent,
+                        std::vector<RecurrentCheckpoint> checkpoints) {
         State::Impl& s = *state.impl_;
         s.tokens = std::move(tokens);
         s.last_logits = std::move(last_logits);
         s.sampler = std::move(sampler);
         s.kv_exact = kv_exact;
+        if (!recurrent.empty()) s.recurrent = std::move(recurrent);
+        s.checkpoints = std::move(checkpoints);
+        thin_checkpoints(s);  // a no-op for a file this kvstash wrote
     }
 };
 

@@ -19,6 +19,8 @@ std::string section_name(uint32_t type) {
         case kSectionKv: return "kv";
         case kSectionLogits: return "logits";
         case kSectionSampler: return "sampler";
+        case kSectionRecurrent: return "recurrent";
+        case kSectionCheckpoints: return "checkpoints";
         case kSectionSession: return "session";
         default: {
             static constexpr char kDigits[] = "0123456789abcdef";

@@ -25,7 +25,10 @@ static_assert(std::endian::native == std::endian::little,
               "state files are read and written in place: little-endian hosts only");
 
 inline constexpr char kMagic[8] = {'K', 'V', 'S', 'T', 'A', 'T', 'E', '\0'};
-inline constexpr uint32_t kFormatVersion = 1;  // what this build writes and the newest it reads
+// Version 2 (recurrent state, checkpoints, evaluated count; docs/state-format.md) is what this build
+// writes, for every model: one writer path, and every file says how many tokens it holds evaluated.
+// Version 1 files (no recurrent layers) are still read.
+inline constexpr uint32_t kFormatVersion = 2;  // what this build writes and the newest it reads
 inline constexpr uint32_t kOldestReadableVersion = 1;
 inline constexpr uint64_t kHeaderBytes = 64;
 inline constexpr uint64_t kSectionEntryBytes = 64;
@@ -41,7 +44,7 @@ namespace header {
 inline constexpr size_t magic = 0;                  // char[8]
 inline constexpr size_t format_version = 8;         // u32
 inline constexpr size_t header_bytes = 12;          // u32
-inline constexpr size_t flags = 16;                 // u32, none defined in version 1
+inline constexpr size_t flags = 16;                 // u32, none defined (versions 1 and 2)
 inline constexpr size_t section_count = 20;         // u32
 inline constexpr size_t section_entry_bytes = 24;   // u32
 inline constexpr size_t reserved = 28;              // u32, zero
@@ -70,7 +73,11 @@ enum SectionType : uint32_t {
     kSectionKv = 3,       // the KV cache in blocks (required)
     kSectionLogits = 4,   // n_vocab × f32 of the last position (optional)
     kSectionSampler = 5,  // sampler parameters and RNG (optional)
+    // Version 2:
+    kSectionRecurrent = 6,    // recurrent state after n_evaluated tokens, f32 (iff recurrent layers)
+    kSectionCheckpoints = 7,  // n_checkpoints × i64 pos, then n_checkpoints states, f32 (iff n_checkpoints > 0)
 };
+inline constexpr uint32_t kLastRequiredSectionType = kSectionCheckpoints;
 inline constexpr uint32_t kSectionAncillary = 0x8000'0000u;
 // Ancillary sections this kvstash writes (readers that do not know them skip them).
 inline constexpr uint32_t kSectionSession = kSectionAncillary | 1u;  // a chat session's messages, UTF-8 JSON
@@ -82,7 +89,8 @@ enum SectionFlag : uint32_t {
 };
 inline constexpr uint32_t kKnownSectionFlags = kFlagZstd;
 
-// Meta section field offsets: a fixed part of kMetaFixedBytes, then name_bytes of general.name.
+// Meta section field offsets: a fixed part (kMetaFixedBytesV1 / V2 by format version), then name_bytes
+// of general.name. Version 2 keeps version 1's fields and adds the ones below `reserved`.
 namespace meta {
 inline constexpr size_t fingerprint = 0;       // 16 bytes, XXH3-128 canonical (big-endian)
 inline constexpr size_t n_vocab = 16;          // i64
@@ -94,9 +102,23 @@ inline constexpr size_t kv_block_tokens = 56;  // u32 (32)
 inline constexpr size_t cache_type = 60;       // u32 ggml type of the State's cache: 0 f32, 1 f16
 inline constexpr size_t kv_encoding = 64;      // u32 ggml type of the stored rows: 0 f32, 1 f16, 8 q8_0
 inline constexpr size_t name_bytes = 68;       // u32
-inline constexpr size_t reserved = 72;         // 56 bytes, zero
+inline constexpr size_t reserved_v1 = 72;      // version 1: 56 bytes, zero
+// Version 2 only:
+inline constexpr size_t n_kv_layers = 72;           // i64 layers in the KV section (attention layers)
+inline constexpr size_t n_evaluated = 80;           // i64 tokens the KV / recurrent state hold (<= n_tokens)
+inline constexpr size_t n_recurrent_layers = 88;    // i64
+inline constexpr size_t conv_floats = 96;           // i64 per recurrent layer
+inline constexpr size_t scan_floats = 104;          // i64 per recurrent layer
+inline constexpr size_t n_checkpoints = 112;        // i64
+inline constexpr size_t checkpoint_interval = 120;  // i64 StateOptions::checkpoint_interval
+inline constexpr size_t checkpoint_memory = 128;    // u64 StateOptions::checkpoint_memory
+inline constexpr size_t reserved_v2 = 136;          // 56 bytes, zero
 }  // namespace meta
-inline constexpr uint64_t kMetaFixedBytes = 128;
+inline constexpr uint64_t kMetaFixedBytesV1 = 128;
+inline constexpr uint64_t kMetaFixedBytesV2 = 192;
+inline constexpr uint64_t meta_fixed_bytes(uint32_t version) {
+    return version == 1 ? kMetaFixedBytesV1 : kMetaFixedBytesV2;
+}
 
 // Sampler section field offsets: a fixed part, then n_logit_bias × {i32 id, f32 bias}.
 namespace sampler {

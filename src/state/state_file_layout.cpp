@@ -34,14 +34,15 @@ void Reader::parse_layout() {
     if (version_ < kOldestReadableVersion) corrupt("format version " + std::to_string(version_) + " does not exist");
     const uint32_t header_bytes = load_le<uint32_t>(p + header::header_bytes);
     if (header_bytes != kHeaderBytes) {
-        corrupt("header size " + std::to_string(header_bytes) + " is not the 64 bytes of format version 1");
+        corrupt("header size " + std::to_string(header_bytes) + " is not the 64 bytes of format version " +
+                std::to_string(version_));
     }
     const uint64_t header_sum = XXH3_64bits(p, header::header_checksum);
     if (header_sum != load_le<uint64_t>(p + header::header_checksum))
         corrupt("header checksum mismatch: the file is corrupt");
     if (const uint32_t flags = load_le<uint32_t>(p + header::flags); flags != 0) {
         fail(ErrorCode::unsupported,
-             "file flags " + hex64(flags) + " are unknown to this kvstash (format version 1 defines none)");
+             "file flags " + hex64(flags) + " are unknown to this kvstash (format versions 1 and 2 define none)");
     }
     if (load_le<uint32_t>(p + header::reserved) != 0) corrupt("reserved header field is not zero");
     const uint64_t declared = load_le<uint64_t>(p + header::file_bytes);
@@ -83,7 +84,7 @@ void Reader::parse_entries(uint64_t table_offset, uint32_t count) {
         if (std::any_of(e + entry::reserved, e + kSectionEntryBytes, [](uint8_t b) { return b != 0; })) {
             corrupt(what + " has non-zero reserved bytes");
         }
-        if (s.type == 0 || (s.type > kSectionSampler && (s.type & kSectionAncillary) == 0)) {
+        if (s.type == 0 || (s.type > kLastRequiredSectionType && (s.type & kSectionAncillary) == 0)) {
             fail(ErrorCode::unsupported, what +
                                              " has a type unknown to this kvstash and required to read the file "
                                              "(written by a newer kvstash?)");
@@ -107,6 +108,8 @@ void Reader::parse_entries(uint64_t table_offset, uint32_t count) {
             corrupt(what + " declares " + std::to_string(s.raw_bytes) + " bytes from " +
                     std::to_string(s.stored_bytes) + " compressed: more than the 256:1 a state file may use");
         }
+        if (version_ < 2 && (s.type == kSectionRecurrent || s.type == kSectionCheckpoints))
+            corrupt(what + " is a version 2 section in a version " + std::to_string(version_) + " file");
         if (find(s.type) != nullptr) corrupt(what + " appears twice");
         sections_.push_back(s);
     }
@@ -158,8 +161,10 @@ std::vector<uint8_t> Reader::read_section(const SectionEntry& s) const {
 
 Meta Reader::read_meta() const {
     const SectionEntry& s = *find(kSectionMeta);
-    if (s.raw_bytes < kMetaFixedBytes || s.raw_bytes > kMetaFixedBytes + kMaxModelNameBytes) {
-        corrupt("section 'meta' has " + std::to_string(s.raw_bytes) + " bytes; version 1 needs 128 plus at most 256");
+    const uint64_t fixed = meta_fixed_bytes(version_);
+    if (s.raw_bytes < fixed || s.raw_bytes > fixed + kMaxModelNameBytes) {
+        corrupt("section 'meta' has " + std::to_string(s.raw_bytes) + " bytes; version " + std::to_string(version_) +
+                " needs " + std::to_string(fixed) + " plus at most 256");
     }
     const std::vector<uint8_t> b = read_section(s);
     Meta m;
@@ -173,13 +178,28 @@ Meta Reader::read_meta() const {
     m.kv_encoding = load_le<uint32_t>(&b[meta::kv_encoding]);
     const uint32_t block_tokens = load_le<uint32_t>(&b[meta::kv_block_tokens]);
     const uint32_t name_bytes = load_le<uint32_t>(&b[meta::name_bytes]);
-    if (name_bytes != b.size() - kMetaFixedBytes) {
+    if (name_bytes != b.size() - fixed) {
         corrupt("section 'meta' declares a " + std::to_string(name_bytes) + "-byte model name in " +
-                std::to_string(b.size() - kMetaFixedBytes) + " bytes");
+                std::to_string(b.size() - fixed) + " bytes");
     }
-    m.model_name.assign(reinterpret_cast<const char*>(b.data()) + kMetaFixedBytes, name_bytes);
-    if (std::any_of(b.begin() + meta::reserved, b.begin() + kMetaFixedBytes, [](uint8_t x) { return x != 0; })) {
+    m.model_name.assign(reinterpret_cast<const char*>(b.data()) + fixed, name_bytes);
+    const size_t reserved = version_ == 1 ? meta::reserved_v1 : meta::reserved_v2;
+    if (std::any_of(b.begin() + static_cast<std::ptrdiff_t>(reserved), b.begin() + static_cast<std::ptrdiff_t>(fixed),
+                    [](uint8_t x) { return x != 0; })) {
         corrupt("section 'meta' has non-zero reserved bytes");
+    }
+    if (version_ == 1) {
+        m.n_kv_layers = m.n_layer;
+        m.n_evaluated = m.n_tokens;
+    } else {
+        m.n_kv_layers = load_le<int64_t>(&b[meta::n_kv_layers]);
+        m.n_evaluated = load_le<int64_t>(&b[meta::n_evaluated]);
+        m.recurrent.n_layer = load_le<int64_t>(&b[meta::n_recurrent_layers]);
+        m.recurrent.conv_floats = load_le<int64_t>(&b[meta::conv_floats]);
+        m.recurrent.scan_floats = load_le<int64_t>(&b[meta::scan_floats]);
+        m.n_checkpoints = load_le<int64_t>(&b[meta::n_checkpoints]);
+        m.checkpoint_interval = load_le<int64_t>(&b[meta::checkpoint_interval]);
+        m.checkpoint_memory = load_le<uint64_t>(&b[meta::checkpoint_memory]);
     }
     if (block_tokens != kv_block_tokens) {
         fail(ErrorCode::unsupported, "KV blocks of " + std::to_string(block_tokens) + " positions; this kvstash uses " +
@@ -199,9 +219,28 @@ Meta Reader::read_meta() const {
     };
     in_range("n_vocab", m.n_vocab, 1, INT32_MAX);
     in_range("n_layer", m.n_layer, 1, 1 << 16);
-    in_range("n_embd_kv", m.n_embd_kv, 1, 1 << 24);
+    in_range("n_kv_layers", m.n_kv_layers, 0, m.n_layer);
+    in_range("n_recurrent_layers", m.recurrent.n_layer, 0, m.n_layer);
+    // A model without attention layers (Mamba) has no KV width.
+    in_range("n_embd_kv", m.n_embd_kv, m.n_kv_layers > 0 ? 1 : 0, 1 << 24);
     in_range("n_ctx", m.n_ctx, 1, INT32_MAX);
     in_range("n_tokens", m.n_tokens, 0, m.n_ctx);
+    // Only a recurrent state can lag behind its tokens (a truncate restored an earlier checkpoint).
+    in_range("n_evaluated", m.n_evaluated, m.recurrent.n_layer > 0 ? 0 : m.n_tokens, m.n_tokens);
+    const int64_t max_floats = m.recurrent.n_layer > 0 ? int64_t{1} << 40 : 0;
+    in_range("conv_floats", m.recurrent.conv_floats, 0, max_floats);
+    in_range("scan_floats", m.recurrent.scan_floats, 0, max_floats);
+    // Checkpoints sit at distinct positions in [1, n_evaluated].
+    in_range("n_checkpoints", m.n_checkpoints, 0, m.recurrent.n_layer > 0 ? m.n_evaluated : 0);
+    in_range("checkpoint_interval", m.checkpoint_interval, 0, INT64_MAX);
+    if (m.recurrent.n_layer > 0 && find(kSectionRecurrent) == nullptr)
+        corrupt("required section 'recurrent' is missing (the file has recurrent layers)");
+    if (m.recurrent.n_layer == 0 && find(kSectionRecurrent) != nullptr)
+        corrupt("section 'recurrent' is present, but the meta section declares no recurrent layers");
+    if ((m.n_checkpoints > 0) != (find(kSectionCheckpoints) != nullptr)) {
+        corrupt("section 'checkpoints' is " + std::string(m.n_checkpoints > 0 ? "missing" : "present") +
+                ", but the meta section declares " + std::to_string(m.n_checkpoints) + " checkpoints");
+    }
 
     // Every other section's size follows from these shapes.
     auto expect_raw = [&](uint32_t type, uint64_t bytes) {
@@ -211,11 +250,17 @@ Meta Reader::read_meta() const {
                     " bytes; the meta section's shapes need " + std::to_string(bytes));
         }
     };
-    const auto n_blocks = static_cast<uint64_t>((m.n_tokens + kv_block_tokens - 1) / kv_block_tokens);
-    unsigned __int128 kv_bytes = static_cast<unsigned __int128>(n_blocks) * 2 * static_cast<uint64_t>(m.n_layer) *
+    const auto n_blocks = static_cast<uint64_t>((m.n_evaluated + kv_block_tokens - 1) / kv_block_tokens);
+    unsigned __int128 kv_bytes = static_cast<unsigned __int128>(n_blocks) * 2 * static_cast<uint64_t>(m.n_kv_layers) *
                                  kv_block_tokens * kv_row_bytes(m.kv_encoding, m.n_embd_kv);
     if (kv_bytes > UINT64_MAX) corrupt("KV size overflows 64 bits");
     expect_raw(kSectionKv, static_cast<uint64_t>(kv_bytes));
+    // recurrent.floats() < 2^57 (n_layer <= 2^16, floats per layer < 2^41): no overflow in 128 bits.
+    const auto state_bytes = static_cast<unsigned __int128>(m.recurrent.floats()) * sizeof(float);
+    const unsigned __int128 checkpoint_bytes = static_cast<unsigned __int128>(m.n_checkpoints) * (8 + state_bytes);
+    if (checkpoint_bytes > UINT64_MAX) corrupt("checkpoint size overflows 64 bits");
+    expect_raw(kSectionRecurrent, static_cast<uint64_t>(state_bytes));
+    expect_raw(kSectionCheckpoints, static_cast<uint64_t>(checkpoint_bytes));
     expect_raw(kSectionTokens, 4 * static_cast<uint64_t>(m.n_tokens));
     expect_raw(kSectionLogits, 4 * static_cast<uint64_t>(m.n_vocab));
     if (const SectionEntry* sampler = find(kSectionSampler);

@@ -16,6 +16,7 @@
 #include "kv/kv_block_hash.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/error.h"
+#include "model/model_access.h"
 #include "state/fingerprint.h"
 #include "state/state_access.h"
 #include "state/state_file_reader.h"
@@ -60,9 +61,9 @@ SamplerState decode_sampler(const Reader& r, const std::vector<uint8_t>& b, int6
 // "Saved states"). Smaller pieces (4-64 KiB, hashed and copied in L1) and MADV_POPULATE_READ of the
 // section measured no faster.
 void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& kv) {
-    const int64_t n_blocks = (m.n_tokens + kv_block_tokens - 1) / kv_block_tokens;
+    const int64_t n_blocks = (m.n_evaluated + kv_block_tokens - 1) / kv_block_tokens;
     const uint64_t enc_row = kv_row_bytes(m.kv_encoding, m.n_embd_kv);
-    const uint64_t part_bytes = static_cast<uint64_t>(m.n_layer) * kv_block_tokens * enc_row;
+    const uint64_t part_bytes = static_cast<uint64_t>(m.n_kv_layers) * kv_block_tokens * enc_row;
     const bool same_type = m.kv_encoding == m.cache_type;
     KvBlockHash hash;  // XXH3-64, on xxHash's AVX-512 path where the CPU has one
     std::unique_ptr<ZstdStream> zstd;
@@ -76,8 +77,8 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
 
     for (int64_t b = 0; b < n_blocks; ++b) {
         // Block by block: memory follows the bytes actually decoded, not only the declared size.
-        kv.grow(std::min(m.n_tokens, (b + 1) * kv_block_tokens));
-        for (int half = 0; half < 2; ++half) {
+        kv.grow(std::min(m.n_evaluated, (b + 1) * kv_block_tokens));
+        for (int half = 0; half < 2 && part_bytes > 0; ++half) {  // no KV layers (Mamba): nothing stored
             uint8_t* dst = half == 0 ? kv.writable_block_k(b) : kv.writable_block_v(b);
             const uint8_t* encoded = nullptr;
             if (zstd) {
@@ -91,7 +92,7 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
             }
             if (same_type) continue;
             // q8_0 rows -> the cache's f16/f32 rows.
-            for (int64_t row = 0; row < m.n_layer * kv_block_tokens; ++row) {
+            for (int64_t row = 0; row < m.n_kv_layers * kv_block_tokens; ++row) {
                 dequantize_row(TensorType::Q8_0, encoded + static_cast<uint64_t>(row) * enc_row, row_f32.data(),
                                static_cast<int64_t>(row_f32.size()));
                 uint8_t* out = dst + static_cast<uint64_t>(row) * kv.row_bytes();
@@ -113,6 +114,69 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
     }
 }
 
+// Reads a section's raw bytes piece by piece into caller buffers (checksum verified first), so that
+// the recurrent states land in their RecurrentStates without a second copy of the section.
+class SectionReader {
+public:
+    SectionReader(const Reader& r, const SectionEntry& s) : src_(r.bytes(s).data()) {
+        r.verify_checksum(s);
+        if (s.compressed()) zstd_ = std::make_unique<ZstdStream>(r, s);
+    }
+    void read(void* dst, size_t n) {
+        if (n == 0) return;
+        if (zstd_) {
+            zstd_->read(static_cast<uint8_t*>(dst), n);
+        } else {
+            std::memcpy(dst, src_, n);
+            src_ += n;
+        }
+    }
+    void finish() {
+        if (zstd_) zstd_->finish();
+    }
+
+private:
+    const uint8_t* src_;
+    std::unique_ptr<ZstdStream> zstd_;
+};
+
+// The 'recurrent' and 'checkpoints' sections (sizes checked against the meta, shape against the model).
+RecurrentState decode_recurrent(const Reader& r, const Meta& m) {
+    RecurrentState state(m.recurrent);
+    SectionReader in(r, *r.find(kSectionRecurrent));
+    const std::span<float> f = state.writable_floats();
+    in.read(f.data(), f.size_bytes());
+    in.finish();
+    return state;
+}
+
+std::vector<RecurrentCheckpoint> decode_checkpoints(const Reader& r, const Meta& m) {
+    std::vector<RecurrentCheckpoint> out;
+    const SectionEntry* s = r.find(kSectionCheckpoints);
+    if (s == nullptr) return out;
+    SectionReader in(r, *s);
+    std::vector<int64_t> positions(static_cast<size_t>(m.n_checkpoints));
+    in.read(positions.data(), positions.size() * sizeof(int64_t));
+    for (size_t i = 0; i < positions.size(); ++i) {
+        // The State's invariant: ascending, in [1, n_evaluated].
+        const int64_t lo = i == 0 ? 1 : positions[i - 1] + 1;
+        if (positions[i] < lo || positions[i] > m.n_evaluated) {
+            r.corrupt("checkpoint " + std::to_string(i) + " is at position " + std::to_string(positions[i]) +
+                      ", outside [" + std::to_string(lo) + ", " + std::to_string(m.n_evaluated) +
+                      "] (checkpoints ascend and lie within the evaluated tokens)");
+        }
+    }
+    out.reserve(positions.size());
+    for (int64_t pos : positions) {
+        RecurrentState state(m.recurrent);
+        const std::span<float> f = state.writable_floats();
+        in.read(f.data(), f.size_bytes());
+        out.push_back({pos, std::move(state)});
+    }
+    in.finish();
+    return out;
+}
+
 }  // namespace
 
 State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name,
@@ -128,16 +192,26 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
                    model.path() + "' (fingerprint " + fp.hex() + "); load it with the model it was saved from");
     }
     const ModelInfo& c = model.info();
-    if (m.n_vocab != c.n_vocab || m.n_layer != c.n_layer || m.n_embd_kv != c.n_embd_kv()) {
-        r.corrupt("its shapes (n_vocab " + std::to_string(m.n_vocab) + ", n_layer " + std::to_string(m.n_layer) +
-                  ", n_embd_kv " + std::to_string(m.n_embd_kv) + ") do not match its model's (" +
-                  std::to_string(c.n_vocab) + ", " + std::to_string(c.n_layer) + ", " + std::to_string(c.n_embd_kv()) +
+    const RecurrentShape shape = ModelAccess::impl(model).config.recurrent_shape();
+    auto shapes = [](int64_t n_vocab, int64_t n_layer, int64_t n_kv_layers, int64_t n_embd_kv,
+                     const RecurrentShape& rs) {
+        return "n_vocab " + std::to_string(n_vocab) + ", n_layer " + std::to_string(n_layer) + ", n_kv_layers " +
+               std::to_string(n_kv_layers) + ", n_embd_kv " + std::to_string(n_embd_kv) + ", recurrent layers " +
+               std::to_string(rs.n_layer) + " × (conv " + std::to_string(rs.conv_floats) + " + scan " +
+               std::to_string(rs.scan_floats) + " floats)";
+    };
+    if (m.n_vocab != c.n_vocab || m.n_layer != c.n_layer || m.n_kv_layers != c.n_kv_layers ||
+        m.n_embd_kv != c.n_embd_kv() || m.recurrent != shape) {
+        r.corrupt("its shapes (" + shapes(m.n_vocab, m.n_layer, m.n_kv_layers, m.n_embd_kv, m.recurrent) +
+                  ") do not match its model's (" + shapes(c.n_vocab, c.n_layer, c.n_kv_layers, c.n_embd_kv(), shape) +
                   ") although the fingerprints agree");
     }
 
     StateOptions options;
     options.kv_type = kv_type_of(static_cast<TensorType>(m.cache_type));
     options.n_ctx = m.n_ctx;
+    options.checkpoint_interval = m.checkpoint_interval;
+    options.checkpoint_memory = m.checkpoint_memory;
     State state(model, options);
 
     const std::vector<uint8_t> token_bytes = r.read_section(*r.find(kSectionTokens));
@@ -159,9 +233,15 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     if (const SectionEntry* sampler = r.find(kSectionSampler))
         sampler_state = decode_sampler(r, r.read_section(*sampler), c.n_vocab);
     decode_kv(r, *r.find(kSectionKv), m, StateAccess::kv_to_restore(state));
-    // q8_0 KV is not what recomputing would give.
+    RecurrentState recurrent;
+    std::vector<RecurrentCheckpoint> checkpoints;
+    if (m.recurrent.n_layer > 0) {
+        recurrent = decode_recurrent(r, m);
+        checkpoints = decode_checkpoints(r, m);
+    }
+    // q8_0 KV is not what recomputing would give (the recurrent state is always stored exactly).
     StateAccess::restore(state, std::move(tokens), std::move(last_logits), std::move(sampler_state),
-                         m.kv_encoding == m.cache_type);
+                         m.kv_encoding == m.cache_type, std::move(recurrent), std::move(checkpoints));
     if (session != nullptr) {
         session->reset();
         if (const SectionEntry* sec = r.find(kSectionSession)) {
@@ -190,6 +270,11 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     info.has_session = r.find(kSectionSession) != nullptr;
     info.file_bytes = file.size();
     info.kv_bytes = r.find(kSectionKv)->stored_bytes;
+    info.n_evaluated = m.n_evaluated;
+    info.n_recurrent_layers = m.recurrent.n_layer;
+    info.recurrent_state_bytes = m.recurrent_bytes();
+    if (const SectionEntry* s = r.find(kSectionRecurrent)) info.recurrent_stored_bytes += s->stored_bytes;
+    if (const SectionEntry* s = r.find(kSectionCheckpoints)) info.recurrent_stored_bytes += s->stored_bytes;
     for (const SectionEntry& s : r.sections()) info.compressed = info.compressed || s.compressed();
     if (checksums == Checksums::verify) {
         info.checksums_ok = true;
@@ -200,6 +285,18 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
                 info.checksums_ok = false;
                 if (info.checksum_error.empty()) info.checksum_error = e.what();
             }
+        }
+    }
+    if (const SectionEntry* s = r.find(kSectionCheckpoints);
+        s != nullptr && (info.checksums_ok || checksums == Checksums::skip)) {
+        // The positions lead the section: read (and, compressed, decompress) only them.
+        info.checkpoint_positions.resize(static_cast<size_t>(m.n_checkpoints));
+        const auto n = info.checkpoint_positions.size() * sizeof(int64_t);
+        if (s->compressed()) {
+            ZstdStream z(r, *s);
+            z.read(reinterpret_cast<uint8_t*>(info.checkpoint_positions.data()), n);
+        } else {
+            std::memcpy(info.checkpoint_positions.data(), r.bytes(*s).data(), n);
         }
     }
     return info;

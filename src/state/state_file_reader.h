@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/recurrent_state.h"
 #include "kvstash/error.h"
 #include "state/fingerprint.h"
 #include "state/state_file_format.h"
@@ -30,6 +31,15 @@ struct Meta {
     int64_t n_vocab = 0, n_layer = 0, n_embd_kv = 0, n_ctx = 0, n_tokens = 0;
     uint32_t cache_type = 0, kv_encoding = 0;
     std::string model_name;
+    // Version 2 (a version 1 file: n_kv_layers = n_layer, n_evaluated = n_tokens, no recurrent state,
+    // the default checkpoint options).
+    int64_t n_kv_layers = 0, n_evaluated = 0;
+    RecurrentShape recurrent;
+    int64_t n_checkpoints = 0;
+    int64_t checkpoint_interval = StateOptions{}.checkpoint_interval;
+    uint64_t checkpoint_memory = StateOptions{}.checkpoint_memory;
+
+    uint64_t recurrent_bytes() const { return static_cast<uint64_t>(recurrent.floats()) * sizeof(float); }
 };
 
 // Reads one file's bytes; every failure is an Error naming the file.

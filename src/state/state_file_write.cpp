@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -113,7 +114,7 @@ std::vector<uint8_t> encode_meta(const State& s, const ModelInfo& c, const Model
     // At most kMaxModelNameBytes, cut at a UTF-8 character boundary.
     const std::string name = c.name.substr(
         0, utf8::character_start_at_or_before(c.name, std::min<size_t>(c.name.size(), kMaxModelNameBytes)));
-    std::vector<uint8_t> m(kMetaFixedBytes + name.size(), 0);
+    std::vector<uint8_t> m(kMetaFixedBytesV2 + name.size(), 0);
     std::copy(fp.bytes.begin(), fp.bytes.end(), m.begin() + meta::fingerprint);
     store_le<int64_t>(&m[meta::n_vocab], c.n_vocab);
     store_le<int64_t>(&m[meta::n_layer], c.n_layer);
@@ -124,8 +125,41 @@ std::vector<uint8_t> encode_meta(const State& s, const ModelInfo& c, const Model
     store_le<uint32_t>(&m[meta::cache_type], static_cast<uint32_t>(StateAccess::kv(s).type()));
     store_le<uint32_t>(&m[meta::kv_encoding], encoding);
     store_le<uint32_t>(&m[meta::name_bytes], static_cast<uint32_t>(name.size()));
-    std::memcpy(m.data() + kMetaFixedBytes, name.data(), name.size());
+    const RecurrentShape& shape = StateAccess::recurrent(s).shape();
+    const StateOptions& options = StateAccess::options(s);
+    store_le<int64_t>(&m[meta::n_kv_layers], StateAccess::kv(s).n_layer());
+    store_le<int64_t>(&m[meta::n_evaluated], StateAccess::n_evaluated(s));
+    store_le<int64_t>(&m[meta::n_recurrent_layers], shape.n_layer);
+    store_le<int64_t>(&m[meta::conv_floats], shape.conv_floats);
+    store_le<int64_t>(&m[meta::scan_floats], shape.scan_floats);
+    store_le<int64_t>(&m[meta::n_checkpoints], static_cast<int64_t>(StateAccess::checkpoints(s).size()));
+    store_le<int64_t>(&m[meta::checkpoint_interval], options.checkpoint_interval);
+    store_le<uint64_t>(&m[meta::checkpoint_memory], options.checkpoint_memory);
+    std::memcpy(m.data() + kMetaFixedBytesV2, name.data(), name.size());
     return m;
+}
+
+std::vector<uint8_t> float_bytes(std::span<const float> f) {
+    std::vector<uint8_t> b(f.size_bytes());
+    if (!b.empty()) std::memcpy(b.data(), f.data(), b.size());
+    return b;
+}
+
+// The 'checkpoints' section: every position (i64), then every state's floats in the same order, so that
+// `state info` reads the positions without the states.
+std::vector<uint8_t> encode_checkpoints(const std::vector<RecurrentCheckpoint>& checkpoints, uint64_t state_bytes) {
+    std::vector<uint8_t> b(checkpoints.size() * (8 + state_bytes));
+    uint8_t* at = b.data();
+    for (const RecurrentCheckpoint& c : checkpoints) {
+        store_le<int64_t>(at, c.pos);
+        at += 8;
+    }
+    for (const RecurrentCheckpoint& c : checkpoints) {
+        const std::span<const float> f = c.state.floats();
+        if (!f.empty()) std::memcpy(at, f.data(), f.size_bytes());
+        at += state_bytes;
+    }
+    return b;
 }
 
 std::vector<uint8_t> encode_sampler(const SamplerState& st) {
@@ -273,12 +307,9 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
         throw Error(ErrorCode::invalid_argument, "cannot save a state that has no model (moved from?)");
     const ModelInfo& c = model->info();
     const std::string what = "cannot save the state of model '" + model->path() + "'";
-    if (c.n_recurrent_layers > 0) {
-        throw Error(ErrorCode::unsupported, what +
-                                                ": it has recurrent (Mamba) layers, whose state this state-file "
-                                                "version cannot hold yet");
-    }
-    if (state.n_tokens() != kv.n_tokens()) {
+    const RecurrentState& recurrent = StateAccess::recurrent(state);
+    // Only a recurrent state lags behind its tokens (after a truncate; the rest are evaluated again).
+    if (recurrent.empty() ? state.n_tokens() != kv.n_tokens() : state.n_tokens() < kv.n_tokens()) {
         throw Error(ErrorCode::internal, what + ": it holds " + std::to_string(state.n_tokens()) + " tokens but " +
                                              std::to_string(kv.n_tokens()) + " KV positions");
     }
@@ -318,6 +349,15 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
         }
         sections.push_back(
             small_section(kSectionSession, std::vector<uint8_t>(session.begin(), session.end()), options.compress));
+    }
+    // The recurrent state and checkpoints: always f32 as in memory (the KV encoding does not apply).
+    if (!recurrent.empty()) {
+        sections.push_back(small_section(kSectionRecurrent, float_bytes(recurrent.floats()), options.compress));
+        const auto& checkpoints = StateAccess::checkpoints(state);
+        if (!checkpoints.empty()) {
+            sections.push_back(small_section(kSectionCheckpoints, encode_checkpoints(checkpoints, recurrent.bytes()),
+                                             options.compress));
+        }
     }
     sections.push_back(kv_section(kv, encoding, options.compress));  // last: the big one
 

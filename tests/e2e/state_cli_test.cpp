@@ -148,5 +148,48 @@ TEST_F(StateCli, BadStateFilesAreClearErrors) {
     EXPECT_NE(wrong.err.find("fingerprint"), std::string::npos) << wrong.err;
 }
 
+// Models with recurrent layers (tests/fixtures/recurrent): their state files (format version 2) hold
+// the recurrent state, so prefill + generate --state continues exactly like one generate.
+TEST_F(StateCli, RecurrentModelsContinueBitIdenticallyFromAStateFile) {
+    for (const char* name : {"mamba1_f32", "mamba2_f32", "granitehybrid_f32"}) {
+        SCOPED_TRACE(name);
+        const std::string model = fixture_path(std::string("recurrent/") + name + ".gguf");
+        const auto whole_ids = run_cli({"tokenize", "-m", model, "-p", prefix + suffix});
+        const auto prefix_ids = run_cli({"tokenize", "-m", model, "-p", prefix});
+        const auto suffix_ids = run_cli({"tokenize", "-m", model, "-p", suffix});
+        ASSERT_EQ(whole_ids.exit_code, 0) << whole_ids.err;
+        ASSERT_EQ(whole_ids.out, prefix_ids.out.substr(0, prefix_ids.out.size() - 1) + " " + suffix_ids.out)
+            << "the test's split is not at a token boundary";
+
+        const auto prefill = run_cli({"prefill", "-m", model, "-p", prefix, "-o", path("r.kvs")});
+        ASSERT_EQ(prefill.exit_code, 0) << prefill.err;
+        const auto full = run_cli({"generate", "-m", model, "-p", prefix + suffix, "-n", "16", "--temp", "0.9",
+                                   "--seed", "5", "--dump-logits", path("full.bin")});
+        const auto cont = run_cli({"generate", "-m", model, "--state", path("r.kvs"), "-p", suffix, "-n", "16",
+                                   "--temp", "0.9", "--seed", "5", "--dump-logits", path("cont.bin")});
+        ASSERT_EQ(full.exit_code, 0) << full.err;
+        ASSERT_EQ(cont.exit_code, 0) << cont.err;
+        EXPECT_EQ(full.out, cont.out);
+        EXPECT_FALSE(read_bytes(path("full.bin")).empty());
+        EXPECT_TRUE(read_bytes(path("full.bin")) == read_bytes(path("cont.bin")))
+            << "logits or tokens differ after save/load in a fresh process";
+
+        const auto info = run_cli({"state", "info", path("r.kvs")});
+        ASSERT_EQ(info.exit_code, 0) << info.err;
+        EXPECT_NE(info.out.find("format:        version 2"), std::string::npos) << info.out;
+        EXPECT_NE(info.out.find("recurrent:     "), std::string::npos) << info.out;
+        EXPECT_NE(info.out.find("checkpoints:   none"), std::string::npos) << info.out;
+    }
+}
+
+TEST_F(StateCli, StateInfoReadsAVersion1File) {
+    const auto info = run_cli({"state", "info", fixture_path("state/v1_gqa_f32.kvs")});
+    ASSERT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find("format:        version 1"), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("tokens:        79"), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("checksums:     ok"), std::string::npos) << info.out;
+    EXPECT_EQ(info.out.find("recurrent:"), std::string::npos) << info.out;
+}
+
 }  // namespace
 }  // namespace kvstash::test

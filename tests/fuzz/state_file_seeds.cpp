@@ -1,6 +1,7 @@
 // Writes the fuzz_state_file seed corpus: small valid state files of the tiny model the fuzzer loads
 // (tests/fixtures/tiny/llama3_rope_f32.gguf) covering every section and option: empty, f16 and f32
-// caches, a partly filled block after truncate, no logits, a sampler with logit_bias, q8_0, zstd.
+// caches, a partly filled block after truncate, no logits, a sampler with logit_bias, q8_0, zstd; and
+// states of the hybrid recurrent model (tests/fixtures/recurrent/granitehybrid_f32.gguf).
 //   usage: fuzz_state_file_seeds <output directory>
 #include <cstdio>
 #include <filesystem>
@@ -62,6 +63,20 @@ int main(int argc, char** argv) {
         evaluator.eval(repeated, std::vector<int32_t>(36, 11));
         write(dir, "q8_0_zstd.kvs",
               sf::encode_state_to_memory(repeated, SaveOptions{.file_kv_type = KvType::q8_0, .compress = true}));
+
+        // Format version 2's recurrent sections: a hybrid state with checkpoints and, after a
+        // truncate, tokens waiting to be evaluated again.
+        auto hybrid = Model::load(KVSTASH_SOURCE_DIR "/tests/fixtures/recurrent/granitehybrid_f32.gguf");
+        Evaluator hybrid_evaluator(hybrid, 1);
+        StateOptions options{KvType::f16, 64};
+        options.checkpoint_interval = 8;
+        State recurrent(*hybrid, options);
+        hybrid_evaluator.eval(recurrent, std::span<const int32_t>(tokens.data(), 20));
+        write(dir, "hybrid.kvs", sf::encode_state_to_memory(recurrent));
+        recurrent.truncate(13);
+        write(dir, "hybrid_pending.kvs", sf::encode_state_to_memory(recurrent));
+        write(dir, "hybrid_pending_zstd_q8_0.kvs",
+              sf::encode_state_to_memory(recurrent, SaveOptions{.file_kv_type = KvType::q8_0, .compress = true}));
     } catch (const std::exception& e) {
         std::fprintf(stderr, "fuzz_state_file_seeds: %s\n", e.what());
         return 1;

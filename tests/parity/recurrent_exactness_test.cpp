@@ -185,20 +185,23 @@ TEST_F(RecurrentExactness, CheckpointMemoryIsBounded) {
     EXPECT_EQ(state.recurrent_bytes(), 4 * model->info().recurrent_state_bytes);
 }
 
-TEST_F(RecurrentExactness, StateFilesRefuseRecurrentStatesClearly) {
+// State files hold the recurrent state (format version 2); recurrent_state_file_test.cpp tests them.
+TEST_F(RecurrentExactness, StateFilesSaveRecurrentStates) {
     auto model = Model::load(paths_.front());
     Evaluator evaluator(model, 1);
     State state(*model);
-    evaluator.eval(state, pseudo_random_tokens(5, model->n_vocab(), 13));
-    const std::string path = ::testing::TempDir() + "recurrent_refused.kvstate";
-    try {
-        save_state(state, path);
-        FAIL() << "expected Error(unsupported)";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::unsupported);
-        EXPECT_NE(std::string(e.what()).find("recurrent"), std::string::npos) << e.what();
-    }
-    EXPECT_FALSE(std::filesystem::exists(path));
+    const auto tokens = pseudo_random_tokens(9, model->n_vocab(), 13);
+    evaluator.eval(state, std::span(tokens).first(5));
+    const std::string path = ::testing::TempDir() + "recurrent_saved.kvstate";
+    save_state(state, path);
+    State loaded = load_state(*model, path);
+    std::filesystem::remove(path);
+    EXPECT_EQ(loaded.n_tokens(), 5);
+    std::vector<float> want, got;
+    evaluator.eval(state, std::span(tokens).subspan(5), &want);
+    evaluator.eval(loaded, std::span(tokens).subspan(5), &got);
+    ASSERT_EQ(want.size(), got.size());
+    EXPECT_TRUE(same_bits(want.data(), got.data(), want.size()));
 }
 
 }  // namespace

@@ -80,7 +80,21 @@ TEST_F(StateFileTest, DamagedFilesAreRefusedPrecisely) {
         ErrorCode::bad_format, "section 'logits' holds 1200 bytes");
     expect_error(
         [&] { decode(*model, patched([&](auto& b) { sf::store_le<int64_t>(&b[m + sf::meta::n_tokens], 65); })); },
+        ErrorCode::bad_format, "n_evaluated 40 is outside [65, 65]");  // only recurrent states lag behind
+    expect_error(
+        [&] {
+            decode(*model, patched([&](auto& b) {
+                sf::store_le<int64_t>(&b[m + sf::meta::n_tokens], 65);
+                sf::store_le<int64_t>(&b[m + sf::meta::n_evaluated], 65);
+            }));
+        },
         ErrorCode::bad_format, "section 'kv' holds");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<int64_t>(&b[m + sf::meta::n_kv_layers], 1); })); },
+        ErrorCode::bad_format, "section 'kv' holds");
+    expect_error(
+        [&] { decode(*model, patched([&](auto& b) { sf::store_le<uint8_t>(&b[m + sf::meta::reserved_v2 + 5], 1); })); },
+        ErrorCode::bad_format, "non-zero reserved bytes");
     expect_error(
         [&] { decode(*model, patched([&](auto& b) { sf::store_le<uint32_t>(&b[m + sf::meta::kv_encoding], 2); })); },
         ErrorCode::bad_format, "KV stored as type 2");
@@ -151,8 +165,8 @@ TEST_F(StateFileTest, NewerVersionsAndUnknownFeaturesAreUnsupported) {
         return b;
     };
     expect_error(
-        [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 2); })); },
-        ErrorCode::unsupported, "format version 2 is newer than this kvstash reads (1 to 1)");
+        [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 3); })); },
+        ErrorCode::unsupported, "format version 3 is newer than this kvstash reads (1 to 2)");
     expect_error(
         [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 0); })); },
         ErrorCode::bad_format, "format version 0 does not exist");

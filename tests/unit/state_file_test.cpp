@@ -201,7 +201,7 @@ TEST_F(StateFileTest, InspectWithoutModel) {
     auto model = Model::load(tiny("gqa_f16"));
     save_state(make_state(model, 40), path("s.kvs"));
     const StateFileInfo info = inspect_state_file(path("s.kvs"), Checksums::verify);
-    EXPECT_EQ(info.format_version, 1u);
+    EXPECT_EQ(info.format_version, 2u);
     EXPECT_EQ(info.model_fingerprint, model_fingerprint(*model));
     EXPECT_EQ(info.model_name, model->info().name);
     EXPECT_EQ(info.n_tokens, 40);

@@ -1,6 +1,7 @@
 // kvstash state info: what a state file holds, with its checksums verified (no model needed).
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
@@ -29,6 +30,18 @@ void register_state(CLI::App& root, Action& action) {
             std::printf("kv:            %s, %llu bytes%s\n", std::string(kv_type_name(i.kv_type)).c_str(),
                         static_cast<unsigned long long>(i.kv_bytes),
                         i.kv_type == KvType::q8_0 ? " (quantized: continuation is not bit-exact)" : " (bit-exact)");
+            if (i.n_recurrent_layers > 0) {
+                std::string positions;
+                for (int64_t pos : i.checkpoint_positions)
+                    positions += (positions.empty() ? "" : ", ") + std::to_string(pos);
+                std::printf("recurrent:     %lld layers, %llu bytes per state (f32, bit-exact), %llu bytes stored\n",
+                            static_cast<long long>(i.n_recurrent_layers),
+                            static_cast<unsigned long long>(i.recurrent_state_bytes),
+                            static_cast<unsigned long long>(i.recurrent_stored_bytes));
+                std::printf("checkpoints:   %s\n", positions.empty() ? "none" : ("at " + positions).c_str());
+                std::printf("evaluated:     %lld tokens (%lld evaluated again by the next eval)\n",
+                            static_cast<long long>(i.n_evaluated), static_cast<long long>(i.n_tokens - i.n_evaluated));
+            }
             std::printf("compressed:    %s\n", i.compressed ? "zstd" : "no");
             std::printf("logits:        %s\n", i.has_logits ? "yes" : "no");
             std::printf("sampler:       %s\n", i.has_sampler ? "yes" : "no");
