@@ -248,6 +248,20 @@ TEST_P(PrefixCacheRecurrent, CheckpointsStayWithinTheBudget) {
     // The most recent stay: a request extending A reuses up to 2,816 (A's end, at 3,004, lies past it).
     std::vector<int32_t> longer(prompts_.a.begin(), prompts_.a.begin() + 3001);
     EXPECT_EQ(cache.acquire(longer, kOptions).reused_tokens, 2816);
+
+    // No room for checkpoints: those a live State shares stay (counted in use), then go with it.
+    options.ram_budget_bytes = block_part;
+    PrefixCache tight(*model_, options);
+    {
+        State live(*model_, kOptions);
+        evaluator.eval(live, prompts_.a);
+        tight.release(live);
+        EXPECT_EQ(tight.stats().checkpoints_held, 12u);  // 256, ..., 2816 and the end (3,000)
+        EXPECT_GE(tight.stats().bytes_in_use, tight.stats().checkpoint_bytes_held);
+    }
+    tight.acquire(unrelated, kOptions);
+    EXPECT_EQ(tight.stats().checkpoints_held, 0u);
+    EXPECT_LE(tight.stats().bytes_held, options.ram_budget_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCacheRecurrent, ::testing::Values("granitehybrid_f32.gguf", "mamba2_f32.gguf"),
