@@ -131,13 +131,12 @@ public:
     CachedPrefix acquire(std::span<const int32_t> tokens, StateOptions options = {});
 
     // Offers `state`'s full blocks (its first n_tokens() / 32 * 32 tokens) to the cache, and with
-    // recurrent layers its checkpoints (tokens waiting for re-evaluation after a truncate() are left out). Call it when a
-    // sequence finishes, or at any time: the State is not changed and may go on (its blocks are now shared,
-    // so it copies one before writing into it). Blocks already cached are only marked recently used. A
-    // State of another model (by fingerprint: the same file loaded twice is the same model) or whose KV
-    // was loaded from a lossy q8_0 state file is not inserted (stats().releases_rejected). With a disk
-    // tier, blocks without a file are written before it returns (so they outlive this process); the
-    // others have their file marked recently used.
+    // recurrent layers its checkpoints (tokens waiting for re-evaluation after a truncate() are left out). Call it when
+    // a sequence finishes, or at any time: the State is not changed and may go on (its blocks are now shared, so it
+    // copies one before writing into it). Blocks already cached are only marked recently used. A State of another model
+    // (by fingerprint: the same file loaded twice is the same model) or whose KV was loaded from a lossy q8_0 state
+    // file is not inserted (stats().releases_rejected). With a disk tier, blocks without a file are written before it
+    // returns (so they outlive this process); the others have their file marked recently used.
     void release(const State& state);
 
     PrefixCacheStats stats() const;
