@@ -67,7 +67,7 @@ struct PrefixCacheOptions {
     // later lookup that RAM cannot answer, also by another process. Files of another model are never
     // used. Empty = RAM only.
     std::string disk_dir;
-    uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block files (all models) kept under disk_dir
+    uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block and checkpoint files (all models) kept
 };
 
 // Counters since construction; the byte figures are current.
@@ -79,19 +79,19 @@ struct PrefixCacheStats {
     uint64_t tokens_reused = 0;       // tokens acquire() handed back with their KV
     uint64_t tokens_computed = 0;     // tokens acquire() left to the caller to evaluate (request - reused)
     uint64_t blocks_inserted = 0;     // new blocks release() added to the index
-    uint64_t evictions = 0;           // blocks dropped to stay within the budget
+    uint64_t evictions = 0;           // blocks and checkpoints dropped to stay within the budget
     uint64_t releases_rejected = 0;   // release() of a State of another model or with lossy (q8_0-loaded) KV
     uint64_t blocks_held = 0;         // blocks in the index now
     uint64_t bytes_held = 0;          // their K + V bytes, and the checkpoints' (both count toward the budget)
+    uint64_t bytes_in_use = 0;        // of those, bytes the cache cannot evict now: blocks and checkpoints a live
+                                      // State references, and their ancestors
+    uint64_t ram_budget_bytes = 0;
     // Models with recurrent layers (all zero otherwise).
     uint64_t checkpoints_inserted = 0;   // new recurrent checkpoints release() added to the index
     uint64_t checkpoints_requested = 0;  // lookups that asked the evaluation for a checkpoint where the
                                          // cached prefix runs past the last cached checkpoint
     uint64_t checkpoints_held = 0;       // checkpoints in the index now
     uint64_t checkpoint_bytes_held = 0;  // their bytes (recurrent state + tail block), part of bytes_held
-    uint64_t bytes_in_use = 0;           // of those, bytes the cache cannot evict now: blocks a live State
-                                         // references, and their ancestors
-    uint64_t ram_budget_bytes = 0;
     // Disk tier (all zero without one).
     uint64_t disk_hits = 0;                 // blocks a lookup found on disk (not in RAM) and read back
     uint64_t disk_checkpoint_hits = 0;      // checkpoints a lookup read back from disk
@@ -99,11 +99,11 @@ struct PrefixCacheStats {
     uint64_t disk_misses = 0;               // lookups that also looked on disk and found no further block
     uint64_t disk_blocks_written = 0;       // block files this cache wrote
     uint64_t disk_bytes_written = 0;        // their bytes (header + K + V)
-    uint64_t disk_bytes_read = 0;           // bytes of the block files read back (disk_hits of them)
-    uint64_t disk_rejected = 0;      // block files found but refused and deleted (other model, corrupt, truncated)
+    uint64_t disk_bytes_read = 0;           // bytes of the files read back (disk_hits + disk_checkpoint_hits)
+    uint64_t disk_rejected = 0;      // block or checkpoint files refused and deleted (other model, corrupt, truncated)
     uint64_t disk_evictions = 0;     // block files deleted to stay within disk_budget_bytes
     uint64_t disk_write_errors = 0;  // block files that could not be written (disk full, permissions)
-    uint64_t disk_blocks_held = 0;   // block files under disk_dir now, as far as this process knows
+    uint64_t disk_blocks_held = 0;   // block and checkpoint files under disk_dir now, as far as this process knows
     uint64_t disk_bytes_held = 0;    // their bytes
     uint64_t disk_budget_bytes = 0;
 };
