@@ -32,6 +32,19 @@ BlockFileIdentity file_identity(const ModelFingerprint& fingerprint, KvType type
     return id;
 }
 
+// Where the checkpoint after the first `pos` of `tokens` hangs: the key of the full block before it (or
+// the root; `keys` are the tokens' full-block keys) and the tokens of the partial block up to it.
+struct CheckpointPlace {
+    BlockKey parent;
+    std::span<const int32_t> partial;
+};
+CheckpointPlace place_of(const PrefixKeyDomain& domain, std::span<const BlockKey> keys, std::span<const int32_t> tokens,
+                         int64_t pos) {
+    const int64_t start = pos / kv_block_tokens * kv_block_tokens;
+    return {start == 0 ? domain.root() : keys[static_cast<size_t>(start / kv_block_tokens - 1)],
+            tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(pos - start))};
+}
+
 }  // namespace
 
 // A recurrent checkpoint found for a request: pos == 0 when none.
@@ -118,25 +131,20 @@ FoundCheckpoint PrefixCache::Impl::find_checkpoint(KvType type, std::span<const 
     std::vector<int64_t> positions;
     std::vector<BlockKey> names;
     for (int64_t pos = reach; pos > found.pos; --pos) {
-        const int64_t start = pos / kv_block_tokens * kv_block_tokens;
-        const BlockKey parent = start == 0 ? d.root() : keys[static_cast<size_t>(start / kv_block_tokens - 1)];
+        const CheckpointPlace at = place_of(d, keys, tokens, pos);
         positions.push_back(pos);
-        names.push_back(
-            d.checkpoint(parent, tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(pos - start))));
+        names.push_back(d.checkpoint(at.parent, at.partial));
     }
     const std::vector<bool> known = disk->known_checkpoints(names);
     for (size_t i = 0; i < positions.size(); ++i) {
         const int64_t pos = positions[i];
         if (!known[i] && pos != kv_match && (interval <= 0 || pos % interval != 0)) continue;
-        const int64_t start = pos / kv_block_tokens * kv_block_tokens;
-        const BlockKey parent = start == 0 ? d.root() : keys[static_cast<size_t>(start / kv_block_tokens - 1)];
-        const std::span<const int32_t> partial =
-            tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(pos - start));
-        PrefixDiskTier::Checkpoint loaded =
-            disk->load_checkpoint(CheckpointFileName{names[i], parent, pos, partial}, checkpoint_id(type), shape(type));
+        const CheckpointPlace at = place_of(d, keys, tokens, pos);
+        PrefixDiskTier::Checkpoint loaded = disk->load_checkpoint(
+            CheckpointFileName{names[i], at.parent, pos, at.partial}, checkpoint_id(type), shape(type));
         if (loaded.pos == 0) continue;
         const std::lock_guard lock(mutex);
-        if (index.insert_checkpoint(parent, names[i], partial, loaded.state, loaded.tail, d.root()))
+        if (index.insert_checkpoint(at.parent, names[i], at.partial, loaded.state, loaded.tail, d.root()))
             ++counters.checkpoints_inserted;
         return FoundCheckpoint{pos, std::move(loaded.state), std::move(loaded.tail), found.reach};
     }
@@ -157,30 +165,23 @@ void PrefixCache::Impl::release_checkpoints(const State& state, std::span<const 
         checkpoints.push_back(RecurrentCheckpoint{n, StateAccess::recurrent(state)});
 
     struct Entry {
-        BlockKey key, parent;
-        int64_t pos = 0;
+        CheckpointPlace at;
+        BlockKey key;
         std::shared_ptr<KvBlock> tail;
     };
     std::vector<Entry> entries;
     for (const RecurrentCheckpoint& c : checkpoints) {
-        const int64_t start = c.pos / kv_block_tokens * kv_block_tokens;
-        Entry e;
-        e.parent = start == 0 ? d.root() : keys[static_cast<size_t>(start / kv_block_tokens - 1)];
-        e.key = d.checkpoint(e.parent, tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(c.pos - start)));
-        e.pos = c.pos;
+        Entry e{place_of(d, keys, tokens, c.pos), {}, nullptr};
+        e.key = d.checkpoint(e.at.parent, e.at.partial);
         // Shared with the State, which copies it before writing past the checkpoint (copy-on-write).
-        if (c.pos > start) e.tail = kv.share_block(start / kv_block_tokens);
+        if (!e.at.partial.empty()) e.tail = kv.share_block(c.pos / kv_block_tokens);
         entries.push_back(std::move(e));
     }
-    const auto partial_of = [&](const Entry& e) {
-        const int64_t start = e.pos / kv_block_tokens * kv_block_tokens;
-        return tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(e.pos - start));
-    };
     {
         const std::lock_guard lock(mutex);
         for (size_t i = 0; i < entries.size(); ++i) {
             const Entry& e = entries[i];
-            if (index.insert_checkpoint(e.parent, e.key, partial_of(e), checkpoints[i].state, e.tail, d.root()))
+            if (index.insert_checkpoint(e.at.parent, e.key, e.at.partial, checkpoints[i].state, e.tail, d.root()))
                 ++counters.checkpoints_inserted;
         }
         counters.evictions += index.evict_to(options.ram_budget_bytes);
@@ -188,8 +189,8 @@ void PrefixCache::Impl::release_checkpoints(const State& state, std::span<const 
     if (!disk) return;
     for (size_t i = 0; i < entries.size(); ++i) {
         const Entry& e = entries[i];
-        disk->store_checkpoint(CheckpointFileName{e.key, e.parent, e.pos, partial_of(e)}, checkpoint_id(kv.kv_type()),
-                               checkpoints[i].state, e.tail.get());
+        disk->store_checkpoint(CheckpointFileName{e.key, e.at.parent, checkpoints[i].pos, e.at.partial},
+                               checkpoint_id(kv.kv_type()), checkpoints[i].state, e.tail.get());
     }
 }
 
