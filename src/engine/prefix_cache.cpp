@@ -138,7 +138,12 @@ FoundCheckpoint PrefixCache::Impl::find_checkpoint(KvType type, std::span<const 
     const std::vector<bool> known = disk->known_checkpoints(names);
     for (size_t i = 0; i < positions.size(); ++i) {
         const int64_t pos = positions[i];
-        if (!known[i] && pos != kv_match && (interval <= 0 || pos % interval != 0)) continue;
+        // Unknown files (another live process wrote them after our scan) are tried by name where they are
+        // likeliest: inside the block after the matched ones (where a request that left this prefix, or a
+        // sequence that ended in it, put its checkpoint: disk cannot match part of a block), at the
+        // match's end and at multiples of the checkpoint interval.
+        const bool next_block = pos >= static_cast<int64_t>(keys.size()) * kv_block_tokens;
+        if (!known[i] && !next_block && pos != kv_match && (interval <= 0 || pos % interval != 0)) continue;
         const CheckpointPlace at = place_of(d, keys, tokens, pos);
         PrefixDiskTier::Checkpoint loaded = disk->load_checkpoint(
             CheckpointFileName{names[i], at.parent, pos, at.partial}, checkpoint_id(type), shape(type));

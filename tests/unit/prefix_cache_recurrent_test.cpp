@@ -181,15 +181,20 @@ TEST_P(PrefixCacheRecurrent, DiskTierCarriesCheckpointsToAnotherCache) {
         EXPECT_EQ(serve(second, evaluator, prompts_.c).reused, 2000);
         EXPECT_GT(second.stats().disk_checkpoint_hits, 0u);
     }
-    // A cache that scanned the directory before the checkpoint at 2,000 was written still finds, by name,
-    // the ones at multiples of the checkpoint interval.
+    // A cache that scanned the directory before the checkpoints were written still finds, by name, the one
+    // inside the block after its full-block match (2,000: disk has no partial-block matches).
     fs::remove_all(dir_);
     {
         PrefixCache early(*model_, disk_options());
         PrefixCache writer(*model_, disk_options());
         serve(writer, evaluator, prompts_.a);
         serve(writer, evaluator, prompts_.b);
-        EXPECT_EQ(serve(early, evaluator, prompts_.c).reused, 2000 / kInterval * kInterval);
+        EXPECT_EQ(serve(early, evaluator, prompts_.c).reused, 2000);
+        // ... and the ones at multiples of the checkpoint interval (A's at 2,560, before its divergence).
+        std::vector<int32_t> r(prompts_.a.begin(), prompts_.a.begin() + 2600);
+        r = concat(r, pseudo_random_tokens(100, model_->n_vocab(), 4));
+        r[2600] = (prompts_.a[2600] + 1) % static_cast<int32_t>(model_->n_vocab());
+        EXPECT_EQ(serve(early, evaluator, r).reused, 2560);
     }
     // Corrupt every checkpoint file: refused, deleted, and the answers stay exact.
     for (const auto& entry : fs::directory_iterator(dir_)) {
