@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -77,6 +78,7 @@ std::pair<std::vector<int32_t>, std::vector<float>> greedy(Evaluator& evaluator,
 struct Served {
     int64_t reused = 0;
     bool checkpoint_requested = false;
+    double ttft_s = 0;  // acquire + evaluating the rest: the time to the first token's logits
 };
 
 // One request through the cache: acquire, evaluate the rest (every logits row bitwise a cold State's),
@@ -88,6 +90,7 @@ Served serve(PrefixCache& cache, Evaluator& evaluator, const std::vector<int32_t
     evaluator.eval(cold, prompt, &cold_rows);
 
     const uint64_t requested_before = cache.stats().checkpoints_requested;
+    const auto start = std::chrono::steady_clock::now();
     CachedPrefix hit = cache.acquire(prompt, kOptions);
     Served served{hit.reused_tokens, cache.stats().checkpoints_requested > requested_before};
     EXPECT_EQ(hit.state.n_tokens(), hit.reused_tokens);
@@ -95,6 +98,7 @@ Served serve(PrefixCache& cache, Evaluator& evaluator, const std::vector<int32_t
     EXPECT_TRUE(std::equal(hit.state.tokens().begin(), hit.state.tokens().end(), prompt.begin()));
     std::vector<float> warm_rows;
     evaluator.eval(hit.state, std::span(prompt).subspan(static_cast<size_t>(hit.reused_tokens)), &warm_rows);
+    served.ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(warm_rows.size(), static_cast<size_t>(hit.tokens_to_evaluate) * n_vocab);
     EXPECT_EQ(0, std::memcmp(warm_rows.data(), cold_rows.data() + static_cast<size_t>(hit.reused_tokens) * n_vocab,
                              warm_rows.size() * sizeof(float)))
@@ -144,9 +148,11 @@ TEST_P(PrefixCacheRecurrent, AbcReusesTheDivergencePointOnTheThirdRequest) {
     const Served a = serve(cache, evaluator, prompts_.a);
     const Served b = serve(cache, evaluator, prompts_.b);
     const Served c = serve(cache, evaluator, prompts_.c);
-    std::printf("[%s] A/B/C reuse (of 3000 prompt tokens): A %lld, B %lld%s, C %lld\n", GetParam().c_str(),
-                static_cast<long long>(a.reused), static_cast<long long>(b.reused),
-                b.checkpoint_requested ? " (checkpoint requested at 2000)" : "", static_cast<long long>(c.reused));
+    for (const auto& [name, r] : {std::pair{"A", a}, std::pair{"B", b}, std::pair{"C", c}}) {
+        std::printf("[%s] %s: reused %4lld of 3000 tokens%s, acquire + rest %.3f s (1 thread, all logits rows)\n",
+                    GetParam().c_str(), name, static_cast<long long>(r.reused),
+                    r.checkpoint_requested ? ", checkpoint requested at 2000" : "", r.ttft_s);
+    }
     EXPECT_EQ(a.reused, 0);
     EXPECT_EQ(b.reused, 2000 / kInterval * kInterval);
     EXPECT_TRUE(b.checkpoint_requested);
