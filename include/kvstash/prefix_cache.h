@@ -29,6 +29,20 @@
 // several processes may share a directory (a file another process deleted is a miss, never an error).
 // Disk I/O errors after construction are counted (disk_write_errors), not thrown: the cache stays exact.
 //
+// Recurrent models (Mamba layers: mamba, mamba2, granitehybrid): a State is KV plus a recurrent state
+// that cannot be cut back, so a prefix is usable only where the cache holds a checkpoint of that state.
+// release() also caches the State's checkpoints (State::checkpoint_positions()) and its state after its
+// last evaluated token, each under a key chained like the blocks' (the full blocks before it, then the
+// tokens of the partial block up to it; a checkpoint inside a block carries that block's KV), so they
+// are exact for any request spelling the same tokens. acquire() reuses up to the last cached checkpoint
+// at or before the KV/token match (a pure Mamba model has no KV: its empty blocks still chain the
+// tokens); when the match runs further (the request leaves a cached sequence at D, or simply goes past
+// its last checkpoint), the State is told to take a checkpoint exactly at D as the caller evaluates it,
+// and release() caches it: the next request sharing those D tokens reuses all of them. Checkpoints count
+// toward ram_budget_bytes and are evicted like blocks (least recently used, never while a live State
+// shares them); with a disk tier they are written through as "<key hex>.rck" files next to the blocks
+// and found again by key.
+//
 // Memory: bytes of the blocks the cache references are kept within ram_budget_bytes by evicting the least
 // recently used blocks that no live State references, leaves before their parents. Blocks referenced by
 // a State are never evicted, so after each acquire()/release() the cache holds at most the budget plus
@@ -53,7 +67,7 @@ struct PrefixCacheOptions {
     // later lookup that RAM cannot answer, also by another process. Files of another model are never
     // used. Empty = RAM only.
     std::string disk_dir;
-    uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block files (all models) kept under disk_dir
+    uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block and checkpoint files (all models) kept
 };
 
 // Counters since construction; the byte figures are current.
@@ -65,24 +79,32 @@ struct PrefixCacheStats {
     uint64_t tokens_reused = 0;       // tokens acquire() handed back with their KV
     uint64_t tokens_computed = 0;     // tokens acquire() left to the caller to evaluate (request - reused)
     uint64_t blocks_inserted = 0;     // new blocks release() added to the index
-    uint64_t evictions = 0;           // blocks dropped to stay within the budget
+    uint64_t evictions = 0;           // blocks and checkpoints dropped to stay within the budget
     uint64_t releases_rejected = 0;   // release() of a State of another model or with lossy (q8_0-loaded) KV
     uint64_t blocks_held = 0;         // blocks in the index now
-    uint64_t bytes_held = 0;          // their K + V bytes
-    uint64_t bytes_in_use = 0;        // of those, bytes the cache cannot evict now: blocks a live State
-                                      // references, and their ancestors
+    uint64_t bytes_held = 0;          // their K + V bytes, and the checkpoints' (both count toward the budget)
+    uint64_t bytes_in_use = 0;        // of those, bytes the cache cannot evict now: blocks and checkpoints a live
+                                      // State references, and their ancestors
     uint64_t ram_budget_bytes = 0;
+    // Models with recurrent layers (all zero otherwise).
+    uint64_t checkpoints_inserted = 0;   // new recurrent checkpoints release() added to the index
+    uint64_t checkpoints_requested = 0;  // lookups that asked the evaluation for a checkpoint where the
+                                         // cached prefix runs past the last cached checkpoint
+    uint64_t checkpoints_held = 0;       // checkpoints in the index now
+    uint64_t checkpoint_bytes_held = 0;  // their bytes (recurrent state + tail block), part of bytes_held
     // Disk tier (all zero without one).
-    uint64_t disk_hits = 0;            // blocks a lookup found on disk (not in RAM) and read back
-    uint64_t disk_misses = 0;          // lookups that also looked on disk and found no further block
-    uint64_t disk_blocks_written = 0;  // block files this cache wrote
-    uint64_t disk_bytes_written = 0;   // their bytes (header + K + V)
-    uint64_t disk_bytes_read = 0;      // bytes of the block files read back (disk_hits of them)
-    uint64_t disk_rejected = 0;        // block files found but refused and deleted (other model, corrupt, truncated)
-    uint64_t disk_evictions = 0;       // block files deleted to stay within disk_budget_bytes
-    uint64_t disk_write_errors = 0;    // block files that could not be written (disk full, permissions)
-    uint64_t disk_blocks_held = 0;     // block files under disk_dir now, as far as this process knows
-    uint64_t disk_bytes_held = 0;      // their bytes
+    uint64_t disk_hits = 0;                 // blocks a lookup found on disk (not in RAM) and read back
+    uint64_t disk_checkpoint_hits = 0;      // checkpoints a lookup read back from disk
+    uint64_t disk_checkpoints_written = 0;  // checkpoint files this cache wrote (bytes in disk_bytes_written)
+    uint64_t disk_misses = 0;               // lookups that also looked on disk and found no further block
+    uint64_t disk_blocks_written = 0;       // block files this cache wrote
+    uint64_t disk_bytes_written = 0;        // their bytes (header + K + V)
+    uint64_t disk_bytes_read = 0;           // bytes of the files read back (disk_hits + disk_checkpoint_hits)
+    uint64_t disk_rejected = 0;      // block or checkpoint files refused and deleted (other model, corrupt, truncated)
+    uint64_t disk_evictions = 0;     // block files deleted to stay within disk_budget_bytes
+    uint64_t disk_write_errors = 0;  // block files that could not be written (disk full, permissions)
+    uint64_t disk_blocks_held = 0;   // block and checkpoint files under disk_dir now, as far as this process knows
+    uint64_t disk_bytes_held = 0;    // their bytes
     uint64_t disk_budget_bytes = 0;
 };
 
@@ -104,16 +126,17 @@ public:
 
     // A new State of this model (with `options`' KV type and context) holding the longest cached prefix
     // of `tokens`, at most tokens.size() - 1 tokens and at most the context; possibly empty. Blocks of
-    // another KV type never match. Counts the lookup in stats().
+    // another KV type never match. Counts the lookup in stats(). Recurrent models: the prefix ends at a
+    // cached checkpoint, and the State may want one further on (see above; evaluating the rest takes it).
     CachedPrefix acquire(std::span<const int32_t> tokens, StateOptions options = {});
 
-    // Offers `state`'s full blocks (its first n_tokens() / 32 * 32 tokens) to the cache. Call it when a
-    // sequence finishes, or at any time: the State is not changed and may go on (its blocks are now shared,
-    // so it copies one before writing into it). Blocks already cached are only marked recently used. A
-    // State of another model (by fingerprint: the same file loaded twice is the same model) or whose KV
-    // was loaded from a lossy q8_0 state file is not inserted (stats().releases_rejected). With a disk
-    // tier, blocks without a file are written before it returns (so they outlive this process); the
-    // others have their file marked recently used.
+    // Offers `state`'s full blocks (its first n_tokens() / 32 * 32 tokens) to the cache, and with
+    // recurrent layers its checkpoints (tokens waiting for re-evaluation after a truncate() are left out). Call it when
+    // a sequence finishes, or at any time: the State is not changed and may go on (its blocks are now shared, so it
+    // copies one before writing into it). Blocks already cached are only marked recently used. A State of another model
+    // (by fingerprint: the same file loaded twice is the same model) or whose KV was loaded from a lossy q8_0 state
+    // file is not inserted (stats().releases_rejected). With a disk tier, blocks without a file are written before it
+    // returns (so they outlive this process); the others have their file marked recently used.
     void release(const State& state);
 
     PrefixCacheStats stats() const;

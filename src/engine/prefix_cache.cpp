@@ -8,6 +8,7 @@
 #include "engine/prefix_cache_index.h"
 #include "engine/prefix_cache_key.h"
 #include "kvstash/error.h"
+#include "model/model_access.h"
 #include "state/fingerprint.h"
 #include "state/state_access.h"
 
@@ -31,7 +32,23 @@ BlockFileIdentity file_identity(const ModelFingerprint& fingerprint, KvType type
     return id;
 }
 
+// Where the checkpoint after the first `pos` of `tokens` hangs: the key of the full block before it (or
+// the root; `keys` are the tokens' full-block keys) and the tokens of the partial block up to it.
+struct CheckpointPlace {
+    BlockKey parent;
+    std::span<const int32_t> partial;
+};
+CheckpointPlace place_of(const PrefixKeyDomain& domain, std::span<const BlockKey> keys, std::span<const int32_t> tokens,
+                         int64_t pos) {
+    const int64_t start = pos / kv_block_tokens * kv_block_tokens;
+    return {start == 0 ? domain.root() : keys[static_cast<size_t>(start / kv_block_tokens - 1)],
+            tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(pos - start))};
+}
+
 }  // namespace
+
+// A recurrent checkpoint found for a request: pos == 0 when none.
+using FoundCheckpoint = PrefixIndex::CheckpointMatch;
 
 struct PrefixCache::Impl {
     Impl(const Model& m, PrefixCacheOptions o)
@@ -43,7 +60,10 @@ struct PrefixCache::Impl {
           shape_f16(block_shape(m, KvType::f16)),
           shape_f32(block_shape(m, KvType::f32)),
           id_f16(file_identity(fingerprint, KvType::f16, shape_f16)),
-          id_f32(file_identity(fingerprint, KvType::f32, shape_f32)) {
+          id_f32(file_identity(fingerprint, KvType::f32, shape_f32)),
+          recurrent_shape(ModelAccess::impl(m).config.recurrent_shape()),
+          cid_f16{id_f16, recurrent_shape},
+          cid_f32{id_f32, recurrent_shape} {
         if (!options.disk_dir.empty())
             disk = std::make_unique<PrefixDiskTier>(options.disk_dir, options.disk_budget_bytes);
     }
@@ -51,6 +71,17 @@ struct PrefixCache::Impl {
     const PrefixKeyDomain& domain(KvType type) const { return type == KvType::f16 ? f16 : f32; }
     const KvCache& shape(KvType type) const { return type == KvType::f16 ? shape_f16 : shape_f32; }
     const BlockFileIdentity& file_id(KvType type) const { return type == KvType::f16 ? id_f16 : id_f32; }
+    const CheckpointFileIdentity& checkpoint_id(KvType type) const { return type == KvType::f16 ? cid_f16 : cid_f32; }
+    bool recurrent() const { return recurrent_shape.n_layer > 0; }
+
+    // The cached checkpoint at the largest position <= limit that `keys` (the request's matched full
+    // blocks) reach: from RAM, else from disk (probing the files this process knows of, and, by name,
+    // the positions other processes most likely wrote: `kv_match` and multiples of `interval`).
+    FoundCheckpoint find_checkpoint(KvType type, std::span<const BlockKey> keys, std::span<const int32_t> tokens,
+                                    int64_t limit, int64_t kv_match, int64_t interval);
+    // Adds `state`'s checkpoints (and its recurrent state at its last evaluated token) under their keys;
+    // `keys` are its full blocks' keys, `tokens` its evaluated tokens.
+    void release_checkpoints(const State& state, std::span<const BlockKey> keys, std::span<const int32_t> tokens);
 
     // Reads keys[first], keys[first + 1], ... from disk until one is missing; the blocks found.
     std::vector<std::shared_ptr<KvBlock>> load_from_disk(KvType type, std::span<const BlockKey> keys, size_t first,
@@ -62,6 +93,8 @@ struct PrefixCache::Impl {
     const PrefixKeyDomain f16, f32;
     const KvCache shape_f16, shape_f32;
     const BlockFileIdentity id_f16, id_f32;
+    const RecurrentShape recurrent_shape;  // n_layer == 0: no recurrent layers
+    const CheckpointFileIdentity cid_f16, cid_f32;
     std::unique_ptr<PrefixDiskTier> disk;  // null without disk_dir; thread-safe on its own
 
     mutable std::mutex mutex;
@@ -83,6 +116,89 @@ std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_disk(KvType t
     return blocks;
 }
 
+FoundCheckpoint PrefixCache::Impl::find_checkpoint(KvType type, std::span<const BlockKey> keys,
+                                                   std::span<const int32_t> tokens, int64_t limit, int64_t kv_match,
+                                                   int64_t interval) {
+    const PrefixKeyDomain& d = domain(type);
+    FoundCheckpoint found;
+    {
+        const std::lock_guard lock(mutex);
+        found = index.lookup_checkpoint(d.root(), keys, tokens, limit);
+    }
+    if (!disk) return found;
+    // Positions past the RAM one that the matched blocks reach (a checkpoint carries its partial block's KV).
+    const int64_t reach = std::min<int64_t>(limit, static_cast<int64_t>(keys.size() + 1) * kv_block_tokens - 1);
+    std::vector<int64_t> positions;
+    std::vector<BlockKey> names;
+    for (int64_t pos = reach; pos > found.pos; --pos) {
+        const CheckpointPlace at = place_of(d, keys, tokens, pos);
+        positions.push_back(pos);
+        names.push_back(d.checkpoint(at.parent, at.partial));
+    }
+    const std::vector<bool> known = disk->known_checkpoints(names);
+    for (size_t i = 0; i < positions.size(); ++i) {
+        const int64_t pos = positions[i];
+        // Unknown files (another live process wrote them after our scan) are tried by name where they are
+        // likeliest: inside the block after the matched ones (where a request that left this prefix, or a
+        // sequence that ended in it, put its checkpoint: disk cannot match part of a block), at the
+        // match's end and at multiples of the checkpoint interval.
+        const bool next_block = pos >= static_cast<int64_t>(keys.size()) * kv_block_tokens;
+        if (!known[i] && !next_block && pos != kv_match && (interval <= 0 || pos % interval != 0)) continue;
+        const CheckpointPlace at = place_of(d, keys, tokens, pos);
+        PrefixDiskTier::Checkpoint loaded = disk->load_checkpoint(
+            CheckpointFileName{names[i], at.parent, pos, at.partial}, checkpoint_id(type), shape(type));
+        if (loaded.pos == 0) continue;
+        const std::lock_guard lock(mutex);
+        if (index.insert_checkpoint(at.parent, names[i], at.partial, loaded.state, loaded.tail, d.root()))
+            ++counters.checkpoints_inserted;
+        return FoundCheckpoint{pos, std::move(loaded.state), std::move(loaded.tail), found.reach};
+    }
+    return found;
+}
+
+void PrefixCache::Impl::release_checkpoints(const State& state, std::span<const BlockKey> keys,
+                                            std::span<const int32_t> tokens) {
+    const KvCache& kv = StateAccess::kv(state);
+    const PrefixKeyDomain& d = domain(kv.kv_type());
+    const auto n = static_cast<int64_t>(tokens.size());
+    std::vector<RecurrentCheckpoint> checkpoints;
+    for (const RecurrentCheckpoint& c : StateAccess::checkpoints(state)) {
+        if (c.pos > 0 && c.pos <= n) checkpoints.push_back(c);  // shares the state: O(1)
+    }
+    // The state after the last evaluated token: where a follow-up request (a chat's next turn) starts.
+    if (n > 0 && (checkpoints.empty() || checkpoints.back().pos != n))
+        checkpoints.push_back(RecurrentCheckpoint{n, StateAccess::recurrent(state)});
+
+    struct Entry {
+        CheckpointPlace at;
+        BlockKey key;
+        std::shared_ptr<KvBlock> tail;
+    };
+    std::vector<Entry> entries;
+    for (const RecurrentCheckpoint& c : checkpoints) {
+        Entry e{place_of(d, keys, tokens, c.pos), {}, nullptr};
+        e.key = d.checkpoint(e.at.parent, e.at.partial);
+        // Shared with the State, which copies it before writing past the checkpoint (copy-on-write).
+        if (!e.at.partial.empty()) e.tail = kv.share_block(c.pos / kv_block_tokens);
+        entries.push_back(std::move(e));
+    }
+    {
+        const std::lock_guard lock(mutex);
+        for (size_t i = 0; i < entries.size(); ++i) {
+            const Entry& e = entries[i];
+            if (index.insert_checkpoint(e.at.parent, e.key, e.at.partial, checkpoints[i].state, e.tail, d.root()))
+                ++counters.checkpoints_inserted;
+        }
+        counters.evictions += index.evict_to(options.ram_budget_bytes);
+    }
+    if (!disk) return;
+    for (size_t i = 0; i < entries.size(); ++i) {
+        const Entry& e = entries[i];
+        disk->store_checkpoint(CheckpointFileName{e.key, e.at.parent, checkpoints[i].pos, e.at.partial},
+                               checkpoint_id(kv.kv_type()), checkpoints[i].state, e.tail.get());
+    }
+}
+
 PrefixCache::PrefixCache(const Model& model, PrefixCacheOptions options)
     : impl_(std::make_unique<Impl>(model, options)) {}
 
@@ -91,12 +207,7 @@ PrefixCache::~PrefixCache() = default;
 CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions options) {
     CachedPrefix result{State(impl_->model, options)};
     const auto n = static_cast<int64_t>(tokens.size());
-    // Models with recurrent layers: their blocks would need recurrent checkpoints, which the cache does
-    // not hold yet; nothing is reused (and release() stores nothing).
-    if (n == 0 || impl_->model.info().n_recurrent_layers > 0) {
-        result.tokens_to_evaluate = n;
-        return result;
-    }
+    if (n == 0) return result;
     // Leave at least one token to evaluate (the State keeps no logits), and stay within the context.
     const int64_t limit = std::min(n - 1, result.state.n_ctx());
     const PrefixKeyDomain& domain = impl_->domain(options.kv_type);
@@ -128,17 +239,45 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
         } else if (look_on_disk) {
             ++c.disk_misses;
         }
+    }
+
+    bool requested = false;
+    if (impl_->recurrent()) {
+        // The KV and tokens match up to match.n_tokens, but a recurrent state exists only at cached
+        // checkpoints: reuse up to the last one reachable, and have the evaluation take one where the match
+        // ends, so that release() caches it and the next request with this prefix reuses all of it.
+        const size_t n_full = match.blocks.size() - (match.partial_block ? 1 : 0);
+        FoundCheckpoint found = impl_->find_checkpoint(options.kv_type, std::span(keys).first(n_full), tokens, limit,
+                                                       match.n_tokens, options.checkpoint_interval);
+        match.blocks.resize(static_cast<size_t>(found.pos / kv_block_tokens));  // full blocks before it
+        if (found.pos % kv_block_tokens != 0) match.blocks.push_back(std::move(found.tail));
+        match.partial_block = found.pos % kv_block_tokens != 0;
+        const int64_t matched = std::max(match.n_tokens, found.reach);
+        if (matched > found.pos) {
+            StateAccess::want_checkpoint(result.state, matched);
+            requested = true;
+        }
+        match.n_tokens = found.pos;
+        if (found.pos > 0) {
+            StateAccess::adopt(result.state, tokens.first(static_cast<size_t>(found.pos)), std::move(match.blocks),
+                               std::move(found.state));
+        }
+    } else {
+        StateAccess::adopt(result.state, tokens.first(static_cast<size_t>(match.n_tokens)), std::move(match.blocks));
+    }
+    {
+        const std::lock_guard lock(impl_->mutex);
+        PrefixCacheStats& c = impl_->counters;
         ++c.lookups;
         ++(match.n_tokens > 0 ? c.hits : c.misses);
         if (match.partial_block) ++c.partial_block_hits;
+        if (requested) ++c.checkpoints_requested;
         c.tokens_reused += static_cast<uint64_t>(match.n_tokens);
         c.tokens_computed += static_cast<uint64_t>(n - match.n_tokens);
-        // States that finished since the last call may have unpinned blocks; the matched ones are pinned
-        // by `match` while this runs.
+        // States that finished since the last call may have unpinned blocks and checkpoints; the ones
+        // reused are pinned by the State.
         c.evictions += impl_->index.evict_to(impl_->options.ram_budget_bytes);
     }
-
-    StateAccess::adopt(result.state, tokens.first(static_cast<size_t>(match.n_tokens)), std::move(match.blocks));
     result.reused_tokens = match.n_tokens;
     result.tokens_to_evaluate = n - match.n_tokens;
     result.partial_block = match.partial_block;
@@ -150,32 +289,36 @@ void PrefixCache::release(const State& state) {
     const KvCache& kv = StateAccess::kv(state);
     const bool same_model =
         model == &impl_->model || (model != nullptr && cached_model_fingerprint(*model) == impl_->fingerprint);
-    if (!same_model || !StateAccess::kv_exact(state) || model->info().n_recurrent_layers > 0) {
+    if (!same_model || !StateAccess::kv_exact(state)) {
         const std::lock_guard lock(impl_->mutex);
         ++impl_->counters.releases_rejected;
         return;
     }
-    if (kv.n_tokens() != state.n_tokens())
+    // Only a recurrent model's State has tokens waiting to be evaluated again (after a truncate()): what
+    // is cached is its evaluated part.
+    if (kv.n_tokens() != state.n_tokens() && !impl_->recurrent())
         throw Error(ErrorCode::internal, "PrefixCache::release: a State whose KV and tokens disagree");
-    const int64_t n_full = state.n_tokens() / kv_block_tokens;
+    const std::span<const int32_t> tokens = state.tokens().first(static_cast<size_t>(kv.n_tokens()));
+    const int64_t n_full = kv.n_tokens() / kv_block_tokens;
     const PrefixKeyDomain& domain = impl_->domain(kv.kv_type());
-    const std::vector<BlockKey> keys = domain.chain(state.tokens(), n_full);
+    const std::vector<BlockKey> keys = domain.chain(tokens, n_full);
     std::vector<std::shared_ptr<KvBlock>> blocks;
     blocks.reserve(static_cast<size_t>(n_full));
     for (int64_t b = 0; b < n_full; ++b) blocks.push_back(kv.share_block(b));
 
     {
         const std::lock_guard lock(impl_->mutex);
-        impl_->counters.blocks_inserted += impl_->index.insert(domain.root(), keys, state.tokens(), blocks);
-        impl_->counters.evictions += impl_->index.evict_to(impl_->options.ram_budget_bytes);
+        impl_->counters.blocks_inserted += impl_->index.insert(domain.root(), keys, tokens, blocks);
+        if (!impl_->recurrent()) impl_->counters.evictions += impl_->index.evict_to(impl_->options.ram_budget_bytes);
     }
+    if (impl_->recurrent()) impl_->release_checkpoints(state, keys, tokens);
     // Write-through (see the header): `blocks` keeps each block alive and unchanged (shared, so
     // copy-on-write) while it is written, even if the index evicted it just now.
     if (!impl_->disk) return;
     const KvType type = kv.kv_type();
     for (size_t b = 0; b < blocks.size(); ++b) {
         const BlockFileName name{keys[b], b == 0 ? domain.root() : keys[b - 1],
-                                 std::span(state.tokens()).subspan(b * kv_block_tokens).first<kv_block_tokens>()};
+                                 tokens.subspan(b * kv_block_tokens).first<kv_block_tokens>()};
         impl_->disk->store(name, impl_->file_id(type), *blocks[b]);
     }
 }
@@ -186,6 +329,8 @@ PrefixCacheStats PrefixCache::stats() const {
     stats.blocks_held = impl_->index.blocks();
     stats.bytes_held = impl_->index.bytes();
     stats.bytes_in_use = impl_->index.bytes_in_use();
+    stats.checkpoints_held = impl_->index.checkpoints();
+    stats.checkpoint_bytes_held = impl_->index.checkpoint_bytes();
     stats.ram_budget_bytes = impl_->options.ram_budget_bytes;
     if (impl_->disk) impl_->disk->fill(stats);
     return stats;

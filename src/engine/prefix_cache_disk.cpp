@@ -21,6 +21,15 @@ namespace {
 // A temp file older than this is a crashed writer's leftover (a live one renames within milliseconds).
 constexpr auto kStaleTempAge = std::chrono::hours(1);
 
+// Unknown or vanished: a complete-looking file another process wrote is adopted (verified on read).
+bool adopt_existing(const std::string& path, uint64_t bytes) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != bytes)
+        return false;
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+    return true;
+}
+
 }  // namespace
 
 PrefixDiskTier::PrefixDiskTier(std::string dir, uint64_t budget_bytes) : dir_(std::move(dir)), budget_(budget_bytes) {
@@ -32,7 +41,7 @@ PrefixDiskTier::PrefixDiskTier(std::string dir, uint64_t budget_bytes) : dir_(st
                                        "; give a writable directory (it is created if missing)");
     }
     scan();
-    std::vector<BlockKey> victims;
+    std::vector<std::pair<BlockKey, bool>> victims;
     {
         const std::lock_guard lock(mutex_);
         victims = take_victims();
@@ -40,13 +49,15 @@ PrefixDiskTier::PrefixDiskTier(std::string dir, uint64_t budget_bytes) : dir_(st
     delete_files(victims);
 }
 
-std::string PrefixDiskTier::path_of(const BlockKey& key) const { return dir_ + "/" + block_file_name(key); }
+std::string PrefixDiskTier::path_of(const BlockKey& key, bool checkpoint) const {
+    return dir_ + "/" + (checkpoint ? checkpoint_file_name(key) : block_file_name(key));
+}
 
 void PrefixDiskTier::scan() {
     std::error_code ec;
     fs::directory_iterator it(dir_, ec);
     if (ec) throw Error(ErrorCode::io, "cannot list the prefix cache directory '" + dir_ + "': " + ec.message());
-    std::vector<std::tuple<fs::file_time_type, BlockKey, uint64_t>> found;
+    std::vector<std::tuple<fs::file_time_type, BlockKey, uint64_t, bool>> found;
     const auto now = fs::file_time_type::clock::now();
     // Entries may vanish while we look (another process evicting): each failure skips one entry.
     for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
@@ -59,21 +70,23 @@ void PrefixDiskTier::scan() {
             if (now - mtime > kStaleTempAge) fs::remove(it->path(), entry_ec);
             continue;
         }
-        const std::optional<BlockKey> key = parse_block_file_name(name);
+        std::optional<BlockKey> key = parse_block_file_name(name);
+        const bool checkpoint = !key;
+        if (checkpoint) key = parse_checkpoint_file_name(name);
         if (!key) continue;  // not ours: left alone and not counted
         const uint64_t size = it->file_size(entry_ec);
-        if (!entry_ec) found.emplace_back(mtime, *key, size);
+        if (!entry_ec) found.emplace_back(mtime, *key, size, checkpoint);
     }
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
     const std::lock_guard lock(mutex_);
-    for (const auto& [mtime, key, size] : found) {
+    for (const auto& [mtime, key, size, checkpoint] : found) {
         lru_.push_back(key);  // newest first
-        files_.emplace(key, File{size, std::prev(lru_.end())});
+        files_.emplace(key, File{size, checkpoint, std::prev(lru_.end())});
         bytes_ += size;
     }
 }
 
-void PrefixDiskTier::note_present(const BlockKey& key, uint64_t bytes) {
+void PrefixDiskTier::note_present(const BlockKey& key, bool checkpoint, uint64_t bytes) {
     if (const auto it = files_.find(key); it != files_.end()) {
         lru_.splice(lru_.begin(), lru_, it->second.lru);
         bytes_ = bytes_ - it->second.bytes + bytes;
@@ -81,7 +94,7 @@ void PrefixDiskTier::note_present(const BlockKey& key, uint64_t bytes) {
         return;
     }
     lru_.push_front(key);
-    files_.emplace(key, File{bytes, lru_.begin()});
+    files_.emplace(key, File{bytes, checkpoint, lru_.begin()});
     bytes_ += bytes;
 }
 
@@ -93,19 +106,19 @@ void PrefixDiskTier::forget(const BlockKey& key) {
     files_.erase(it);
 }
 
-std::vector<BlockKey> PrefixDiskTier::take_victims() {
-    std::vector<BlockKey> victims;
+std::vector<std::pair<BlockKey, bool>> PrefixDiskTier::take_victims() {
+    std::vector<std::pair<BlockKey, bool>> victims;
     while (bytes_ > budget_ && !lru_.empty()) {
-        victims.push_back(lru_.back());
+        victims.emplace_back(lru_.back(), files_.at(lru_.back()).checkpoint);
         forget(lru_.back());
         ++evictions_;
     }
     return victims;
 }
 
-void PrefixDiskTier::delete_files(const std::vector<BlockKey>& victims) {
+void PrefixDiskTier::delete_files(const std::vector<std::pair<BlockKey, bool>>& victims) {
     // A file another process already deleted is fine: it is gone either way.
-    for (const BlockKey& key : victims) ::unlink(path_of(key).c_str());
+    for (const auto& [key, checkpoint] : victims) ::unlink(path_of(key, checkpoint).c_str());
 }
 
 std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const BlockFileIdentity& id,
@@ -118,74 +131,129 @@ std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const 
     uint8_t* k = fresh.writable_block_k(0);
     uint8_t* v = fresh.writable_block_v(0);
     const BlockFileRead result = read_block_file(dir_, block, id, k, v);
-    if (result == BlockFileRead::rejected) ::unlink(path_of(block.key).c_str());
-    std::vector<BlockKey> victims;
-    {
-        const std::lock_guard lock(mutex_);
-        if (result != BlockFileRead::ok) {
-            forget(block.key);
-            if (result == BlockFileRead::rejected) ++rejected_;
-            return nullptr;
-        }
-        // A file another process wrote after our scan is now counted: trim if that takes us over.
-        note_present(block.key, id.file_bytes());
-        ++hits_;
-        bytes_read_ += id.file_bytes();
-        victims = take_victims();
-    }
-    delete_files(victims);
+    after_read(block.key, false, result, id.file_bytes());
+    if (result != BlockFileRead::ok) return nullptr;
     return fresh.share_block(0);  // `fresh` goes: the caller holds the only reference
 }
 
-void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv) {
-    const std::string path = path_of(block.key);
-    bool known = false;
+PrefixDiskTier::Checkpoint PrefixDiskTier::load_checkpoint(const CheckpointFileName& name,
+                                                           const CheckpointFileIdentity& id, const KvCache& shape) {
+    if (shape.block_bytes() != 2 * id.blocks.half_bytes()) {
+        throw Error(ErrorCode::internal, "PrefixDiskTier::load_checkpoint: block shape and file identity disagree");
+    }
+    RecurrentState state(id.recurrent);
+    KvCache fresh = shape.fork();
+    const bool has_tail = !name.partial.empty();
+    if (has_tail) fresh.grow(kv_block_tokens);
+    uint8_t* k = has_tail ? fresh.writable_block_k(0) : nullptr;
+    uint8_t* v = has_tail ? fresh.writable_block_v(0) : nullptr;
+    const BlockFileRead result = read_checkpoint_file(dir_, name, id, state.writable_floats().data(), k, v);
+    after_read(name.key, true, result, id.file_bytes(name.partial.size()));
+    if (result != BlockFileRead::ok) return {};
+    return Checkpoint{name.pos, std::move(state), has_tail ? fresh.share_block(0) : nullptr};
+}
+
+void PrefixDiskTier::after_read(const BlockKey& key, bool checkpoint, BlockFileRead result, uint64_t bytes) {
+    if (result == BlockFileRead::rejected) ::unlink(path_of(key, checkpoint).c_str());
+    std::vector<std::pair<BlockKey, bool>> victims;
     {
         const std::lock_guard lock(mutex_);
-        known = files_.contains(block.key);
+        if (result != BlockFileRead::ok) {
+            forget(key);
+            if (result == BlockFileRead::rejected) ++rejected_;
+            return;
+        }
+        // A file another process wrote after our scan is now counted: trim if that takes us over.
+        note_present(key, checkpoint, bytes);
+        ++(checkpoint ? checkpoint_hits_ : hits_);
+        bytes_read_ += bytes;
+        victims = take_victims();
+    }
+    delete_files(victims);
+}
+
+std::vector<bool> PrefixDiskTier::known_checkpoints(std::span<const BlockKey> keys) const {
+    std::vector<bool> known(keys.size());
+    const std::lock_guard lock(mutex_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+        const auto it = files_.find(keys[i]);
+        known[i] = it != files_.end() && it->second.checkpoint;
+    }
+    return known;
+}
+
+bool PrefixDiskTier::mark_if_known(const BlockKey& key, bool checkpoint, uint64_t bytes) {
+    {
+        const std::lock_guard lock(mutex_);
+        if (!files_.contains(key)) return false;
     }
     // Known: mark it used, in our order and in its mtime (the order other processes see).
-    if (known && ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) {
+    if (::utimensat(AT_FDCWD, path_of(key, checkpoint).c_str(), nullptr, 0) != 0) return false;
+    const std::lock_guard lock(mutex_);
+    note_present(key, checkpoint, bytes);
+    return true;
+}
+
+void PrefixDiskTier::after_store(const BlockKey& key, bool checkpoint, bool ok, bool written, uint64_t bytes) {
+    std::vector<std::pair<BlockKey, bool>> victims;
+    {
         const std::lock_guard lock(mutex_);
-        note_present(block.key, id.file_bytes());
-        return;
-    }
-    // Unknown or vanished. A complete-looking file another process wrote is adopted (verified on read).
-    struct stat st {};
-    bool written = false;
-    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == id.file_bytes()) {
-        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
-    } else {
-        const std::span<const uint8_t> k(kv.k.data(), kv.k.size()), v(kv.v.data(), kv.v.size());
-        written = write_block_file(dir_, block, id, k, v);
-        if (!written) {
-            // Someone removed the whole directory (a user clearing the cache): make it again, once.
-            std::error_code ec;
-            if (fs::create_directories(dir_, ec) && !ec) written = write_block_file(dir_, block, id, k, v);
-        }
-        if (!written) {
-            const std::lock_guard lock(mutex_);
-            forget(block.key);
+        if (!ok) {
+            forget(key);
             ++write_errors_;
             return;
         }
-    }
-    std::vector<BlockKey> victims;
-    {
-        const std::lock_guard lock(mutex_);
-        note_present(block.key, id.file_bytes());
+        note_present(key, checkpoint, bytes);
         if (written) {
-            ++written_;
-            bytes_written_ += id.file_bytes();
+            ++(checkpoint ? checkpoints_written_ : written_);
+            bytes_written_ += bytes;
         }
         victims = take_victims();
     }
     delete_files(victims);
+}
+
+void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv) {
+    if (mark_if_known(block.key, false, id.file_bytes())) return;
+    if (adopt_existing(path_of(block.key, false), id.file_bytes())) {
+        after_store(block.key, false, true, false, id.file_bytes());
+        return;
+    }
+    const std::span<const uint8_t> k(kv.k.data(), kv.k.size()), v(kv.v.data(), kv.v.size());
+    bool written = write_block_file(dir_, block, id, k, v);
+    if (!written) {
+        // Someone removed the whole directory (a user clearing the cache): make it again, once.
+        std::error_code ec;
+        if (fs::create_directories(dir_, ec) && !ec) written = write_block_file(dir_, block, id, k, v);
+    }
+    after_store(block.key, false, written, written, id.file_bytes());
+}
+
+void PrefixDiskTier::store_checkpoint(const CheckpointFileName& name, const CheckpointFileIdentity& id,
+                                      const RecurrentState& state, const KvBlock* tail) {
+    const uint64_t bytes = id.file_bytes(name.partial.size());
+    if (mark_if_known(name.key, true, bytes)) return;
+    if (adopt_existing(path_of(name.key, true), bytes)) {
+        after_store(name.key, true, true, false, bytes);
+        return;
+    }
+    std::span<const uint8_t> k, v;
+    if (!name.partial.empty() && tail != nullptr)
+        k = {tail->k.data(), tail->k.size()}, v = {tail->v.data(), tail->v.size()};
+    bool written = write_checkpoint_file(dir_, name, id, state.floats(), k, v);
+    if (!written) {
+        std::error_code ec;
+        if (fs::create_directories(dir_, ec) && !ec)
+            written = write_checkpoint_file(dir_, name, id, state.floats(), k, v);
+    }
+    after_store(name.key, true, written, written, bytes);
 }
 
 void PrefixDiskTier::fill(PrefixCacheStats& stats) const {
     const std::lock_guard lock(mutex_);
     stats.disk_hits = hits_;
+    stats.disk_checkpoint_hits = checkpoint_hits_;
+    stats.disk_checkpoints_written = checkpoints_written_;
     stats.disk_blocks_written = written_;
     stats.disk_bytes_written = bytes_written_;
     stats.disk_bytes_read = bytes_read_;

@@ -1,5 +1,6 @@
 // The prefix cache's disk tier: a directory of content-addressed block files (prefix_cache_disk_file.h)
-// within a byte budget, shared by every process that points at it.
+// and recurrent checkpoint files (prefix_cache_disk_checkpoint.h) within one byte budget, shared by
+// every process that points at it.
 //
 // Bookkeeping: which files exist, their sizes and their least-recently-used order, from a scan of the
 // directory at construction (order by file mtime) and then from this process's own reads, writes and
@@ -15,9 +16,13 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "engine/prefix_cache_disk_checkpoint.h"
 #include "engine/prefix_cache_disk_file.h"
 #include "kv/kv_cache.h"
 #include "kvstash/prefix_cache.h"
@@ -40,22 +45,42 @@ public:
     // the cache stays correct without its disk tier. Then trims the directory to the budget.
     void store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv);
 
+    // A recurrent checkpoint from its file (its tail block, when the partial is not empty, allocated by a
+    // fork of `shape`); pos == 0 on a miss. Refused files are deleted and counted as for blocks.
+    struct Checkpoint {
+        int64_t pos = 0;
+        RecurrentState state;
+        std::shared_ptr<KvBlock> tail;
+    };
+    Checkpoint load_checkpoint(const CheckpointFileName& name, const CheckpointFileIdentity& id, const KvCache& shape);
+    // As store() for a checkpoint; `tail` is required when the partial is not empty.
+    void store_checkpoint(const CheckpointFileName& name, const CheckpointFileIdentity& id, const RecurrentState& state,
+                          const KvBlock* tail);
+    // Which of `keys` name checkpoint files this process knows of (from its scan and its own I/O).
+    std::vector<bool> known_checkpoints(std::span<const BlockKey> keys) const;
+
     // Adds the disk_* counters and byte figures to `stats`.
     void fill(PrefixCacheStats& stats) const;
 
     const std::string& dir() const { return dir_; }
 
 private:
-    std::string path_of(const BlockKey& key) const;
+    std::string path_of(const BlockKey& key, bool checkpoint) const;
+    // Bookkeeping after a read / a store attempt of a file of `bytes` (store: written or adopted).
+    void after_read(const BlockKey& key, bool checkpoint, BlockFileRead result, uint64_t bytes);
+    bool mark_if_known(const BlockKey& key, bool checkpoint, uint64_t bytes);
+    void after_store(const BlockKey& key, bool checkpoint, bool ok, bool written, uint64_t bytes);
     void scan();
     // Bookkeeping, with mutex_ held.
-    void note_present(const BlockKey& key, uint64_t bytes);
+    void note_present(const BlockKey& key, bool checkpoint, uint64_t bytes);
     void forget(const BlockKey& key);
-    std::vector<BlockKey> take_victims();  // the least recently used files beyond the budget, forgotten
-    void delete_files(const std::vector<BlockKey>& victims);
+    // The least recently used files beyond the budget (key, is a checkpoint), forgotten.
+    std::vector<std::pair<BlockKey, bool>> take_victims();
+    void delete_files(const std::vector<std::pair<BlockKey, bool>>& victims);
 
     struct File {
         uint64_t bytes = 0;
+        bool checkpoint = false;  // a .rck file (else .kvb)
         std::list<BlockKey>::iterator lru;
     };
 
@@ -65,6 +90,7 @@ private:
     std::unordered_map<BlockKey, File, BlockKeyHash> files_;  // guarded by mutex_
     std::list<BlockKey> lru_;                                 // most recently used first
     uint64_t bytes_ = 0;
+    uint64_t checkpoint_hits_ = 0, checkpoints_written_ = 0;
     uint64_t hits_ = 0, written_ = 0, bytes_written_ = 0, bytes_read_ = 0, rejected_ = 0, evictions_ = 0,
              write_errors_ = 0;
 };

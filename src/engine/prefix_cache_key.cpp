@@ -17,6 +17,9 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kTag[17] = {'k', 'v', 's', 't', 'a', 's', 'h', '.', 'p', 'r', 'e', 'f', 'i', 'x', '.', 'v', '1'};
 
+constexpr char kCheckpointTag[17] = {'k', 'v', 's', 't', 'a', 's', 'h', '.', 'r',
+                                     'e', 'c', 'u', 'r', '.', 'v', '1', '\0'};
+
 BlockKey to_key(XXH128_hash_t h) { return BlockKey{h.high64, h.low64}; }
 
 void put_u32(uint8_t* out, uint32_t v) { std::memcpy(out, &v, 4); }
@@ -54,6 +57,19 @@ BlockKey PrefixKeyDomain::block(const BlockKey& parent, std::span<const int32_t,
     put_key(bytes.data() + kHeaderBytes, parent);
     std::memcpy(bytes.data() + kHeaderBytes + 16, tokens.data(), 4 * kv_block_tokens);
     return to_key(XXH3_128bits(bytes.data(), bytes.size()));
+}
+
+BlockKey PrefixKeyDomain::checkpoint(const BlockKey& parent, std::span<const int32_t> partial) const {
+    if (partial.size() >= static_cast<size_t>(kv_block_tokens)) {
+        throw Error(ErrorCode::internal, "a checkpoint key's partial block must be shorter than a block");
+    }
+    std::array<uint8_t, kHeaderBytes + 16 + 4 + 4 * kv_block_tokens> bytes{};
+    std::memcpy(bytes.data(), header_.data(), kHeaderBytes);
+    std::memcpy(bytes.data(), kCheckpointTag, sizeof kCheckpointTag);
+    put_key(bytes.data() + kHeaderBytes, parent);
+    put_u32(bytes.data() + kHeaderBytes + 16, static_cast<uint32_t>(partial.size()));
+    std::memcpy(bytes.data() + kHeaderBytes + 20, partial.data(), 4 * partial.size());
+    return to_key(XXH3_128bits(bytes.data(), kHeaderBytes + 20 + 4 * partial.size()));
 }
 
 std::vector<BlockKey> PrefixKeyDomain::chain(std::span<const int32_t> tokens, int64_t n_blocks) const {

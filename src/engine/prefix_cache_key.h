@@ -7,6 +7,13 @@
 // fingerprint's 16 canonical bytes, kv type as u32 (0 = f16, 1 = f32), the matmul ISA as u32
 // (0 scalar, 1 avx2, 2 avx512: the fast paths round differently, so KV computed on one ISA is not
 // bitwise the KV another computes), the parent key's 16 canonical bytes, the tokens as 32 × i32.
+//
+// Recurrent checkpoints (models with Mamba layers): the recurrent state after the first P tokens, with
+// P = 32·b + k (0 <= k < 32), hangs off the key of the full block before it (block b-1, or the root):
+//   key(checkpoint P) = XXH3-128("kvstash.recur.v1\0" | fingerprint | kv type | isa | key(block b-1) |
+//                                u32 k | the k token ids of [32·b, P) as i32)
+// The different tag keeps checkpoint keys apart from block keys (one 128-bit namespace, one directory).
+// The KV type is in it because a hybrid's recurrent layers read its attention layers' (rounded) KV.
 #pragma once
 
 #include <array>
@@ -43,6 +50,8 @@ public:
 
     BlockKey root() const { return root_; }
     BlockKey block(const BlockKey& parent, std::span<const int32_t, kv_block_tokens> tokens) const;
+    // The key of the checkpoint after `partial` (fewer than kv_block_tokens tokens) following `parent`.
+    BlockKey checkpoint(const BlockKey& parent, std::span<const int32_t> partial) const;
     // Keys of the first n_blocks full blocks of `tokens` (tokens.size() >= n_blocks * kv_block_tokens).
     std::vector<BlockKey> chain(std::span<const int32_t> tokens, int64_t n_blocks) const;
 

@@ -7,6 +7,7 @@
 #include "kvstash/error.h"
 #include "kvstash/prefix_cache.h"
 #include "kvstash/tokenizer.h"
+#include "state/state_access.h"
 
 namespace kvstash {
 namespace {
@@ -122,6 +123,9 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
 
     if (held == 0 && options_.cache != nullptr) {
         CachedPrefix hit = options_.cache->acquire(prompt, options_.state);
+        // Recurrent models reuse a prefix only up to a cached checkpoint: keep one where the system block
+        // ends, so that release() caches it for the next session (a no-op for other models).
+        if (turn_start > hit.reused_tokens) StateAccess::want_checkpoint(hit.state, turn_start);
         state_ = std::move(hit.state);
         keep = static_cast<size_t>(hit.reused_tokens);
     } else if (keep < static_cast<size_t>(held)) {

@@ -49,6 +49,9 @@ public:
 
     // Whether the two share their data (no write since one was copied from the other).
     bool shares_with(const RecurrentState& other) const { return data_ == other.data_; }
+    // How many RecurrentStates share the data (1: this one alone): the prefix cache keeps a checkpoint
+    // that a live State shares.
+    long use_count() const { return data_.use_count(); }
 
 private:
     void make_unique();

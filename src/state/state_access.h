@@ -83,6 +83,17 @@ struct StateAccess {
         s.tokens.assign(tokens.begin(), tokens.end());
         s.kv.assign_blocks(std::move(blocks), static_cast<int64_t>(tokens.size()));
     }
+    // Recurrent models: as above, with the recurrent state after `tokens` (shared: copied on the first
+    // write), also kept as the State's first checkpoint so that truncating to it re-evaluates nothing.
+    static void adopt(State& state, std::span<const int32_t> tokens, std::vector<std::shared_ptr<KvBlock>> blocks,
+                      RecurrentState recurrent) {
+        adopt(state, tokens, std::move(blocks));
+        State::Impl& s = *state.impl_;
+        s.checkpoints.clear();
+        if (!tokens.empty())
+            s.checkpoints.push_back(RecurrentCheckpoint{static_cast<int64_t>(tokens.size()), recurrent});
+        s.recurrent = std::move(recurrent);
+    }
 
     // State-file reader: a fresh State's KV to decode into (its n_tokens() becomes the evaluated count),
     // then what the file holds besides: all tokens (evaluated ones first, then any pending), the

@@ -217,3 +217,58 @@ TEST(PrefixIndex, MismatchedArgumentsAreInternalErrors) {
 
 }  // namespace
 }  // namespace kvstash
+
+namespace kvstash {
+namespace {
+
+// Recurrent checkpoints as leaves of the block forest: found at the largest position the request's
+// matched blocks reach (their partial tokens checked, a collision never matches), their partial tokens
+// extend the match (`reach`), a missing parent refuses them, a block with checkpoints is not a leaf, and a
+// checkpoint a live State shares is not evicted.
+TEST(PrefixIndexCheckpoints, FoundByPositionKeptWhileSharedAndEvictedBeforeTheirParents) {
+    PrefixIndex index;
+    Sequence s(1, 3);  // tokens 0..95
+    s.insert_into(index);
+    s.blocks.clear();  // only the index holds them now
+    const RecurrentShape shape{1, 2, 3};
+    const std::span<const int32_t> tokens(s.tokens);
+    // At 40 (block 1 + 8 tokens, with a tail block) and at 64 (no tail).
+    EXPECT_TRUE(index.insert_checkpoint(s.keys[0], BlockKey{9, 40}, tokens.subspan(32, 8), RecurrentState(shape),
+                                        make_block(), kRoot));
+    EXPECT_TRUE(index.insert_checkpoint(s.keys[1], BlockKey{9, 64}, tokens.subspan(64, 0), RecurrentState(shape),
+                                        nullptr, kRoot));
+    EXPECT_FALSE(index.insert_checkpoint(BlockKey{5, 5}, BlockKey{9, 1}, tokens.subspan(64, 1), RecurrentState(shape),
+                                         make_block(), kRoot))
+        << "a checkpoint whose parent block is not cached could never be found";
+    EXPECT_EQ(index.checkpoints(), 2u);
+    const uint64_t each = 5 * sizeof(float);  // 1 layer × (2 conv + 3 scan) floats
+    EXPECT_EQ(index.checkpoint_bytes(), 2 * each + 2 * kHalf);
+
+    const std::span<const BlockKey> keys(s.keys);
+    EXPECT_EQ(index.lookup_checkpoint(kRoot, keys.first(2), tokens, 95).pos, 64);
+    EXPECT_EQ(index.lookup_checkpoint(kRoot, keys.first(2), tokens, 63).pos, 40);
+    EXPECT_EQ(index.lookup_checkpoint(kRoot, keys.first(1), tokens, 95).pos, 40);
+    EXPECT_EQ(index.lookup_checkpoint(kRoot, keys.first(0), tokens, 95).pos, 0);
+    // Another request whose block-1 tokens differ at 36: no checkpoint at 40, but the match reaches 36.
+    std::vector<int32_t> other = s.tokens;
+    other[36] = -1;
+    const PrefixIndex::CheckpointMatch m = index.lookup_checkpoint(kRoot, keys.first(1), other, 95);
+    EXPECT_EQ(m.pos, 0);
+    EXPECT_EQ(m.reach, 36);
+
+    // Held by a "State": kept; the blocks they hang off are not leaves.
+    PrefixIndex::CheckpointMatch held = index.lookup_checkpoint(kRoot, keys.first(2), tokens, 95);
+    EXPECT_EQ(index.bytes_in_use(), each + 2 * 2 * kHalf);  // the checkpoint and the blocks before it
+    index.evict_to(0);
+    EXPECT_EQ(index.checkpoints(), 1u);  // the one at 40 went, the one at 64 is shared
+    EXPECT_EQ(index.blocks(), 2u);       // block 2 went; blocks 0 and 1 carry the checkpoint at 64
+    held = {};
+    index.evict_to(0);
+    EXPECT_EQ(index.checkpoints(), 0u);
+    EXPECT_EQ(index.blocks(), 0u);
+    EXPECT_EQ(index.bytes(), 0u);
+    EXPECT_EQ(index.checkpoint_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace kvstash
