@@ -89,9 +89,11 @@ void ssm_conv_avx512(const SsmConvArgs& args, int64_t channel_begin, int64_t cha
 void ssm_scan_avx512(const SsmScanArgs& args, int64_t head_begin, int64_t head_end);
 
 // Shared by every ISA (compiled once, for the baseline, so every path calls the same code):
-// softplus(dt) as above (std::log1p of exp_f32), and the window update of a conv call for channels
+// softplus(dt) as above (std::log1p of exp_f32); the same given exp_dt = exp_f32(dt) (a SIMD path's
+// exps of several heads at once); and the window update of a conv call for channels
 // [channel_begin, channel_end): row j becomes in(n_tokens - d_conv + 1 + j), after the outputs are made.
 float ssm_softplus(float dt);
+float ssm_softplus_given_exp(float dt, float exp_dt);
 void ssm_conv_update_window(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end);
 }  // namespace kernels
 

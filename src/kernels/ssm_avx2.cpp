@@ -27,6 +27,8 @@ inline __m256 silu8(__m256 a) {
     return _mm256_div_ps(a, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
+constexpr int64_t kSmallHeadState = 512;  // floats of one head's state (head_dim × d_state): 8 heads in L1
+
 // ssm.h's combination of the 16 partial sums: lo = p[0..7], hi = p[8..15].
 inline float combine_partials(__m256 lo, __m256 hi) {
     const __m256 q = _mm256_add_ps(lo, hi);                                               // q[j] = p[j] + p[j + 8]
@@ -100,25 +102,44 @@ void ssm_scan_avx2(const SsmScanArgs& a, int64_t head_begin, int64_t head_end) {
     const __m256i mask_lo = first_lanes(std::min<int64_t>(rest, 8));
     const __m256i mask_hi = first_lanes(std::max<int64_t>(rest - 8, 0));
     const __m256i all = _mm256_set1_epi32(-1);
-    // Heads are independent: each head runs all its tokens (its state stays in cache).
-    for (int64_t h = head_begin; h < head_end; ++h) {
-        const int64_t g = h / heads_per_group;
-        const float* A = a.per_state_decay ? a.A + h * a.d_state : nullptr;
+    // Per block of 8 heads: n_tokens × 8 softplus(dt) and (Mamba-2) n_tokens × 8 per-head decays, their
+    // exps 8 at a time.
+    thread_local ScratchArray per_token_buf;
+    float* dts_block = per_token_buf.floats(static_cast<size_t>(a.n_tokens) * 16);
+    float* dA_block = dts_block + a.n_tokens * 8;
+    for (int64_t h0 = head_begin; h0 < head_end; h0 += 8) {
+        const int64_t n = std::min<int64_t>(8, head_end - h0);
+        const __m256i heads = first_lanes(n);
         for (int64_t t = 0; t < a.n_tokens; ++t) {
-            const float dts = ssm_softplus(a.dt[t * a.dt_stride + h]);
+            alignas(32) float dt[8], exp_dt[8];
+            const __m256 dt_v = _mm256_maskload_ps(a.dt + t * a.dt_stride + h0, heads);
+            _mm256_store_ps(dt, dt_v);
+            _mm256_store_ps(exp_dt, exp_f32_avx2(dt_v));
+            float* dts = dts_block + t * 8;
+            for (int64_t l = 0; l < 8; ++l) dts[l] = l < n ? ssm_softplus_given_exp(dt[l], exp_dt[l]) : 0.0f;
+            if (!a.per_state_decay) {
+                const __m256 arg = _mm256_mul_ps(_mm256_loadu_ps(dts), _mm256_maskload_ps(a.A + h0, heads));
+                _mm256_storeu_ps(dA_block + t * 8, exp_f32_avx2(arg));
+            }
+        }
+        // One head at one token: its channels' state updates and outputs.
+        auto head_token = [&](int64_t h, int64_t t) {
+            const int64_t g = h / heads_per_group;
+            const float* A = a.per_state_decay ? a.A + h * a.d_state : nullptr;
+            const float dts = dts_block[t * 8 + (h - h0)];
             ScanStep step;
             step.per_state_decay = a.per_state_decay;
             step.dts = _mm256_set1_ps(dts);
-            step.dA = a.per_state_decay ? _mm256_setzero_ps() : _mm256_set1_ps(exp_f32(dts * a.A[h]));
+            step.dA = a.per_state_decay ? _mm256_setzero_ps() : _mm256_set1_ps(dA_block[t * 8 + (h - h0)]);
             const float* B = a.B + t * a.B_stride + g * a.d_state;
             const float* C = a.C + t * a.C_stride + g * a.d_state;
+            auto at = [&](int64_t s) { return A ? A + s : nullptr; };
             for (int64_t i = 0; i < a.head_dim; ++i) {
                 const int64_t channel = h * a.head_dim + i;
                 const float x = a.x[t * a.x_stride + channel];
                 step.xdt = _mm256_set1_ps(x * dts);
                 float* state = a.state + channel * a.d_state;
                 __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-                auto at = [&](int64_t s) { return A ? A + s : nullptr; };
                 for (int64_t s = 0; s < whole; s += 16) {
                     lo = step.run(state + s, at(s), B + s, C + s, lo, true, all);
                     hi = step.run(state + s + 8, at(s + 8), B + s + 8, C + s + 8, hi, true, all);
@@ -131,6 +152,18 @@ void ssm_scan_avx2(const SsmScanArgs& a, int64_t head_begin, int64_t head_end) {
                 float y = combine_partials(lo, hi);
                 if (a.D) y = y + x * a.D[h];
                 a.y[t * a.y_stride + channel] = y;
+            }
+        };
+        // Heads are independent, so the loop order is free: small states (Mamba-1) token by token for
+        // the whole block (the block's state stays in L1, each token's rows are read once), large ones
+        // head by head (a head's state stays in cache over all tokens).
+        if (a.head_dim * a.d_state <= kSmallHeadState) {
+            for (int64_t t = 0; t < a.n_tokens; ++t) {
+                for (int64_t h = h0; h < h0 + n; ++h) head_token(h, t);
+            }
+        } else {
+            for (int64_t h = h0; h < h0 + n; ++h) {
+                for (int64_t t = 0; t < a.n_tokens; ++t) head_token(h, t);
             }
         }
     }

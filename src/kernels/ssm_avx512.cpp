@@ -21,6 +21,8 @@ inline __m512 silu16(__m512 a) {
     return _mm512_div_ps(a, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_f32_avx512(minus_a)));
 }
 
+constexpr int64_t kSmallHeadState = 256;  // floats of one head's state (head_dim × d_state): 16 heads in L1
+
 // ssm.h's combination of the 16 partial sums p.
 inline float combine_partials(__m512 p) {
     const __m256 q = _mm256_add_ps(_mm512_castps512_ps256(p), _mm512_extractf32x8_ps(p, 1));  // p[j] + p[j + 8]
@@ -62,14 +64,34 @@ void ssm_scan_avx512(const SsmScanArgs& a, int64_t head_begin, int64_t head_end)
     const int64_t heads_per_group = a.n_head / a.n_group;
     const int64_t whole = a.d_state / 16 * 16;  // states in whole groups of 16
     const __mmask16 rest = first_lanes(a.d_state - whole);
-    // Heads are independent: each head runs all its tokens (its state stays in cache).
-    for (int64_t h = head_begin; h < head_end; ++h) {
-        const int64_t g = h / heads_per_group;
-        const float* A = a.per_state_decay ? a.A + h * a.d_state : a.A;  // A + s read only when per_state_decay
+    // Per block of 16 heads: n_tokens × 16 softplus(dt) and (Mamba-2) n_tokens × 16 per-head decays,
+    // their exps 16 at a time.
+    thread_local ScratchArray per_token_buf;
+    float* dts_block = per_token_buf.floats(static_cast<size_t>(a.n_tokens) * 32);
+    float* dA_block = dts_block + a.n_tokens * 16;
+    for (int64_t h0 = head_begin; h0 < head_end; h0 += 16) {
+        const int64_t n = std::min<int64_t>(16, head_end - h0);
+        const __mmask16 heads = first_lanes(n);
         for (int64_t t = 0; t < a.n_tokens; ++t) {
-            const float dts = ssm_softplus(a.dt[t * a.dt_stride + h]);
+            alignas(64) float dt[16], exp_dt[16];
+            const __m512 dt_v = _mm512_maskz_loadu_ps(heads, a.dt + t * a.dt_stride + h0);
+            _mm512_store_ps(dt, dt_v);
+            _mm512_store_ps(exp_dt, exp_f32_avx512(dt_v));
+            float* dts = dts_block + t * 16;
+            for (int64_t l = 0; l < 16; ++l) dts[l] = l < n ? ssm_softplus_given_exp(dt[l], exp_dt[l]) : 0.0f;
+            if (!a.per_state_decay) {
+                const __m512 arg = _mm512_mul_ps(_mm512_loadu_ps(dts), _mm512_maskz_loadu_ps(heads, a.A + h0));
+                _mm512_storeu_ps(dA_block + t * 16, exp_f32_avx512(arg));
+            }
+        }
+        // One head at one token: its channels' state updates and outputs.
+        auto head_token = [&](int64_t h, int64_t t) {
+            const int64_t g = h / heads_per_group;
+            const float* A = a.per_state_decay ? a.A + h * a.d_state : a.A;  // A + s read only when per_state_decay
+            const float dts = dts_block[t * 16 + (h - h0)];
             const __m512 dts_v = _mm512_set1_ps(dts);
-            const __m512 head_dA = a.per_state_decay ? _mm512_setzero_ps() : _mm512_set1_ps(exp_f32(dts * a.A[h]));
+            const __m512 head_dA =
+                a.per_state_decay ? _mm512_setzero_ps() : _mm512_set1_ps(dA_block[t * 16 + (h - h0)]);
             const float* B = a.B + t * a.B_stride + g * a.d_state;
             const float* C = a.C + t * a.C_stride + g * a.d_state;
             for (int64_t i = 0; i < a.head_dim; ++i) {
@@ -94,6 +116,18 @@ void ssm_scan_avx512(const SsmScanArgs& a, int64_t head_begin, int64_t head_end)
                 float y = combine_partials(partial);
                 if (a.D) y = y + x * a.D[h];
                 a.y[t * a.y_stride + channel] = y;
+            }
+        };
+        // Heads are independent, so the loop order is free: small states (Mamba-1) token by token for
+        // the whole block (the block's state stays in L1, each token's rows are read once), large ones
+        // head by head (a head's state stays in cache over all tokens).
+        if (a.head_dim * a.d_state <= kSmallHeadState) {
+            for (int64_t t = 0; t < a.n_tokens; ++t) {
+                for (int64_t h = h0; h < h0 + n; ++h) head_token(h, t);
+            }
+        } else {
+            for (int64_t h = h0; h < h0 + n; ++h) {
+                for (int64_t t = 0; t < a.n_tokens; ++t) head_token(h, t);
             }
         }
     }

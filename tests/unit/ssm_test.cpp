@@ -259,9 +259,9 @@ std::string describe(const ScanShape& s) {
 
 std::vector<ScanShape> scan_shapes() {
     std::vector<ScanShape> shapes;
-    for (int64_t d_state : {16, 5, 20, 33}) shapes.push_back({48, 1, d_state, 1, true, true});  // n_embd 24
+    for (int64_t d_state : {16, 5, 12, 20, 29, 33}) shapes.push_back({48, 1, d_state, 1, true, true});  // n_embd 24
     shapes.push_back({48, 1, 16, 1, true, false});
-    for (int64_t d_state : {16, 64, 128, 5, 20, 33}) {
+    for (int64_t d_state : {16, 64, 128, 5, 12, 20, 24, 29, 33}) {
         for (int64_t n_group : {1, 2}) shapes.push_back({8, 16, d_state, n_group, false, true});
     }
     shapes.push_back({8, 16, 64, 2, false, false});
@@ -300,6 +300,54 @@ TEST(SsmScan, OutputOverInputEqualsSeparateOutput) {
                     << isa_name(isa) << " " << describe(shape) << " t " << t;
             }
             EXPECT_TRUE(same_bits(state, separate.state)) << isa_name(isa);
+        }
+    }
+}
+
+// A task's part (kernel_table(isa).ssm_scan / ssm_conv over a range, as the pool runs them) writes
+// only its heads' / channels' state and outputs, and those equal the reference's on the same range.
+TEST(SsmKernels, RangeTouchesOnlyItsHeadsAndChannels) {
+    for (Isa isa : available_isas()) {
+        for (const ScanShape& shape : {ScanShape{40, 1, 16, 1, true, true}, ScanShape{8, 4, 20, 2, false, true}}) {
+            const ScanProblem p = make_scan(shape, 3, 17);
+            const int64_t begin = 3, end = shape.n_head == 40 ? 21 : 6;
+            const ScanResult expected =
+                run_scan(p, 3, [&](const SsmScanArgs& a) { kernels::reference::ssm_scan(a, begin, end); });
+            const ScanResult got =
+                run_scan(p, 3, [&](const SsmScanArgs& a) { kernels::kernel_table(isa).ssm_scan(a, begin, end); });
+            EXPECT_TRUE(same_bits(expected.y, got.y)) << isa_name(isa) << " " << describe(shape);
+            EXPECT_TRUE(same_bits(expected.state, got.state)) << isa_name(isa) << " " << describe(shape);
+            const int64_t per_head = shape.head_dim * shape.d_state;
+            EXPECT_EQ(0, std::memcmp(got.state.data(), p.state0.data(), begin * per_head * sizeof(float)));
+            EXPECT_EQ(0, std::memcmp(got.state.data() + end * per_head, p.state0.data() + end * per_head,
+                                     (shape.n_head - end) * per_head * sizeof(float)))
+                << isa_name(isa) << " " << describe(shape) << ": heads past the range changed";
+            for (int64_t t = 0; t < p.n_tokens; ++t) {
+                for (int64_t c = 0; c < shape.n_head * shape.head_dim; ++c) {
+                    if (c >= begin * shape.head_dim && c < end * shape.head_dim) continue;
+                    ASSERT_EQ(got.y[t * p.x_stride + c], 0.0f) << isa_name(isa) << " y written outside, t " << t;
+                }
+            }
+        }
+        const ConvProblem p = make_conv(3, 40, 4, true, 3);
+        const int64_t begin = 5, end = 22;
+        const ConvResult expected =
+            run_conv(p, 3, [&](const SsmConvArgs& a) { kernels::reference::ssm_conv(a, begin, end); });
+        const ConvResult got =
+            run_conv(p, 3, [&](const SsmConvArgs& a) { kernels::kernel_table(isa).ssm_conv(a, begin, end); });
+        EXPECT_TRUE(same_bits(expected.out, got.out)) << isa_name(isa);
+        EXPECT_TRUE(same_bits(expected.window, got.window)) << isa_name(isa);
+        for (int64_t r = 0; r < p.d_conv - 1; ++r) {
+            for (int64_t c = 0; c < p.channels; ++c) {
+                if (c >= begin && c < end) continue;
+                ASSERT_EQ(got.window[r * p.channels + c], p.window0[r * p.channels + c]) << isa_name(isa) << " c " << c;
+            }
+        }
+        for (int64_t t = 0; t < p.n_tokens; ++t) {
+            for (int64_t c = 0; c < p.channels; ++c) {
+                if (c >= begin && c < end) continue;
+                ASSERT_EQ(got.out[t * p.out_stride + c], 0.0f) << isa_name(isa) << " c " << c;
+            }
         }
     }
 }
@@ -511,7 +559,7 @@ TEST(SsmScan, RejectsBadArguments) {
         change(a);
         expect_invalid([&] { ssm_scan(a, nullptr); }, what);
     };
-    bad("n_group 3 does not divide 8", [](SsmScanArgs& a) { a.n_group = 3; });
+    bad("n_group 2 does not divide 7", [](SsmScanArgs& a) { a.n_head = 7; });  // other sizes still fit
     bad("n_group 0", [](SsmScanArgs& a) { a.n_group = 0; });
     bad("d_state 0", [](SsmScanArgs& a) { a.d_state = 0; });
     bad("head_dim 0", [](SsmScanArgs& a) { a.head_dim = 0; });

@@ -20,7 +20,9 @@ inline float conv_input(const SsmConvArgs& a, int64_t i, int64_t c) {
 }
 }  // namespace
 
-float ssm_softplus(float dt) { return dt > 20.0f ? dt : std::log1p(exp_f32(dt)); }
+float ssm_softplus_given_exp(float dt, float exp_dt) { return dt > 20.0f ? dt : std::log1p(exp_dt); }
+
+float ssm_softplus(float dt) { return ssm_softplus_given_exp(dt, exp_f32(dt)); }
 
 void ssm_conv_update_window(const SsmConvArgs& a, int64_t channel_begin, int64_t channel_end) {
     // New row j = in(n_tokens - d_conv + 1 + j). When that is still a window row it is old row
