@@ -15,6 +15,7 @@ namespace {
 // Below this many multiply-adds (or exps) a task costs less than waking a worker (a few microseconds).
 constexpr int64_t kMinWorkPerTask = 16384;
 constexpr int64_t kConvChannelBlock = 16;  // a task's channels: whole vectors on every ISA
+constexpr int64_t kHeadBlock = 16;
 
 [[noreturn]] void invalid(const std::string& what, const std::string& advice) {
     throw Error(ErrorCode::invalid_argument, what + ": " + advice);
@@ -143,7 +144,9 @@ void ssm_scan_with(Isa isa, const SsmScanArgs& args, ThreadPool* pool) {
     // Work per head: a softplus per token, then head_dim × d_state updates (and d_state exps per channel
     // for Mamba-1). Mamba-1's heads are single channels, so a task takes a block of them.
     const int64_t per_head = args.n_tokens * (32 + args.head_dim * args.d_state * (args.per_state_decay ? 8 : 1));
-    const int64_t per_task = std::max<int64_t>(1, (kMinWorkPerTask + per_head - 1) / per_head);
+    int64_t per_task = std::max<int64_t>(1, (kMinWorkPerTask + per_head - 1) / per_head);
+    // Whole blocks of heads where a task has several (the ISAs take the softplus exps 8 or 16 heads at once).
+    if (per_task > kHeadBlock) per_task = (per_task + kHeadBlock - 1) / kHeadBlock * kHeadBlock;
     split(args.n_head, per_task, pool, [&](int64_t begin, int64_t end) { scan(args, begin, end); });
 }
 

@@ -43,7 +43,7 @@ struct ScanStep {
     __m256 dts, xdt, dA;  // dA: Mamba-2's per-head decay (unused when per_state_decay)
     bool per_state_decay;
 
-    // A: the group's decays (per_state_decay), else null.
+    // A: this head's decays of these 8 states (per_state_decay), else null.
     inline __m256 run(float* state, const float* A, const float* B, const float* C, __m256 partial, bool full,
                       __m256i mask) const {
         const __m256 dA = per_state_decay ? exp_f32_avx2(_mm256_mul_ps(dts, load(A, full, mask))) : this->dA;

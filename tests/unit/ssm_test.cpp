@@ -107,9 +107,10 @@ TEST(SsmConv, EveryIsaEqualsReferenceBitwise) {
     }
 }
 
-// Chunking invariance: one call, token by token, and uneven chunks give the same outputs and window.
+// Chunking invariance: one call, token by token, and uneven chunks give the same outputs and window;
+// so do pools of 1, 2, 3 threads (1000 channels: several tasks).
 TEST(SsmConv, ChunksAndThreadsGiveTheSameBits) {
-    ThreadPool pool2(2), pool3(3);
+    ThreadPool pool1(1), pool2(2), pool3(3);
     for (Isa isa : available_isas()) {
         for (int64_t d_conv : {2, 4}) {
             const ConvProblem p = make_conv(9, 1000, d_conv, true, 77);
@@ -119,7 +120,7 @@ TEST(SsmConv, ChunksAndThreadsGiveTheSameBits) {
                 EXPECT_TRUE(same_bits(whole.out, chunked.out)) << isa_name(isa) << " chunk " << chunk;
                 EXPECT_TRUE(same_bits(whole.window, chunked.window)) << isa_name(isa) << " chunk " << chunk;
             }
-            for (ThreadPool* pool : {&pool2, &pool3}) {
+            for (ThreadPool* pool : {&pool1, &pool2, &pool3}) {
                 const ConvResult threaded = run_conv(p, p.n_tokens, conv_on(isa, pool));
                 EXPECT_TRUE(same_bits(whole.out, threaded.out)) << isa_name(isa) << " threads " << pool->n_threads();
                 EXPECT_TRUE(same_bits(whole.window, threaded.window)) << isa_name(isa);
