@@ -6,9 +6,10 @@ For each model, `--rounds` rounds; each round runs, one after the other,
   * llama.cpp: this script in worker mode (a fresh process) through llama-cpp-python's low-level API,
 so that load on this shared machine hits both sides alike. Both sides do the same work per repeat: a
 fresh sequence, a P-token random prompt in one batch (llama.cpp: n_batch = n_ubatch = 512, logits of the
-last token only), then N single-token decode steps feeding back the argmax, f16 KV cache, one warm-up
-repeat first. The medians over all repeats of all rounds, and the ratios kvstash / llama.cpp (> 1 means
-kvstash is faster; for time to first token < 1 is better), are printed as JSON.
+last token only), then N single-token decode steps feeding back the argmax, f16 KV cache (recurrent
+layers: f32 state, no copies of it kept on either side), one warm-up repeat first. The medians over all
+repeats of all rounds, and the ratios kvstash / llama.cpp (> 1 means kvstash is faster; for time to first
+token and CPU ms per token < 1 is better), are printed as JSON.
 
 Run with the venv that has llama-cpp-python (built from source, GGML_NATIVE=ON):
   /work/venv-bench/bin/python bench/compare_llamacpp.py -t 2 \
@@ -160,6 +161,9 @@ def compare(model, args):
               "other_load_before_each_run": busy,
               "kvstash": {k: stats(v) for k, v in ks.items()},
               "llama.cpp": {k: stats(v) for k, v in lc.items()}}
+    for key in ("architecture", "n_layer", "n_recurrent_layers", "recurrent_state_bytes"):
+        if key in kinfo:
+            result[key] = kinfo[key]
     result["ratio_kvstash_over_llamacpp"] = {
         k: result["kvstash"][k]["median"] / result["llama.cpp"][k]["median"] for k in ks}
     result["decode_weight_gb_s"] = {

@@ -5,6 +5,7 @@
 // One repeat = a fresh State; a `prompt`-token random prompt (fixed seed) evaluated in one eval() call
 // (prefill; time to first token = prefill + the argmax of its logits), then `decode` tokens one eval()
 // each, feeding back the argmax (greedy). A warm-up repeat (not counted) pages the weights in.
+// No copies of a recurrent state are kept unless --checkpoint-interval asks (llama.cpp keeps none).
 // Every repeat must end with bitwise the same logits (a hash is printed: compare it across thread
 // counts to check batch invariance cheaply). Medians with min / max over the repeats are reported.
 //
@@ -56,10 +57,13 @@ struct Repeat {
 };
 
 Repeat run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Evaluator& evaluator,
-                const std::vector<int32_t>& prompt, int64_t n_decode) {
+                const std::vector<int32_t>& prompt, int64_t n_decode, int64_t checkpoint_interval) {
     Repeat r;
-    const int64_t n_ctx = static_cast<int64_t>(prompt.size()) + n_decode + 1;
-    kvstash::State state(*model, kvstash::StateOptions{kvstash::KvType::f16, n_ctx});
+    kvstash::StateOptions options;
+    options.kv_type = kvstash::KvType::f16;
+    options.n_ctx = static_cast<int64_t>(prompt.size()) + n_decode + 1;
+    options.checkpoint_interval = checkpoint_interval;
+    kvstash::State state(*model, options);
     const auto start = Clock::now();
     const double cpu_start = process_cpu_seconds();
     evaluator.eval(state, prompt);
@@ -215,6 +219,8 @@ int main(int argc, char** argv) {
     std::string model_path;
     int threads = 0, repeats = 5, bandwidth_mib = 1024;
     int64_t n_prompt = 512, n_decode = 128;
+    // llama.cpp keeps no copies of a recurrent state, so by default neither does the benchmark.
+    int64_t checkpoint_interval = 0;
     bool bandwidth = false, bandwidth_only = false, kernels = false;
     uint32_t seed = 42;
     app.add_option("-m,--model", model_path, "GGUF model file");
@@ -223,6 +229,9 @@ int main(int argc, char** argv) {
     app.add_option("-p,--prompt", n_prompt, "prompt tokens (prefill)")->check(CLI::Range(1, 1 << 20));
     app.add_option("-n,--decode", n_decode, "decoded tokens after the prompt")->check(CLI::Range(0, 1 << 20));
     app.add_option("--seed", seed, "seed of the random prompt");
+    app.add_option("--checkpoint-interval", checkpoint_interval,
+                   "recurrent models: keep a copy of the state every this many tokens (0 = none, as llama.cpp)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
     app.add_flag("--bandwidth", bandwidth, "also measure memory read bandwidth");
     app.add_flag("--bandwidth-only", bandwidth_only, "only measure memory read bandwidth (no model)");
     app.add_flag("--kernels", kernels, "only time the matmul kernels on random weights (no model)");
@@ -273,13 +282,13 @@ int main(int argc, char** argv) {
             std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
             for (int32_t& id : prompt) id = token(rng);
 
-            const Repeat warm = run_once(model, evaluator, prompt, std::min<int64_t>(n_decode, 8));
+            const Repeat warm = run_once(model, evaluator, prompt, std::min<int64_t>(n_decode, 8), checkpoint_interval);
             (void)warm;
             std::vector<double> prefill, ttft, decode, prefill_cpu, decode_cpu;
             uint64_t hash = 0;
             bool deterministic = true;
             for (int rep = 0; rep < repeats; ++rep) {
-                const Repeat r = run_once(model, evaluator, prompt, n_decode);
+                const Repeat r = run_once(model, evaluator, prompt, n_decode, checkpoint_interval);
                 prefill.push_back(r.prefill_tok_s);
                 ttft.push_back(r.ttft_s);
                 decode.push_back(r.decode_tok_s);
@@ -292,6 +301,13 @@ int main(int argc, char** argv) {
             std::snprintf(hash_hex, sizeof hash_hex, "%016llx", static_cast<unsigned long long>(hash));
             out["model"] = model_path;
             out["weight_bytes"] = model->weight_bytes();
+            const kvstash::ModelInfo& info = model->info();
+            out["architecture"] = info.architecture;
+            out["n_layer"] = info.n_layer;
+            out["n_recurrent_layers"] = info.n_recurrent_layers;
+            // Per sequence, read and written once per decoded token by the recurrent layers.
+            out["recurrent_state_bytes"] = info.recurrent_state_bytes;
+            out["checkpoint_interval"] = checkpoint_interval;
             out["prompt_tokens"] = n_prompt;
             out["decode_tokens"] = n_decode;
             out["repeats"] = repeats;

@@ -43,6 +43,20 @@ void run_with_snapshots(const ForwardSegment& seg, int64_t slot, Part part, int6
     if (count > done) step(done, count);
 }
 
+// Runs fn(row_begin, row_end) over [0, n_rows) in blocks of rows worth waking a worker for (a few
+// thousand floats each), on the pool when there is more than one block.
+template <typename Fn>
+void for_row_blocks(int64_t n_rows, int64_t row_floats, ThreadPool& pool, const Fn& fn) {
+    constexpr int64_t kMinFloatsPerTask = 4096;
+    const int64_t per_task = std::max<int64_t>(1, kMinFloatsPerTask / std::max<int64_t>(1, row_floats));
+    const int64_t n_tasks = (n_rows + per_task - 1) / per_task;
+    if (n_tasks <= 1 || pool.n_threads() <= 1) {
+        fn(int64_t{0}, n_rows);
+        return;
+    }
+    pool.run(n_tasks, [&](int64_t task) { fn(task * per_task, std::min(n_rows, (task + 1) * per_task)); });
+}
+
 }  // namespace
 
 void MambaScratch::reserve(const SsmConfig& c, int64_t n) {
@@ -161,22 +175,20 @@ void mamba_block(const ModelImpl& model, int64_t layer, std::span<const ForwardS
         }
     }
 
-    // Gate: y · silu(z); Mamba-2 then normalises each group of d_inner / n_group channels.
-    for (int64_t t = 0; t < n; ++t) {
-        float* y = s.y.data() + t * c.d_inner;
-        swiglu(s.proj.data() + t * d_in_proj + z_at, y, y, c.d_inner);
-    }
-    const float* mixed = s.y.data();
-    if (c.mamba2) {
-        const int64_t group = c.d_inner / c.n_group;
-        for (int64_t t = 0; t < n; ++t) {
-            for (int64_t g = 0; g < c.n_group; ++g) {
+    // Gate: y · silu(z); Mamba-2 then normalises each group of d_inner / n_group channels. Rows are
+    // independent, so blocks of rows go to the pool (each row's arithmetic is the same on any thread).
+    const int64_t group = c.mamba2 ? c.d_inner / c.n_group : 0;
+    for_row_blocks(n, c.d_inner, pool, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            float* y = s.y.data() + t * c.d_inner;
+            swiglu(s.proj.data() + t * d_in_proj + z_at, y, y, c.d_inner);
+            for (int64_t g = 0; g < c.n_group && c.mamba2; ++g) {
                 const int64_t at = t * c.d_inner + g * group;
                 rms_norm_row(s.y.data() + at, l.ssm_norm.data() + g * group, s.yn.data() + at, group, mc.rms_eps);
             }
         }
-        mixed = s.yn.data();
-    }
+    });
+    const float* mixed = c.mamba2 ? s.yn.data() : s.y.data();
     project(l.ssm_out, mixed, n, out, pool);
 }
 

@@ -14,11 +14,19 @@ std::string shape_string(const std::vector<int64_t>& dims) {
     return s + "}";
 }
 
+// Equal up to trailing dimensions of 1: llama.cpp writes ggml_n_dims() dimensions (llama-quantize turns
+// the converter's {2048, 1} ssm_norm into {2048}) and reads either.
+bool same_shape(std::vector<int64_t> a, std::vector<int64_t> b) {
+    while (a.size() > 1 && a.back() == 1) a.pop_back();
+    while (b.size() > 1 && b.back() == 1) b.pop_back();
+    return a == b;
+}
+
 const gguf::TensorInfo& require_tensor(const gguf::File& file, const std::string& name,
                                        const std::vector<int64_t>& expected_dims) {
     const gguf::TensorInfo* info = file.find_tensor(name);
     if (!info) throw Error(ErrorCode::bad_format, "model has no tensor '" + name + "'");
-    if (info->dims != expected_dims) {
+    if (!same_shape(info->dims, expected_dims)) {
         throw Error(ErrorCode::bad_format, "tensor '" + name + "' has shape " + shape_string(info->dims) +
                                                ", expected " + shape_string(expected_dims));
     }
