@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/prefix_cache_disk_file.h"
+#include "engine/prefix_cache_disk_next.h"
 #include "engine/prefix_cache_key.h"
 #include "kernels/dispatch.h"
 #include "kvstash/error.h"
@@ -48,9 +49,12 @@ protected:
         o.disk_budget_bytes = disk_budget;
         return o;
     }
+    // The files other than next-block lists (blocks and checkpoints), by name.
     std::vector<std::string> block_files() const {
         std::vector<std::string> names;
-        for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+        for (const auto& entry : fs::directory_iterator(dir_)) {
+            if (entry.path().extension() != kNextFileSuffix) names.push_back(entry.path().filename().string());
+        }
         std::sort(names.begin(), names.end());
         return names;
     }
@@ -109,7 +113,8 @@ TEST_F(PrefixCacheDisk, ANewCacheOnTheSameDirectoryReusesBlocksBitwise) {
         EXPECT_EQ(s.disk_blocks_written, 3u);  // written through at release, whatever RAM does later
         EXPECT_EQ(s.disk_blocks_held, 3u);
         const uint64_t file_bytes = kBlockFileHeaderBytes + StateAccess::kv(State(*model)).block_bytes();
-        EXPECT_EQ(s.disk_bytes_held, 3 * file_bytes);
+        // ... and each listed after its parent (the root, block 0, block 1): three one-entry lists.
+        EXPECT_EQ(s.disk_bytes_held, 3 * file_bytes + 3 * next_file_bytes(1));
         EXPECT_EQ(s.disk_bytes_written, 3 * file_bytes);
     }
     EXPECT_EQ(block_files().size(), 3u);
@@ -120,19 +125,20 @@ TEST_F(PrefixCacheDisk, ANewCacheOnTheSameDirectoryReusesBlocksBitwise) {
     EXPECT_EQ(run_request(reader, reloaded, tokens), 3 * B);
     PrefixCacheStats s = reader.stats();
     EXPECT_EQ(s.disk_hits, 3u);
-    EXPECT_EQ(s.disk_bytes_read, s.disk_bytes_held);
+    EXPECT_EQ(s.disk_bytes_read, 3 * kBlockFileHeaderBytes + 3 * StateAccess::kv(State(*reloaded)).block_bytes());
     EXPECT_EQ(s.disk_misses, 0u);
     EXPECT_EQ(s.disk_blocks_written, 0u);  // its release found every block already on disk
     EXPECT_EQ(s.tokens_reused, 3u * B);
 
-    // A request diverging inside block 2, in another fresh cache: blocks 0 and 1 from disk, nothing of
-    // block 2 (partial-block matches are RAM-only; the reader would have shared 5 tokens of it from RAM).
+    // A request diverging inside block 2, in another fresh cache: blocks 0 and 1 from disk, then block 2,
+    // found in block 1's list of next blocks, shared for its first 5 tokens (as RAM would).
     auto diverging = tokens;
     diverging[2 * B + 5] = (tokens[2 * B + 5] + 1) % 300;
     PrefixCache third(*reloaded, options());
-    EXPECT_EQ(run_request(third, reloaded, diverging), 2 * B);
+    EXPECT_EQ(run_request(third, reloaded, diverging), 2 * B + 5);
     s = third.stats();
-    EXPECT_EQ(s.disk_hits, 2u);
+    EXPECT_EQ(s.partial_block_hits, 1u);
+    EXPECT_EQ(s.disk_hits, 3u);
     EXPECT_EQ(s.disk_blocks_written, 1u);  // the diverging block 2
     EXPECT_EQ(block_files().size(), 4u);
 }
@@ -280,8 +286,9 @@ TEST_F(PrefixCacheDisk, TheDirectoryStaysWithinItsBudgetLeastRecentlyUsedFirst) 
         for (size_t i : {0u, 2u, 3u}) EXPECT_FALSE(fs::exists(dir_ / file_of(*model, seqs[i], 0))) << i;
         for (size_t i : {1u, 4u, 5u}) EXPECT_TRUE(fs::exists(dir_ / file_of(*model, seqs[i], 0))) << i;
     }
-    // A cache opened with a smaller budget trims the directory at once.
-    PrefixCache smaller(*model, options(file_bytes));
+    // A cache opened with a smaller budget trims the directory at once (the root's list of next blocks,
+    // naming all six, was rewritten last: the most recently used file).
+    PrefixCache smaller(*model, options(file_bytes + next_file_bytes(6)));
     EXPECT_EQ(smaller.stats().disk_blocks_held, 1u);
     EXPECT_EQ(smaller.stats().disk_evictions, 2u);
     EXPECT_EQ(block_files().size(), 1u);
