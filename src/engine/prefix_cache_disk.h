@@ -99,8 +99,8 @@ private:
     mutable std::mutex mutex_;
     std::unordered_map<BlockKey, File, BlockKeyHash> files_;  // guarded by mutex_
     std::list<BlockKey> lru_;                                 // most recently used first
-    uint64_t bytes_ = 0;     // of every file, next-block lists included (the budget covers them too)
-    uint64_t n_lists_ = 0;   // next-block lists among files_
+    uint64_t bytes_ = 0;    // of every file, next-block lists included (the budget covers them too)
+    uint64_t n_lists_ = 0;  // next-block lists among files_
     uint64_t checkpoint_hits_ = 0, checkpoints_written_ = 0;
     uint64_t hits_ = 0, written_ = 0, bytes_written_ = 0, bytes_read_ = 0, rejected_ = 0, evictions_ = 0,
              write_errors_ = 0;
