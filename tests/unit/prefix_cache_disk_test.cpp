@@ -143,6 +143,28 @@ TEST_F(PrefixCacheDisk, ANewCacheOnTheSameDirectoryReusesBlocksBitwise) {
     EXPECT_EQ(block_files().size(), 4u);
 }
 
+// A list of next blocks is a hint: an entry whose key is not the one its tokens make (here: another
+// block's key with the request's tokens) is skipped before any file is read, so it can neither be used
+// nor make the reader refuse (and delete) the good block file it names.
+TEST_F(PrefixCacheDisk, ANextBlockEntryWhoseKeyDoesNotMatchItsTokensIsSkipped) {
+    auto model = tiny();
+    const auto tokens = pseudo_random_tokens(2 * B + 1, 300, 11);
+    {
+        PrefixCache writer(*model, options());
+        run_request(writer, model, tokens);
+    }
+    auto request = tokens;
+    request[5] = (tokens[5] + 1) % 300;
+    const PrefixKeyDomain domain(cached_model_fingerprint(*model), KvType::f16, active_isa());
+    NextBlock forged{domain.chain(tokens, 2)[1], {}};
+    std::copy(request.begin(), request.begin() + B, forged.tokens.begin());
+    ASSERT_TRUE(write_next_file(dir_.string(), domain.root(), identity_of(*model), {forged}));
+    PrefixCache reader(*model, options());
+    EXPECT_EQ(run_request(reader, model, request), 0);
+    EXPECT_EQ(reader.stats().disk_rejected, 0u);
+    EXPECT_TRUE(fs::exists(dir_ / file_of(*model, tokens, 1)));
+}
+
 TEST_F(PrefixCacheDisk, DiskBlocksJoinTheRamTier) {
     auto model = tiny();
     const auto tokens = pseudo_random_tokens(2 * B + 3, 300, 2);
