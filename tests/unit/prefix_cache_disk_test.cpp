@@ -396,5 +396,58 @@ TEST(PrefixCacheDiskFile, NamesAreTheKeyInLowercaseHex) {
     }
 }
 
+// A list of next blocks reads back as written, and is refused (never ok, never a crash) when truncated
+// to any length, when any byte differs, under another identity (model, KV type, ISA) or under another
+// parent's name.
+TEST(PrefixCacheDiskNextFile, ReadsBackAndRefusesEveryTruncationByteFlipAndForeignIdentity) {
+    const fs::path dir = fs::temp_directory_path() / ("kvstash_next_file_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    BlockFileIdentity id;
+    id.model.bytes.fill(0x5a);
+    id.isa = 1;
+    const BlockKey parent{0x1111, 0x2222}, other_parent{0x3333, 0x4444};
+    std::vector<NextBlock> entries(3);
+    for (size_t i = 0; i < entries.size(); ++i) {
+        entries[i].key = BlockKey{i + 1, 2 * i + 7};
+        for (int t = 0; t < kv_block_tokens; ++t) entries[i].tokens[static_cast<size_t>(t)] = t * 3 + i;
+    }
+    ASSERT_TRUE(write_next_file(dir.string(), parent, id, entries));
+    const fs::path path = dir / next_file_name(next_blocks_key(parent));
+    EXPECT_EQ(fs::file_size(path), next_file_bytes(3));
+    std::vector<NextBlock> read;
+    ASSERT_EQ(read_next_file(dir.string(), parent, id, read), NextFileRead::ok);
+    ASSERT_EQ(read.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(read[i].key, entries[i].key);
+        EXPECT_EQ(read[i].tokens, entries[i].tokens);
+    }
+    EXPECT_EQ(read_next_file(dir.string(), other_parent, id, read), NextFileRead::missing);
+    BlockFileIdentity other_model = id, other_type = id, other_isa = id;
+    other_model.model.bytes[15] ^= 1;
+    other_type.kv_type = 1;
+    other_isa.isa = 2;
+    EXPECT_EQ(read_next_file(dir.string(), parent, other_isa, read), NextFileRead::rejected);
+    EXPECT_EQ(read_next_file(dir.string(), parent, other_model, read), NextFileRead::rejected);
+    EXPECT_EQ(read_next_file(dir.string(), parent, other_type, read), NextFileRead::rejected);
+    EXPECT_TRUE(read.empty());
+
+    const std::string good = read_bytes(path);
+    for (size_t n = 0; n < good.size(); ++n) {
+        write_bytes(path, good.substr(0, n));
+        ASSERT_EQ(read_next_file(dir.string(), parent, id, read), NextFileRead::rejected) << n << " bytes";
+    }
+    for (size_t i = 0; i < good.size(); ++i) {
+        std::string bad = good;
+        bad[i] = static_cast<char>(bad[i] ^ 0x10);
+        write_bytes(path, bad);
+        ASSERT_EQ(read_next_file(dir.string(), parent, id, read), NextFileRead::rejected) << "byte " << i;
+    }
+    // Renamed to another parent's list: its header names its own parent.
+    write_bytes(dir / next_file_name(next_blocks_key(other_parent)), good);
+    EXPECT_EQ(read_next_file(dir.string(), other_parent, id, read), NextFileRead::rejected);
+    fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvstash::test
