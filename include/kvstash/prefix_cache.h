@@ -24,8 +24,9 @@
 // full blocks found in RAM with blocks read back from disk, which then join the RAM tier as if released.
 // Each file's header repeats the model fingerprint, KV type, ISA, shape, parent key and tokens, and a
 // checksum covers the payload: a file of another model, a corrupt or a truncated one is refused
-// (stats().disk_rejected) and deleted, never used. Partial-block matches come from RAM only. Files are
-// kept within disk_budget_bytes by deleting the least recently used (file mtime, set on each use);
+// (stats().disk_rejected) and deleted, never used. A match can end inside a block read from disk too:
+// each written block is also listed under its parent ("<key hex>.kvn", a hint, verified the same way).
+// Files are kept within disk_budget_bytes by deleting the least recently used (file mtime, set on use);
 // several processes may share a directory (a file another process deleted is a miss, never an error).
 // Disk I/O errors after construction are counted (disk_write_errors), not thrown: the cache stays exact.
 //
@@ -101,10 +102,10 @@ struct PrefixCacheStats {
     uint64_t disk_bytes_written = 0;        // their bytes (header + K + V)
     uint64_t disk_bytes_read = 0;           // bytes of the files read back (disk_hits + disk_checkpoint_hits)
     uint64_t disk_rejected = 0;      // block or checkpoint files refused and deleted (other model, corrupt, truncated)
-    uint64_t disk_evictions = 0;     // block files deleted to stay within disk_budget_bytes
+    uint64_t disk_evictions = 0;     // files (blocks, checkpoints, next-block lists) deleted to stay within budget
     uint64_t disk_write_errors = 0;  // block files that could not be written (disk full, permissions)
     uint64_t disk_blocks_held = 0;   // block and checkpoint files under disk_dir now, as far as this process knows
-    uint64_t disk_bytes_held = 0;    // their bytes
+    uint64_t disk_bytes_held = 0;    // their bytes and those of the next-block lists (the budget covers all)
     uint64_t disk_budget_bytes = 0;
 };
 

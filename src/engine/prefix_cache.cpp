@@ -2,6 +2,7 @@
 // The disk tier's file I/O also runs outside the lock (the tier has its own).
 #include "kvstash/prefix_cache.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "engine/prefix_cache_disk.h"
@@ -86,6 +87,11 @@ struct PrefixCache::Impl {
     // Reads keys[first], keys[first + 1], ... from disk until one is missing; the blocks found.
     std::vector<std::shared_ptr<KvBlock>> load_from_disk(KvType type, std::span<const BlockKey> keys, size_t first,
                                                          std::span<const int32_t> tokens) const;
+    // `match` ends at a block boundary with room for more: reads from disk the block listed after its last
+    // full block that shares the most leading tokens with the request, adds it to the index and looks up
+    // again, so the match can end inside it as it would in RAM. `match` is left as it was otherwise.
+    void extend_from_next_blocks(KvType type, std::span<const BlockKey> keys, std::span<const int32_t> tokens,
+                                 int64_t limit, PrefixIndex::Match& match);
 
     const Model& model;
     const PrefixCacheOptions options;
@@ -114,6 +120,41 @@ std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_disk(KvType t
         blocks.push_back(std::move(block));
     }
     return blocks;
+}
+
+void PrefixCache::Impl::extend_from_next_blocks(KvType type, std::span<const BlockKey> keys,
+                                                std::span<const int32_t> tokens, int64_t limit,
+                                                PrefixIndex::Match& match) {
+    const auto n_full = static_cast<size_t>(match.n_tokens / kv_block_tokens);
+    const auto room = static_cast<size_t>(std::min<int64_t>(limit - match.n_tokens, kv_block_tokens));
+    if (match.partial_block || room == 0) return;
+    const PrefixKeyDomain& d = domain(type);
+    const BlockKey parent = n_full == 0 ? d.root() : keys[n_full - 1];
+    const std::span<const int32_t> next = tokens.subspan(n_full * kv_block_tokens, room);
+    const NextBlock* best = nullptr;
+    size_t best_shared = 0;
+    const std::vector<NextBlock> listed = disk->next_blocks(parent, file_id(type));
+    for (const NextBlock& e : listed) {
+        const auto shared =
+            static_cast<size_t>(std::mismatch(next.begin(), next.end(), e.tokens.begin()).first - next.begin());
+        // The list is a hint: its key must be the one its tokens make (so the index stays content-addressed).
+        if (shared > best_shared && d.block(parent, e.tokens) == e.key) best = &e, best_shared = shared;
+    }
+    if (best == nullptr) return;
+    std::shared_ptr<KvBlock> block =
+        disk->load(BlockFileName{best->key, parent, best->tokens}, file_id(type), shape(type));
+    if (!block) return;
+    std::vector<BlockKey> chain_keys(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n_full));
+    chain_keys.push_back(best->key);
+    std::vector<int32_t> chain_tokens(tokens.begin(),
+                                      tokens.begin() + static_cast<std::ptrdiff_t>(n_full * kv_block_tokens));
+    chain_tokens.insert(chain_tokens.end(), best->tokens.begin(), best->tokens.end());
+    std::vector<std::shared_ptr<KvBlock>> chain(match.blocks.begin(),
+                                                match.blocks.begin() + static_cast<std::ptrdiff_t>(n_full));
+    chain.push_back(std::move(block));
+    const std::lock_guard lock(mutex);
+    counters.blocks_inserted += index.insert(d.root(), chain_keys, chain_tokens, std::move(chain));
+    match = index.lookup(d.root(), keys, tokens, limit);
 }
 
 FoundCheckpoint PrefixCache::Impl::find_checkpoint(KvType type, std::span<const BlockKey> keys,
@@ -240,6 +281,9 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
             ++c.disk_misses;
         }
     }
+    // Disk finds whole blocks by key; where the request leaves them, its list of next blocks lets the
+    // match end inside one (a recurrent model then asks for a checkpoint exactly there).
+    if (impl_->disk) impl_->extend_from_next_blocks(options.kv_type, keys, tokens, limit, match);
 
     bool requested = false;
     if (impl_->recurrent()) {

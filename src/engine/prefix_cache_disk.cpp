@@ -41,7 +41,7 @@ PrefixDiskTier::PrefixDiskTier(std::string dir, uint64_t budget_bytes) : dir_(st
                                        "; give a writable directory (it is created if missing)");
     }
     scan();
-    std::vector<std::pair<BlockKey, bool>> victims;
+    std::vector<std::pair<BlockKey, Kind>> victims;
     {
         const std::lock_guard lock(mutex_);
         victims = take_victims();
@@ -49,15 +49,20 @@ PrefixDiskTier::PrefixDiskTier(std::string dir, uint64_t budget_bytes) : dir_(st
     delete_files(victims);
 }
 
-std::string PrefixDiskTier::path_of(const BlockKey& key, bool checkpoint) const {
-    return dir_ + "/" + (checkpoint ? checkpoint_file_name(key) : block_file_name(key));
+std::string PrefixDiskTier::path_of(const BlockKey& key, Kind kind) const {
+    switch (kind) {
+        case Kind::block: return dir_ + "/" + block_file_name(key);
+        case Kind::checkpoint: return dir_ + "/" + checkpoint_file_name(key);
+        case Kind::next: break;
+    }
+    return dir_ + "/" + next_file_name(key);
 }
 
 void PrefixDiskTier::scan() {
     std::error_code ec;
     fs::directory_iterator it(dir_, ec);
     if (ec) throw Error(ErrorCode::io, "cannot list the prefix cache directory '" + dir_ + "': " + ec.message());
-    std::vector<std::tuple<fs::file_time_type, BlockKey, uint64_t, bool>> found;
+    std::vector<std::tuple<fs::file_time_type, BlockKey, uint64_t, Kind>> found;
     const auto now = fs::file_time_type::clock::now();
     // Entries may vanish while we look (another process evicting): each failure skips one entry.
     for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
@@ -70,23 +75,25 @@ void PrefixDiskTier::scan() {
             if (now - mtime > kStaleTempAge) fs::remove(it->path(), entry_ec);
             continue;
         }
+        Kind kind = Kind::block;
         std::optional<BlockKey> key = parse_block_file_name(name);
-        const bool checkpoint = !key;
-        if (checkpoint) key = parse_checkpoint_file_name(name);
+        if (!key && (key = parse_checkpoint_file_name(name))) kind = Kind::checkpoint;
+        if (!key && (key = parse_next_file_name(name))) kind = Kind::next;
         if (!key) continue;  // not ours: left alone and not counted
         const uint64_t size = it->file_size(entry_ec);
-        if (!entry_ec) found.emplace_back(mtime, *key, size, checkpoint);
+        if (!entry_ec) found.emplace_back(mtime, *key, size, kind);
     }
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); });
     const std::lock_guard lock(mutex_);
-    for (const auto& [mtime, key, size, checkpoint] : found) {
+    for (const auto& [mtime, key, size, kind] : found) {
         lru_.push_back(key);  // newest first
-        files_.emplace(key, File{size, checkpoint, std::prev(lru_.end())});
+        files_.emplace(key, File{size, kind, std::prev(lru_.end())});
         bytes_ += size;
+        n_lists_ += kind == Kind::next ? 1 : 0;
     }
 }
 
-void PrefixDiskTier::note_present(const BlockKey& key, bool checkpoint, uint64_t bytes) {
+void PrefixDiskTier::note_present(const BlockKey& key, Kind kind, uint64_t bytes) {
     if (const auto it = files_.find(key); it != files_.end()) {
         lru_.splice(lru_.begin(), lru_, it->second.lru);
         bytes_ = bytes_ - it->second.bytes + bytes;
@@ -94,31 +101,33 @@ void PrefixDiskTier::note_present(const BlockKey& key, bool checkpoint, uint64_t
         return;
     }
     lru_.push_front(key);
-    files_.emplace(key, File{bytes, checkpoint, lru_.begin()});
+    files_.emplace(key, File{bytes, kind, lru_.begin()});
     bytes_ += bytes;
+    n_lists_ += kind == Kind::next ? 1 : 0;
 }
 
 void PrefixDiskTier::forget(const BlockKey& key) {
     const auto it = files_.find(key);
     if (it == files_.end()) return;
     bytes_ -= it->second.bytes;
+    n_lists_ -= it->second.kind == Kind::next ? 1 : 0;
     lru_.erase(it->second.lru);
     files_.erase(it);
 }
 
-std::vector<std::pair<BlockKey, bool>> PrefixDiskTier::take_victims() {
-    std::vector<std::pair<BlockKey, bool>> victims;
+std::vector<std::pair<BlockKey, PrefixDiskTier::Kind>> PrefixDiskTier::take_victims() {
+    std::vector<std::pair<BlockKey, Kind>> victims;
     while (bytes_ > budget_ && !lru_.empty()) {
-        victims.emplace_back(lru_.back(), files_.at(lru_.back()).checkpoint);
+        victims.emplace_back(lru_.back(), files_.at(lru_.back()).kind);
         forget(lru_.back());
         ++evictions_;
     }
     return victims;
 }
 
-void PrefixDiskTier::delete_files(const std::vector<std::pair<BlockKey, bool>>& victims) {
+void PrefixDiskTier::delete_files(const std::vector<std::pair<BlockKey, Kind>>& victims) {
     // A file another process already deleted is fine: it is gone either way.
-    for (const auto& [key, checkpoint] : victims) ::unlink(path_of(key, checkpoint).c_str());
+    for (const auto& [key, kind] : victims) ::unlink(path_of(key, kind).c_str());
 }
 
 std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const BlockFileIdentity& id,
@@ -131,7 +140,7 @@ std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const 
     uint8_t* k = fresh.writable_block_k(0);
     uint8_t* v = fresh.writable_block_v(0);
     const BlockFileRead result = read_block_file(dir_, block, id, k, v);
-    after_read(block.key, false, result, id.file_bytes());
+    after_read(block.key, Kind::block, result, id.file_bytes());
     if (result != BlockFileRead::ok) return nullptr;
     return fresh.share_block(0);  // `fresh` goes: the caller holds the only reference
 }
@@ -148,14 +157,14 @@ PrefixDiskTier::Checkpoint PrefixDiskTier::load_checkpoint(const CheckpointFileN
     uint8_t* k = has_tail ? fresh.writable_block_k(0) : nullptr;
     uint8_t* v = has_tail ? fresh.writable_block_v(0) : nullptr;
     const BlockFileRead result = read_checkpoint_file(dir_, name, id, state.writable_floats().data(), k, v);
-    after_read(name.key, true, result, id.file_bytes(name.partial.size()));
+    after_read(name.key, Kind::checkpoint, result, id.file_bytes(name.partial.size()));
     if (result != BlockFileRead::ok) return {};
     return Checkpoint{name.pos, std::move(state), has_tail ? fresh.share_block(0) : nullptr};
 }
 
-void PrefixDiskTier::after_read(const BlockKey& key, bool checkpoint, BlockFileRead result, uint64_t bytes) {
-    if (result == BlockFileRead::rejected) ::unlink(path_of(key, checkpoint).c_str());
-    std::vector<std::pair<BlockKey, bool>> victims;
+void PrefixDiskTier::after_read(const BlockKey& key, Kind kind, BlockFileRead result, uint64_t bytes) {
+    if (result == BlockFileRead::rejected) ::unlink(path_of(key, kind).c_str());
+    std::vector<std::pair<BlockKey, Kind>> victims;
     {
         const std::lock_guard lock(mutex_);
         if (result != BlockFileRead::ok) {
@@ -164,9 +173,11 @@ void PrefixDiskTier::after_read(const BlockKey& key, bool checkpoint, BlockFileR
             return;
         }
         // A file another process wrote after our scan is now counted: trim if that takes us over.
-        note_present(key, checkpoint, bytes);
-        ++(checkpoint ? checkpoint_hits_ : hits_);
-        bytes_read_ += bytes;
+        note_present(key, kind, bytes);
+        if (kind != Kind::next) {  // a list of next blocks is a hint, not a hit
+            ++(kind == Kind::checkpoint ? checkpoint_hits_ : hits_);
+            bytes_read_ += bytes;
+        }
         victims = take_victims();
     }
     delete_files(victims);
@@ -177,25 +188,25 @@ std::vector<bool> PrefixDiskTier::known_checkpoints(std::span<const BlockKey> ke
     const std::lock_guard lock(mutex_);
     for (size_t i = 0; i < keys.size(); ++i) {
         const auto it = files_.find(keys[i]);
-        known[i] = it != files_.end() && it->second.checkpoint;
+        known[i] = it != files_.end() && it->second.kind == Kind::checkpoint;
     }
     return known;
 }
 
-bool PrefixDiskTier::mark_if_known(const BlockKey& key, bool checkpoint, uint64_t bytes) {
+bool PrefixDiskTier::mark_if_known(const BlockKey& key, Kind kind, uint64_t bytes) {
     {
         const std::lock_guard lock(mutex_);
         if (!files_.contains(key)) return false;
     }
     // Known: mark it used, in our order and in its mtime (the order other processes see).
-    if (::utimensat(AT_FDCWD, path_of(key, checkpoint).c_str(), nullptr, 0) != 0) return false;
+    if (::utimensat(AT_FDCWD, path_of(key, kind).c_str(), nullptr, 0) != 0) return false;
     const std::lock_guard lock(mutex_);
-    note_present(key, checkpoint, bytes);
+    note_present(key, kind, bytes);
     return true;
 }
 
-void PrefixDiskTier::after_store(const BlockKey& key, bool checkpoint, bool ok, bool written, uint64_t bytes) {
-    std::vector<std::pair<BlockKey, bool>> victims;
+void PrefixDiskTier::after_store(const BlockKey& key, Kind kind, bool ok, bool written, uint64_t bytes) {
+    std::vector<std::pair<BlockKey, Kind>> victims;
     {
         const std::lock_guard lock(mutex_);
         if (!ok) {
@@ -203,9 +214,9 @@ void PrefixDiskTier::after_store(const BlockKey& key, bool checkpoint, bool ok, 
             ++write_errors_;
             return;
         }
-        note_present(key, checkpoint, bytes);
-        if (written) {
-            ++(checkpoint ? checkpoints_written_ : written_);
+        note_present(key, kind, bytes);
+        if (written && kind != Kind::next) {
+            ++(kind == Kind::checkpoint ? checkpoints_written_ : written_);
             bytes_written_ += bytes;
         }
         victims = take_victims();
@@ -214,9 +225,10 @@ void PrefixDiskTier::after_store(const BlockKey& key, bool checkpoint, bool ok, 
 }
 
 void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv) {
-    if (mark_if_known(block.key, false, id.file_bytes())) return;
-    if (adopt_existing(path_of(block.key, false), id.file_bytes())) {
-        after_store(block.key, false, true, false, id.file_bytes());
+    if (mark_if_known(block.key, Kind::block, id.file_bytes())) return;
+    // Adopted: whoever wrote it listed it under its parent.
+    if (adopt_existing(path_of(block.key, Kind::block), id.file_bytes())) {
+        after_store(block.key, Kind::block, true, false, id.file_bytes());
         return;
     }
     const std::span<const uint8_t> k(kv.k.data(), kv.k.size()), v(kv.v.data(), kv.v.size());
@@ -226,15 +238,44 @@ void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& 
         std::error_code ec;
         if (fs::create_directories(dir_, ec) && !ec) written = write_block_file(dir_, block, id, k, v);
     }
-    after_store(block.key, false, written, written, id.file_bytes());
+    after_store(block.key, Kind::block, written, written, id.file_bytes());
+    if (written) add_next_block(block, id);
+}
+
+std::vector<NextBlock> PrefixDiskTier::next_blocks(const BlockKey& parent, const BlockFileIdentity& id) {
+    std::vector<NextBlock> entries;
+    const NextFileRead result = read_next_file(dir_, parent, id, entries);
+    const BlockKey key = next_blocks_key(parent);
+    after_read(key, Kind::next,
+               result == NextFileRead::ok         ? BlockFileRead::ok
+               : result == NextFileRead::rejected ? BlockFileRead::rejected
+                                                  : BlockFileRead::missing,
+               next_file_bytes(entries.size()));
+    return entries;
+}
+
+void PrefixDiskTier::add_next_block(const BlockFileName& block, const BlockFileIdentity& id) {
+    // Read, add, rewrite: a list another process rewrites at the same time may lose one of the two
+    // additions (a later miss). A refused list is simply replaced.
+    std::vector<NextBlock> entries;
+    read_next_file(dir_, block.parent, id, entries);
+    for (const NextBlock& e : entries) {
+        if (e.key == block.key) return;
+    }
+    NextBlock added{block.key, {}};
+    std::copy(block.tokens.begin(), block.tokens.end(), added.tokens.begin());
+    entries.insert(entries.begin(), added);
+    if (entries.size() > kMaxNextBlocks) entries.resize(kMaxNextBlocks);
+    const bool written = write_next_file(dir_, block.parent, id, entries);
+    after_store(next_blocks_key(block.parent), Kind::next, written, written, next_file_bytes(entries.size()));
 }
 
 void PrefixDiskTier::store_checkpoint(const CheckpointFileName& name, const CheckpointFileIdentity& id,
                                       const RecurrentState& state, const KvBlock* tail) {
     const uint64_t bytes = id.file_bytes(name.partial.size());
-    if (mark_if_known(name.key, true, bytes)) return;
-    if (adopt_existing(path_of(name.key, true), bytes)) {
-        after_store(name.key, true, true, false, bytes);
+    if (mark_if_known(name.key, Kind::checkpoint, bytes)) return;
+    if (adopt_existing(path_of(name.key, Kind::checkpoint), bytes)) {
+        after_store(name.key, Kind::checkpoint, true, false, bytes);
         return;
     }
     std::span<const uint8_t> k, v;
@@ -246,7 +287,7 @@ void PrefixDiskTier::store_checkpoint(const CheckpointFileName& name, const Chec
         if (fs::create_directories(dir_, ec) && !ec)
             written = write_checkpoint_file(dir_, name, id, state.floats(), k, v);
     }
-    after_store(name.key, true, written, written, bytes);
+    after_store(name.key, Kind::checkpoint, written, written, bytes);
 }
 
 void PrefixDiskTier::fill(PrefixCacheStats& stats) const {
@@ -260,7 +301,7 @@ void PrefixDiskTier::fill(PrefixCacheStats& stats) const {
     stats.disk_rejected = rejected_;
     stats.disk_evictions = evictions_;
     stats.disk_write_errors = write_errors_;
-    stats.disk_blocks_held = files_.size();
+    stats.disk_blocks_held = files_.size() - n_lists_;
     stats.disk_bytes_held = bytes_;
     stats.disk_budget_bytes = budget_;
 }

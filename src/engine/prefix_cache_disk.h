@@ -1,6 +1,6 @@
-// The prefix cache's disk tier: a directory of content-addressed block files (prefix_cache_disk_file.h)
-// and recurrent checkpoint files (prefix_cache_disk_checkpoint.h) within one byte budget, shared by
-// every process that points at it.
+// The prefix cache's disk tier: a directory of content-addressed block files (prefix_cache_disk_file.h),
+// lists of the blocks following a block (prefix_cache_disk_next.h) and recurrent checkpoint files
+// (prefix_cache_disk_checkpoint.h) within one byte budget, shared by every process that points at it.
 //
 // Bookkeeping: which files exist, their sizes and their least-recently-used order, from a scan of the
 // directory at construction (order by file mtime) and then from this process's own reads, writes and
@@ -24,6 +24,7 @@
 
 #include "engine/prefix_cache_disk_checkpoint.h"
 #include "engine/prefix_cache_disk_file.h"
+#include "engine/prefix_cache_disk_next.h"
 #include "kv/kv_cache.h"
 #include "kvstash/prefix_cache.h"
 
@@ -41,9 +42,14 @@ public:
     std::shared_ptr<KvBlock> load(const BlockFileName& block, const BlockFileIdentity& id, const KvCache& shape);
 
     // Makes sure the block has a file: a known one is marked recently used (its mtime set to now), an
-    // unknown or vanished one is written. Write failures are counted (disk_write_errors), never thrown:
-    // the cache stays correct without its disk tier. Then trims the directory to the budget.
+    // unknown or vanished one is written, and added to its parent's list of next blocks. Write failures
+    // are counted (disk_write_errors), never thrown: the cache stays correct without its disk tier. Then
+    // trims the directory to the budget.
     void store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv);
+
+    // The blocks listed as following `parent` (most recently added first; hints: load() verifies each);
+    // empty on a miss. A refused list is deleted and counted (disk_rejected).
+    std::vector<NextBlock> next_blocks(const BlockKey& parent, const BlockFileIdentity& id);
 
     // A recurrent checkpoint from its file (its tail block, when the partial is not empty, allocated by a
     // fork of `shape`); pos == 0 on a miss. Refused files are deleted and counted as for blocks.
@@ -65,22 +71,26 @@ public:
     const std::string& dir() const { return dir_; }
 
 private:
-    std::string path_of(const BlockKey& key, bool checkpoint) const;
+    enum class Kind : uint8_t { block, checkpoint, next };  // .kvb, .rck, .kvn (keys never coincide)
+
+    std::string path_of(const BlockKey& key, Kind kind) const;
     // Bookkeeping after a read / a store attempt of a file of `bytes` (store: written or adopted).
-    void after_read(const BlockKey& key, bool checkpoint, BlockFileRead result, uint64_t bytes);
-    bool mark_if_known(const BlockKey& key, bool checkpoint, uint64_t bytes);
-    void after_store(const BlockKey& key, bool checkpoint, bool ok, bool written, uint64_t bytes);
+    void after_read(const BlockKey& key, Kind kind, BlockFileRead result, uint64_t bytes);
+    bool mark_if_known(const BlockKey& key, Kind kind, uint64_t bytes);
+    void after_store(const BlockKey& key, Kind kind, bool ok, bool written, uint64_t bytes);
+    // Adds `block` (just written) to the list of blocks following its parent.
+    void add_next_block(const BlockFileName& block, const BlockFileIdentity& id);
     void scan();
     // Bookkeeping, with mutex_ held.
-    void note_present(const BlockKey& key, bool checkpoint, uint64_t bytes);
+    void note_present(const BlockKey& key, Kind kind, uint64_t bytes);
     void forget(const BlockKey& key);
-    // The least recently used files beyond the budget (key, is a checkpoint), forgotten.
-    std::vector<std::pair<BlockKey, bool>> take_victims();
-    void delete_files(const std::vector<std::pair<BlockKey, bool>>& victims);
+    // The least recently used files beyond the budget, forgotten.
+    std::vector<std::pair<BlockKey, Kind>> take_victims();
+    void delete_files(const std::vector<std::pair<BlockKey, Kind>>& victims);
 
     struct File {
         uint64_t bytes = 0;
-        bool checkpoint = false;  // a .rck file (else .kvb)
+        Kind kind = Kind::block;
         std::list<BlockKey>::iterator lru;
     };
 
@@ -89,7 +99,8 @@ private:
     mutable std::mutex mutex_;
     std::unordered_map<BlockKey, File, BlockKeyHash> files_;  // guarded by mutex_
     std::list<BlockKey> lru_;                                 // most recently used first
-    uint64_t bytes_ = 0;
+    uint64_t bytes_ = 0;    // of every file, next-block lists included (the budget covers them too)
+    uint64_t n_lists_ = 0;  // next-block lists among files_
     uint64_t checkpoint_hits_ = 0, checkpoints_written_ = 0;
     uint64_t hits_ = 0, written_ = 0, bytes_written_ = 0, bytes_read_ = 0, rejected_ = 0, evictions_ = 0,
              write_errors_ = 0;

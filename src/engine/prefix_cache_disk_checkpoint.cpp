@@ -3,14 +3,13 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <array>
-#include <cerrno>
 #include <cstring>
 
 #include "base/atomic_file.h"
+#include "base/fd.h"
 
 namespace kvstash {
 namespace {
@@ -71,25 +70,6 @@ Header make_header(const CheckpointFileName& name, const CheckpointFileIdentity&
     return h;
 }
 
-bool read_all(int fd, uint8_t* data, uint64_t n, uint64_t offset) {
-    while (n > 0) {
-        const ssize_t r = ::pread(fd, data, n, static_cast<off_t>(offset));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        data += r;
-        n -= static_cast<uint64_t>(r);
-        offset += static_cast<uint64_t>(r);
-    }
-    return true;
-}
-
-struct Fd {
-    int fd = -1;
-    ~Fd() {
-        if (fd >= 0) ::close(fd);
-    }
-};
-
 bool valid(const CheckpointFileName& name) {
     return name.partial.size() < static_cast<size_t>(kv_block_tokens) && name.pos >= 0 &&
            name.pos % kv_block_tokens == static_cast<int64_t>(name.partial.size());
@@ -123,16 +103,16 @@ BlockFileRead read_checkpoint_file(const std::string& dir, const CheckpointFileN
                                    const CheckpointFileIdentity& id, float* state, uint8_t* k, uint8_t* v) {
     if (!valid(name)) return BlockFileRead::missing;
     const std::string path = dir + "/" + checkpoint_file_name(name.key);
-    Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (in.fd < 0) return BlockFileRead::missing;
+    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!in.valid()) return BlockFileRead::missing;
     struct stat st {};
-    if (::fstat(in.fd, &st) != 0) return BlockFileRead::missing;
+    if (::fstat(in.get(), &st) != 0) return BlockFileRead::missing;
     const size_t n_partial = name.partial.size();
     if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != id.file_bytes(n_partial))
         return BlockFileRead::rejected;
 
     Header header{};
-    if (!read_all(in.fd, header.data(), header.size(), 0)) return BlockFileRead::rejected;
+    if (!read_all_at(in.get(), header.data(), header.size(), 0)) return BlockFileRead::rejected;
     uint64_t stored_checksum = 0;
     std::memcpy(&stored_checksum, header.data() + kPayloadChecksumAt, 8);
     if (header != make_header(name, id, stored_checksum)) return BlockFileRead::rejected;
@@ -141,12 +121,12 @@ BlockFileRead read_checkpoint_file(const std::string& dir, const CheckpointFileN
     const uint64_t half = id.tail_bytes(n_partial) / 2;
     auto* state_out = reinterpret_cast<uint8_t*>(state);
     uint64_t at = kCheckpointFileHeaderBytes;
-    if (!read_all(in.fd, state_out, state_bytes, at)) return BlockFileRead::rejected;
+    if (!read_all_at(in.get(), state_out, state_bytes, at)) return BlockFileRead::rejected;
     at += state_bytes;
-    if (half > 0 && (!read_all(in.fd, k, half, at) || !read_all(in.fd, v, half, at + half)))
+    if (half > 0 && (!read_all_at(in.get(), k, half, at) || !read_all_at(in.get(), v, half, at + half)))
         return BlockFileRead::rejected;
     if (payload_checksum({state_out, state_bytes}, k, v, half) != stored_checksum) return BlockFileRead::rejected;
-    ::futimens(in.fd, nullptr);  // recency for the tier's LRU order, shared with other processes
+    ::futimens(in.get(), nullptr);  // recency for the tier's LRU order, shared with other processes
     return BlockFileRead::ok;
 }
 

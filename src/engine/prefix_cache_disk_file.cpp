@@ -3,14 +3,13 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <array>
-#include <cerrno>
 #include <cstring>
 
 #include "base/atomic_file.h"
+#include "base/fd.h"
 
 namespace kvstash {
 namespace {
@@ -63,25 +62,6 @@ Header make_header(const BlockFileName& block, const BlockFileIdentity& id, uint
     return h;
 }
 
-bool read_all(int fd, uint8_t* data, uint64_t n, uint64_t offset) {
-    while (n > 0) {
-        const ssize_t r = ::pread(fd, data, n, static_cast<off_t>(offset));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        data += r;
-        n -= static_cast<uint64_t>(r);
-        offset += static_cast<uint64_t>(r);
-    }
-    return true;
-}
-
-struct Fd {
-    int fd = -1;
-    ~Fd() {
-        if (fd >= 0) ::close(fd);
-    }
-};
-
 }  // namespace
 
 std::string block_file_name(const BlockKey& key) { return key.hex() + kBlockFileSuffix; }
@@ -122,15 +102,15 @@ bool write_block_file(const std::string& dir, const BlockFileName& block, const 
 BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,
                               uint8_t* k, uint8_t* v) {
     const std::string path = dir + "/" + block_file_name(block.key);
-    Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     // Any failure to open (gone, or unreadable to us) is a miss: nothing here says the file is bad.
-    if (in.fd < 0) return BlockFileRead::missing;
+    if (!in.valid()) return BlockFileRead::missing;
     struct stat st {};
-    if (::fstat(in.fd, &st) != 0) return BlockFileRead::missing;
+    if (::fstat(in.get(), &st) != 0) return BlockFileRead::missing;
     if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != id.file_bytes()) return BlockFileRead::rejected;
 
     Header header{};
-    if (!read_all(in.fd, header.data(), header.size(), 0)) return BlockFileRead::rejected;
+    if (!read_all_at(in.get(), header.data(), header.size(), 0)) return BlockFileRead::rejected;
     uint64_t stored_checksum = 0;
     std::memcpy(&stored_checksum, header.data() + 224, 8);
     // Every field at once: the header we would write for this block with the stored payload checksum.
@@ -138,11 +118,12 @@ BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block
     if (header != expected) return BlockFileRead::rejected;
 
     const uint64_t half = id.half_bytes();
-    if (!read_all(in.fd, k, half, kBlockFileHeaderBytes) || !read_all(in.fd, v, half, kBlockFileHeaderBytes + half)) {
+    if (!read_all_at(in.get(), k, half, kBlockFileHeaderBytes) ||
+        !read_all_at(in.get(), v, half, kBlockFileHeaderBytes + half)) {
         return BlockFileRead::rejected;
     }
     if (payload_checksum(k, v, half) != stored_checksum) return BlockFileRead::rejected;
-    ::futimens(in.fd, nullptr);  // now: the tier's LRU order, shared with other processes through mtime
+    ::futimens(in.get(), nullptr);  // now: the tier's LRU order, shared with other processes through mtime
     return BlockFileRead::ok;
 }
 

@@ -1,14 +1,17 @@
 // `kvstash generate --cache-dir` across processes: a second run of the same prompt reuses the first
 // run's KV blocks from disk and produces the same text and byte-identical logits (--dump-logits) as the
 // cold first run; damaged cache files and another model's runs on the same directory change nothing but
-// the amount of reuse; flags that do not combine are usage errors.
+// the amount of reuse; a hybrid model's third request reuses up to where the second left the first, inside
+// a block; flags that do not combine are usage errors.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "support/paths.h"
 #include "support/subprocess.h"
@@ -123,6 +126,54 @@ TEST_F(CacheCli, DamagedFilesAndAnotherModelOnTheDirectoryChangeNothingButReuse)
     EXPECT_EQ(reused_from_cache(repaired.err), 32) << repaired.err;
     EXPECT_EQ(repaired.out, cold.out);
     EXPECT_TRUE(read_bytes(path("cold.bin")) == read_bytes(path("repaired.bin")));
+}
+
+// Token ids of `text` for `model` (`kvstash tokenize`).
+std::vector<std::string> token_ids(const std::string& model, const std::string& text) {
+    const auto result = run_cli({"tokenize", "-m", model, "-p", text});
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    std::vector<std::string> ids;
+    std::istringstream in(result.out);
+    for (std::string id; in >> id;) ids.push_back(id);
+    return ids;
+}
+
+size_t common_prefix(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    return static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
+}
+
+// Issue 13's A/B/C on the tiny hybrid (Mamba-2 + attention), one process per request: B and C share D
+// tokens with A, D not a multiple of 32. B learns from the directory (the list of blocks after its last
+// full block) where it leaves A and has a checkpoint taken there; C reuses all D tokens, and its text and
+// logits are those of a run without the cache.
+TEST_F(CacheCli, AHybridThirdProcessReusesTheDivergencePoint) {
+    const std::string model = fixture_path("recurrent/granitehybrid_f32.gguf");
+    std::ifstream in(fixture_path("text/persuasion_ch1-2.txt"));
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    const std::string a = text.substr(0, 1200);
+    const std::string b = text.substr(0, 719) + text.substr(text.find(' ', 5000), 300);
+    const std::string c = text.substr(0, 719) + text.substr(text.find(' ', 9000), 300);
+    const size_t shared = common_prefix(token_ids(model, a), token_ids(model, b));
+    ASSERT_EQ(shared, common_prefix(token_ids(model, b), token_ids(model, c)));
+    ASSERT_NE(shared % 32, 0u) << "the test wants a divergence inside a block";
+    const auto run = [&](const std::string& prompt, const std::string& dump, bool cached) {
+        std::vector<std::string> args = {"generate", "-m", model,           "-p",      prompt, "-n", "4",
+                                         "--temp",   "0",  "--dump-logits", path(dump)};
+        if (cached) args.insert(args.end(), {"--cache-dir", path("cache")});
+        const auto result = run_cli(args);
+        EXPECT_EQ(result.exit_code, 0) << result.err;
+        return result;
+    };
+    EXPECT_EQ(reused_from_cache(run(a, "a.bin", true).err), 0);
+    const long long b_reused = reused_from_cache(run(b, "b.bin", true).err);
+    EXPECT_GT(b_reused, 0);
+    EXPECT_LT(b_reused, static_cast<long long>(shared));
+    const auto warm = run(c, "c.bin", true);
+    const auto cold = run(c, "c_cold.bin", false);
+    EXPECT_EQ(reused_from_cache(warm.err), static_cast<long long>(shared)) << warm.err;
+    EXPECT_EQ(warm.out, cold.out);
+    EXPECT_TRUE(read_bytes(path("c.bin")) == read_bytes(path("c_cold.bin")))
+        << "logits differ when the prefix and its checkpoint come from the disk cache";
 }
 
 TEST_F(CacheCli, FlagsThatDoNotCombineAreUsageErrors) {

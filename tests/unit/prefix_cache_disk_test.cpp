@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/prefix_cache_disk_file.h"
+#include "engine/prefix_cache_disk_next.h"
 #include "engine/prefix_cache_key.h"
 #include "kernels/dispatch.h"
 #include "kvstash/error.h"
@@ -48,9 +49,12 @@ protected:
         o.disk_budget_bytes = disk_budget;
         return o;
     }
+    // The files other than next-block lists (blocks and checkpoints), by name.
     std::vector<std::string> block_files() const {
         std::vector<std::string> names;
-        for (const auto& entry : fs::directory_iterator(dir_)) names.push_back(entry.path().filename().string());
+        for (const auto& entry : fs::directory_iterator(dir_)) {
+            if (entry.path().extension() != kNextFileSuffix) names.push_back(entry.path().filename().string());
+        }
         std::sort(names.begin(), names.end());
         return names;
     }
@@ -109,7 +113,8 @@ TEST_F(PrefixCacheDisk, ANewCacheOnTheSameDirectoryReusesBlocksBitwise) {
         EXPECT_EQ(s.disk_blocks_written, 3u);  // written through at release, whatever RAM does later
         EXPECT_EQ(s.disk_blocks_held, 3u);
         const uint64_t file_bytes = kBlockFileHeaderBytes + StateAccess::kv(State(*model)).block_bytes();
-        EXPECT_EQ(s.disk_bytes_held, 3 * file_bytes);
+        // ... and each listed after its parent (the root, block 0, block 1): three one-entry lists.
+        EXPECT_EQ(s.disk_bytes_held, 3 * file_bytes + 3 * next_file_bytes(1));
         EXPECT_EQ(s.disk_bytes_written, 3 * file_bytes);
     }
     EXPECT_EQ(block_files().size(), 3u);
@@ -120,21 +125,44 @@ TEST_F(PrefixCacheDisk, ANewCacheOnTheSameDirectoryReusesBlocksBitwise) {
     EXPECT_EQ(run_request(reader, reloaded, tokens), 3 * B);
     PrefixCacheStats s = reader.stats();
     EXPECT_EQ(s.disk_hits, 3u);
-    EXPECT_EQ(s.disk_bytes_read, s.disk_bytes_held);
+    EXPECT_EQ(s.disk_bytes_read, 3 * kBlockFileHeaderBytes + 3 * StateAccess::kv(State(*reloaded)).block_bytes());
     EXPECT_EQ(s.disk_misses, 0u);
     EXPECT_EQ(s.disk_blocks_written, 0u);  // its release found every block already on disk
     EXPECT_EQ(s.tokens_reused, 3u * B);
 
-    // A request diverging inside block 2, in another fresh cache: blocks 0 and 1 from disk, nothing of
-    // block 2 (partial-block matches are RAM-only; the reader would have shared 5 tokens of it from RAM).
+    // A request diverging inside block 2, in another fresh cache: blocks 0 and 1 from disk, then block 2,
+    // found in block 1's list of next blocks, shared for its first 5 tokens (as RAM would).
     auto diverging = tokens;
     diverging[2 * B + 5] = (tokens[2 * B + 5] + 1) % 300;
     PrefixCache third(*reloaded, options());
-    EXPECT_EQ(run_request(third, reloaded, diverging), 2 * B);
+    EXPECT_EQ(run_request(third, reloaded, diverging), 2 * B + 5);
     s = third.stats();
-    EXPECT_EQ(s.disk_hits, 2u);
+    EXPECT_EQ(s.partial_block_hits, 1u);
+    EXPECT_EQ(s.disk_hits, 3u);
     EXPECT_EQ(s.disk_blocks_written, 1u);  // the diverging block 2
     EXPECT_EQ(block_files().size(), 4u);
+}
+
+// A list of next blocks is a hint: an entry whose key is not the one its tokens make (here: another
+// block's key with the request's tokens) is skipped before any file is read, so it can neither be used
+// nor make the reader refuse (and delete) the good block file it names.
+TEST_F(PrefixCacheDisk, ANextBlockEntryWhoseKeyDoesNotMatchItsTokensIsSkipped) {
+    auto model = tiny();
+    const auto tokens = pseudo_random_tokens(2 * B + 1, 300, 11);
+    {
+        PrefixCache writer(*model, options());
+        run_request(writer, model, tokens);
+    }
+    auto request = tokens;
+    request[5] = (tokens[5] + 1) % 300;
+    const PrefixKeyDomain domain(cached_model_fingerprint(*model), KvType::f16, active_isa());
+    NextBlock forged{domain.chain(tokens, 2)[1], {}};
+    std::copy(request.begin(), request.begin() + B, forged.tokens.begin());
+    ASSERT_TRUE(write_next_file(dir_.string(), domain.root(), identity_of(*model), {forged}));
+    PrefixCache reader(*model, options());
+    EXPECT_EQ(run_request(reader, model, request), 0);
+    EXPECT_EQ(reader.stats().disk_rejected, 0u);
+    EXPECT_TRUE(fs::exists(dir_ / file_of(*model, tokens, 1)));
 }
 
 TEST_F(PrefixCacheDisk, DiskBlocksJoinTheRamTier) {
@@ -280,8 +308,9 @@ TEST_F(PrefixCacheDisk, TheDirectoryStaysWithinItsBudgetLeastRecentlyUsedFirst) 
         for (size_t i : {0u, 2u, 3u}) EXPECT_FALSE(fs::exists(dir_ / file_of(*model, seqs[i], 0))) << i;
         for (size_t i : {1u, 4u, 5u}) EXPECT_TRUE(fs::exists(dir_ / file_of(*model, seqs[i], 0))) << i;
     }
-    // A cache opened with a smaller budget trims the directory at once.
-    PrefixCache smaller(*model, options(file_bytes));
+    // A cache opened with a smaller budget trims the directory at once (the root's list of next blocks,
+    // naming all six, was rewritten last: the most recently used file).
+    PrefixCache smaller(*model, options(file_bytes + next_file_bytes(6)));
     EXPECT_EQ(smaller.stats().disk_blocks_held, 1u);
     EXPECT_EQ(smaller.stats().disk_evictions, 2u);
     EXPECT_EQ(block_files().size(), 1u);
@@ -365,6 +394,59 @@ TEST(PrefixCacheDiskFile, NamesAreTheKeyInLowercaseHex) {
                             "0123456789abcdeffedcba9876543210.kvs", ".tmp-0123456789abcdeffedcba9876543210-1-0", ""}) {
         EXPECT_FALSE(parse_block_file_name(bad).has_value()) << bad;
     }
+}
+
+// A list of next blocks reads back as written, and is refused (never ok, never a crash) when truncated
+// to any length, when any byte differs, under another identity (model, KV type, ISA) or under another
+// parent's name.
+TEST(PrefixCacheDiskNextFile, ReadsBackAndRefusesEveryTruncationByteFlipAndForeignIdentity) {
+    const fs::path dir = fs::temp_directory_path() / ("kvstash_next_file_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    BlockFileIdentity id;
+    id.model.bytes.fill(0x5a);
+    id.isa = 1;
+    const BlockKey parent{0x1111, 0x2222}, other_parent{0x3333, 0x4444};
+    std::vector<NextBlock> entries(3);
+    for (size_t i = 0; i < entries.size(); ++i) {
+        entries[i].key = BlockKey{i + 1, 2 * i + 7};
+        for (int t = 0; t < kv_block_tokens; ++t) entries[i].tokens[static_cast<size_t>(t)] = t * 3 + i;
+    }
+    ASSERT_TRUE(write_next_file(dir.string(), parent, id, entries));
+    const fs::path path = dir / next_file_name(next_blocks_key(parent));
+    EXPECT_EQ(fs::file_size(path), next_file_bytes(3));
+    std::vector<NextBlock> read;
+    ASSERT_EQ(read_next_file(dir.string(), parent, id, read), NextFileRead::ok);
+    ASSERT_EQ(read.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(read[i].key, entries[i].key);
+        EXPECT_EQ(read[i].tokens, entries[i].tokens);
+    }
+    EXPECT_EQ(read_next_file(dir.string(), other_parent, id, read), NextFileRead::missing);
+    BlockFileIdentity other_model = id, other_type = id, other_isa = id;
+    other_model.model.bytes[15] ^= 1;
+    other_type.kv_type = 1;
+    other_isa.isa = 2;
+    EXPECT_EQ(read_next_file(dir.string(), parent, other_isa, read), NextFileRead::rejected);
+    EXPECT_EQ(read_next_file(dir.string(), parent, other_model, read), NextFileRead::rejected);
+    EXPECT_EQ(read_next_file(dir.string(), parent, other_type, read), NextFileRead::rejected);
+    EXPECT_TRUE(read.empty());
+
+    const std::string good = read_bytes(path);
+    for (size_t n = 0; n < good.size(); ++n) {
+        write_bytes(path, good.substr(0, n));
+        ASSERT_EQ(read_next_file(dir.string(), parent, id, read), NextFileRead::rejected) << n << " bytes";
+    }
+    for (size_t i = 0; i < good.size(); ++i) {
+        std::string bad = good;
+        bad[i] = static_cast<char>(bad[i] ^ 0x10);
+        write_bytes(path, bad);
+        ASSERT_EQ(read_next_file(dir.string(), parent, id, read), NextFileRead::rejected) << "byte " << i;
+    }
+    // Renamed to another parent's list: its header names its own parent.
+    write_bytes(dir / next_file_name(next_blocks_key(other_parent)), good);
+    EXPECT_EQ(read_next_file(dir.string(), other_parent, id, read), NextFileRead::rejected);
+    fs::remove_all(dir);
 }
 
 }  // namespace

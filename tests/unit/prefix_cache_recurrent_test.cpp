@@ -13,6 +13,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/prefix_cache_disk_checkpoint.h"
+#include "engine/prefix_cache_disk_next.h"
+#include "engine/prefix_cache_key.h"
+#include "kernels/dispatch.h"
 #include "kvstash/chat.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/prefix_cache.h"
@@ -213,6 +217,74 @@ TEST_P(PrefixCacheRecurrent, DiskTierCarriesCheckpointsToAnotherCache) {
     const Served c = serve(third, evaluator, prompts_.c);
     EXPECT_EQ(c.reused, 0);
     EXPECT_GT(third.stats().disk_rejected, 0u);
+}
+
+// Issue 13's A/B/C with each request in its own cache on one directory, as three processes: B finds, in
+// the disk's list of blocks following its last full block, A's block holding the divergence, so it knows
+// it leaves A at 2,000 (inside a block) and asks for a checkpoint there; C then reuses all 2,000 tokens
+// (the checkpoint's file carries the KV of [1,984, 2,000)), bitwise. A truncated checkpoint file is
+// refused, and a fourth request leaving A at 2,000 falls back to A's checkpoint at 1,792.
+TEST_P(PrefixCacheRecurrent, AbcAcrossProcessesReusesTheDivergencePoint) {
+    const auto request = [&](const std::vector<int32_t>& prompt) {
+        const auto model = recurrent_model(GetParam());  // another process: another Model, another cache
+        Evaluator evaluator(model, 1);
+        PrefixCache cache(*model, disk_options());
+        const Served served = serve(cache, evaluator, prompt);
+        return std::pair{served, cache.stats()};
+    };
+    const auto [a, a_stats] = request(prompts_.a);
+    const auto [b, b_stats] = request(prompts_.b);
+    const auto [c, c_stats] = request(prompts_.c);
+    EXPECT_EQ(a.reused, 0);
+    EXPECT_EQ(b.reused, 2000 / kInterval * kInterval);
+    EXPECT_TRUE(b.checkpoint_requested);
+    EXPECT_EQ(c.reused, 2000);
+    EXPECT_FALSE(c.checkpoint_requested);
+    EXPECT_GT(c_stats.disk_checkpoint_hits, 0u);
+    EXPECT_EQ(a_stats.disk_rejected + b_stats.disk_rejected + c_stats.disk_rejected, 0u);
+
+    // Truncate the checkpoint at 2,000 (its key: the full blocks before it, then its 16 partial tokens).
+    const PrefixKeyDomain domain(cached_model_fingerprint(*model_), KvType::f16, active_isa());
+    const std::vector<BlockKey> keys = domain.chain(prompts_.c, 2000 / kv_block_tokens);
+    const BlockKey at_2000 = domain.checkpoint(keys.back(), std::span(prompts_.c).subspan(1984, 16));
+    const fs::path file = dir_ / checkpoint_file_name(at_2000);
+    ASSERT_TRUE(fs::exists(file));
+    fs::resize_file(file, fs::file_size(file) - 1);
+    std::vector<int32_t> d = concat(std::vector<int32_t>(prompts_.a.begin(), prompts_.a.begin() + 2000),
+                                    pseudo_random_tokens(1000, model_->n_vocab(), 5));
+    d[2000] = (prompts_.a[2000] + 3) % static_cast<int32_t>(model_->n_vocab());
+    const auto [again, again_stats] = request(d);
+    EXPECT_EQ(again.reused, 1792);
+    EXPECT_TRUE(again.checkpoint_requested);
+    EXPECT_EQ(again_stats.disk_rejected, 1u);
+}
+
+// The lists of next blocks are refused when corrupt (and rewritten by the next writer): B then cannot
+// see where it leaves A inside a block, asks for a checkpoint at its last full block (1,984) instead,
+// and C reuses that aligned part. Answers stay exact throughout.
+TEST_P(PrefixCacheRecurrent, CorruptNextBlockListsFallBackToTheBlockBoundary) {
+    const auto request = [&](const std::vector<int32_t>& prompt) {
+        const auto model = recurrent_model(GetParam());
+        Evaluator evaluator(model, 1);
+        PrefixCache cache(*model, disk_options());
+        const Served served = serve(cache, evaluator, prompt);
+        return std::pair{served, cache.stats()};
+    };
+    request(prompts_.a);
+    size_t corrupted = 0;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+        if (entry.path().extension() != kNextFileSuffix) continue;
+        std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(-1, std::ios::end);
+        f.put('\x5a');
+        ++corrupted;
+    }
+    ASSERT_GT(corrupted, 0u);
+    const auto [b, b_stats] = request(prompts_.b);
+    EXPECT_EQ(b.reused, 2000 / kInterval * kInterval);
+    EXPECT_TRUE(b.checkpoint_requested);
+    EXPECT_GT(b_stats.disk_rejected, 0u);
+    EXPECT_EQ(request(prompts_.c).first.reused, 1984);
 }
 
 // A State truncated back into its evaluated tokens has tokens waiting for re-evaluation: release()
