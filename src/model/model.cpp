@@ -79,7 +79,8 @@ std::string Model::describe() const {
     } else if (c.n_kv_layers > 0) {
         s << "rope:          none (NoPE)\n";
     }
-    s << "rms eps:       " << c.rms_eps << "\n";
+    s << "norm:          " << (c.norm == NormKind::layer ? "LayerNorm" : "RMSNorm") << ", eps " << c.norm_eps << "\n";
+    if (c.learned_positions) s << "positions:     learned, " << c.n_ctx_train << "\n";
     s << "output:        " << (c.tied_output ? "tied to token_embd" : "separate") << "\n";
     const LayerWeights& l0 = impl_->weights.layers.at(0);
     const MatrixRef& first = c.is_recurrent(0) ? l0.ssm_in : l0.wq;
