@@ -76,7 +76,7 @@ std::string Model::describe() const {
     if (c.n_kv_layers > 0 && c.use_rope) {
         s << "rope:          base " << c.rope.freq_base << ", dims " << c.rope.n_rot
           << (c.rope.has_freq_factors ? ", llama3 frequency factors" : "") << "\n";
-    } else if (c.n_kv_layers > 0) {
+    } else if (c.n_kv_layers > 0 && !c.learned_positions) {
         s << "rope:          none (NoPE)\n";
     }
     s << "norm:          " << (c.norm == NormKind::layer ? "LayerNorm" : "RMSNorm") << ", eps " << c.norm_eps << "\n";

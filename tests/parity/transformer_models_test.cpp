@@ -25,6 +25,7 @@
 
 #include "kernels/dispatch.h"
 #include "kvstash/error.h"
+#include "kvstash/tokenizer.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 
@@ -63,9 +64,14 @@ double relative_bound(const nlohmann::json& fixture) {
     return (k + t * 8) * kUnit + activation_rounding;
 }
 
+// The model fixtures (<name>.json beside <name>.gguf; not tokenizer_corpus.json).
 std::vector<std::string> fixtures() {
-    std::vector<std::string> all = fixture_files("qwen2", ".json");
-    for (const auto& f : fixture_files("gpt2", ".json")) all.push_back(f);
+    std::vector<std::string> all;
+    for (const std::string family : {"qwen2", "gpt2"}) {
+        for (const auto& f : fixture_files(family, ".json")) {
+            if (f.find("tokenizer_corpus") == std::string::npos) all.push_back(f);
+        }
+    }
     return all;
 }
 
@@ -159,6 +165,33 @@ TEST(TransformerModels, LearnedPositionsEndAtTheTable) {
         EXPECT_NE(std::string(e.what()).find(std::to_string(n_ctx_train)), std::string::npos) << e.what();
     }
     EXPECT_EQ(state.n_tokens(), n_ctx_train);
+}
+
+// The tokenizer kvstash builds from the converter's GGUF (tokenizer.ggml.pre "qwen2" / "gpt-2") against
+// transformers' tokenizer of the directory it was converted from, on the shared ~1,300-string corpus
+// (tests/reference/tokenizer_corpus.py); and decode gives what transformers' decode gives (the text, or
+// for Qwen2 its NFC normalization).
+TEST(TransformerModels, TokenizerMatchesTransformers) {
+    for (const std::string family : {"qwen2", "gpt2"}) {
+        SCOPED_TRACE(family);
+        const auto j = load_json(fixture_path(family + "/tokenizer_corpus.json"));
+        auto model = Model::load(fixture_path(family + "/" + family + "_f32.gguf"));
+        const Tokenizer& tok = model->tokenizer();
+        int mismatches = 0, round_trip_failures = 0;
+        for (const auto& entry : j.at("entries")) {
+            const auto text = entry.at("text").get<std::string>();
+            const auto want = entry.at("ids").get<std::vector<int32_t>>();
+            const auto got = tok.encode(text, AddSpecial::no, ParseSpecial::yes);
+            if (got != want && ++mismatches <= 5) ADD_FAILURE() << "encode differs for \"" << text << "\"";
+            const std::string decoded = entry.value("decoded", text);
+            if (got == want && tok.decode(got) != decoded && ++round_trip_failures <= 3) {
+                ADD_FAILURE() << "decode(encode(\"" << text << "\")) = \"" << tok.decode(got) << "\"";
+            }
+        }
+        EXPECT_EQ(mismatches, 0) << "of " << j.at("entries").size() << " strings";
+        EXPECT_EQ(round_trip_failures, 0);
+        EXPECT_GT(j.at("entries").size(), 1000u);
+    }
 }
 
 }  // namespace

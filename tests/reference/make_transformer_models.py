@@ -24,6 +24,10 @@ Method (the same as make_recurrent_models.py, whose tokenizer, oracle and GGUF h
   6. transformers logits: model.eval(), one forward over all N_TOKENS tokens, use_cache=False, fp32, eager
      attention. greedy: generate(do_sample=False, use_cache=True, no EOS); margins from one no-cache forward.
   7. llama.cpp: llamacpp_oracle.py with the llama-cpp-python venv's Python on the same GGUF.
+  8. Tokenizer (f32 variants): tests/fixtures/<family>/tokenizer_corpus.json holds the ids transformers'
+     AutoTokenizer.from_pretrained(model_dir) gives (encode(text, add_special_tokens=False)) for every string
+     of tokenizer_corpus.corpus_texts(): the oracle for the tokenizer kvstash builds from the converter's GGUF
+     (for Qwen2, transformers applies Qwen2's own split rule, which the GGUF names as pre-tokenizer "qwen2").
   Cross-check `sensitivity_max_abs_diff`: max |logits change| when one kind of parameter (every layer) is set
   to a neutral value (biases 0, norm weights 1, position embeddings 0): each must be clearly above the parity
   tolerance, so the fixture fails an engine that ignores it.
@@ -45,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refutil  # noqa: E402  (sets HF_HUB_OFFLINE before transformers is imported)
 import llamacpp_sdist  # noqa: E402
 from make_recurrent_models import hf_greedy, hf_logits_stepwise, run_llamacpp, save_tokenizer, train_tokenizer  # noqa: E402
+from tokenizer_corpus import corpus_texts  # noqa: E402
 from recurrent_checks import check_tensors, dump_text, hf_logits, hf_logits_q8_activations, read_gguf  # noqa: E402
 
 import torch  # noqa: E402
@@ -194,6 +199,30 @@ def load_quantized_back(model, tensors: dict) -> list:
     return copied
 
 
+def write_tokenizer_corpus(v, model_dir: str, out_dir: str) -> None:
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    texts = corpus_texts()
+    entries = []
+    for t in texts:
+        ids = tok.encode(t, add_special_tokens=False)
+        e = {"text": t, "ids": ids}
+        decoded = tok.decode(ids)
+        if decoded != t:
+            e["decoded"] = decoded  # Qwen2's NFC normalizer: decode gives the normalized text
+        entries.append(e)
+    obj = {
+        "generator": refutil.generator(__file__),
+        "versions": refutil.versions(),
+        "tokenizer": f"transformers AutoTokenizer.from_pretrained(<the {v['cls']} directory the GGUF was converted "
+                     f"from>) = {type(tok).__name__}; ids = encode(text, add_special_tokens=False); decoded = "
+                     f"decode(ids), only where it differs from text",
+        "pre_tokenizer": v["pre"],
+        "entries": entries,
+    }
+    refutil.write_json(os.path.join(out_dir, "tokenizer_corpus.json"), obj)
+
+
 def fixture_config(v, model, meta) -> dict:
     c = model.config
     out = dict(architecture=v["family"], hf_architecture=v["cls"], n_vocab=VOCAB, outtype=v["outtype"],
@@ -231,6 +260,8 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> None:
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2)
 
+    if v["outtype"] == "f32":
+        write_tokenizer_corpus(v, model_dir, out_dir)
     gguf_path = os.path.join(out_dir, name + ".gguf")
     conv.convert(model_dir, gguf_path, v["outtype"], pre_tokenizer=v["pre"])
     meta, tensors = read_gguf(gguf_path)
