@@ -38,7 +38,7 @@ const std::string prefix = "It is a truth";
 const std::string suffix = " universally known";
 
 TEST_F(TransformerStateCli, PrefillThenGenerateFromStateIsBitIdentical) {
-    for (const char* name : {"qwen2/qwen2_f32", "qwen2/qwen2_q8_0", "gpt2/gpt2_f32"}) {
+    for (const char* name : {"qwen2/qwen2_f32", "qwen2/qwen2_q8_0", "gpt2/gpt2_f32", "gpt2/gpt2_q8_0"}) {
         SCOPED_TRACE(name);
         const std::string model = fixture_path(std::string(name) + ".gguf");
         const auto whole_ids = run_cli({"tokenize", "-m", model, "-p", prefix + suffix});

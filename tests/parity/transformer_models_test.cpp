@@ -1,4 +1,4 @@
-// Logits of tiny random-weight Qwen2 (f32, q8_0) and GPT-2 (f32) models against two independent oracles:
+// Logits of tiny random-weight Qwen2 and GPT-2 models (f32 and q8_0) against two independent oracles:
 // Hugging Face transformers (fp32, one pass over all tokens) and llama.cpp (llama-cpp-python) on the same
 // GGUF; and greedy continuations against transformers'. Fixtures and the script that made them (llama.cpp's
 // own converter from HF checkpoints, every bias and norm weight redrawn): tests/fixtures/{qwen2,gpt2}/,
