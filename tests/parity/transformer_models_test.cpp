@@ -24,6 +24,7 @@
 #include <cmath>
 
 #include "kernels/dispatch.h"
+#include "kvstash/chat.h"
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
 #include "support/eval_helpers.h"
@@ -192,6 +193,32 @@ TEST(TransformerModels, TokenizerMatchesTransformers) {
         EXPECT_EQ(round_trip_failures, 0);
         EXPECT_GT(j.at("entries").size(), 1000u);
     }
+}
+
+// The chat template llama.cpp's converter writes into a qwen2 GGUF (Qwen 2.5's own, from
+// tests/fixtures/chat/qwen2_5.json) is recognised as ChatML with Qwen's default system prompt, and renders
+// every case of that fixture as transformers' apply_chat_template does. GPT-2 has none: --chat needs a
+// named template (an error that says so).
+TEST(TransformerModels, ChatTemplateFromTheConvertedGguf) {
+    auto qwen2 = Model::load(fixture_path("qwen2/qwen2_f32.gguf"));
+    const ChatTemplate tmpl = ChatTemplate::for_model(*qwen2);
+    EXPECT_EQ(tmpl.name(), "chatml");
+    const auto fixture = load_json(fixture_path("chat/qwen2_5.json"));
+    int matched = 0;
+    for (const auto& c : fixture.at("cases")) {
+        std::vector<ChatMessage> messages;
+        for (const auto& m : c.at("messages")) {
+            messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+        }
+        const auto prompt =
+            c.at("add_generation_prompt").get<bool>() ? AddGenerationPrompt::yes : AddGenerationPrompt::no;
+        const std::string rendered = tmpl.render(messages, prompt);
+        EXPECT_EQ(rendered, c.at("rendered").get<std::string>());
+        matched += rendered == c.at("rendered").get<std::string>();
+    }
+    EXPECT_GE(matched, 20);
+    auto gpt2 = Model::load(fixture_path("gpt2/gpt2_f32.gguf"));
+    EXPECT_THROW(ChatTemplate::for_model(*gpt2), Error);
 }
 
 }  // namespace

@@ -25,7 +25,9 @@ Method (the same as make_recurrent_models.py, whose tokenizer, oracle and GGUF h
   6. transformers logits: model.eval(), one forward over all N_TOKENS tokens, use_cache=False, fp32, eager
      attention. greedy: generate(do_sample=False, use_cache=True, no EOS); margins from one no-cache forward.
   7. llama.cpp: llamacpp_oracle.py with the llama-cpp-python venv's Python on the same GGUF.
-  8. Tokenizer (f32 variants): tests/fixtures/<family>/tokenizer_corpus.json holds the ids transformers'
+  8. Qwen2's tokenizer_config.json gets Qwen 2.5's chat template (tests/fixtures/chat/qwen2_5.json), which the
+     converter writes to tokenizer.chat_template (asserted).
+  9. Tokenizer (f32 variants): tests/fixtures/<family>/tokenizer_corpus.json holds the ids transformers'
      AutoTokenizer.from_pretrained(model_dir) gives (encode(text, add_special_tokens=False)) for every string
      of tokenizer_corpus.corpus_texts(): the oracle for the tokenizer kvstash builds from the converter's GGUF
      (for Qwen2, transformers applies Qwen2's own split rule, which the GGUF names as pre-tokenizer "qwen2").
@@ -298,6 +300,17 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> None:
     model, rules = make_model(v)
     model.save_pretrained(model_dir)
     save_tokenizer(tok, model_dir)
+    if v["family"] == "qwen2":
+        # Qwen 2.5's own chat template (as tests/fixtures/chat/qwen2_5.json records it), which the converter
+        # writes to tokenizer.chat_template: kvstash must recognise it in a converted qwen2 GGUF.
+        with open(os.path.join(refutil.FIXTURES, "chat", "qwen2_5.json"), encoding="utf-8") as f:
+            template = json.load(f)["template"]
+        cfg_path = os.path.join(model_dir, "tokenizer_config.json")
+        with open(cfg_path, encoding="utf-8") as f:
+            cfg = json.load(f)
+        cfg["chat_template"] = template
+        with open(cfg_path, "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=2)
     if v["family"] == "gpt2":
         cfg_path = os.path.join(model_dir, "config.json")
         with open(cfg_path) as f:
@@ -315,6 +328,8 @@ def build(v, tok, conv, llamacpp_python, tmp_root) -> None:
     check_tensors(tensors)
     assert meta["general.architecture"] == v["family"], meta["general.architecture"]
     assert meta["tokenizer.ggml.pre"] == v["pre"] and len(meta["tokenizer.ggml.tokens"]) == VOCAB
+    if v["family"] == "qwen2":
+        assert meta["tokenizer.chat_template"].startswith("{%- if tools %}"), "chat template not converted"
 
     rng = np.random.default_rng(TOKEN_SEED + v["seed"])
     tokens = rng.integers(1, VOCAB, size=N_TOKENS).tolist()
