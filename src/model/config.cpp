@@ -40,10 +40,12 @@ std::vector<int64_t> per_layer_ints(const gguf::File& file, const std::string& k
     return out;
 }
 
-const char* supported_list() { return "llama, mamba, mamba2, granitehybrid"; }
+const char* supported_list() { return "llama, qwen2, gpt2, mamba, mamba2, granitehybrid"; }
 
 ModelFamily family_of(const std::string& architecture) {
     if (architecture == "llama") return ModelFamily::llama;
+    if (architecture == "qwen2") return ModelFamily::qwen2;
+    if (architecture == "gpt2") return ModelFamily::gpt2;
     if (architecture == "mamba") return ModelFamily::mamba;
     if (architecture == "mamba2") return ModelFamily::mamba2;
     if (architecture == "granitehybrid") return ModelFamily::granite_hybrid;
@@ -122,7 +124,12 @@ ModelConfig read_model_config(const gguf::File& file) {
     c.n_layer = file.require_int(a + "block_count");
     c.n_embd = file.require_int(a + "embedding_length");
     c.n_ctx_train = file.get_int(a + "context_length").value_or(0);
-    c.rms_eps = static_cast<float>(file.require_float(a + "attention.layer_norm_rms_epsilon"));
+    if (c.family == ModelFamily::gpt2) {
+        c.norm = NormKind::layer;
+        c.norm_eps = static_cast<float>(file.require_float(a + "attention.layer_norm_epsilon"));
+    } else {
+        c.norm_eps = static_cast<float>(file.require_float(a + "attention.layer_norm_rms_epsilon"));
+    }
     if (c.n_layer <= 0 || c.n_layer > (1 << 16) || c.n_embd <= 0) {
         inconsistent("block_count and embedding_length must be positive");
     }
@@ -131,11 +138,22 @@ ModelConfig read_model_config(const gguf::File& file) {
 
     switch (c.family) {
         case ModelFamily::llama:
+        case ModelFamily::qwen2:
+        case ModelFamily::gpt2:
             c.n_ff = file.require_int(a + "feed_forward_length");
             if (c.n_ff <= 0) inconsistent("feed_forward_length must be positive");
             c.n_head = file.require_int(a + "attention.head_count");
             c.n_head_kv = file.get_int(a + "attention.head_count_kv").value_or(c.n_head);
             read_attention(file, a, c);
+            // llama.cpp's rope type per architecture (llama_model_rope_type): qwen2 rotates halves (its
+            // converter does not permute Q/K rows as it does for llama); gpt2 has learned positions.
+            if (c.family == ModelFamily::qwen2) c.rope.layout = RopeLayout::neox;
+            if (c.family == ModelFamily::gpt2) {
+                c.use_rope = false;
+                c.learned_positions = true;
+                c.ffn = FfnKind::gelu;
+                if (c.n_ctx_train <= 0) inconsistent("gpt2 needs context_length (the rows of position_embd)");
+            }
             break;
         case ModelFamily::mamba:
         case ModelFamily::mamba2:

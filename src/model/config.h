@@ -1,5 +1,7 @@
-// Hyper-parameters of a model, read from GGUF metadata (`<arch>.*` keys): Llama-family transformers,
-// Mamba-1 / Mamba-2 recurrent models and Granite-4.0-H-style hybrids (Mamba-2 and attention layers).
+// Hyper-parameters of a model, read from GGUF metadata (`<arch>.*` keys): Llama-family transformers (llama,
+// qwen2), GPT-2, Mamba-1 / Mamba-2 recurrent models and Granite-4.0-H-style hybrids (Mamba-2 and attention
+// layers). What differs between the transformer families is data (norm kind, FFN kind, position encoding,
+// which biases the file has), read by one forward pass.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,8 @@ class File;
 // The architectures kvstash runs (general.architecture).
 enum class ModelFamily {
     llama,           // "llama": attention + SwiGLU FFN in every layer
+    qwen2,           // "qwen2": llama with q/k/v biases and NEOX RoPE
+    gpt2,            // "gpt2": learned positions, LayerNorm with bias, fused QKV, GELU FFN, biases everywhere
     mamba,           // "mamba": Mamba-1 blocks only
     mamba2,          // "mamba2": Mamba-2 blocks only
     granite_hybrid,  // "granitehybrid": Mamba-2 or attention per layer, each followed by a SwiGLU FFN
@@ -42,6 +46,18 @@ struct SsmConfig {
     int64_t scan_floats() const { return d_inner * d_state; }               // per layer and sequence
 };
 
+// The normalization before each block and before the output.
+enum class NormKind {
+    rms,    // RMSNorm with weight (llama, qwen2, Mamba)
+    layer,  // LayerNorm with weight and bias (gpt2)
+};
+
+// The feed-forward block.
+enum class FfnKind {
+    swiglu,  // down(silu(gate(x)) * up(x))
+    gelu,    // down(gelu(up(x) + b_up)) + b_down (gpt2; tanh approximation)
+};
+
 struct ModelConfig {
     std::string architecture;  // general.architecture, e.g. "llama"
     ModelFamily family = ModelFamily::llama;
@@ -54,12 +70,18 @@ struct ModelConfig {
     int64_t head_dim = 0;     // <arch>.attention.key_length, default n_embd / n_head
     int64_t n_vocab = 0;      // <arch>.vocab_size or the token_embd rows
     int64_t n_ctx_train = 0;  // <arch>.context_length
-    float rms_eps = 1e-5f;    // <arch>.attention.layer_norm_rms_epsilon
+    NormKind norm = NormKind::rms;
+    // <arch>.attention.layer_norm_rms_epsilon (RMSNorm) or <arch>.attention.layer_norm_epsilon (LayerNorm)
+    float norm_eps = 1e-5f;
+    FfnKind ffn = FfnKind::swiglu;
     // <arch>.rope.dimension_count (n_rot, default head_dim), .rope.freq_base, .rope.scaling.type / .factor
     // (linear_factor); has_freq_factors: a rope_freqs.weight tensor (Llama 3.1 "llama3" scaling).
     RopeParams rope;
     bool tied_output = false;  // no output.weight: the output projection reuses token_embd.weight
-    bool use_rope = true;      // granitehybrid: rope.scaling.finetuned = false turns RoPE off (NoPE)
+    bool use_rope = true;      // granitehybrid: rope.scaling.finetuned = false turns RoPE off (NoPE); gpt2: false
+    // gpt2: a position_embd table of n_ctx_train rows added to the token embeddings; positions at or past
+    // n_ctx_train have no embedding and are refused.
+    bool learned_positions = false;
 
     // Granite scales (1 or 0 when absent): embeddings × embedding_scale; each block's output ×
     // residual_scale before the residual add; attention scores × attention_scale (0: 1 / sqrt(head_dim));

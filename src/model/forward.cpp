@@ -3,38 +3,15 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
 #include "kernels/thread_pool.h"
 #include "kv/kv_cache.h"
+#include "model/block_ops.h"
 #include "model/model_access.h"
 
 namespace kvstash {
 namespace {
-
-void project(const MatrixRef& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-    matmul(w.type, w.data, w.rows, w.cols, x, n_tokens, y, &pool);
-}
-
-// The projections that read the same input rows x (same column count) run as one thread-pool run with
-// x quantized once: Q, K and V from the attention input; gate and up from the FFN input.
-void project_qkv(const MatrixRef& wq, float* q, const MatrixRef& wk, float* k, const MatrixRef& wv, float* v,
-                 const float* x, int64_t n_tokens, ThreadPool& pool) {
-    const MatmulOperand ops[] = {
-        {wq.type, wq.data, wq.rows, q}, {wk.type, wk.data, wk.rows, k}, {wv.type, wv.data, wv.rows, v}};
-    matmul_shared_input(ops, wq.cols, x, n_tokens, &pool);
-}
-void project_gate_up(const MatrixRef& w_gate, float* gate, const MatrixRef& w_up, float* up, const float* x,
-                     int64_t n_tokens, ThreadPool& pool) {
-    const MatmulOperand ops[] = {{w_gate.type, w_gate.data, w_gate.rows, gate}, {w_up.type, w_up.data, w_up.rows, up}};
-    matmul_shared_input(ops, w_gate.cols, x, n_tokens, &pool);
-}
-
-void norm_rows(const float* x, const std::vector<float>& weight, float* out, int64_t n_tokens, int64_t n, float eps) {
-    for (int64_t t = 0; t < n_tokens; ++t) rms_norm_row(x + t * n, weight.data(), out + t * n, n, eps);
-}
 
 // Rounds a freshly computed K or V row to the cache type by storing it; attention then reads it back
 // from the cache exactly as it will read it on every later step.
@@ -81,6 +58,10 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
     int64_t n = 0;  // rows of the micro-batch, all segments
     for (const ForwardSegment& seg : segments) n += static_cast<int64_t>(seg.tokens.size());
     if (n == 0) return;
+    // Learned positions end at their table: refuse before anything is written to a cache.
+    for (const ForwardSegment& seg : segments) {
+        check_positions(c, seg.first_pos, static_cast<int64_t>(seg.tokens.size()));
+    }
     s.reserve(c, n);
 
     const bool rope = c.n_kv_layers > 0 && c.use_rope;
@@ -93,6 +74,7 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             for (int64_t t = 0; t < count; ++t, ++row) {
                 float* x = s.x.data() + row * c.n_embd;
                 dequantize_row(w.token_embd.type, w.token_embd.row(seg.tokens[static_cast<size_t>(t)]), x, c.n_embd);
+                if (c.learned_positions) add_position_embedding(c, w, seg.first_pos + t, x, s.xn.data());
                 if (c.embedding_scale != 1.0f) {
                     for (int64_t i = 0; i < c.n_embd; ++i) x[i] *= c.embedding_scale;
                 }
@@ -126,7 +108,7 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
 
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const LayerWeights& l = w.layers[static_cast<size_t>(il)];
-        norm_rows(s.x.data(), l.attn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
+        norm_rows(c, s.x.data(), l.attn_norm, l.attn_norm_b, s.xn.data(), n);
         if (c.is_recurrent(il)) {
             // Mamba block: projections over all rows, convolution and scan per sequence.
             mamba_block(model, il, segments, s.xn.data(), s.proj.data(), s.mamba, pool);
@@ -134,6 +116,9 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             // Attention block: projections over all rows at once, then each row over its own sequence.
             const int64_t kv_layer = c.slot[static_cast<size_t>(il)];
             project_qkv(l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.xn.data(), n, pool);
+            add_bias_rows(s.q.data(), l.bq, n);
+            add_bias_rows(s.k.data(), l.bk, n);
+            add_bias_rows(s.v.data(), l.bv, n);
             if (rope) {
                 for (int64_t t = 0; t < n; ++t) {
                     const float* cs = s.rope_cos.data() + t * half_rot;
@@ -153,15 +138,13 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             }
             segment_attention(shape, attention_segments, kv_layer, s.q.data(), s.attn.data(), s.attention, pool);
             project(l.wo, s.attn.data(), n, s.proj.data(), pool);
+            add_bias_rows(s.proj.data(), l.bo, n);
         }
         add_residual();
 
         if (!c.has_ffn()) continue;
-        // Feed-forward block (SwiGLU).
-        norm_rows(s.x.data(), l.ffn_norm, s.xn.data(), n, c.n_embd, c.rms_eps);
-        project_gate_up(l.w_gate, s.gate.data(), l.w_up, s.up.data(), s.xn.data(), n, pool);
-        swiglu(s.gate.data(), s.up.data(), s.gate.data(), n * c.n_ff);
-        project(l.w_down, s.gate.data(), n, s.proj.data(), pool);
+        norm_rows(c, s.x.data(), l.ffn_norm, l.ffn_norm_b, s.xn.data(), n);
+        feed_forward(c, l, s.xn.data(), n, FfnScratch{s.gate.data(), s.up.data()}, s.proj.data(), pool);
         add_residual();
     }
 
@@ -175,8 +158,8 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
         for (const ForwardSegment& seg : segments) {
             const auto count = static_cast<int64_t>(seg.tokens.size());
             for (int64_t t = seg.logits_from; t < count; ++t) {
-                rms_norm_row(s.x.data() + (row + t) * c.n_embd, w.output_norm.data(), s.xn.data() + n_out * c.n_embd,
-                             c.n_embd, c.rms_eps);
+                norm_rows(c, s.x.data() + (row + t) * c.n_embd, w.output_norm, w.output_norm_b,
+                          s.xn.data() + n_out * c.n_embd, 1);
                 ++n_out;
             }
             if (seg.logits_from < count) {

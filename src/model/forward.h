@@ -1,6 +1,6 @@
 // The forward pass over a micro-batch of rows drawn from one or more sequences, each on top of its own
 // KV cache (attention layers) and recurrent state (Mamba layers): Llama-family transformers, Mamba-1,
-// Mamba-2 and granitehybrid models.
+// Mamba-2 and granitehybrid models; qwen2 and gpt2 by the data-driven pieces of model/block_ops.h.
 #pragma once
 
 #include <cstdint>

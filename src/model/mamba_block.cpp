@@ -184,7 +184,7 @@ void mamba_block(const ModelImpl& model, int64_t layer, std::span<const ForwardS
             swiglu(s.proj.data() + t * d_in_proj + z_at, y, y, c.d_inner);
             for (int64_t g = 0; g < c.n_group && c.mamba2; ++g) {
                 const int64_t at = t * c.d_inner + g * group;
-                rms_norm_row(s.y.data() + at, l.ssm_norm.data() + g * group, s.yn.data() + at, group, mc.rms_eps);
+                rms_norm_row(s.y.data() + at, l.ssm_norm.data() + g * group, s.yn.data() + at, group, mc.norm_eps);
             }
         }
     });

@@ -76,10 +76,11 @@ std::string Model::describe() const {
     if (c.n_kv_layers > 0 && c.use_rope) {
         s << "rope:          base " << c.rope.freq_base << ", dims " << c.rope.n_rot
           << (c.rope.has_freq_factors ? ", llama3 frequency factors" : "") << "\n";
-    } else if (c.n_kv_layers > 0) {
+    } else if (c.n_kv_layers > 0 && !c.learned_positions) {
         s << "rope:          none (NoPE)\n";
     }
-    s << "rms eps:       " << c.rms_eps << "\n";
+    s << "norm:          " << (c.norm == NormKind::layer ? "LayerNorm" : "RMSNorm") << ", eps " << c.norm_eps << "\n";
+    if (c.learned_positions) s << "positions:     learned, " << c.n_ctx_train << "\n";
     s << "output:        " << (c.tied_output ? "tied to token_embd" : "separate") << "\n";
     const LayerWeights& l0 = impl_->weights.layers.at(0);
     const MatrixRef& first = c.is_recurrent(0) ? l0.ssm_in : l0.wq;

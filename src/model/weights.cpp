@@ -80,24 +80,74 @@ void reject_present(const gguf::File& file, const std::string& name) {
     }
 }
 
+// A vector the file may or may not have (a bias): empty when absent, checked like any other when present.
+std::vector<float> optional_vector(const gguf::File& file, const std::string& name, int64_t n) {
+    return file.find_tensor(name) ? read_vector(file, name, n) : std::vector<float>{};
+}
+
+// Rows [first, first + rows) of m, as a matrix of its own (the rows are contiguous in the file).
+MatrixRef row_block(const MatrixRef& m, const std::string& name, int64_t first, int64_t rows) {
+    MatrixRef v = m;
+    v.name = name;
+    v.data = m.row(first);
+    v.rows = rows;
+    return v;
+}
+
+// A norm's weight, and its bias for LayerNorm (required there; refused for RMSNorm, which has none).
+void bind_norm(const gguf::File& file, const std::string& name, const ModelConfig& c, std::vector<float>& weight,
+               std::vector<float>& bias) {
+    weight = read_vector(file, name + ".weight", c.n_embd);
+    if (c.norm == NormKind::layer) {
+        bias = read_vector(file, name + ".bias", c.n_embd);
+    } else {
+        reject_present(file, name + ".bias");
+    }
+}
+
 void bind_attention(const gguf::File& file, const std::string& p, const ModelConfig& c, LayerWeights& l) {
-    l.wq = bind_matrix(file, p + "attn_q.weight", c.n_embd_q(), c.n_embd);
-    l.wk = bind_matrix(file, p + "attn_k.weight", c.n_embd_kv(), c.n_embd);
-    l.wv = bind_matrix(file, p + "attn_v.weight", c.n_embd_kv(), c.n_embd);
-    l.wo = bind_matrix(file, p + "attn_output.weight", c.n_embd, c.n_embd_q());
-    for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "attn_qkv.weight"}) {
-        reject_present(file, p + bias);
+    const int64_t nq = c.n_embd_q();
+    const int64_t nkv = c.n_embd_kv();
+    if (file.find_tensor(p + "attn_qkv.weight")) {
+        // Fused Q | K | V rows (gpt2; llama.cpp's create_tensor_qkv accepts it for any family).
+        const MatrixRef qkv = bind_matrix(file, p + "attn_qkv.weight", nq + 2 * nkv, c.n_embd);
+        l.wq = row_block(qkv, p + "attn_qkv.weight[q]", 0, nq);
+        l.wk = row_block(qkv, p + "attn_qkv.weight[k]", nq, nkv);
+        l.wv = row_block(qkv, p + "attn_qkv.weight[v]", nq + nkv, nkv);
+        const std::vector<float> b = optional_vector(file, p + "attn_qkv.bias", nq + 2 * nkv);
+        if (!b.empty()) {
+            l.bq.assign(b.begin(), b.begin() + nq);
+            l.bk.assign(b.begin() + nq, b.begin() + nq + nkv);
+            l.bv.assign(b.begin() + nq + nkv, b.end());
+        }
+        for (const char* part : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) reject_present(file, p + part);
+    } else {
+        l.wq = bind_matrix(file, p + "attn_q.weight", nq, c.n_embd);
+        l.wk = bind_matrix(file, p + "attn_k.weight", nkv, c.n_embd);
+        l.wv = bind_matrix(file, p + "attn_v.weight", nkv, c.n_embd);
+        l.bq = optional_vector(file, p + "attn_q.bias", nq);  // qwen2
+        l.bk = optional_vector(file, p + "attn_k.bias", nkv);
+        l.bv = optional_vector(file, p + "attn_v.bias", nkv);
+    }
+    l.wo = bind_matrix(file, p + "attn_output.weight", c.n_embd, nq);
+    l.bo = optional_vector(file, p + "attn_output.bias", c.n_embd);  // gpt2
+    for (const char* t : {"attn_q_norm.weight", "attn_k_norm.weight", "attn_post_norm.weight"}) {
+        reject_present(file, p + t);
     }
 }
 
 void bind_ffn(const gguf::File& file, const std::string& p, const ModelConfig& c, LayerWeights& l) {
-    l.ffn_norm = read_vector(file, p + "ffn_norm.weight", c.n_embd);
-    l.w_gate = bind_matrix(file, p + "ffn_gate.weight", c.n_ff, c.n_embd);
+    bind_norm(file, p + "ffn_norm", c, l.ffn_norm, l.ffn_norm_b);
+    if (c.ffn == FfnKind::swiglu) {
+        l.w_gate = bind_matrix(file, p + "ffn_gate.weight", c.n_ff, c.n_embd);
+    } else {
+        reject_present(file, p + "ffn_gate.weight");
+    }
     l.w_up = bind_matrix(file, p + "ffn_up.weight", c.n_ff, c.n_embd);
     l.w_down = bind_matrix(file, p + "ffn_down.weight", c.n_embd, c.n_ff);
-    for (const char* bias : {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "ffn_gate_inp.weight"}) {
-        reject_present(file, p + bias);
-    }
+    l.b_up = optional_vector(file, p + "ffn_up.bias", c.n_ff);
+    l.b_down = optional_vector(file, p + "ffn_down.bias", c.n_embd);
+    for (const char* t : {"ffn_gate.bias", "ffn_gate_inp.weight", "ffn_post_norm.weight"}) reject_present(file, p + t);
 }
 
 // Shapes as llama.cpp's loaders (src/models/mamba*.cpp, granite-hybrid.cpp) create them.
@@ -129,14 +179,16 @@ uint64_t bytes_of(const MatrixRef& m) { return m.data ? m.row_bytes * static_cas
 ModelWeights bind_weights(const gguf::File& file, const ModelConfig& c) {
     ModelWeights w;
     w.token_embd = bind_matrix(file, "token_embd.weight", c.n_vocab, c.n_embd);
-    w.output_norm = read_vector(file, "output_norm.weight", c.n_embd);
+    if (c.learned_positions) w.position_embd = bind_matrix(file, "position_embd.weight", c.n_ctx_train, c.n_embd);
+    bind_norm(file, "output_norm", c, w.output_norm, w.output_norm_b);
     w.output = c.tied_output ? w.token_embd : bind_matrix(file, "output.weight", c.n_vocab, c.n_embd);
+    reject_present(file, "output.bias");
     if (c.rope.has_freq_factors) w.rope_freqs = read_vector(file, "rope_freqs.weight", c.rope.n_rot / 2);
     w.layers.resize(static_cast<size_t>(c.n_layer));
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights& l = w.layers[static_cast<size_t>(il)];
-        l.attn_norm = read_vector(file, p + "attn_norm.weight", c.n_embd);
+        bind_norm(file, p + "attn_norm", c, l.attn_norm, l.attn_norm_b);
         if (c.is_recurrent(il)) {
             bind_ssm(file, p, c.ssm, c.n_embd, l);
         } else {

@@ -1,6 +1,7 @@
 // The model's tensors bound to the memory-mapped file, checked for presence, shape and type.
-// Matrices stay in their file type; only the small vectors (norm weights, rope factors) are decoded
-// to f32 at load.
+// Matrices stay in their file type; only the small vectors (norm weights and biases, projection biases,
+// rope factors) are decoded to f32 at load. Optional parts (biases, a norm's bias) are empty vectors when
+// the file has none: the forward pass applies what is there.
 #pragma once
 
 #include <cstdint>
@@ -27,18 +28,25 @@ struct MatrixRef {
     const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes; }
 };
 
-// One layer. A Llama layer has attention and FFN; a Mamba layer the ssm_* tensors only; a granitehybrid
-// layer a Mamba block or attention, then the FFN. Absent parts are left empty.
+// One layer. A transformer layer has attention and FFN; a Mamba layer the ssm_* tensors only; a
+// granitehybrid layer a Mamba block or attention, then the FFN. Absent parts are left empty.
 struct LayerWeights {
-    std::vector<float> attn_norm;  // (n_embd): the norm before the attention or Mamba block
-    MatrixRef wq;                  // (n_head * head_dim) × n_embd
-    MatrixRef wk;                  // (n_head_kv * head_dim) × n_embd
-    MatrixRef wv;                  // (n_head_kv * head_dim) × n_embd
-    MatrixRef wo;                  // n_embd × (n_head * head_dim)
-    std::vector<float> ffn_norm;   // (n_embd)
-    MatrixRef w_gate;              // n_ff × n_embd
-    MatrixRef w_up;                // n_ff × n_embd
-    MatrixRef w_down;              // n_embd × n_ff
+    std::vector<float> attn_norm;    // (n_embd): the norm before the attention or Mamba block
+    std::vector<float> attn_norm_b;  // (n_embd) LayerNorm bias, or empty
+    // A fused attn_qkv (gpt2) is bound as three views of its row blocks Q | K | V, its bias split alike.
+    MatrixRef wq;                   // (n_head * head_dim) × n_embd
+    MatrixRef wk;                   // (n_head_kv * head_dim) × n_embd
+    MatrixRef wv;                   // (n_head_kv * head_dim) × n_embd
+    MatrixRef wo;                   // n_embd × (n_head * head_dim)
+    std::vector<float> bq, bk, bv;  // (n_head * head_dim), (n_head_kv * head_dim) × 2, or empty
+    std::vector<float> bo;          // (n_embd), or empty
+    std::vector<float> ffn_norm;    // (n_embd)
+    std::vector<float> ffn_norm_b;  // (n_embd), or empty
+    MatrixRef w_gate;               // n_ff × n_embd (SwiGLU only)
+    MatrixRef w_up;                 // n_ff × n_embd
+    MatrixRef w_down;               // n_embd × n_ff
+    std::vector<float> b_up;        // (n_ff), or empty
+    std::vector<float> b_down;      // (n_embd), or empty
 
     // Mamba block (ModelConfig::ssm gives the sizes).
     MatrixRef ssm_in;                 // d_in_proj × n_embd
@@ -56,15 +64,17 @@ struct LayerWeights {
 struct ModelWeights {
     MatrixRef token_embd;  // n_vocab × n_embd
     std::vector<LayerWeights> layers;
-    std::vector<float> output_norm;  // (n_embd)
-    MatrixRef output;                // n_vocab × n_embd (token_embd when tied)
-    std::vector<float> rope_freqs;   // (n_rot / 2) frequency divisors, empty when absent
-    uint64_t matrix_bytes = 0;       // bytes of all matrices read per token (for bandwidth figures)
+    MatrixRef position_embd;           // n_ctx_train × n_embd (learned positions), else empty
+    std::vector<float> output_norm;    // (n_embd)
+    std::vector<float> output_norm_b;  // (n_embd), or empty
+    MatrixRef output;                  // n_vocab × n_embd (token_embd when tied)
+    std::vector<float> rope_freqs;     // (n_rot / 2) frequency divisors, empty when absent
+    uint64_t matrix_bytes = 0;         // bytes of all matrices read per token (for bandwidth figures)
 };
 
 // Binds every tensor the model's architecture needs. Throws Error(bad_format) naming a missing tensor or
 // printing expected vs actual shape, Error(unsupported) for optional tensors kvstash does not apply
-// (attention or FFN biases).
+// (e.g. a gate bias, an output bias, MoE routers).
 ModelWeights bind_weights(const gguf::File& file, const ModelConfig& config);
 
 }  // namespace kvstash

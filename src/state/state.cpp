@@ -81,6 +81,12 @@ State::State(const Model& model, StateOptions options) : State() {
     impl_->options = options;
     impl_->n_ctx = options.n_ctx > 0 ? options.n_ctx : (info.n_ctx_train > 0 ? info.n_ctx_train : 4096);
     impl_->options.n_ctx = impl_->n_ctx;
+    if (const ModelConfig& config = ModelAccess::impl(model).config;
+        config.learned_positions && impl_->n_ctx > config.n_ctx_train) {
+        throw Error(ErrorCode::invalid_argument, "context size " + std::to_string(impl_->n_ctx) +
+                                                     " exceeds the model's learned position table of " +
+                                                     std::to_string(config.n_ctx_train) + " positions");
+    }
     impl_->kv = KvCache(info.n_kv_layers, info.n_embd_kv(), options.kv_type);
     const RecurrentShape shape = ModelAccess::impl(model).config.recurrent_shape();
     if (shape.n_layer > 0) impl_->recurrent = RecurrentState(shape);

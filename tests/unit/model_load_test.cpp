@@ -165,8 +165,8 @@ TEST_F(ModelLoadTest, TrailingDimensionsOfOneAreTheSameShape) {
 
 TEST_F(ModelLoadTest, UnsupportedArchitectureIsNamed) {
     TinyLlama spec;
-    spec.arch = "gpt2";
-    expect_load_error("gpt2", spec.build(), ErrorCode::unsupported, {"'gpt2'"});
+    spec.arch = "falcon";
+    expect_load_error("falcon", spec.build(), ErrorCode::unsupported, {"'falcon'"});
 }
 
 TEST_F(ModelLoadTest, HeadCountNotAMultipleOfKvHeads) {
