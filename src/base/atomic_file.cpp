@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -26,13 +25,7 @@ std::string parent_directory(const std::string& path) {
 
 }  // namespace
 
-std::string temp_path_for(const std::string& path) {
-    static std::atomic<uint64_t> counter{0};
-    const size_t slash = path.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-    return dir + std::string(kTempPrefix) + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
+std::string temp_path_for(const std::string& path) { return temp_file_name::for_target(path); }
 
 void write_all(int fd, const void* data, size_t size, const std::string& what_path) {
     const auto* p = static_cast<const uint8_t*>(data);
@@ -50,6 +43,11 @@ void write_all(int fd, const void* data, size_t size, const std::string& what_pa
 
 void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
            const Options& options) {
+    if (options.remove_abandoned_temps) {
+        const size_t slash = path.find_last_of('/');
+        temp_file_name::remove_abandoned(parent_directory(path),
+                                         slash == std::string::npos ? path : path.substr(slash + 1));
+    }
     const std::string temp = temp_path_for(path);
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) fail(options, path, "creating '" + temp + "'", errno);
@@ -92,7 +90,7 @@ bool try_write(const std::string& path, std::initializer_list<std::string_view> 
             [&](int fd, const std::string& temp) {
                 for (std::string_view part : parts) write_all(fd, part.data(), part.size(), temp);
             },
-            Options{durability, "file"});
+            Options{durability, "file", /*remove_abandoned_temps=*/false});
         return true;
     } catch (const Error&) {
         return false;

@@ -2,8 +2,9 @@
 // target, so that a reader sees the old file or the new one, never a part of either. A failure at any step
 // removes the temporary file and leaves a previous file at the path unchanged.
 //
-// Temporary files are named "<dir>/.tmp-<file name>-<pid>-<counter>": unique across threads and processes,
-// hidden, and found by their kTempPrefix (the prefix cache's disk tier removes stale ones at startup).
+// Temporary files are named by base/temp_file_name ("<dir>/.tmp-<file name>-<pid>-<counter>-<random>"): unique
+// per write, hidden, and found by their kTempPrefix. Those of dead writers (a killed process) are removed by
+// the next write() to the same target, and by the server's and the prefix cache's startup scans.
 #pragma once
 
 #include <functional>
@@ -11,9 +12,11 @@
 #include <string>
 #include <string_view>
 
+#include "base/temp_file_name.h"
+
 namespace kvstash::atomic_file {
 
-inline constexpr std::string_view kTempPrefix = ".tmp-";
+inline constexpr std::string_view kTempPrefix = temp_file_name::kTempPrefix;
 
 enum class Durability {
     none,                // no fsync: after a crash the new file may be missing or torn (callers that verify content)
@@ -24,6 +27,9 @@ struct Options {
     Durability durability = Durability::file_and_directory;
     // Names the file in error messages: "cannot save <what> '<path>': ...".
     std::string what = "file";
+    // Before writing, remove the temporary files that dead writers left for the same target (one listing of
+    // the directory; best effort).
+    bool remove_abandoned_temps = true;
 };
 
 // A new temporary path for `path` (in its directory; see the naming above).
@@ -38,7 +44,7 @@ void write(const std::string& path, const std::function<void(int fd, const std::
            const Options& options = {});
 
 // Writes `parts` one after another to `path` atomically (see write()); false instead of an exception on
-// any failure, for best-effort caches.
+// any failure, for best-effort caches (which clean their directories at startup instead of per write).
 bool try_write(const std::string& path, std::initializer_list<std::string_view> parts,
                Durability durability = Durability::none);
 

@@ -3,13 +3,20 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "base/temp_file_name.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -62,6 +69,67 @@ TEST_F(AtomicFile, TempFilesAreUniqueHiddenAndBesideTheTarget) {
     EXPECT_EQ(fs::path(a).parent_path(), dir);
     EXPECT_TRUE(fs::path(a).filename().string().starts_with(atomic_file::kTempPrefix)) << a;
     EXPECT_EQ(atomic_file::temp_path_for("x").substr(0, atomic_file::kTempPrefix.size()), atomic_file::kTempPrefix);
+}
+
+TEST_F(AtomicFile, TempNamesCarryTargetPidAndAreUniquePerWriteAcrossThreads) {
+    const std::string a = atomic_file::temp_path_for(path("my-state.v2.kvs"));
+    const auto parsed = temp_file_name::parse(fs::path(a).filename().string());
+    ASSERT_TRUE(parsed) << a;
+    EXPECT_EQ(parsed->target, "my-state.v2.kvs");
+    EXPECT_EQ(parsed->pid, ::getpid());
+    for (const char* not_ours : {"", "x.kvs", ".tmp-", ".tmp-a-1-0", ".tmp-a-1-0-0000000g", ".tmp--1-0-00000000",
+                                 ".tmp-a-0-0-00000000", ".tmp-a-x-0-00000000"})
+        EXPECT_FALSE(temp_file_name::parse(not_ours)) << not_ours;
+    // Threads share the pid: the names must still differ.
+    std::vector<std::string> names(4 * 500);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 500; ++i) names[static_cast<size_t>(t * 500 + i)] = atomic_file::temp_path_for("x");
+        });
+    for (auto& thread : threads) thread.join();
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
+}
+
+// A writer SIGKILLed mid-write leaves its temporary file; the next write to that target removes it, and a
+// live writer's temporary file (ours) is never touched.
+TEST_F(AtomicFile, KilledWritersDebrisGoesWithTheNextWriteToTheTarget) {
+    const std::string p = path("state.kvs");
+    const pid_t child = ::fork();
+    if (child == 0) {
+        try {
+            atomic_file::write(p, [](int fd, const std::string& temp) {
+                atomic_file::write_all(fd, std::string(1 << 20, 'x').data(), 1 << 20, temp);
+                ::kill(::getpid(), SIGKILL);
+                ::pause();
+            });
+        } catch (...) {}
+        ::_exit(1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    ASSERT_EQ(entries(), 1u) << "the killed writer left no temporary file";
+    const std::string debris = fs::directory_iterator(dir)->path().filename().string();
+    EXPECT_TRUE(temp_file_name::is_abandoned(debris, std::chrono::seconds(0))) << debris;
+    const std::string live = fs::path(atomic_file::temp_path_for(p)).filename().string();
+    std::ofstream(dir / live) << "in progress";
+    const std::string other_target = ".tmp-other.kvs-" + std::to_string(child) + "-0-00000000";
+    std::ofstream(dir / other_target) << "another target's debris";
+    write_text(p, "new", atomic_file::Durability::none);
+    EXPECT_EQ(read(p), "new");
+    EXPECT_FALSE(fs::exists(dir / debris));
+    EXPECT_TRUE(fs::exists(dir / live)) << "a live writer's temporary file was removed";
+    EXPECT_TRUE(fs::exists(dir / other_target)) << "only the target's own debris goes per write";
+    // A directory scan (server / cache start-up) takes every dead writer's file, still not the live one.
+    EXPECT_EQ(temp_file_name::remove_abandoned(dir.string()), 1u);
+    EXPECT_FALSE(fs::exists(dir / other_target));
+    EXPECT_TRUE(fs::exists(dir / live));
+    // A name we cannot read a pid from goes only once old.
+    EXPECT_FALSE(temp_file_name::is_abandoned(".tmp-state.kvs-12-3", std::chrono::minutes(5)));
+    EXPECT_TRUE(temp_file_name::is_abandoned(".tmp-state.kvs-12-3", std::chrono::hours(2)));
+    EXPECT_FALSE(temp_file_name::is_abandoned("state.kvs", std::chrono::hours(2)));
 }
 
 // The content writer fails half way: its exception comes through, the old file is intact, no temp file.
