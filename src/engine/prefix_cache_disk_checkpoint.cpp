@@ -123,7 +123,7 @@ BlockFileRead read_checkpoint_file(const std::string& dir, const CheckpointFileN
                                    const CheckpointFileIdentity& id, float* state, uint8_t* k, uint8_t* v) {
     if (!valid(name)) return BlockFileRead::missing;
     const std::string path = dir + "/" + checkpoint_file_name(name.key);
-    Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // a FIFO: no wait, refused below
     if (in.fd < 0) return BlockFileRead::missing;
     struct stat st {};
     if (::fstat(in.fd, &st) != 0) return BlockFileRead::missing;
