@@ -36,10 +36,11 @@ struct Options {
 std::string temp_path_for(const std::string& path);
 
 // Writes `path` atomically. `write_content(fd, temp_path)` writes the content through `fd` (open for
-// writing, empty; pwrite is fine) and throws on failure. Every other failure throws Error(io) naming
+// writing, empty; pwrite is fine) and throws on failure. Every other failure throws Error(output) naming
 // `path`, the step and strerror; the content writer's exceptions pass through unchanged. Either way the
 // temporary file is gone. A directory that cannot be synced after the rename (the file is in place) is
-// also an Error(io), except where the file system does not sync directories (EINVAL).
+// also an Error(output), except where the file system does not sync directories (EINVAL). A `path` that
+// exists and is not a regular file (a FIFO, device, directory) is refused with Error(output), untouched.
 void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
            const Options& options = {});
 
@@ -49,7 +50,7 @@ bool try_write(const std::string& path, std::initializer_list<std::string_view> 
                Durability durability = Durability::none);
 
 // Writes all of [data, data + size) to `fd` from its current position, retrying short writes and EINTR;
-// throws Error(io) naming `what_path` on failure.
+// throws Error(output) naming `what_path` on failure.
 void write_all(int fd, const void* data, size_t size, const std::string& what_path);
 
 }  // namespace kvstash::atomic_file

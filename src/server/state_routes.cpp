@@ -117,7 +117,7 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
         } catch (const Error& e) {
             // A malformed upload is the client's to fix (400), bad_format included; the server's own
             // failures (io, internal) keep http_status's 500 through the route guard.
-            if (e.code() == ErrorCode::io || e.code() == ErrorCode::internal) throw;
+            if (e.code() == ErrorCode::io || e.code() == ErrorCode::internal || e.code() == ErrorCode::output) throw;
             // The loader names the file: say "the upload" instead of a server-side temporary path.
             std::string message = e.what();
             for (size_t at; (at = message.find("'" + path + "'")) != std::string::npos;)

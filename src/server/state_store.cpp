@@ -37,7 +37,7 @@ StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir
     if (dir_.empty()) return;
     std::error_code ec;
     fs::create_directories(dir_, ec);
-    if (ec) throw Error(ErrorCode::io, "cannot create the state directory '" + dir_ + "': " + ec.message());
+    if (ec) throw Error(ErrorCode::output, "cannot create the state directory '" + dir_ + "': " + ec.message());
     if (const size_t removed = temp_file_name::remove_abandoned(dir_))
         std::fprintf(stderr, "kvstash serve: removed %zu temporary file(s) of interrupted saves in '%s'\n", removed,
                      dir_.c_str());

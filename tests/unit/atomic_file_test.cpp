@@ -160,14 +160,14 @@ TEST_F(AtomicFile, FailureMidWriteKeepsTheOldFileAndRemovesTheTemp) {
         });
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_EQ(e.code(), ErrorCode::output);
         EXPECT_NE(std::string(e.what()).find(".tmp-state.kvs-"), std::string::npos) << e.what();
     }
     EXPECT_EQ(read(p), "old content");
     EXPECT_EQ(entries(), 1u);
 }
 
-TEST_F(AtomicFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
+TEST_F(AtomicFile, UnwritableDirectoryIsAnOutputErrorNamingThePath) {
     if (::geteuid() == 0) GTEST_SKIP() << "root writes into read-only directories";
     const std::string p = path("f.txt");
     write_text(p, "kept", atomic_file::Durability::none);
@@ -176,7 +176,7 @@ TEST_F(AtomicFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
         write_text(p, "new", atomic_file::Durability::file_and_directory);
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_EQ(e.code(), ErrorCode::output);
         const std::string message = e.what();
         EXPECT_NE(message.find("cannot save test file '" + p + "'"), std::string::npos) << message;
         EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
@@ -188,13 +188,13 @@ TEST_F(AtomicFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
 }
 
 // /proc refuses new files even to root.
-TEST_F(AtomicFile, ADirectoryNobodyCanWriteIsAnIoError) {
+TEST_F(AtomicFile, ADirectoryNobodyCanWriteIsAnOutputError) {
     const std::string p = "/proc/kvstash_atomic_file_test.bin";
     try {
         write_text(p, "x", atomic_file::Durability::file_and_directory);
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_EQ(e.code(), ErrorCode::output);
         EXPECT_NE(std::string(e.what()).find("cannot save test file '" + p + "': creating '/proc/.tmp-"),
                   std::string::npos)
             << e.what();
@@ -202,7 +202,7 @@ TEST_F(AtomicFile, ADirectoryNobodyCanWriteIsAnIoError) {
     EXPECT_FALSE(atomic_file::try_write(p, {"x"}));
 }
 
-TEST_F(AtomicFile, MissingDirectoryIsAnIoError) {
+TEST_F(AtomicFile, MissingDirectoryIsAnOutputError) {
     const std::string p = path("no/such/dir/f.txt");
     EXPECT_THROW(write_text(p, "x", atomic_file::Durability::none), Error);
     EXPECT_FALSE(atomic_file::try_write(p, {"x"}));
