@@ -14,6 +14,8 @@ enum class ErrorCode {
     unsupported,       // well-formed but not something kvstash handles (tensor type, architecture)
     out_of_range,      // a position or length outside what the model/context allows
     internal,          // a broken internal invariant (a bug)
+    output,            // an output file could not be written: no space, no permission, a read-only or special
+                       // target (the inputs were fine; the CLI exits 5, not 3)
 };
 
 class Error : public std::runtime_error {

@@ -1,12 +1,13 @@
 #include "base/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
+#include "base/regular_file.h"
 #include "kvstash/error.h"
 
 namespace kvstash::atomic_file {
@@ -20,19 +21,13 @@ std::string parent_directory(const std::string& path) {
 }
 
 [[noreturn]] void fail(const Options& options, const std::string& path, const std::string& step, int saved_errno) {
-    throw Error(ErrorCode::io, "cannot save " + options.what + " '" + path + "': " + step + ": " +
-                                   std::strerror(saved_errno) + "; any previous file at that path is unchanged");
+    throw Error(ErrorCode::output, "cannot save " + options.what + " '" + path + "': " + step + ": " +
+                                       std::strerror(saved_errno) + "; any previous file at that path is unchanged");
 }
 
 }  // namespace
 
-std::string temp_path_for(const std::string& path) {
-    static std::atomic<uint64_t> counter{0};
-    const size_t slash = path.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
-    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-    return dir + std::string(kTempPrefix) + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
+std::string temp_path_for(const std::string& path) { return temp_file_name::for_target(path); }
 
 void write_all(int fd, const void* data, size_t size, const std::string& what_path) {
     const auto* p = static_cast<const uint8_t*>(data);
@@ -41,7 +36,7 @@ void write_all(int fd, const void* data, size_t size, const std::string& what_pa
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             const int saved = w < 0 ? errno : ENOSPC;
-            throw Error(ErrorCode::io, "cannot write '" + what_path + "': " + std::strerror(saved));
+            throw Error(ErrorCode::output, "cannot write '" + what_path + "': " + std::strerror(saved));
         }
         p += w;
         size -= static_cast<size_t>(w);
@@ -50,6 +45,18 @@ void write_all(int fd, const void* data, size_t size, const std::string& what_pa
 
 void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
            const Options& options) {
+    // rename() would replace a FIFO, device or directory entry (as root, even /dev/full): only regular
+    // files (or links, which rename replaces, not follows) are ours to replace.
+    if (struct stat st{}; ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+        throw Error(ErrorCode::output, "cannot save " + options.what + " '" + path + "': it is " +
+                                           std::string(regular_file::describe_file_type(st.st_mode)) +
+                                           ", and only a regular file is replaced");
+    }
+    if (options.remove_abandoned_temps) {
+        const size_t slash = path.find_last_of('/');
+        temp_file_name::remove_abandoned(parent_directory(path),
+                                         slash == std::string::npos ? path : path.substr(slash + 1));
+    }
     const std::string temp = temp_path_for(path);
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) fail(options, path, "creating '" + temp + "'", errno);
@@ -80,8 +87,8 @@ void write(const std::string& path, const std::function<void(int fd, const std::
     const int saved = errno;
     if (dir_fd >= 0) ::close(dir_fd);
     if (synced != 0 && saved != EINVAL) {  // EINVAL: a file system that cannot sync directories
-        throw Error(ErrorCode::io, options.what + " '" + path + "' was written but its directory '" + dir +
-                                       "' could not be synced: " + std::strerror(saved));
+        throw Error(ErrorCode::output, options.what + " '" + path + "' was written but its directory '" + dir +
+                                           "' could not be synced: " + std::strerror(saved));
     }
 }
 
@@ -92,7 +99,7 @@ bool try_write(const std::string& path, std::initializer_list<std::string_view> 
             [&](int fd, const std::string& temp) {
                 for (std::string_view part : parts) write_all(fd, part.data(), part.size(), temp);
             },
-            Options{durability, "file"});
+            Options{durability, "file", /*remove_abandoned_temps=*/false});
         return true;
     } catch (const Error&) {
         return false;

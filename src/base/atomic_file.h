@@ -2,8 +2,9 @@
 // target, so that a reader sees the old file or the new one, never a part of either. A failure at any step
 // removes the temporary file and leaves a previous file at the path unchanged.
 //
-// Temporary files are named "<dir>/.tmp-<file name>-<pid>-<counter>": unique across threads and processes,
-// hidden, and found by their kTempPrefix (the prefix cache's disk tier removes stale ones at startup).
+// Temporary files are named by base/temp_file_name ("<dir>/.tmp-<file name>-<pid>-<counter>-<random>"): unique
+// per write, hidden, and found by their kTempPrefix. Those of dead writers (a killed process) are removed by
+// the next write() to the same target, and by the server's and the prefix cache's startup scans.
 #pragma once
 
 #include <functional>
@@ -11,9 +12,11 @@
 #include <string>
 #include <string_view>
 
+#include "base/temp_file_name.h"
+
 namespace kvstash::atomic_file {
 
-inline constexpr std::string_view kTempPrefix = ".tmp-";
+inline constexpr std::string_view kTempPrefix = temp_file_name::kTempPrefix;
 
 enum class Durability {
     none,                // no fsync: after a crash the new file may be missing or torn (callers that verify content)
@@ -24,26 +27,30 @@ struct Options {
     Durability durability = Durability::file_and_directory;
     // Names the file in error messages: "cannot save <what> '<path>': ...".
     std::string what = "file";
+    // Before writing, remove the temporary files that dead writers left for the same target (one listing of
+    // the directory; best effort).
+    bool remove_abandoned_temps = true;
 };
 
 // A new temporary path for `path` (in its directory; see the naming above).
 std::string temp_path_for(const std::string& path);
 
 // Writes `path` atomically. `write_content(fd, temp_path)` writes the content through `fd` (open for
-// writing, empty; pwrite is fine) and throws on failure. Every other failure throws Error(io) naming
+// writing, empty; pwrite is fine) and throws on failure. Every other failure throws Error(output) naming
 // `path`, the step and strerror; the content writer's exceptions pass through unchanged. Either way the
 // temporary file is gone. A directory that cannot be synced after the rename (the file is in place) is
-// also an Error(io), except where the file system does not sync directories (EINVAL).
+// also an Error(output), except where the file system does not sync directories (EINVAL). A `path` that
+// exists and is not a regular file (a FIFO, device, directory) is refused with Error(output), untouched.
 void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
            const Options& options = {});
 
 // Writes `parts` one after another to `path` atomically (see write()); false instead of an exception on
-// any failure, for best-effort caches.
+// any failure, for best-effort caches (which clean their directories at startup instead of per write).
 bool try_write(const std::string& path, std::initializer_list<std::string_view> parts,
                Durability durability = Durability::none);
 
 // Writes all of [data, data + size) to `fd` from its current position, retrying short writes and EINTR;
-// throws Error(io) naming `what_path` on failure.
+// throws Error(output) naming `what_path` on failure.
 void write_all(int fd, const void* data, size_t size, const std::string& what_path);
 
 }  // namespace kvstash::atomic_file

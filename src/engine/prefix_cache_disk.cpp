@@ -18,9 +18,6 @@ namespace kvstash {
 namespace fs = std::filesystem;
 namespace {
 
-// A temp file older than this is a crashed writer's leftover (a live one renames within milliseconds).
-constexpr auto kStaleTempAge = std::chrono::hours(1);
-
 // Unknown or vanished: a complete-looking file another process wrote is adopted (verified on read).
 bool adopt_existing(const std::string& path, uint64_t bytes) {
     struct stat st {};
@@ -72,7 +69,7 @@ void PrefixDiskTier::scan() {
         const auto mtime = it->last_write_time(entry_ec);
         if (entry_ec) continue;
         if (name.starts_with(atomic_file::kTempPrefix)) {
-            if (now - mtime > kStaleTempAge) fs::remove(it->path(), entry_ec);
+            if (temp_file_name::is_abandoned(name, now - mtime)) fs::remove(it->path(), entry_ec);
             continue;
         }
         Kind kind = Kind::block;

@@ -103,7 +103,7 @@ BlockFileRead read_checkpoint_file(const std::string& dir, const CheckpointFileN
                                    const CheckpointFileIdentity& id, float* state, uint8_t* k, uint8_t* v) {
     if (!valid(name)) return BlockFileRead::missing;
     const std::string path = dir + "/" + checkpoint_file_name(name.key);
-    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO: no wait, refused below
     if (!in.valid()) return BlockFileRead::missing;
     struct stat st {};
     if (::fstat(in.get(), &st) != 0) return BlockFileRead::missing;

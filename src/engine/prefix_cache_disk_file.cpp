@@ -102,7 +102,7 @@ bool write_block_file(const std::string& dir, const BlockFileName& block, const 
 BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,
                               uint8_t* k, uint8_t* v) {
     const std::string path = dir + "/" + block_file_name(block.key);
-    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO: no wait, refused below
     // Any failure to open (gone, or unreadable to us) is a miss: nothing here says the file is bad.
     if (!in.valid()) return BlockFileRead::missing;
     struct stat st {};

@@ -93,7 +93,7 @@ NextFileRead read_next_file(const std::string& dir, const BlockKey& parent, cons
                             std::vector<NextBlock>& out) {
     out.clear();
     const std::string path = dir + "/" + next_file_name(next_blocks_key(parent));
-    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    const Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO: no wait, refused below
     if (!in.valid()) return NextFileRead::missing;
     struct stat st {};
     if (::fstat(in.get(), &st) != 0) return NextFileRead::missing;

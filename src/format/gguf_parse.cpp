@@ -11,10 +11,12 @@
 // overflow-checked, so a short file can never make us allocate much or read past its end.
 #include "format/gguf_parse.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <limits>
 #include <unordered_set>
+#include <vector>
 
 #include "kvstash/error.h"
 
@@ -354,6 +356,36 @@ private:
                                  " + " + std::to_string(t.offset) + ") run past the end of the file (" +
                                  std::to_string(size_) + " bytes)",
                              at);
+            }
+        }
+        check_no_overlap();
+    }
+
+    // Every tensor's data must be its own: a flipped offset that moves a tensor onto another's bytes would
+    // otherwise load and run with exit 0 and different output. (The header, metadata and tensor infos
+    // cannot be overlapped: offsets are unsigned and relative to data_offset, which lies after them.)
+    // Adjacent ranges [begin, begin + n_bytes) sorted by begin must not intersect; O(n log n).
+    void check_no_overlap() {
+        std::vector<size_t> order;
+        order.reserve(out_.tensors.size());
+        for (size_t i = 0; i < out_.tensors.size(); ++i) {
+            if (out_.tensors[i].n_bytes > 0) order.push_back(i);
+        }
+        std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return out_.tensors[a].offset < out_.tensors[b].offset ||
+                   (out_.tensors[a].offset == out_.tensors[b].offset && a < b);
+        });
+        for (size_t k = 1; k < order.size(); ++k) {
+            const TensorInfo& before = out_.tensors[order[k - 1]];
+            const TensorInfo& after = out_.tensors[order[k]];
+            const uint64_t before_end = before.offset + before.n_bytes;  // <= size_: checked above
+            if (after.offset < before_end) {
+                cursor_.set_context("");
+                cursor_.fail("tensor '" + after.name + "' (data offset " + std::to_string(after.offset) + ", " +
+                                 std::to_string(after.n_bytes) + " bytes) overlaps tensor '" + before.name +
+                                 "' (data offset " + std::to_string(before.offset) + ", " +
+                                 std::to_string(before.n_bytes) + " bytes)",
+                             info_offsets_[order[k]]);
             }
         }
     }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "base/regular_file.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -30,15 +31,12 @@ struct FdCloser {
 }  // namespace
 
 MappedFile MappedFile::open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw_io(path, "open", errno);
+    // Refuses a FIFO, device or directory before anything can block on it (base/regular_file).
+    const int fd = regular_file::open_for_reading(path);
     FdCloser closer{fd};
 
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw_io(path, "stat", errno);
-    if (!S_ISREG(st.st_mode)) {
-        throw Error(ErrorCode::io, "cannot map '" + path + "': not a regular file");
-    }
 
     MappedFile file;
     if (st.st_size == 0) return file;

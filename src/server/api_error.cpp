@@ -9,7 +9,8 @@ int http_status(ErrorCode code) {
         case ErrorCode::unsupported: return 400;
         case ErrorCode::io:
         case ErrorCode::bad_format:
-        case ErrorCode::internal: return 500;
+        case ErrorCode::internal:
+        case ErrorCode::output: return 500;
     }
     return 500;
 }

@@ -171,6 +171,7 @@ PrefillRequest parse_prefill_request(const json& body) {
     if (!name) throw bad_request("'name' is required", "name", "missing_field");
     out.name = get_string(*name, "name");
     require_state_name(out.name, "name");
+    if (const json* v = field(body, "replace")) out.replace = get_bool(*v, "replace");
     const json* prompt = field(body, "prompt");
     const json* messages = field(body, "messages");
     if ((prompt != nullptr) == (messages != nullptr)) {

@@ -42,9 +42,10 @@ struct CompletionRequest {
     std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens; none: OpenAI's default
 };
 
-// POST /v1/states: {"name", "prompt" | "messages", "add_generation_prompt"}.
+// POST /v1/states: {"name", "prompt" | "messages", "add_generation_prompt", "replace"}.
 struct PrefillRequest {
     std::string name;
+    bool replace = false;               // false: 409 when `name` exists; true: replace it
     std::optional<std::string> prompt;  // none: `messages` (non-empty)
     std::vector<ChatMessage> messages;
     bool add_generation_prompt = false;

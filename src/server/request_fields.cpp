@@ -53,7 +53,8 @@ std::vector<ChatMessage> get_messages(const json& value) {
     if (!value.is_array() || value.empty())
         throw wrong_type("messages", "a non-empty array of {role, content} objects");
     std::vector<ChatMessage> messages;
-    for (const json& m : value) {
+    for (size_t i = 0; i < value.size(); ++i) {
+        const json& m = value[i];
         if (!m.is_object()) throw wrong_type("messages", "an array of {role, content} objects");
         const json* role = field(m, "role");
         if (!role || !role->is_string()) throw wrong_type("messages", "an array of objects with a string 'role'");
@@ -63,6 +64,15 @@ std::vector<ChatMessage> get_messages(const json& value) {
                               "messages", "invalid_value");
         }
         const json* content = field(m, "content");
+        // OpenAI allows a null (or missing) content only for an assistant message that carries tool_calls;
+        // kvstash has no tools, so every message needs its text.
+        if (!content) {
+            throw bad_request("messages[" + std::to_string(i) + "].content is " +
+                                  (m.contains("content") ? "null" : "missing") +
+                                  ": give a string or an array of text parts (null content is for tool calls, "
+                                  "which this server does not support)",
+                              "messages", "invalid_value");
+        }
         if (content && content->is_string()) {
             message.content = content->get<std::string>();
         } else if (content && content->is_array()) {

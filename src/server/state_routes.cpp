@@ -38,6 +38,14 @@ ApiError unknown_state(const std::string& name) {
     return ApiError(404, "no state named '" + name + "' (see GET /v1/states)", "name", "state_not_found");
 }
 
+ApiError state_exists(const std::string& name) {
+    return ApiError(409,
+                    "a state named '" + name +
+                        "' already exists: send \"replace\": true to replace it, or DELETE /v1/states/" + name +
+                        " first",
+                    "name", "state_exists");
+}
+
 // A scratch file for a download, in the state directory or the system's temp directory, named as
 // base/atomic_file names temporary files (unique across threads and processes, hidden).
 std::string download_path(const ServerContext& ctx) {
@@ -51,7 +59,9 @@ void handle_download(const httplib::Request& req, httplib::Response& res, Server
     if (!state) throw unknown_state(name);
     const std::string path = download_path(ctx);
     save_state(*state, path);
-    const uint64_t size = fs::file_size(path);
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    if (ec) throw Error(ErrorCode::io, "cannot read back the state file written for the download: " + ec.message());
     auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
     if (!*file) throw Error(ErrorCode::io, "cannot read back the state file written for the download");
     res.set_header("Content-Disposition", "attachment; filename=\"" + name + ".kvs\"");
@@ -107,7 +117,7 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
         } catch (const Error& e) {
             // A malformed upload is the client's to fix (400), bad_format included; the server's own
             // failures (io, internal) keep http_status's 500 through the route guard.
-            if (e.code() == ErrorCode::io || e.code() == ErrorCode::internal) throw;
+            if (e.code() == ErrorCode::io || e.code() == ErrorCode::internal || e.code() == ErrorCode::output) throw;
             // The loader names the file: say "the upload" instead of a server-side temporary path.
             std::string message = e.what();
             for (size_t at; (at = message.find("'" + path + "'")) != std::string::npos;)
@@ -117,6 +127,9 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
             throw bad_request("not a usable state file for this model: " + message, "", "invalid_state_file");
         }
     };
+    // The name's lock for the whole upload: a DELETE or another upload of the name waits for it (never
+    // a half-replaced file or a 500), other names do not.
+    const auto name_lock = ctx.states->lock_name(name);
     const NamedStateInfo info = ctx.states->put_file(name, write_and_load);
     send_json(res, info_json(info, ctx), 201);
 }
@@ -128,12 +141,18 @@ void register_state_routes(httplib::Server& http, ServerContext& ctx) {
         guarded(res, [&] {
             require_body_size(req, ctx);
             const PrefillRequest request = parse_prefill_request(parse_json_body(req.body));
+            // Checked before the prefill (no work for a request that will be refused) and again under the
+            // name's lock (two creates that both passed the first check: one wins, the other gets 409).
+            if (!request.replace && ctx.states->info(request.name)) throw state_exists(request.name);
             Usage usage;
             std::shared_ptr<State> state = run_prefill(ctx, build_prefill_job(request, ctx), usage);
+            const auto name_lock = ctx.states->lock_name(request.name);
+            const bool existed = ctx.states->info(request.name).has_value();
+            if (existed && !request.replace) throw state_exists(request.name);
             json body = info_json(ctx.states->put(request.name, std::move(*state)), ctx);
             body["usage"] = {{"prompt_tokens", usage.prompt_tokens},
                              {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
-            send_json(res, body, 201);
+            send_json(res, body, existed ? 200 : 201);
         });
     });
     http.Get("/v1/states", [&ctx](const httplib::Request&, httplib::Response& res) {
@@ -152,6 +171,7 @@ void register_state_routes(httplib::Server& http, ServerContext& ctx) {
     http.Delete(R"(/v1/states/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
             const std::string name = name_from(req);
+            const auto name_lock = ctx.states->lock_name(name);
             if (!ctx.states->erase(name)) throw unknown_state(name);
             send_json(res, {{"object", "state.deleted"}, {"name", name}, {"deleted", true}});
         });

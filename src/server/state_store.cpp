@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/temp_file_name.h"
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
 #include "server/state_name.h"
@@ -22,13 +23,24 @@ int64_t unix_now() {
         .count();
 }
 
+// The size of a file just written; 0 if it is already gone (a concurrent delete that did not hold the
+// name's lock): never a std::filesystem exception, which would reach the client as a raw 500.
+uint64_t file_bytes_of(const std::string& path) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(path, ec);
+    return ec ? 0 : static_cast<uint64_t>(size);
+}
+
 }  // namespace
 
 StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir_(std::move(dir)) {
     if (dir_.empty()) return;
     std::error_code ec;
     fs::create_directories(dir_, ec);
-    if (ec) throw Error(ErrorCode::io, "cannot create the state directory '" + dir_ + "': " + ec.message());
+    if (ec) throw Error(ErrorCode::output, "cannot create the state directory '" + dir_ + "': " + ec.message());
+    if (const size_t removed = temp_file_name::remove_abandoned(dir_))
+        std::fprintf(stderr, "kvstash serve: removed %zu temporary file(s) of interrupted saves in '%s'\n", removed,
+                     dir_.c_str());
     for (const auto& file : fs::directory_iterator(dir_, ec)) {
         const fs::path& path = file.path();
         if (path.extension() != ".kvs" || !valid_name(path.stem().string())) continue;
@@ -75,7 +87,7 @@ NamedStateInfo StateStore::put(const std::string& name, State state) {
     uint64_t file_bytes = 0;
     if (!dir_.empty()) {
         save_state(state, file_path(name));
-        file_bytes = fs::file_size(file_path(name));
+        file_bytes = file_bytes_of(file_path(name));
     }
     return store(name, std::move(state), file_bytes);
 }
@@ -96,7 +108,7 @@ NamedStateInfo StateStore::put_file(const std::string& name, const UploadWriter&
         return store(name, std::move(*state), 0);
     }
     atomic_file::write(file_path(name), write, {atomic_file::Durability::file_and_directory, "uploaded state"});
-    return store(name, std::move(*state), fs::file_size(file_path(name)));
+    return store(name, std::move(*state), file_bytes_of(file_path(name)));
 }
 
 std::optional<State> StateStore::fork(const std::string& name) {
@@ -107,15 +119,22 @@ std::optional<State> StateStore::fork(const std::string& name) {
         if (it->second.state) return it->second.state->fork();
     }
     // On disk only: load it (outside the lock: it may take a while), then keep it.
-    State loaded = load_state(model_, file_path(name));
+    std::optional<State> loaded;
+    try {
+        loaded.emplace(load_state(model_, file_path(name)));
+    } catch (const Error&) {
+        std::lock_guard lock(mutex_);
+        if (!entries_.contains(name)) return std::nullopt;  // deleted while we read it: unknown, not an error
+        throw;
+    }
     std::lock_guard lock(mutex_);
     auto it = entries_.find(name);
     if (it == entries_.end()) return std::nullopt;  // deleted meanwhile
     if (!it->second.state) {
-        it->second.info.kv_bytes = loaded.kv_bytes();
+        it->second.info.kv_bytes = loaded->kv_bytes();
         it->second.info.in_memory = true;
-        it->second.info.has_logits = !loaded.last_logits().empty();
-        it->second.state = std::make_shared<const State>(std::move(loaded));
+        it->second.info.has_logits = !loaded->last_logits().empty();
+        it->second.state = std::make_shared<const State>(std::move(*loaded));
     }
     return it->second.state->fork();
 }

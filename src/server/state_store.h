@@ -17,6 +17,7 @@
 #include "kvstash/model.h"
 #include "kvstash/state.h"
 #include "server/metrics.h"
+#include "server/state_name_lock.h"
 
 namespace kvstash::server {
 
@@ -33,11 +34,16 @@ struct NamedStateInfo {
 
 class StateStore {
 public:
-    // `dir` empty: memory only. Otherwise created if missing, and its <name>.kvs files are listed.
+    // `dir` empty: memory only. Otherwise created if missing, its <name>.kvs files are listed, and the
+    // temporary files of dead writers (a server killed mid-save) are removed (base/temp_file_name).
     StateStore(const Model& model, std::string dir);
 
     // valid_state_name (server/state_name.h): safe as a file name, no path traversal.
     static bool valid_name(std::string_view name);
+
+    // Serializes the operations on one name: callers that check-then-change a name (create unless it
+    // exists, upload, delete) hold it around both. put/put_file/erase do not take it themselves.
+    StateNameLocks::Guard lock_name(const std::string& name) { return name_locks_.lock(name); }
 
     // Keeps `state` under `name`, replacing any state of that name; with a directory, saves it there
     // first (atomic). Throws Error(io) when the file cannot be written (then nothing changes).
@@ -69,6 +75,7 @@ private:
     std::string dir_;
     std::mutex mutex_;
     std::map<std::string, Entry> entries_;
+    StateNameLocks name_locks_;
 };
 
 }  // namespace kvstash::server

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "base/atomic_file.h"
+#include "base/regular_file.h"
+#include "kvstash/error.h"
 
 namespace kvstash {
 namespace {
@@ -47,7 +49,12 @@ bool is_hex32(const std::string& s) {
 std::optional<std::string> fingerprint_cache_lookup(const FileIdentity& id) {
     const auto path = cache_file();
     if (!path) return std::nullopt;
-    std::ifstream in(*path);
+    std::istringstream in;
+    try {
+        in.str(regular_file::read_all(path->string(), "fingerprint cache"));  // a FIFO there: no wait
+    } catch (const Error&) {
+        return std::nullopt;
+    }
     const std::string key = key_of(id);
     std::optional<std::string> found;
     for (std::string line; std::getline(in, line);) {
@@ -68,8 +75,12 @@ void fingerprint_cache_store(const FileIdentity& id, const std::string& hex) {
     const std::string line = key_of(id) + hex + "\n";
     if (std::filesystem::file_size(*path, ec) > max_cache_bytes && !ec) {
         // Keep the newest half, written atomically (temp file + rename).
-        std::ifstream in(*path);
-        std::string all((std::istreambuf_iterator<char>(in)), {});
+        std::string all;
+        try {
+            all = regular_file::read_all(path->string(), "fingerprint cache");
+        } catch (const Error&) {
+            return;
+        }
         const size_t cut = all.find('\n', all.size() / 2);
         const std::string kept = cut == std::string::npos ? std::string() : all.substr(cut + 1);
         atomic_file::try_write(path->string(), {kept, line}, atomic_file::Durability::none);

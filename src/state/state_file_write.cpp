@@ -267,8 +267,8 @@ public:
 };
 
 [[noreturn]] void throw_write_error(const std::string& path, const std::string& what, int saved_errno) {
-    throw Error(ErrorCode::io, "cannot save state file '" + path + "': " + what + ": " + std::strerror(saved_errno) +
-                                   "; any previous file at that path is unchanged");
+    throw Error(ErrorCode::output, "cannot save state file '" + path + "': " + what + ": " +
+                                       std::strerror(saved_errno) + "; any previous file at that path is unchanged");
 }
 
 class FileSink final : public ByteSink {

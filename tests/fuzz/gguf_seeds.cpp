@@ -63,6 +63,15 @@ int main(int argc, char** argv) {
     v2.add_f32_tensor("output_norm.weight", {2, 2}, {1, 2, 3, 4});
     v2.write(dir / "tensor_v2.gguf");
 
+    // Tensors packed edge to edge with 4-byte f32 rows and alignment 32: one flipped offset bit moves a tensor
+    // onto its neighbour's bytes, which the reader must refuse (issue 19: overlapping tensor data).
+    GgufBuilder adjacent;
+    adjacent.add("general.architecture", gv::string("llama"));
+    adjacent.add_f32_tensor("a", {8}, {1, 2, 3, 4, 5, 6, 7, 8});
+    adjacent.add_f32_tensor("b", {8}, {8, 7, 6, 5, 4, 3, 2, 1});
+    adjacent.add_f32_tensor("c", {16}, std::vector<float>(16, 0.5f));
+    adjacent.write(dir / "adjacent_tensors.gguf");
+
     // A seed the reader rejects would only teach the fuzzer error paths: check each one parses.
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
         try {

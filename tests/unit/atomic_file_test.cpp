@@ -3,13 +3,20 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "base/temp_file_name.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -64,6 +71,67 @@ TEST_F(AtomicFile, TempFilesAreUniqueHiddenAndBesideTheTarget) {
     EXPECT_EQ(atomic_file::temp_path_for("x").substr(0, atomic_file::kTempPrefix.size()), atomic_file::kTempPrefix);
 }
 
+TEST_F(AtomicFile, TempNamesCarryTargetPidAndAreUniquePerWriteAcrossThreads) {
+    const std::string a = atomic_file::temp_path_for(path("my-state.v2.kvs"));
+    const auto parsed = temp_file_name::parse(fs::path(a).filename().string());
+    ASSERT_TRUE(parsed) << a;
+    EXPECT_EQ(parsed->target, "my-state.v2.kvs");
+    EXPECT_EQ(parsed->pid, ::getpid());
+    for (const char* not_ours : {"", "x.kvs", ".tmp-", ".tmp-a-1-0", ".tmp-a-1-0-0000000g", ".tmp--1-0-00000000",
+                                 ".tmp-a-0-0-00000000", ".tmp-a-x-0-00000000"})
+        EXPECT_FALSE(temp_file_name::parse(not_ours)) << not_ours;
+    // Threads share the pid: the names must still differ.
+    std::vector<std::string> names(4 * 500);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 500; ++i) names[static_cast<size_t>(t * 500 + i)] = atomic_file::temp_path_for("x");
+        });
+    for (auto& thread : threads) thread.join();
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
+}
+
+// A writer SIGKILLed mid-write leaves its temporary file; the next write to that target removes it, and a
+// live writer's temporary file (ours) is never touched.
+TEST_F(AtomicFile, KilledWritersDebrisGoesWithTheNextWriteToTheTarget) {
+    const std::string p = path("state.kvs");
+    const pid_t child = ::fork();
+    if (child == 0) {
+        try {
+            atomic_file::write(p, [](int fd, const std::string& temp) {
+                atomic_file::write_all(fd, std::string(1 << 20, 'x').data(), 1 << 20, temp);
+                ::kill(::getpid(), SIGKILL);
+                ::pause();
+            });
+        } catch (...) {}
+        ::_exit(1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    ASSERT_EQ(entries(), 1u) << "the killed writer left no temporary file";
+    const std::string debris = fs::directory_iterator(dir)->path().filename().string();
+    EXPECT_TRUE(temp_file_name::is_abandoned(debris, std::chrono::seconds(0))) << debris;
+    const std::string live = fs::path(atomic_file::temp_path_for(p)).filename().string();
+    std::ofstream(dir / live) << "in progress";
+    const std::string other_target = ".tmp-other.kvs-" + std::to_string(child) + "-0-00000000";
+    std::ofstream(dir / other_target) << "another target's debris";
+    write_text(p, "new", atomic_file::Durability::none);
+    EXPECT_EQ(read(p), "new");
+    EXPECT_FALSE(fs::exists(dir / debris));
+    EXPECT_TRUE(fs::exists(dir / live)) << "a live writer's temporary file was removed";
+    EXPECT_TRUE(fs::exists(dir / other_target)) << "only the target's own debris goes per write";
+    // A directory scan (server / cache start-up) takes every dead writer's file, still not the live one.
+    EXPECT_EQ(temp_file_name::remove_abandoned(dir.string()), 1u);
+    EXPECT_FALSE(fs::exists(dir / other_target));
+    EXPECT_TRUE(fs::exists(dir / live));
+    // A name we cannot read a pid from goes only once old.
+    EXPECT_FALSE(temp_file_name::is_abandoned(".tmp-state.kvs-12-3", std::chrono::minutes(5)));
+    EXPECT_TRUE(temp_file_name::is_abandoned(".tmp-state.kvs-12-3", std::chrono::hours(2)));
+    EXPECT_FALSE(temp_file_name::is_abandoned("state.kvs", std::chrono::hours(2)));
+}
+
 // The content writer fails half way: its exception comes through, the old file is intact, no temp file.
 TEST_F(AtomicFile, FailureMidWriteKeepsTheOldFileAndRemovesTheTemp) {
     const std::string p = path("state.kvs");
@@ -92,14 +160,14 @@ TEST_F(AtomicFile, FailureMidWriteKeepsTheOldFileAndRemovesTheTemp) {
         });
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_EQ(e.code(), ErrorCode::output);
         EXPECT_NE(std::string(e.what()).find(".tmp-state.kvs-"), std::string::npos) << e.what();
     }
     EXPECT_EQ(read(p), "old content");
     EXPECT_EQ(entries(), 1u);
 }
 
-TEST_F(AtomicFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
+TEST_F(AtomicFile, UnwritableDirectoryIsAnOutputErrorNamingThePath) {
     if (::geteuid() == 0) GTEST_SKIP() << "root writes into read-only directories";
     const std::string p = path("f.txt");
     write_text(p, "kept", atomic_file::Durability::none);
@@ -108,7 +176,7 @@ TEST_F(AtomicFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
         write_text(p, "new", atomic_file::Durability::file_and_directory);
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_EQ(e.code(), ErrorCode::output);
         const std::string message = e.what();
         EXPECT_NE(message.find("cannot save test file '" + p + "'"), std::string::npos) << message;
         EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
@@ -120,13 +188,13 @@ TEST_F(AtomicFile, UnwritableDirectoryIsAnIoErrorNamingThePath) {
 }
 
 // /proc refuses new files even to root.
-TEST_F(AtomicFile, ADirectoryNobodyCanWriteIsAnIoError) {
+TEST_F(AtomicFile, ADirectoryNobodyCanWriteIsAnOutputError) {
     const std::string p = "/proc/kvstash_atomic_file_test.bin";
     try {
         write_text(p, "x", atomic_file::Durability::file_and_directory);
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_EQ(e.code(), ErrorCode::output);
         EXPECT_NE(std::string(e.what()).find("cannot save test file '" + p + "': creating '/proc/.tmp-"),
                   std::string::npos)
             << e.what();
@@ -134,7 +202,7 @@ TEST_F(AtomicFile, ADirectoryNobodyCanWriteIsAnIoError) {
     EXPECT_FALSE(atomic_file::try_write(p, {"x"}));
 }
 
-TEST_F(AtomicFile, MissingDirectoryIsAnIoError) {
+TEST_F(AtomicFile, MissingDirectoryIsAnOutputError) {
     const std::string p = path("no/such/dir/f.txt");
     EXPECT_THROW(write_text(p, "x", atomic_file::Durability::none), Error);
     EXPECT_FALSE(atomic_file::try_write(p, {"x"}));

@@ -521,6 +521,31 @@ TEST(Gguf, RejectsBadTensorInfos) {
                  "dims[0] = 33 is not a multiple of the q8_0 block size 32");
 }
 
+// A flipped offset in the tensor table can move a tensor onto another's data (issue 19): refused, naming
+// both. Touching ranges are fine; a zero-byte tensor cannot exist (dims are >= 1).
+TEST(Gguf, RejectsOverlappingTensorData) {
+    // a: 64 f32 = 256 bytes at 0; b at 128 lies inside a.
+    expect_error(GgufBuilder()
+                     .add_tensor("a", kF32, {64}, std::vector<uint8_t>(256))
+                     .add_tensor_info("b", kF32, {8}, 128)
+                     .build(),
+                 ErrorCode::bad_format,
+                 "tensor 'b' (data offset 128, 32 bytes) overlaps tensor 'a' (data offset 0, 256 bytes)");
+    // The same offset twice, whichever the table lists first.
+    expect_error(GgufBuilder()
+                     .add_tensor_info("first", kF32, {8}, 0)
+                     .add_tensor("data", kF32, {16}, std::vector<uint8_t>(64))
+                     .build(),
+                 ErrorCode::bad_format, "tensor 'data' (data offset 0, 64 bytes) overlaps tensor 'first'");
+    // Adjacent (a ends where b begins) is not an overlap.
+    const auto adjacent = GgufBuilder()
+                              .add_tensor("a", kF32, {8}, std::vector<uint8_t>(32))
+                              .add_tensor("b", kF32, {8}, std::vector<uint8_t>(32))
+                              .build();
+    const auto file = parse_bytes(adjacent);
+    EXPECT_EQ(file->find_tensor("b")->offset, 32u);
+}
+
 TEST(Gguf, UnsupportedTensorTypeNamesTensorAndType) {
     const auto bytes =
         GgufBuilder().add_tensor("blk.0.attn_q.weight", kIq2Xxs, {256}, std::vector<uint8_t>(66)).build();

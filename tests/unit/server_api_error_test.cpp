@@ -22,8 +22,9 @@ TEST(ServerApiError, EveryErrorCodeHasItsStatus) {
         {ErrorCode::io, 500},                // the server's disk
         {ErrorCode::bad_format, 500},        // the server's own files (client files are checked on arrival)
         {ErrorCode::internal, 500},          // a bug
+        {ErrorCode::output, 500},            // the server could not write (its disk full, no permission)
     };
-    static_assert(static_cast<size_t>(ErrorCode::internal) + 1 == std::size(table), "a new ErrorCode needs a row");
+    static_assert(static_cast<size_t>(ErrorCode::output) + 1 == std::size(table), "a new ErrorCode needs a row");
     for (const Row& row : table) {
         EXPECT_EQ(http_status(row.code), row.status) << static_cast<int>(row.code);
         const ApiError e = api_error(Error(row.code, "what went wrong"));

@@ -182,7 +182,7 @@ TEST(ServerRequest, PromptIsRequiredUnlessAStateIsContinued) {
 TEST(ServerRequest, ChatReadsMessagesAndBooleanLogprobs) {
     const CompletionRequest r = chat(R"({"messages": [{"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]},
-        {"role": "assistant", "content": null}], "logprobs": true, "top_logprobs": 2, "prompt": 5})");
+        {"role": "assistant", "content": ""}], "logprobs": true, "top_logprobs": 2, "prompt": 5})");
     EXPECT_TRUE(r.chat);
     ASSERT_EQ(r.messages.size(), 3u);
     EXPECT_EQ(r.messages[0].role, "system");
@@ -202,6 +202,14 @@ TEST(ServerRequest, ChatReadsMessagesAndBooleanLogprobs) {
                        "string 'role'");
     expect_bad_request([] { chat(R"({"messages": [{"role": "tool", "content": "x"}]})"); }, "messages", "invalid_value",
                        "unsupported message role 'tool'");
+    // Null content is OpenAI's for assistant tool calls only; kvstash has no tools (issue 19).
+    expect_bad_request(
+        [] { chat(R"({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": null}]})"); },
+        "messages", "invalid_value", "messages[1].content is null");
+    expect_bad_request([] { chat(R"({"messages": [{"role": "assistant", "content": null}]})"); }, "messages",
+                       "invalid_value", "tool calls");
+    expect_bad_request([] { chat(R"({"messages": [{"role": "user"}]})"); }, "messages", "invalid_value",
+                       "messages[0].content is missing");
     expect_bad_request([] { chat(R"({"messages": [{"role": "user", "content": 3}]})"); }, "messages", "invalid_type",
                        "'content' is a string");
     expect_bad_request([] { chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"); },
@@ -229,8 +237,11 @@ TEST(ServerRequest, PrefillNeedsANameAndOnePrompt) {
     expect_bad_request([&] { prefill(R"({"name": "a", "prompt": "x", "messages": []})"); }, "messages", "missing_field",
                        "exactly one");
     expect_bad_request([&] { prefill(R"({"name": "a", "prompt": ["x"]})"); }, "prompt", "invalid_type", "a string");
-    expect_bad_request([&] { prefill(R"({"name": "a", "messages": [{"role": "user"}], "add_generation_prompt": 1})"); },
-                       "add_generation_prompt", "invalid_type", "true or false");
+    expect_bad_request(
+        [&] {
+            prefill(R"({"name": "a", "messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1})");
+        },
+        "add_generation_prompt", "invalid_type", "true or false");
 }
 
 }  // namespace

@@ -27,14 +27,14 @@ TEST_F(StateFileTest, FailedSaveLeavesTheOldFile) {
     struct rlimit small_limit = saved;
     small_limit.rlim_cur = 16384;
     ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small_limit), 0);
-    expect_error([&] { save_state(big, path("s.kvs")); }, ErrorCode::io,
+    expect_error([&] { save_state(big, path("s.kvs")); }, ErrorCode::output,
                  "cannot save state file '" + path("s.kvs") + "'");
     setrlimit(RLIMIT_FSIZE, &saved);
     signal(SIGXFSZ, old_handler);
     EXPECT_EQ(read_file(path("s.kvs")), old_bytes);
     EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1) << "temp file left";
 
-    expect_error([&] { save_state(small, path("no/such/dir/s.kvs")); }, ErrorCode::io, "No such file or directory");
+    expect_error([&] { save_state(small, path("no/such/dir/s.kvs")); }, ErrorCode::output, "No such file or directory");
 }
 
 // Disk full for real: a 64 KiB tmpfs (needs root and mount permission; skipped otherwise).
@@ -55,7 +55,7 @@ TEST_F(StateFileTest, DiskFullLeavesTheOldFile) {
     const std::string file = mnt + "/s.kvs";
     save_state(small, file);
     const auto old_bytes = read_file(file);
-    expect_error([&] { save_state(big, file); }, ErrorCode::io, "No space left on device");
+    expect_error([&] { save_state(big, file); }, ErrorCode::output, "No space left on device");
     EXPECT_EQ(read_file(file), old_bytes);
     EXPECT_EQ(std::distance(fs::directory_iterator(mnt), fs::directory_iterator()), 1) << "temp file left";
     EXPECT_EQ(load_state(*model, file).n_tokens(), 3);

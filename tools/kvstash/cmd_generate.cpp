@@ -131,11 +131,11 @@ int run_generate(const GenerateFlags& f) {
     if (!f.dump_logits_path.empty()) {
         if (texts.size() > 1) throw Error(ErrorCode::invalid_argument, "--dump-logits needs a single prompt");
         dump.reset(std::fopen(f.dump_logits_path.c_str(), "wb"));
-        if (!dump) throw Error(ErrorCode::io, "cannot create '" + f.dump_logits_path + "'");
+        if (!dump) throw Error(ErrorCode::output, "cannot create '" + f.dump_logits_path + "'");
         options.on_sample = [&dump, &f](std::span<const float> logits, int32_t token) {
             if (std::fwrite(&token, sizeof token, 1, dump.get()) != 1 ||
                 std::fwrite(logits.data(), sizeof(float), logits.size(), dump.get()) != logits.size()) {
-                throw Error(ErrorCode::io, "cannot write '" + f.dump_logits_path + "'");
+                throw Error(ErrorCode::output, "cannot write '" + f.dump_logits_path + "'");
             }
         };
     }

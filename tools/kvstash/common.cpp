@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "base/regular_file.h"
 #include "base/utf8.h"
 #include "kvstash/error.h"
 
@@ -36,12 +37,7 @@ void add_threads_option(CLI::App& app, int& n_threads) {
 }
 
 std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(ErrorCode::io, "cannot open '" + path + "': " + std::strerror(errno));
-    std::ostringstream s;
-    s << in.rdbuf();
-    if (in.bad()) throw Error(ErrorCode::io, "cannot read '" + path + "'");
-    return s.str();
+    return regular_file::read_all(path, "text file");  // a FIFO or directory: refused at once
 }
 
 bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }

@@ -1,7 +1,8 @@
 // kvstash command-line interface. stdout carries only results; diagnostics and progress go to stderr.
 //
 // Exit codes: 0 success, 1 internal error, 2 bad usage (flags, values), 3 bad input (missing,
-// malformed or unsupported file), 4 input too long for the context.
+// malformed, unsupported or special file), 4 input too long for the context, 5 cannot write an output
+// (full disk, no permission, read-only or special target; any previous file there is unchanged).
 #include <iostream>
 
 #include "kvstash/commands.h"
@@ -17,6 +18,7 @@ int exit_code_for(kvstash::ErrorCode code) {
         case kvstash::ErrorCode::unsupported: return 3;
         case kvstash::ErrorCode::out_of_range: return 4;
         case kvstash::ErrorCode::internal: return 1;
+        case kvstash::ErrorCode::output: return 5;
     }
     return 1;
 }
@@ -28,7 +30,8 @@ int main(int argc, char** argv) {
         "kvstash: a model's state after reading some text is a value you can keep.\n"
         "Runs Llama-family GGUF models on the CPU with bit-exact, batch-invariant logits."};
     app.footer(
-        "Exit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 input too long for the context.\n"
+        "Exit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 input too long for the context,\n"
+        "5 cannot write an output file (full disk, no permission).\n"
         "Run 'kvstash SUBCOMMAND --help' for the options of each subcommand.");
     app.require_subcommand(1);
     kvstash::cli::Action action;
