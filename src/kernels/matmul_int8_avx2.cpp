@@ -45,6 +45,14 @@ int32_t load_i32(const void* p) {
     return v;
 }
 
+// The fp16 scales of block b of 8 rows as f32 (F16C: exact, the bits of fp16_to_fp32 except that a
+// signalling NaN comes back quiet, which the definition's first use of d, the product d·dx, does anyway).
+__m256 row_scales(const uint8_t* const w[kRows], int64_t b) {
+    alignas(16) uint16_t h[kRows];
+    for (int r = 0; r < kRows; ++r) std::memcpy(&h[r], w[r] + b * kQ8Bytes, 2);
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
 // ---- many tokens ----
 
 // The 8×8 transpose of dwords: out[k] lane r = in[r] lane k.
@@ -77,10 +85,10 @@ void unpack_rows_q8_0(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, flo
         __m256i lo[kRows], hi[kRows];
         for (int r = 0; r < kRows; ++r) {
             const uint8_t* blk = w[r] + b * kQ8Bytes;
-            d[b * kRows + r] = int8_avx2::fp16_at(blk);
             lo[r] = _mm256_cvtepi8_epi16(load128(blk + 2));  // dword k = pair k (elements 2k, 2k+1)
             hi[r] = _mm256_cvtepi8_epi16(load128(blk + 18));
         }
+        _mm256_storeu_ps(d + b * kRows, row_scales(w, b));
         auto* out = reinterpret_cast<__m256i*>(w16 + b * 16 * kRows * 2);
         __m256i tr[kRows];
         transpose_8x8(lo, tr);
@@ -173,9 +181,7 @@ void few_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r0));
         const uint8_t* w[kRows];
         for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
-        for (int r = 0; r < kRows; ++r) {
-            for (int64_t b = 0; b < n_blocks; ++b) d[b * kRows + r] = int8_avx2::fp16_at(w[r] + b * kQ8Bytes);
-        }
+        for (int64_t b = 0; b < n_blocks; ++b) _mm256_storeu_ps(d + b * kRows, row_scales(w, b));
         for (int64_t t = 0; t < a.n_tokens; ++t) {
             const int16_t* xq = a.xq->q_row(t);
             const float* dx = a.xq->d_row(t);
