@@ -11,10 +11,11 @@
 // Many tokens (prefill, more than kFewTokensMax): a tile of 8 weight rows is unpacked once into int16
 // with pairs of consecutive elements of each row in one dword (dword lane = row), so one vpmaddwd with
 // a token's activation pair broadcast adds 2 products to each row's sum: a block's S_b for 8 rows needs
-// no horizontal reduction. Token tiles of up to kTokenTile tokens reuse each loaded weight vector.
-// Few tokens (decode): no unpacked copy. Per row and block, vpmaddwd of the sign-extended weights with
-// the token's activations leaves 8 partial sums; 8 rows' are reduced together (vphaddd tree) into one
-// vector of the 8 rows' S_b.
+// no horizontal reduction. Register tiles of 2 such row tiles × kTokenTile tokens: each loaded weight
+// vector serves 3 tokens, each broadcast activation pair 16 rows.
+// Few tokens (decode, up to kFewTokensMax): no unpacked copy. Per row and block, vpmaddwd of the sign-extended weights
+// with the token's activations leaves 8 partial sums; 8 rows' are reduced together (vphaddd tree) into one vector of
+// the 8 rows' S_b.
 //
 // The other types: the scalar definition (matmul_int8_dot.h) compiled with AVX2 + FMA, which GCC
 // vectorizes (the same bits; matmul() keeps f32 activations for them on AVX2).
@@ -32,8 +33,8 @@ namespace kvstash::kernels {
 namespace {
 
 constexpr int kRows = 8;              // rows per tile: the 8 lanes of a vector
-constexpr int kTokenTile = 6;         // tokens per register tile (6 int32 sums + 6 f32 accumulators)
-constexpr int64_t kFewTokensMax = 2;  // up to this many tokens: the few-token kernel (no unpacked copy)
+constexpr int kTokenTile = 3;         // tokens per register tile (with 2 row tiles: 6 int32 sums + 6 f32 sums)
+constexpr int64_t kFewTokensMax = 6;  // up to this many tokens: the few-token kernel (no unpacked copy)
 constexpr int64_t kQ8Bytes = 34;      // q8_0 block: fp16 d, 32 int8
 
 __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -98,41 +99,54 @@ void unpack_rows_q8_0(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, flo
     }
 }
 
-// Tokens [t0, t0 + T) against an unpacked 8-row tile: out[t·8 + r] = Y of (row r, token t0 + t).
-template <int T>
-void tile_q8_0(const int16_t* w16, const float* d, int64_t n_blocks, const QuantizedActivations& xa, int64_t t0,
-               float* out) {
+// Tokens [t0, t0 + T) against G unpacked 8-row tiles (w16 + g·w_stride, d + g·d_stride):
+// out[(g·kTokenTile + t)·8 + r] = Y of (row 8g + r, token t0 + t). Each loaded weight vector serves T
+// tokens and each broadcast activation pair G row tiles.
+template <int G, int T>
+void tile_q8_0(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_stride, int64_t n_blocks,
+               const QuantizedActivations& xa, int64_t t0, float* out) {
     const int16_t* xq[T];
     const float* dx[T];
-    __m256 acc[T];
+    __m256 acc[G][T];
     for (int t = 0; t < T; ++t) {
         xq[t] = xa.q_row(t0 + t);
         dx[t] = xa.d_row(t0 + t);
-        acc[t] = _mm256_setzero_ps();
+        for (int g = 0; g < G; ++g) acc[g][t] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < n_blocks; ++b) {
-        __m256i s[T];
-        for (int t = 0; t < T; ++t) s[t] = _mm256_setzero_si256();
+        __m256i s[G][T];
+        for (int g = 0; g < G; ++g) {
+            for (int t = 0; t < T; ++t) s[g][t] = _mm256_setzero_si256();
+        }
         const int16_t* wb = w16 + b * 16 * kRows * 2;
         for (int k = 0; k < 16; ++k) {
-            const __m256i w = load256(wb + k * kRows * 2);
+            __m256i w[G];
+            for (int g = 0; g < G; ++g) w[g] = load256(wb + g * w_stride + k * kRows * 2);
             for (int t = 0; t < T; ++t) {
                 const __m256i x = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 2 * k));
-                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(w, x));
+                for (int g = 0; g < G; ++g) s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(w[g], x));
             }
         }
-        const __m256 db = _mm256_loadu_ps(d + b * kRows);
-        for (int t = 0; t < T; ++t) {
-            const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx[t] + b));
-            acc[t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s[t]), acc[t]);
+        for (int g = 0; g < G; ++g) {
+            const __m256 db = _mm256_loadu_ps(d + g * d_stride + b * kRows);
+            for (int t = 0; t < T; ++t) {
+                const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx[t] + b));
+                acc[g][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s[g][t]), acc[g][t]);
+            }
         }
     }
-    for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * kRows, acc[t]);
+    for (int g = 0; g < G; ++g) {
+        for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + (g * kTokenTile + t) * kRows, acc[g][t]);
+    }
 }
 
-using TileFn = void (*)(const int16_t*, const float*, int64_t, const QuantizedActivations&, int64_t, float*);
-constexpr TileFn kTiles[kTokenTile + 1] = {nullptr,      tile_q8_0<1>, tile_q8_0<2>, tile_q8_0<3>,
-                                           tile_q8_0<4>, tile_q8_0<5>, tile_q8_0<6>};
+using TileFn = void (*)(const int16_t*, int64_t, const float*, int64_t, int64_t, const QuantizedActivations&, int64_t,
+                        float*);
+// [G - 1][T]: the tile for G row tiles and T tokens.
+constexpr TileFn kTiles[2][kTokenTile + 1] = {
+    {nullptr, tile_q8_0<1, 1>, tile_q8_0<1, 2>, tile_q8_0<1, 3>},
+    {nullptr, tile_q8_0<2, 1>, tile_q8_0<2, 2>, tile_q8_0<2, 3>},
+};
 
 void store_tile(const MatmulArgs& a, int64_t r0, int nr, int64_t t0, int nt, const float* out) {
     for (int t = 0; t < nt; ++t) {
@@ -148,16 +162,24 @@ void store_tile(const MatmulArgs& a, int64_t r0, int nr, int64_t t0, int nt, con
 void many_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     thread_local ScratchArray w_buf, d_buf;
     const int64_t n_blocks = a.cols / 32;
-    auto* w16 = reinterpret_cast<int16_t*>(w_buf.ints(static_cast<size_t>(n_blocks * 16 * kRows)));
-    float* d = d_buf.floats(static_cast<size_t>(n_blocks * kRows));
-    alignas(32) float out[kTokenTile * kRows];
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kRows) {
-        const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r0));
-        unpack_rows_q8_0(a, r0, nr, w16, d);
+    const int64_t w_stride = n_blocks * 16 * kRows * 2, d_stride = n_blocks * kRows;    // per 8-row tile
+    auto* w16 = reinterpret_cast<int16_t*>(w_buf.ints(static_cast<size_t>(w_stride)));  // 2 tiles: int16 × 2
+    float* d = d_buf.floats(static_cast<size_t>(2 * d_stride));
+    alignas(32) float out[2 * kTokenTile * kRows];
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += 2 * kRows) {
+        const int64_t n = std::min<int64_t>(2 * kRows, row_end - r0);
+        const int groups = n > kRows ? 2 : 1;
+        for (int g = 0; g < groups; ++g) {
+            const int nr = static_cast<int>(std::min<int64_t>(kRows, n - g * kRows));
+            unpack_rows_q8_0(a, r0 + g * kRows, nr, w16 + g * w_stride, d + g * d_stride);
+        }
         for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
             const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, a.n_tokens - t0));
-            kTiles[nt](w16, d, n_blocks, *a.xq, t0, out);
-            store_tile(a, r0, nr, t0, nt, out);
+            kTiles[groups - 1][nt](w16, w_stride, d, d_stride, n_blocks, *a.xq, t0, out);
+            for (int g = 0; g < groups; ++g) {
+                const int nr = static_cast<int>(std::min<int64_t>(kRows, n - g * kRows));
+                store_tile(a, r0 + g * kRows, nr, t0, nt, out + g * kTokenTile * kRows);
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 // The AVX2 integer-activation kernels (kernels/matmul_int8_avx2.cpp) against the scalar definition
 // (reference::matmul_int8_rows_scalar), bitwise, over shapes that cross their tile edges: rows around
-// the 8-row tile, 1..17 tokens (the few-token kernel, the 6-token register tiles and their
-// remainders), one to many blocks; and batch invariance: a (row, token) output is the same bits alone,
+// the 8- and 16-row tiles, 1..17 tokens (the few-token kernel, the 3-token register tiles and
+// their remainders), one to many blocks; and batch invariance: a (row, token) output is the same bits alone,
 // in any row range, in any batch of tokens.
 #include <gtest/gtest.h>
 
@@ -51,7 +51,7 @@ TEST_P(MatmulInt8Avx2, EqualsScalarDefinitionAcrossTileEdges) {
     const TensorType type = GetParam();
     const int64_t block = tensor_type_traits(type).block_size;
     const kernels::MatmulRowsFn avx2 = kernels::kernel_table(Isa::avx2).matmul_int8_rows;
-    for (int64_t rows : {1, 7, 8, 9, 23}) {
+    for (int64_t rows : {1, 7, 8, 9, 16, 17, 23}) {
         for (int64_t cols : {block, 3 * block, 8 * block}) {
             const std::vector<uint8_t> W =
                 random_weights(type, rows, cols, 77 + static_cast<uint32_t>(rows * 1000 + cols));
