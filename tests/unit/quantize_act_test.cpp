@@ -21,6 +21,7 @@ void expect_equals_scalar(kernels::QuantizeRowFn simd) {
         const int64_t cols = 1024;
         std::vector<float> x = random_activations(cols, 31 + static_cast<uint32_t>(block));
         x[3] = std::numeric_limits<float>::quiet_NaN();
+        x[static_cast<size_t>(cols - 1)] = std::numeric_limits<float>::quiet_NaN();  // last of a block and a lane
         x[40] = std::numeric_limits<float>::infinity();
         x[300] = -std::numeric_limits<float>::infinity();
         x[70] = 1e-40f;  // subnormal
