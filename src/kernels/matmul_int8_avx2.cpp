@@ -195,32 +195,54 @@ __m256i sum_lanes_8x8(const __m256i p[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
 }
 
+// One token against 8 rows (w[r]): out[r] = Y of (row r, token t). The first token's pass converts the
+// rows' scales (into d, n_blocks × 8) and prefetches the weight stream `ahead` bytes on (the next row
+// tiles: the pass is bound by reading the weights from memory); later tokens reuse d and the cached rows.
+template <bool kFirst>
+void few_tokens_row_tile(const uint8_t* const w[kRows], int64_t n_blocks, int64_t ahead, const QuantizedActivations& xa,
+                         int64_t t, float* d, float* out) {
+    const int16_t* xq = xa.q_row(t);
+    const float* dx = xa.d_row(t);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const __m256i x0 = load256(xq + 32 * b), x1 = load256(xq + 32 * b + 16);
+        __m256i p[kRows];
+        for (int r = 0; r < kRows; ++r) {
+            const uint8_t* q = w[r] + b * kQ8Bytes + 2;
+            if (kFirst) _mm_prefetch(reinterpret_cast<const char*>(q) + ahead, _MM_HINT_T1);
+            p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q)), x0),
+                                    _mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q + 16)), x1));
+        }
+        __m256 db;
+        if (kFirst) {
+            db = row_scales(w, b);
+            _mm256_storeu_ps(d + b * kRows, db);
+        } else {
+            db = _mm256_loadu_ps(d + b * kRows);
+        }
+        const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx + b));
+        acc = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(sum_lanes_8x8(p)), acc);
+    }
+    _mm256_store_ps(out, acc);
+}
+
 void few_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    constexpr int64_t kPrefetchBytes = 16384;  // least prefetch distance, as the f32 fused tile's
     thread_local ScratchArray d_buf;
     const int64_t n_blocks = a.cols / 32;
+    const int64_t ahead = std::max<int64_t>(kPrefetchBytes, static_cast<int64_t>(kRows * a.row_bytes));
     float* d = d_buf.floats(static_cast<size_t>(n_blocks * kRows));
+    alignas(32) float out[kRows];
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r0));
         const uint8_t* w[kRows];
         for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
-        for (int64_t b = 0; b < n_blocks; ++b) _mm256_storeu_ps(d + b * kRows, row_scales(w, b));
         for (int64_t t = 0; t < a.n_tokens; ++t) {
-            const int16_t* xq = a.xq->q_row(t);
-            const float* dx = a.xq->d_row(t);
-            __m256 acc = _mm256_setzero_ps();
-            for (int64_t b = 0; b < n_blocks; ++b) {
-                const __m256i x0 = load256(xq + 32 * b), x1 = load256(xq + 32 * b + 16);
-                __m256i p[kRows];
-                for (int r = 0; r < kRows; ++r) {
-                    const uint8_t* q = w[r] + b * kQ8Bytes + 2;
-                    p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q)), x0),
-                                            _mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q + 16)), x1));
-                }
-                const __m256 c = _mm256_mul_ps(_mm256_loadu_ps(d + b * kRows), _mm256_broadcast_ss(dx + b));
-                acc = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(sum_lanes_8x8(p)), acc);
+            if (t == 0) {
+                few_tokens_row_tile<true>(w, n_blocks, ahead, *a.xq, t, d, out);
+            } else {
+                few_tokens_row_tile<false>(w, n_blocks, ahead, *a.xq, t, d, out);
             }
-            alignas(32) float out[kRows];
-            _mm256_store_ps(out, acc);
             store_tile(a, r0, nr, t, 1, out);
         }
     }
