@@ -102,9 +102,10 @@ kernels::KernelTable scalar_table() {
 kernels::KernelTable avx2_table() {
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx2;
-    // The integer code compiled for AVX2 (exact, the scalar bits); matmul() keeps f32 activations here.
+    // The AVX2 integer kernels (exact, the scalar bits); matmul() uses them where
+    // matmul_uses_integer_activations says (q8_0), f32 activations for the other types.
     t.matmul_int8_rows = kernels::matmul_int8_rows_avx2;
-    t.quantize_activation_row = kernels::reference::quantize_activation_row;
+    t.quantize_activation_row = kernels::quantize_activation_row_avx2;
     t.attention_dot = kernels::attention_dot_avx2;
     t.attention_axpy = kernels::attention_axpy_avx2;
     t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx2;
@@ -183,6 +184,7 @@ std::vector<Isa> available_isas() {
 }
 
 bool matmul_uses_integer_activations(Isa isa, TensorType type) {
+    if (isa == Isa::avx2) return kernels::uses_integer_activations_avx2(type);
     return isa == Isa::avx512 && cpu_supports_avx512_vnni() && kernels::uses_integer_activations(type);
 }
 

@@ -1,13 +1,264 @@
-// AVX2 path of the int8-activation matmul: the scalar definition (matmul_int8_dot.h) compiled with
-// AVX2 + FMA, so that GCC vectorizes its integer loops. Bitwise equal to the scalar path.
+// AVX2 path of the int8-activation matmul: bitwise equal to the scalar definition
+// (reference/matmul_int8_ref.cpp), whatever the token count or row range.
+//
+// q8_0 has its own kernels on the int16 activations q = 256·h + l (QuantizedActivations::q):
+// vpmaddwd of int16 weights (|w| <= 128) with int16 activations (|q| <= 32639) gives exact int32 sums of
+// two products, so a block's S_b = sum w·q (|S_b| <= 32·128·32639 < 2^31) is exact in any grouping. The
+// float step of the definition, acc = fma(fl(d·dx), float(S_b), acc), runs on 8 outputs at once, per
+// block in order, with the same single roundings (fl(d·dx) one multiply, cvtdq2ps round to nearest even,
+// one fma), so each output gets the definition's bits.
+//
+// Many tokens (prefill, more than kFewTokensMax): a tile of 8 weight rows is unpacked once into int16
+// with pairs of consecutive elements of each row in one dword (dword lane = row), so one vpmaddwd with
+// a token's activation pair broadcast adds 2 products to each row's sum: a block's S_b for 8 rows needs
+// no horizontal reduction. Register tiles of 2 such row tiles × kTokenTile tokens: each loaded weight
+// vector serves 3 tokens, each broadcast activation pair 16 rows.
+// Few tokens (decode, up to kFewTokensMax): no unpacked copy. Per row and block, vpmaddwd of the sign-extended weights
+// with the token's activations leaves 8 partial sums; 8 rows' are reduced together (vphaddd tree) into one vector of
+// the 8 rows' S_b.
+//
+// The other types: the scalar definition (matmul_int8_dot.h) compiled with AVX2 + FMA, which GCC
+// vectorizes (the same bits; matmul() keeps f32 activations for them on AVX2).
 #pragma GCC optimize("fp-contract=off")  // the float steps exactly as written
+
+#include <immintrin.h>
+
+#include <algorithm>
 
 #define KVSTASH_INT8_DOT_NAMESPACE int8_avx2
 #include "kernels/matmul_int8_dot.h"
+#include "kernels/scratch.h"
 
 namespace kvstash::kernels {
+namespace {
+
+constexpr int kRows = 8;              // rows per tile: the 8 lanes of a vector
+constexpr int kTokenTile = 3;         // tokens per register tile (with 2 row tiles: 6 int32 sums + 6 f32 sums)
+constexpr int64_t kFewTokensMax = 6;  // up to this many tokens: the few-token kernel (no unpacked copy)
+constexpr int64_t kQ8Bytes = 34;      // q8_0 block: fp16 d, 32 int8
+
+__m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+__m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+int32_t load_i32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// The fp16 scales of block b of 8 rows as f32 (F16C: exact, the bits of fp16_to_fp32 except that a
+// signalling NaN comes back quiet, which the definition's first use of d, the product d·dx, does anyway).
+__m256 row_scales(const uint8_t* const w[kRows], int64_t b) {
+    alignas(16) uint16_t h[kRows];
+    for (int r = 0; r < kRows; ++r) std::memcpy(&h[r], w[r] + b * kQ8Bytes, 2);
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+// ---- many tokens ----
+
+// The 8×8 transpose of dwords: out[k] lane r = in[r] lane k.
+void transpose_8x8(const __m256i in[8], __m256i* out) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);      // k 0, 1 | 4, 5 of rows 2i, 2i+1
+        t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);  // k 2, 3 | 6, 7
+    }
+    for (int i = 0; i < 2; ++i) {  // rows 4i .. 4i+3: u[4i + j] = dword k = j | j + 4
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+        out[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+        out[j + 4] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+    }
+}
+
+// Rows [r0, r0 + nr) (nr <= 8) unpacked: w16 = n_blocks × 16 pairs × 8 rows × 2 int16 (pair k of block b
+// of row r at ((b·16 + k)·8 + r)·2); d = n_blocks × 8 row scales. Missing rows repeat the last one (their
+// lanes are never stored).
+void unpack_rows_q8_0(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, float* d) {
+    const int64_t n_blocks = a.cols / 32;
+    const uint8_t* w[kRows];
+    for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        __m256i lo[kRows], hi[kRows];
+        for (int r = 0; r < kRows; ++r) {
+            const uint8_t* blk = w[r] + b * kQ8Bytes;
+            lo[r] = _mm256_cvtepi8_epi16(load128(blk + 2));  // dword k = pair k (elements 2k, 2k+1)
+            hi[r] = _mm256_cvtepi8_epi16(load128(blk + 18));
+        }
+        _mm256_storeu_ps(d + b * kRows, row_scales(w, b));
+        auto* out = reinterpret_cast<__m256i*>(w16 + b * 16 * kRows * 2);
+        __m256i tr[kRows];
+        transpose_8x8(lo, tr);
+        for (int k = 0; k < 8; ++k) _mm256_storeu_si256(out + k, tr[k]);
+        transpose_8x8(hi, tr);
+        for (int k = 0; k < 8; ++k) _mm256_storeu_si256(out + 8 + k, tr[k]);
+    }
+}
+
+// Tokens [t0, t0 + T) against G unpacked 8-row tiles (w16 + g·w_stride, d + g·d_stride):
+// out[(g·kTokenTile + t)·8 + r] = Y of (row 8g + r, token t0 + t). Each loaded weight vector serves T
+// tokens and each broadcast activation pair G row tiles.
+template <int G, int T>
+void tile_q8_0(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_stride, int64_t n_blocks,
+               const QuantizedActivations& xa, int64_t t0, float* out) {
+    const int16_t* xq[T];
+    const float* dx[T];
+    __m256 acc[G][T];
+    for (int t = 0; t < T; ++t) {
+        xq[t] = xa.q_row(t0 + t);
+        dx[t] = xa.d_row(t0 + t);
+        for (int g = 0; g < G; ++g) acc[g][t] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        __m256i s[G][T];
+        for (int g = 0; g < G; ++g) {
+            for (int t = 0; t < T; ++t) s[g][t] = _mm256_setzero_si256();
+        }
+        const int16_t* wb = w16 + b * 16 * kRows * 2;
+        for (int k = 0; k < 16; ++k) {
+            __m256i w[G];
+            for (int g = 0; g < G; ++g) w[g] = load256(wb + g * w_stride + k * kRows * 2);
+            for (int t = 0; t < T; ++t) {
+                const __m256i x = _mm256_set1_epi32(load_i32(xq[t] + b * 32 + 2 * k));
+                for (int g = 0; g < G; ++g) s[g][t] = _mm256_add_epi32(s[g][t], _mm256_madd_epi16(w[g], x));
+            }
+        }
+        for (int g = 0; g < G; ++g) {
+            const __m256 db = _mm256_loadu_ps(d + g * d_stride + b * kRows);
+            for (int t = 0; t < T; ++t) {
+                const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx[t] + b));
+                acc[g][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s[g][t]), acc[g][t]);
+            }
+        }
+    }
+    for (int g = 0; g < G; ++g) {
+        for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + (g * kTokenTile + t) * kRows, acc[g][t]);
+    }
+}
+
+using TileFn = void (*)(const int16_t*, int64_t, const float*, int64_t, int64_t, const QuantizedActivations&, int64_t,
+                        float*);
+// [G - 1][T]: the tile for G row tiles and T tokens.
+constexpr TileFn kTiles[2][kTokenTile + 1] = {
+    {nullptr, tile_q8_0<1, 1>, tile_q8_0<1, 2>, tile_q8_0<1, 3>},
+    {nullptr, tile_q8_0<2, 1>, tile_q8_0<2, 2>, tile_q8_0<2, 3>},
+};
+
+void store_tile(const MatmulArgs& a, int64_t r0, int nr, int64_t t0, int nt, const float* out) {
+    for (int t = 0; t < nt; ++t) {
+        float* y = a.Y + (t0 + t) * a.y_stride + r0;
+        if (nr == kRows) {
+            _mm256_storeu_ps(y, _mm256_loadu_ps(out + t * kRows));
+        } else {
+            for (int r = 0; r < nr; ++r) y[r] = out[t * kRows + r];
+        }
+    }
+}
+
+void many_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    thread_local ScratchArray w_buf, d_buf;
+    const int64_t n_blocks = a.cols / 32;
+    const int64_t w_stride = n_blocks * 16 * kRows * 2, d_stride = n_blocks * kRows;    // per 8-row tile
+    auto* w16 = reinterpret_cast<int16_t*>(w_buf.ints(static_cast<size_t>(w_stride)));  // 2 tiles: int16 × 2
+    float* d = d_buf.floats(static_cast<size_t>(2 * d_stride));
+    alignas(32) float out[2 * kTokenTile * kRows];
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += 2 * kRows) {
+        const int64_t n = std::min<int64_t>(2 * kRows, row_end - r0);
+        const int groups = n > kRows ? 2 : 1;
+        for (int g = 0; g < groups; ++g) {
+            const int nr = static_cast<int>(std::min<int64_t>(kRows, n - g * kRows));
+            unpack_rows_q8_0(a, r0 + g * kRows, nr, w16 + g * w_stride, d + g * d_stride);
+        }
+        for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
+            const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, a.n_tokens - t0));
+            kTiles[groups - 1][nt](w16, w_stride, d, d_stride, n_blocks, *a.xq, t0, out);
+            for (int g = 0; g < groups; ++g) {
+                const int nr = static_cast<int>(std::min<int64_t>(kRows, n - g * kRows));
+                store_tile(a, r0 + g * kRows, nr, t0, nt, out + g * kTokenTile * kRows);
+            }
+        }
+    }
+}
+
+// ---- few tokens ----
+
+// Lane i of the result: the sum of the 8 lanes of p[i] (exact int32).
+__m256i sum_lanes_8x8(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    // Per 128-bit half: [p0, p1, p2, p3] partial sums (low half: lanes 0-3 of each p, high: lanes 4-7).
+    const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// One token against 8 rows (w[r]): out[r] = Y of (row r, token t). The first token's pass converts the
+// rows' scales (into d, n_blocks × 8) and prefetches the weight stream `ahead` bytes on (the next row
+// tiles: the pass is bound by reading the weights from memory); later tokens reuse d and the cached rows.
+template <bool kFirst>
+void few_tokens_row_tile(const uint8_t* const w[kRows], int64_t n_blocks, int64_t ahead, const QuantizedActivations& xa,
+                         int64_t t, float* d, float* out) {
+    const int16_t* xq = xa.q_row(t);
+    const float* dx = xa.d_row(t);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const __m256i x0 = load256(xq + 32 * b), x1 = load256(xq + 32 * b + 16);
+        __m256i p[kRows];
+        for (int r = 0; r < kRows; ++r) {
+            const uint8_t* q = w[r] + b * kQ8Bytes + 2;
+            if (kFirst) _mm_prefetch(reinterpret_cast<const char*>(q) + ahead, _MM_HINT_T1);
+            p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q)), x0),
+                                    _mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q + 16)), x1));
+        }
+        __m256 db;
+        if (kFirst) {
+            db = row_scales(w, b);
+            _mm256_storeu_ps(d + b * kRows, db);
+        } else {
+            db = _mm256_loadu_ps(d + b * kRows);
+        }
+        const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx + b));
+        acc = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(sum_lanes_8x8(p)), acc);
+    }
+    _mm256_store_ps(out, acc);
+}
+
+void few_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    constexpr int64_t kPrefetchBytes = 16384;  // least prefetch distance, as the f32 fused tile's
+    thread_local ScratchArray d_buf;
+    const int64_t n_blocks = a.cols / 32;
+    const int64_t ahead = std::max<int64_t>(kPrefetchBytes, static_cast<int64_t>(kRows * a.row_bytes));
+    float* d = d_buf.floats(static_cast<size_t>(n_blocks * kRows));
+    alignas(32) float out[kRows];
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kRows) {
+        const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r0));
+        const uint8_t* w[kRows];
+        for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
+        for (int64_t t = 0; t < a.n_tokens; ++t) {
+            if (t == 0) {
+                few_tokens_row_tile<true>(w, n_blocks, ahead, *a.xq, t, d, out);
+            } else {
+                few_tokens_row_tile<false>(w, n_blocks, ahead, *a.xq, t, d, out);
+            }
+            store_tile(a, r0, nr, t, 1, out);
+        }
+    }
+}
+
+}  // namespace
 
 void matmul_int8_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    if (a.type == TensorType::Q8_0) {
+        if (a.n_tokens <= kFewTokensMax) {
+            few_tokens_q8_0(a, row_begin, row_end);
+        } else {
+            many_tokens_q8_0(a, row_begin, row_end);
+        }
+        return;
+    }
     for (int64_t r = row_begin; r < row_end; ++r) {
         const uint8_t* w = a.W + static_cast<uint64_t>(r) * a.row_bytes;
         for (int64_t t = 0; t < a.n_tokens; ++t) a.Y[t * a.y_stride + r] = int8_avx2::dot_int8(a.type, w, *a.xq, t);

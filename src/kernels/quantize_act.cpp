@@ -22,6 +22,8 @@ bool uses_integer_activations(TensorType type) {
     return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K || type == TensorType::Q8_0;
 }
 
+bool uses_integer_activations_avx2(TensorType type) { return type == TensorType::Q8_0; }
+
 bool has_integer_path(TensorType type) {
     switch (type) {
         case TensorType::Q4_0:
@@ -50,6 +52,7 @@ void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_
     };
     fit(out.h, cols);
     fit(out.l, cols);
+    fit(out.q, cols);
     fit(out.d, cols / block);
     fit(out.h32, cols / 32);
     fit(out.l32, cols / 32);
@@ -59,6 +62,10 @@ void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_
         row_fn(X + t * cols, cols, block, out.h.data() + t * cols, out.l.data() + t * cols,
                out.d.data() + t * (cols / block), out.h32.data() + t * (cols / 32), out.l32.data() + t * (cols / 32),
                out.h16.data() + t * (cols / 16), out.l16.data() + t * (cols / 16));
+        const int8_t* h = out.h.data() + t * cols;
+        const int8_t* l = out.l.data() + t * cols;
+        int16_t* q = out.q.data() + t * cols;
+        for (int64_t i = 0; i < cols; ++i) q[i] = static_cast<int16_t>(256 * h[i] + l[i]);  // exact: |q| <= 32639
     };
     constexpr int64_t kTokensPerTask = 16;
     if (pool == nullptr || pool->n_threads() <= 1 || n_tokens < 2 * kTokensPerTask) {
@@ -81,6 +88,7 @@ void copy_activation_rows(const QuantizedActivations& from, int64_t t0, int64_t 
     };
     copy(from.h, to.h, from.cols);
     copy(from.l, to.l, from.cols);
+    copy(from.q, to.q, from.cols);
     copy(from.d, to.d, from.cols / from.block);
     copy(from.h32, to.h32, from.cols / 32);
     copy(from.l32, to.l32, from.cols / 32);

@@ -13,8 +13,9 @@
 // d = max|x| / 32639 and integers q = round_half_even(x · 32639/max|x|), |q| <= 32639 = 127·256 + 127,
 // split as l = ((q + 128) mod 256) - 128 in [-128, 127] and h = (q - l) / 256 in [-127, 127]. So
 // |x - d·q| <= d/2 (up to the roundings of 32639/max|x| and of the product). Stored per row, in element
-// order: h and l (cols int8 each), d (cols / block f32), and the exact sums of h and of l over every 32
-// and every 16 elements (for the weight types' offsets and minimums).
+// order: h and l (cols int8 each), q itself as int16 (cols; the AVX2 kernels multiply it with
+// vpmaddwd, exact: |w·q| <= 128·32639), d (cols / block f32), and the exact sums of h and of l over
+// every 32 and every 16 elements (for the weight types' offsets and minimums).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,12 @@ bool has_integer_path(TensorType type);
 // their integer decode is 10-15% slower than the f32 one (a reduction per 32-element block and two
 // planes, against f32 lanes accumulating across blocks), and their models meet the speed goal without it.
 bool uses_integer_activations(TensorType type);
+// True for the types whose matmul() uses it on the AVX2 path (matmul_int8_avx2.cpp): q8_0, whose
+// vpmaddwd kernels are faster than the f32 ones on the AVX2 machine it was measured on (docs/benchmarks.md,
+// "AVX2 integer-activation matmul": per thread, one token 1.8× with the weights in the L3, 1.0× from
+// DRAM; 4-512 tokens 1.2-1.7×). The other types run the definition's code compiled for AVX2 there,
+// slower than f32 activations.
+bool uses_integer_activations_avx2(TensorType type);
 // The activation block size for such a type: 32 (q4_0, q4_1, q8_0) or 256 (q4_K, q5_K, q6_K).
 int64_t activation_block(TensorType type);
 
@@ -55,12 +62,14 @@ struct QuantizedActivations {
 
     int64_t n_tokens = 0, cols = 0, block = 0;
     std::vector<int8_t> h, l;       // n_tokens × cols each: the two planes, q = 256 h + l
+    std::vector<int16_t> q;         // n_tokens × cols: 256 h + l (filled from h, l by quantize_activations)
     std::vector<float> d;           // n_tokens × (cols / block)
     std::vector<int32_t> h32, l32;  // n_tokens × (cols / 32): sums of h, of l over each 32 elements
     std::vector<int32_t> h16, l16;  // n_tokens × (cols / 16): the same over each 16 elements
 
     const int8_t* h_row(int64_t t) const { return h.data() + t * cols; }
     const int8_t* l_row(int64_t t) const { return l.data() + t * cols; }
+    const int16_t* q_row(int64_t t) const { return q.data() + t * cols; }
     const float* d_row(int64_t t) const { return d.data() + t * (cols / block); }
     const int32_t* h32_row(int64_t t) const { return h32.data() + t * (cols / 32); }
     const int32_t* l32_row(int64_t t) const { return l32.data() + t * (cols / 32); }
@@ -84,11 +93,17 @@ void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t
 void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
                                     int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
 
+// AVX2 version (quantize_act_avx2.cpp): the same operations 8 lanes at a time, the same bits. Only on a
+// CPU with AVX2 (compiled with it).
+void quantize_activation_row_avx2(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                                  int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+
 // Rows [t0, t0 + n) of `from` as a QuantizedActivations of n rows (the same bits: each row is quantized
 // on its own), for kernels that take a few tokens at a time.
 void copy_activation_rows(const QuantizedActivations& from, int64_t t0, int64_t n, QuantizedActivations& to);
 
-// Quantizes n_tokens rows of X (row stride cols) into out (resized as needed) with `row_fn`; rows split
+// Quantizes n_tokens rows of X (row stride cols) into out (resized as needed) with `row_fn`, then fills
+// the int16 plane q from h and l; rows split
 // over the pool's threads when there are many (each row's result is the same whoever computes it).
 void quantize_activations(const float* X, int64_t n_tokens, int64_t cols, int64_t block, QuantizedActivations& out,
                           ThreadPool* pool, QuantizeRowFn row_fn = reference::quantize_activation_row);

@@ -14,17 +14,14 @@ namespace {
 
 using test::random_activations;
 
-// The AVX-512 activation quantizer against the scalar one, bitwise, including values the matmul tests
-// do not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
-TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
-    const std::vector<Isa> isas = available_isas();
-    if (isas.back() != Isa::avx512 || !cpu_supports_avx512_vnni()) {
-        GTEST_SKIP() << "no AVX-512 VNNI/VBMI on this CPU";
-    }
+// A SIMD activation quantizer against the scalar one, bitwise, including values the matmul tests do
+// not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
+void expect_equals_scalar(kernels::QuantizeRowFn simd) {
     for (int64_t block : {32, 256}) {
         const int64_t cols = 1024;
         std::vector<float> x = random_activations(cols, 31 + static_cast<uint32_t>(block));
         x[3] = std::numeric_limits<float>::quiet_NaN();
+        x[static_cast<size_t>(cols - 1)] = std::numeric_limits<float>::quiet_NaN();  // last of a block and a lane
         x[40] = std::numeric_limits<float>::infinity();
         x[300] = -std::numeric_limits<float>::infinity();
         x[70] = 1e-40f;  // subnormal
@@ -44,8 +41,7 @@ TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
                o.l16.data());
             return o;
         };
-        const Out a = run(kernels::reference::quantize_activation_row),
-                  b = run(kernels::quantize_activation_row_avx512);
+        const Out a = run(kernels::reference::quantize_activation_row), b = run(simd);
         EXPECT_EQ(a.h, b.h) << block;
         EXPECT_EQ(a.l, b.l) << block;
         EXPECT_EQ(0, std::memcmp(a.d.data(), b.d.data(), 4 * a.d.size())) << block;
@@ -54,6 +50,35 @@ TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
         EXPECT_EQ(a.h16, b.h16) << block;
         EXPECT_EQ(a.l16, b.l16) << block;
     }
+}
+
+TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
+    const std::vector<Isa> isas = available_isas();
+    if (isas.back() != Isa::avx512 || !cpu_supports_avx512_vnni()) {
+        GTEST_SKIP() << "no AVX-512 VNNI/VBMI on this CPU";
+    }
+    expect_equals_scalar(kernels::quantize_activation_row_avx512);
+}
+
+TEST(QuantizeActivations, Avx2EqualsScalarBitwise) {
+    if (!cpu_supports(Isa::avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+    expect_equals_scalar(kernels::quantize_activation_row_avx2);
+}
+
+// The int16 plane q that quantize_activations adds is 256 h + l, per row, and copy_activation_rows
+// keeps it.
+TEST(QuantizeActivations, Int16PlaneIsTheTwoPlanesCombined) {
+    const int64_t cols = 256, n_tokens = 3;
+    const std::vector<float> x = random_activations(n_tokens * cols, 77);
+    kernels::QuantizedActivations xa, part;
+    kernels::quantize_activations(x.data(), n_tokens, cols, 32, xa, nullptr);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t i = 0; i < cols; ++i) {
+            ASSERT_EQ(256 * xa.h_row(t)[i] + xa.l_row(t)[i], xa.q_row(t)[i]) << t << " " << i;
+        }
+    }
+    kernels::copy_activation_rows(xa, 1, 2, part);
+    ASSERT_EQ(0, std::memcmp(part.q_row(0), xa.q_row(1), 2 * 2 * cols));
 }
 
 }  // namespace
