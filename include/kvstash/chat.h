@@ -42,7 +42,8 @@ public:
     // kvstash knows, with a message listing the names named() takes (the CLI adds its --chat-template advice).
     static ChatTemplate for_model(const Model& model);
     // A template by name (see names()): "chatml" (no default system prompt), "llama3" (Llama 3.1/3.2: a
-    // system header with the date always comes first), "llama3.0" (Llama 3: no default system header).
+    // system header with the date always comes first), "llama3.0" (Llama 3: no default system header), "gemma"
+    // (Gemma 3: <bos>, turns of user/model, a leading system message folded into the first user turn).
     // Throws Error(invalid_argument) for an unknown name.
     static ChatTemplate named(std::string_view name);
     static std::vector<std::string> names();
@@ -75,7 +76,8 @@ public:
     }
 
 private:
-    enum class Kind { chatml, llama3, llama3_0 };
+    enum class Kind { chatml, llama3, llama3_0, gemma };
+    static std::string render_gemma(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt);
 
     std::string name_;
     Kind kind_ = Kind::chatml;

@@ -9,6 +9,9 @@
 //             <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>   per other message
 //             <|start_header_id|>assistant<|end_header_id|>\n\n                           generation prompt
 //   llama3.0  as llama3 without the system header: <|begin_of_text|> then every message, system included.
+//   gemma     <bos>, then per message after a leading system one (user first, then alternating; assistant -> model)
+//             <start_of_turn>{role}\n[{leading system content, not trimmed}\n\n  first turn only]{content, trimmed}
+//             <end_of_turn>\n;  <start_of_turn>model\n   generation prompt
 #include <optional>
 #include <span>
 #include <string>
@@ -83,6 +86,8 @@ ChatTemplate ChatTemplate::named(std::string_view name) {
         tmpl.kind_ = Kind::llama3;
     } else if (name == "llama3.0") {
         tmpl.kind_ = Kind::llama3_0;
+    } else if (name == "gemma") {
+        tmpl.kind_ = Kind::gemma;
     } else {
         std::string known;
         for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
@@ -93,7 +98,7 @@ ChatTemplate ChatTemplate::named(std::string_view name) {
     return tmpl;
 }
 
-std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "llama3.0"}; }
+std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "llama3.0", "gemma"}; }
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  AddGenerationPrompt add_generation_prompt) const {
@@ -116,6 +121,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
         if (add_generation_prompt == AddGenerationPrompt::yes) out += "<|im_start|>assistant\n";
         return out;
     }
+    if (kind_ == Kind::gemma) return render_gemma(messages, add_generation_prompt);
     out = "<|begin_of_text|>";
     size_t first = 0;
     if (kind_ == Kind::llama3) {
@@ -137,6 +143,33 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
     return out;
 }
 
-std::string ChatTemplate::end_of_turn_suffix() const { return kind_ == Kind::chatml ? "\n" : ""; }
+std::string ChatTemplate::end_of_turn_suffix() const {
+    return kind_ == Kind::chatml || kind_ == Kind::gemma ? "\n" : "";
+}
+
+std::string ChatTemplate::render_gemma(std::span<const ChatMessage> messages,
+                                       AddGenerationPrompt add_generation_prompt) {
+    std::string out = "<bos>";
+    // A leading system message is no turn of its own: its text, untrimmed, opens the first turn.
+    std::string first_turn_prefix;
+    const size_t skipped = messages.front().role == "system" ? 1 : 0;
+    if (skipped == 1) first_turn_prefix = messages.front().content + "\n\n";
+    messages = messages.subspan(skipped);
+    for (size_t i = 0; i < messages.size(); ++i) {
+        // The template's check, exactly: even positions are user turns, odd ones are not (so a later system
+        // message in an odd position passes and is written with its own role).
+        if ((messages[i].role == "user") != (i % 2 == 0)) {
+            throw Error(ErrorCode::invalid_argument,
+                        "Gemma's chat template needs the roles to alternate user/assistant/user/assistant/... after an "
+                        "optional leading system message; message " +
+                            std::to_string(i + skipped) + " has the role \"" + messages[i].role + "\"");
+        }
+        out.append("<start_of_turn>").append(messages[i].role == "assistant" ? "model" : messages[i].role).append("\n");
+        if (i == 0) out.append(first_turn_prefix);
+        out.append(python_strip(messages[i].content)).append("<end_of_turn>\n");
+    }
+    if (add_generation_prompt == AddGenerationPrompt::yes) out += "<start_of_turn>model\n";
+    return out;
+}
 
 }  // namespace kvstash

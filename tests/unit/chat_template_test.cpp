@@ -51,7 +51,7 @@ std::string known_text_with_prompt(std::string_view name, std::string_view promp
 const char* kSmolSystem = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
 
 TEST(ChatTemplate, NamesAndNamed) {
-    EXPECT_EQ(ChatTemplate::names(), (std::vector<std::string>{"chatml", "llama3", "llama3.0"}));
+    EXPECT_EQ(ChatTemplate::names(), (std::vector<std::string>{"chatml", "llama3", "llama3.0", "gemma"}));
     for (const std::string& name : ChatTemplate::names()) EXPECT_EQ(ChatTemplate::named(name).name(), name);
 }
 
@@ -183,6 +183,7 @@ TEST(ChatTemplate, BracedConversationAsInTheHeader) {
 
 // What the model generates to end its turn.
 std::string end_of_turn_token(const ChatTemplate& tmpl) {
+    if (tmpl.name() == "gemma") return "<end_of_turn>";
     return tmpl.name() == "chatml" ? "<|im_end|>" : "<|eot_id|>";
 }
 
