@@ -199,24 +199,27 @@ def worker(request_path: str, out_path: str) -> None:
         bos = vocab.token_bos()
         del vocab
         n_chunks = len(tokens) // ctx
-        llm = load(ctx, False)
-        chunk_nll_llamacpp, chunk_nll_kvstash = [], []
-        for c in range(n_chunks):
-            chunk = list(tokens[c * ctx:(c + 1) * ctx])
-            chunk[0] = bos  # llama-perplexity replaces each chunk's first token with BOS when add_bos
-            llm.reset()
-            llm.eval(chunk)
-            logits = np.asarray(llm.scores[:ctx], dtype=np.float32).astype(np.float64)
-            m = logits.max(axis=1, keepdims=True)
-            lse = (m[:, 0] + np.log(np.exp(logits - m).sum(axis=1)))
-            # nll[j] = -log p(chunk[j] | chunk[0..j-1]) for j = 1..ctx-1, from the logits at j-1.
-            nll = np.array([lse[j - 1] - logits[j - 1, chunk[j]] for j in range(1, ctx)])
-            first = ctx // 2
-            chunk_nll_llamacpp.append(nll[first:].tolist())        # j = first+1 .. ctx-1 (ctx/2 - 1 tokens)
-            chunk_nll_kvstash.append(nll[first - 1:].tolist())     # j = first .. ctx-1 (ctx/2 tokens)
-        del llm
-        out["perplexity"] = {"tokens": tokens, "n_chunks": n_chunks, "bos": bos,
-                             "chunk_nll_llamacpp": chunk_nll_llamacpp, "chunk_nll_kvstash": chunk_nll_kvstash}
+        out["perplexity"] = {"tokens": tokens, "n_chunks": n_chunks, "bos": bos}
+        for kv_f32 in (False, True):
+            llm = load(ctx, kv_f32)
+            chunk_nll_llamacpp, chunk_nll_kvstash = [], []
+            for c in range(n_chunks):
+                chunk = list(tokens[c * ctx:(c + 1) * ctx])
+                chunk[0] = bos  # llama-perplexity replaces each chunk's first token with BOS when add_bos
+                llm.reset()
+                llm.eval(chunk)
+                logits = np.asarray(llm.scores[:ctx], dtype=np.float32).astype(np.float64)
+                m = logits.max(axis=1, keepdims=True)
+                lse = (m[:, 0] + np.log(np.exp(logits - m).sum(axis=1)))
+                # nll[j] = -log p(chunk[j] | chunk[0..j-1]) for j = 1..ctx-1, from the logits at j-1.
+                nll = np.array([lse[j - 1] - logits[j - 1, chunk[j]] for j in range(1, ctx)])
+                first = ctx // 2
+                chunk_nll_llamacpp.append(nll[first:].tolist())        # j = first+1 .. ctx-1 (ctx/2 - 1 tokens)
+                chunk_nll_kvstash.append(nll[first - 1:].tolist())     # j = first .. ctx-1 (ctx/2 tokens)
+            del llm
+            suffix = "_f32kv" if kv_f32 else ""
+            out["perplexity"]["chunk_nll_llamacpp" + suffix] = chunk_nll_llamacpp
+            out["perplexity"]["chunk_nll_kvstash" + suffix] = chunk_nll_kvstash
 
     with open(out_path, "w") as f:
         json.dump(out, f)
@@ -398,15 +401,20 @@ def main() -> None:
                 f"logits. 'llamacpp': j = ctx/2+1 .. ctx-1 ({PPL_CTX // 2 - 1} per chunk), llama-perplexity's "
                 f"scoring (first = n_ctx/2; it scores the n_ctx-1-first tokens after first). 'kvstash': j = ctx/2 .. "
                 f"ctx-1 ({PPL_CTX // 2} per chunk), `kvstash perplexity`'s convention (tests/fixtures/smollm2/"
-                f"perplexity.json), from the same logits. ppl = exp(mean NLL over all scored tokens)."),
+                f"perplexity.json), from the same logits. ppl = exp(mean NLL over all scored tokens). 'f32_kv': "
+                f"both again with type_k = type_v = F32."),
             "n_tokens": len(p["tokens"]),
             "n_chunks": p["n_chunks"],
             "llamacpp": summary(p["chunk_nll_llamacpp"]),
             "kvstash": summary(p["chunk_nll_kvstash"]),
+            "f32_kv": {"llamacpp": summary(p["chunk_nll_llamacpp_f32kv"]),
+                       "kvstash": summary(p["chunk_nll_kvstash_f32kv"])},
             "tokens": p["tokens"],
         })
         print(f"perplexity: {p['n_chunks']} chunks, llama.cpp ppl {summary(p['chunk_nll_llamacpp'])['ppl']:.4f}, "
-              f"kvstash convention {summary(p['chunk_nll_kvstash'])['ppl']:.4f}", file=sys.stderr)
+              f"kvstash convention {summary(p['chunk_nll_kvstash'])['ppl']:.4f}; F32 KV "
+              f"{summary(p['chunk_nll_llamacpp_f32kv'])['ppl']:.4f} / {summary(p['chunk_nll_kvstash_f32kv'])['ppl']:.4f}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
