@@ -226,7 +226,11 @@ bool is_supported_tensor_type(uint32_t raw_type) {
         case TensorType::Q6_K:
         case TensorType::BF16: return true;
     }
-    return static_cast<TensorType>(raw_type) == kTensorTypeQ5_0;
+    return false;
+}
+
+bool is_readable_tensor_type(uint32_t raw_type) {
+    return is_supported_tensor_type(raw_type) || static_cast<TensorType>(raw_type) == kTensorTypeQ5_0;
 }
 
 std::string tensor_type_name(uint32_t raw_type) {

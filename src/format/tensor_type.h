@@ -32,8 +32,10 @@ struct TensorTypeTraits {
     uint32_t type_size;   // bytes per block
 };
 
-// True for the types kvstash reads: the enumerators above and kTensorTypeQ5_0.
+// True for the types kvstash computes with (the enumerators above).
 bool is_supported_tensor_type(uint32_t raw_type);
+// True for the types a GGUF may hold: those and kTensorTypeQ5_0 (converted at load).
+bool is_readable_tensor_type(uint32_t raw_type);
 // Name of any ggml type number, supported or not ("q5_1", "iq2_xxs", ... or "type 77").
 std::string tensor_type_name(uint32_t raw_type);
 // Traits of a supported type.

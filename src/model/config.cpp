@@ -114,6 +114,7 @@ void read_gemma3(const gguf::File& file, const std::string& a, ModelConfig& c) {
     }
     c.rope_swa = c.rope;
     c.rope_swa.linear_factor = 1.0f;  // llama.cpp: rope_freq_scale_train_swa = 1
+    c.rope_swa.has_freq_factors = false;
     c.rope_swa.freq_base = static_cast<float>(file.get_float(a + "rope.freq_base_swa").value_or(10000.0));
 }
 

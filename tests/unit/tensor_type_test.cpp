@@ -114,17 +114,18 @@ TEST(TensorType, TraitsMatchGgml) {
         EXPECT_STREQ(t.name, r.name);
         EXPECT_EQ(t.block_size, r.block_size) << r.name;
         EXPECT_EQ(t.type_size, r.type_size) << r.name;
-        EXPECT_TRUE(is_supported_tensor_type(static_cast<uint32_t>(r.type))) << r.name;
+        EXPECT_TRUE(is_readable_tensor_type(static_cast<uint32_t>(r.type))) << r.name;
+        EXPECT_EQ(is_supported_tensor_type(static_cast<uint32_t>(r.type)), r.type != kTensorTypeQ5_0) << r.name;
         EXPECT_EQ(tensor_type_name(static_cast<uint32_t>(r.type)), r.name);
     }
 }
 
 TEST(TensorType, NamesUnsupportedTypes) {
     const std::pair<uint32_t, const char*> names[] = {
-        {7, "q5_1"},    {9, "q8_1"},     {10, "q2_K"},  {11, "q3_K"},   {15, "q8_K"},  {16, "iq2_xxs"},
-        {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"}, {20, "iq4_nl"}, {21, "iq3_s"}, {22, "iq2_s"},
-        {23, "iq4_xs"}, {24, "i8"},      {25, "i16"},   {26, "i32"},    {27, "i64"},   {28, "f64"},
-        {29, "iq1_m"},  {34, "tq1_0"},   {35, "tq2_0"}, {39, "mxfp4"},
+        {6, "q5_0"},     {7, "q5_1"},    {9, "q8_1"},     {10, "q2_K"},  {11, "q3_K"},   {15, "q8_K"},
+        {16, "iq2_xxs"}, {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"}, {20, "iq4_nl"}, {21, "iq3_s"},
+        {22, "iq2_s"},   {23, "iq4_xs"}, {24, "i8"},      {25, "i16"},   {26, "i32"},    {27, "i64"},
+        {28, "f64"},     {29, "iq1_m"},  {34, "tq1_0"},   {35, "tq2_0"}, {39, "mxfp4"},
     };
     for (const auto& [raw, name] : names) {
         EXPECT_EQ(tensor_type_name(raw), name);
