@@ -315,7 +315,7 @@ private:
             const uint64_t at = info_offsets_[i];
             cursor_.set_context("tensor '" + t.name + "'");
             if (!names.insert(t.name).second) cursor_.fail("duplicate tensor name", at);
-            if (!is_supported_tensor_type(t.raw_type)) {
+            if (!is_readable_tensor_type(t.raw_type)) {
                 std::string supported;
                 for (TensorType s : kSupportedTypes) {
                     supported += (supported.empty() ? "" : ", ") + std::string(tensor_type_traits(s).name);

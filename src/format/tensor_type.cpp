@@ -48,6 +48,7 @@ const TensorTypeTraits kF16{"f16", 1, 2};
 const TensorTypeTraits kBF16{"bf16", 1, 2};
 const TensorTypeTraits kQ4_0{"q4_0", 32, 18};    // fp16 d; 16 B of nibbles
 const TensorTypeTraits kQ4_1{"q4_1", 32, 20};    // fp16 d, fp16 m; 16 B of nibbles
+const TensorTypeTraits kQ5_0{"q5_0", 32, 22};    // fp16 d; 4 B fifth bits; 16 B of nibbles
 const TensorTypeTraits kQ8_0{"q8_0", 32, 34};    // fp16 d; 32 int8
 const TensorTypeTraits kQ4_K{"q4_K", 256, 144};  // fp16 d, dmin; 12 B scales; 128 B nibbles
 const TensorTypeTraits kQ5_K{"q5_K", 256, 176};  // fp16 d, dmin; 12 B scales; 32 B high bits; 128 B nibbles
@@ -86,6 +87,23 @@ void dequantize_q4_1(const uint8_t* src, float* dst, int64_t n_blocks) {
             const int x1 = qs[j] >> 4;
             dst[j] = static_cast<float>(x0) * d + m;
             dst[j + kQK / 2] = static_cast<float>(x1) * d + m;
+        }
+    }
+}
+
+// q5_0: x = d * (q - 16), q = nibble | fifth bit << 4; element j from the low nibble of byte j and bit j
+// of qh, element j + 16 from its high nibble and bit j + 16.
+void dequantize_q5_0(const uint8_t* src, float* dst, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; ++b, src += 22, dst += kQK) {
+        const float d = load_fp16(src);
+        uint32_t qh;
+        std::memcpy(&qh, src + 2, 4);
+        const uint8_t* qs = src + 6;
+        for (int j = 0; j < kQK / 2; ++j) {
+            const int x0 = static_cast<int>((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16;
+            const int x1 = static_cast<int>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
+            dst[j] = static_cast<float>(x0) * d;
+            dst[j + kQK / 2] = static_cast<float>(x1) * d;
         }
     }
 }
@@ -211,6 +229,10 @@ bool is_supported_tensor_type(uint32_t raw_type) {
     return false;
 }
 
+bool is_readable_tensor_type(uint32_t raw_type) {
+    return is_supported_tensor_type(raw_type) || static_cast<TensorType>(raw_type) == kTensorTypeQ5_0;
+}
+
 std::string tensor_type_name(uint32_t raw_type) {
     if (raw_type < kTypeCount) return kTypes[raw_type].name;
     return "type " + std::to_string(raw_type);
@@ -228,6 +250,7 @@ const TensorTypeTraits& tensor_type_traits(TensorType type) {
         case TensorType::Q6_K: return kQ6_K;
         case TensorType::BF16: return kBF16;
     }
+    if (type == kTensorTypeQ5_0) return kQ5_0;
     throw Error(ErrorCode::unsupported,
                 "tensor type " + tensor_type_name(static_cast<uint32_t>(type)) + " is not supported by kvstash");
 }
@@ -266,6 +289,7 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
         case TensorType::Q5_K: dequantize_q5_k(s, dst, n_blocks); return;
         case TensorType::Q6_K: dequantize_q6_k(s, dst, n_blocks); return;
     }
+    if (type == kTensorTypeQ5_0) dequantize_q5_0(s, dst, n_blocks);
 }
 
 float fp16_to_fp32(uint16_t h) {

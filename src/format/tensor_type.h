@@ -21,6 +21,11 @@ enum class TensorType : uint32_t {
     BF16 = 30,
 };
 
+// Q5_0 (ggml type 6) is read at load only: model/weights.cpp repacks its matrices to Q8_0 (the same values), so no
+// kernel takes it. Not an enumerator, so that the kernels' switches over the computed types need not name it;
+// traits, names and dequantize_row know it.
+inline constexpr TensorType kTensorTypeQ5_0 = static_cast<TensorType>(6);
+
 struct TensorTypeTraits {
     const char* name;     // "q4_K", exactly as ggml spells it
     uint32_t block_size;  // elements per block (1 for plain float types)
@@ -29,6 +34,8 @@ struct TensorTypeTraits {
 
 // True for the types kvstash computes with (the enumerators above).
 bool is_supported_tensor_type(uint32_t raw_type);
+// True for the types a GGUF may hold: those and kTensorTypeQ5_0 (converted at load).
+bool is_readable_tensor_type(uint32_t raw_type);
 // Name of any ggml type number, supported or not ("q5_1", "iq2_xxs", ... or "type 77").
 std::string tensor_type_name(uint32_t raw_type);
 // Traits of a supported type.

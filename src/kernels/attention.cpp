@@ -14,15 +14,21 @@ inline const uint8_t* kv_row(const uint8_t* const* blocks, const KvLayerView& kv
     return blocks[pos / kv.block_tokens] + static_cast<uint64_t>(pos % kv.block_tokens) * kv.row_bytes;
 }
 
-// One (query, head): scores over keys 0..last, softmax, weighted sum of values.
+// The first key a query at `pos` attends to.
+inline int64_t first_key(const AttentionShape& s, int64_t pos) {
+    return s.window > 0 && pos >= s.window ? pos - s.window + 1 : 0;
+}
+
+// One (query, head): scores over keys first..last, softmax, weighted sum of values.
 void attend_one(const kernels::AttentionRowOps& ops, const AttentionShape& s, const KvLayerView& kv, const float* q,
                 int64_t last, int64_t kv_head, float* out, std::vector<float>& scores) {
-    const int64_t n_keys = last + 1;
+    const int64_t first = first_key(s, last);
+    const int64_t n_keys = last + 1 - first;
     scores.resize(static_cast<size_t>(n_keys));
     const uint64_t offset = static_cast<uint64_t>(kv_head * s.head_dim) * (kv.type == TensorType::F16 ? 2 : 4);
     float max_score = -INFINITY;
     for (int64_t j = 0; j < n_keys; ++j) {
-        const float score = ops.dot(q, kv_row(kv.k_blocks, kv, j) + offset, s.head_dim, kv.type) * s.scale;
+        const float score = ops.dot(q, kv_row(kv.k_blocks, kv, first + j) + offset, s.head_dim, kv.type) * s.scale;
         scores[static_cast<size_t>(j)] = score;
         if (score > max_score) max_score = score;
     }
@@ -32,7 +38,7 @@ void attend_one(const kernels::AttentionRowOps& ops, const AttentionShape& s, co
     for (int64_t j = 0; j < n_keys; ++j) sum += scores[static_cast<size_t>(j)];
     for (int64_t d = 0; d < s.head_dim; ++d) out[d] = 0.0f;
     for (int64_t j = 0; j < n_keys; ++j) {
-        ops.axpy(out, scores[static_cast<size_t>(j)], kv_row(kv.v_blocks, kv, j) + offset, s.head_dim, kv.type);
+        ops.axpy(out, scores[static_cast<size_t>(j)], kv_row(kv.v_blocks, kv, first + j) + offset, s.head_dim, kv.type);
     }
     const float inv_sum = 1.0f / sum;
     for (int64_t d = 0; d < s.head_dim; ++d) out[d] *= inv_sum;
@@ -51,7 +57,10 @@ void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView
     const int64_t group = shape.n_head / shape.n_head_kv;
     const int64_t kv_head = h_begin / group;
     const kernels::KernelTable& table = kernels::kernel_table(isa);
-    if (table.attention_group != nullptr && kernels::attention_group_avx512_supports(shape.head_dim)) {
+    // The grouped AVX-512 kernel starts at key 0: a row whose window has begun to slide takes the per-head
+    // path, which gives the same bits.
+    if (table.attention_group != nullptr && kernels::attention_group_avx512_supports(shape.head_dim) &&
+        first_key(shape, pos) == 0) {
         const int64_t n_heads = h_end - h_begin;
         scratch.resize(static_cast<size_t>(n_heads * (pos + 1)));
         kernels::AttentionGroupArgs args;

@@ -1,6 +1,7 @@
 // Causal grouped-query attention of a batch of queries over a block-structured KV cache.
 //
-// Query t sits at absolute position first_pos + t and attends to keys 0..first_pos + t. For each
+// Query t sits at absolute position first_pos + t and attends to keys 0..first_pos + t (the last
+// `window` of them with a sliding window: a function of the position alone). For each
 // (query, head) the scores, the softmax and the weighted sum of values run over key positions in
 // ascending order, sequentially, reading K/V in their stored type (f16 or f32). That order depends only
 // on the query's absolute position, so the output is bitwise the same however the queries are batched
@@ -31,6 +32,9 @@ struct AttentionShape {
     int64_t n_head_kv = 0;
     int64_t head_dim = 0;
     float scale = 1.0f;  // 1/sqrt(head_dim) for Llama
+    // Sliding window (gemma3's local layers): the query at position p attends to keys
+    // max(0, p - window + 1)..p only. 0: no window (keys 0..p).
+    int64_t window = 0;
 };
 
 // q:   n_tokens × (n_head * head_dim) f32, already rotated.

@@ -33,6 +33,18 @@ void norm_rows(const ModelConfig& c, const float* x, const std::vector<float>& w
     }
 }
 
+void head_norm_rows(const ModelConfig& c, const std::vector<float>& weight, float* x, int64_t n_vectors) {
+    const auto width = static_cast<int64_t>(weight.size());
+    // rms_norm_row takes the scale from the whole row before writing: in place is fine.
+    for (int64_t v = 0; v < n_vectors; ++v)
+        rms_norm_row(x + v * width, weight.data(), x + v * width, width, c.norm_eps);
+}
+
+void post_norm_rows(const ModelConfig& c, const std::vector<float>& weight, float* x, int64_t n_rows) {
+    if (weight.empty()) return;
+    norm_rows(c, x, weight, {}, x, n_rows);
+}
+
 void add_bias_rows(float* y, const std::vector<float>& bias, int64_t n_rows) {
     const auto width = static_cast<int64_t>(bias.size());
     for (int64_t t = 0; t < n_rows; ++t) {
@@ -53,7 +65,12 @@ void feed_forward(const ModelConfig& c, const LayerWeights& l, const float* xn, 
                                      {l.w_up.type, l.w_up.data, l.w_up.rows, s.up}};
         matmul_shared_input(ops, l.w_gate.cols, xn, n_tokens, &pool);
         add_bias_rows(s.up, l.b_up, n_tokens);
-        swiglu(s.gate, s.up, s.gate, n_tokens * c.n_ff);
+        if (c.ffn == FfnKind::geglu) {
+            gelu(s.gate, s.gate, n_tokens * c.n_ff);
+            for (int64_t i = 0; i < n_tokens * c.n_ff; ++i) s.gate[i] *= s.up[i];
+        } else {
+            swiglu(s.gate, s.up, s.gate, n_tokens * c.n_ff);
+        }
         project(l.w_down, s.gate, n_tokens, out, pool);
     }
     add_bias_rows(out, l.b_down, n_tokens);

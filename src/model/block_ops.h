@@ -25,6 +25,14 @@ void project_qkv(const MatrixRef& wq, float* q, const MatrixRef& wk, float* k, c
 void norm_rows(const ModelConfig& c, const float* x, const std::vector<float>& weight, const std::vector<float>& bias,
                float* out, int64_t n_rows);
 
+// RMSNorm in place of each of n_vectors consecutive vectors of weight.size() floats (gemma3's per-head
+// q/k norms; the same weights for every head); nothing when weight is empty.
+void head_norm_rows(const ModelConfig& c, const std::vector<float>& weight, float* x, int64_t n_vectors);
+
+// The norm of each of n_rows rows of x in place (gemma3's post-attention / post-FFN norm, before the
+// residual add); nothing when weight is empty.
+void post_norm_rows(const ModelConfig& c, const std::vector<float>& weight, float* x, int64_t n_rows);
+
 // y[r][i] += bias[i] for each of n_rows rows of bias.size() floats; nothing when bias is empty.
 void add_bias_rows(float* y, const std::vector<float>& bias, int64_t n_rows);
 

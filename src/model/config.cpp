@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -40,12 +41,13 @@ std::vector<int64_t> per_layer_ints(const gguf::File& file, const std::string& k
     return out;
 }
 
-const char* supported_list() { return "llama, qwen2, gpt2, mamba, mamba2, granitehybrid"; }
+const char* supported_list() { return "llama, qwen2, gpt2, gemma3, mamba, mamba2, granitehybrid"; }
 
 ModelFamily family_of(const std::string& architecture) {
     if (architecture == "llama") return ModelFamily::llama;
     if (architecture == "qwen2") return ModelFamily::qwen2;
     if (architecture == "gpt2") return ModelFamily::gpt2;
+    if (architecture == "gemma3") return ModelFamily::gemma3;
     if (architecture == "mamba") return ModelFamily::mamba;
     if (architecture == "mamba2") return ModelFamily::mamba2;
     if (architecture == "granitehybrid") return ModelFamily::granite_hybrid;
@@ -80,6 +82,40 @@ void read_attention(const gguf::File& file, const std::string& a, ModelConfig& c
         }
     }
     c.rope.has_freq_factors = file.find_tensor("rope_freqs.weight") != nullptr;
+}
+
+// Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp, llama-hparams.cpp set_swa_pattern; docs/gemma3.md).
+void read_gemma3(const gguf::File& file, const std::string& a, ModelConfig& c) {
+    c.rope.layout = RopeLayout::neox;
+    c.ffn = FfnKind::geglu;
+    c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));  // sqrtf(n_embd), as llama.cpp
+    // Q is scaled by 1/sqrt(head_dim) after RoPE (1/sqrt(n_embd / n_head) for the 62-layer 27B model).
+    const int64_t scale_dim = c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim;
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(scale_dim));
+    if (file.find(a + "final_logit_softcapping") || file.find(a + "attn_logit_softcapping")) {
+        throw Error(ErrorCode::unsupported, "gemma3 models with logit softcapping are not supported yet");
+    }
+    c.sliding_window = file.get_int(a + "attention.sliding_window").value_or(0);
+    if (c.sliding_window < 0) inconsistent("attention.sliding_window must not be negative");
+    if (c.sliding_window == 0) return;
+    // The pattern: an array of per-layer flags, or a period n (layer l slides iff l % n < n - 1; 0: every
+    // layer); absent: 6.
+    c.swa.assign(static_cast<size_t>(c.n_layer), 0);
+    const gguf::Value* pattern = file.find(a + "attention.sliding_window_pattern");
+    if (pattern && pattern->type == gguf::ValueType::ARRAY) {
+        if (pattern->array.size() != static_cast<size_t>(c.n_layer)) {
+            inconsistent("attention.sliding_window_pattern must have block_count entries");
+        }
+        for (size_t il = 0; il < c.swa.size(); ++il) c.swa[il] = pattern->array[il].integer != 0 ? 1 : 0;
+    } else {
+        const int64_t n = pattern ? file.require_int(a + "attention.sliding_window_pattern") : 6;
+        if (n < 0) inconsistent("attention.sliding_window_pattern must not be negative");
+        for (int64_t il = 0; il < c.n_layer; ++il) c.swa[static_cast<size_t>(il)] = n == 0 || il % n < n - 1;
+    }
+    c.rope_swa = c.rope;
+    c.rope_swa.linear_factor = 1.0f;  // llama.cpp: rope_freq_scale_train_swa = 1
+    c.rope_swa.has_freq_factors = false;
+    c.rope_swa.freq_base = static_cast<float>(file.get_float(a + "rope.freq_base_swa").value_or(10000.0));
 }
 
 void read_ssm(const gguf::File& file, const std::string& a, bool mamba2, ModelConfig& c) {
@@ -140,6 +176,7 @@ ModelConfig read_model_config(const gguf::File& file) {
         case ModelFamily::llama:
         case ModelFamily::qwen2:
         case ModelFamily::gpt2:
+        case ModelFamily::gemma3:
             c.n_ff = file.require_int(a + "feed_forward_length");
             if (c.n_ff <= 0) inconsistent("feed_forward_length must be positive");
             c.n_head = file.require_int(a + "attention.head_count");
@@ -154,6 +191,7 @@ ModelConfig read_model_config(const gguf::File& file) {
                 c.ffn = FfnKind::gelu;
                 if (c.n_ctx_train <= 0) inconsistent("gpt2 needs context_length (the rows of position_embd)");
             }
+            if (c.family == ModelFamily::gemma3) read_gemma3(file, a, c);
             break;
         case ModelFamily::mamba:
         case ModelFamily::mamba2:

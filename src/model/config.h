@@ -22,6 +22,7 @@ enum class ModelFamily {
     llama,           // "llama": attention + SwiGLU FFN in every layer
     qwen2,           // "qwen2": llama with q/k/v biases and NEOX RoPE
     gpt2,            // "gpt2": learned positions, LayerNorm with bias, fused QKV, GELU FFN, biases everywhere
+    gemma3,          // "gemma3": q/k norms, post-attention/FFN norms, GeGLU, sliding-window layers (docs/gemma3.md)
     mamba,           // "mamba": Mamba-1 blocks only
     mamba2,          // "mamba2": Mamba-2 blocks only
     granite_hybrid,  // "granitehybrid": Mamba-2 or attention per layer, each followed by a SwiGLU FFN
@@ -56,6 +57,7 @@ enum class NormKind {
 enum class FfnKind {
     swiglu,  // down(silu(gate(x)) * up(x))
     gelu,    // down(gelu(up(x) + b_up)) + b_down (gpt2; tanh approximation)
+    geglu,   // down(gelu(gate(x)) * up(x)) (gemma3; tanh approximation)
 };
 
 struct ModelConfig {
@@ -82,6 +84,13 @@ struct ModelConfig {
     // gpt2: a position_embd table of n_ctx_train rows added to the token embeddings; positions at or past
     // n_ctx_train have no embedding and are refused.
     bool learned_positions = false;
+
+    // Sliding-window attention (gemma3): on a layer with swa[l] = 1, the query at position p attends to
+    // keys p - sliding_window < p' <= p only, and rotates with rope_swa (its own base). 0 / empty: none.
+    int64_t sliding_window = 0;  // <arch>.attention.sliding_window
+    std::vector<uint8_t> swa;    // (n_layer) 1 = sliding-window layer
+    RopeParams rope_swa;         // rope of the sliding-window layers (rope.freq_base_swa)
+    bool is_swa(int64_t layer) const { return !swa.empty() && swa[static_cast<size_t>(layer)] != 0; }
 
     // Granite scales (1 or 0 when absent): embeddings × embedding_scale; each block's output ×
     // residual_scale before the residual add; attention scores × attention_scale (0: 1 / sqrt(head_dim));

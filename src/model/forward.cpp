@@ -48,6 +48,9 @@ void ForwardScratch::reserve(const ModelConfig& c, int64_t n) {
     up.resize(sz(c.n_ff));
     rope_cos.resize(sz(c.rope.n_rot / 2));
     rope_sin.resize(sz(c.rope.n_rot / 2));
+    const int64_t swa_half_rot = c.sliding_window > 0 ? c.rope_swa.n_rot / 2 : 0;
+    rope_cos_swa.resize(sz(swa_half_rot));
+    rope_sin_swa.resize(sz(swa_half_rot));
 }
 
 void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segments, ForwardScratch& s,
@@ -81,6 +84,10 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
                 if (rope) {
                     model.rope.angles(seg.first_pos + t, s.rope_cos.data() + row * half_rot,
                                       s.rope_sin.data() + row * half_rot);
+                    if (c.sliding_window > 0) {
+                        model.rope_swa.angles(seg.first_pos + t, s.rope_cos_swa.data() + row * half_rot,
+                                              s.rope_sin_swa.data() + row * half_rot);
+                    }
                 }
             }
             attention_segments.push_back(AttentionSegment{seg.kv, seg.first_pos, count});
@@ -119,14 +126,21 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             add_bias_rows(s.q.data(), l.bq, n);
             add_bias_rows(s.k.data(), l.bk, n);
             add_bias_rows(s.v.data(), l.bv, n);
+            head_norm_rows(c, l.attn_q_norm, s.q.data(), n * c.n_head);  // gemma3
+            head_norm_rows(c, l.attn_k_norm, s.k.data(), n * c.n_head_kv);
+            const bool swa = c.is_swa(il);
             if (rope) {
+                const RopeTable& table = swa ? model.rope_swa : model.rope;
+                const float* cos_all = swa ? s.rope_cos_swa.data() : s.rope_cos.data();
+                const float* sin_all = swa ? s.rope_sin_swa.data() : s.rope_sin.data();
                 for (int64_t t = 0; t < n; ++t) {
-                    const float* cs = s.rope_cos.data() + t * half_rot;
-                    const float* sn = s.rope_sin.data() + t * half_rot;
-                    model.rope.apply(s.q.data() + t * c.n_embd_q(), c.n_head, cs, sn);
-                    model.rope.apply(s.k.data() + t * c.n_embd_kv(), c.n_head_kv, cs, sn);
+                    const float* cs = cos_all + t * half_rot;
+                    const float* sn = sin_all + t * half_rot;
+                    table.apply(s.q.data() + t * c.n_embd_q(), c.n_head, cs, sn);
+                    table.apply(s.k.data() + t * c.n_embd_kv(), c.n_head_kv, cs, sn);
                 }
             }
+            shape.window = swa ? c.sliding_window : 0;
             int64_t row = 0;
             for (const ForwardSegment& seg : segments) {
                 const auto count = static_cast<int64_t>(seg.tokens.size());
@@ -139,12 +153,14 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             segment_attention(shape, attention_segments, kv_layer, s.q.data(), s.attn.data(), s.attention, pool);
             project(l.wo, s.attn.data(), n, s.proj.data(), pool);
             add_bias_rows(s.proj.data(), l.bo, n);
+            post_norm_rows(c, l.attn_post_norm, s.proj.data(), n);  // gemma3
         }
         add_residual();
 
         if (!c.has_ffn()) continue;
         norm_rows(c, s.x.data(), l.ffn_norm, l.ffn_norm_b, s.xn.data(), n);
         feed_forward(c, l, s.xn.data(), n, FfnScratch{s.gate.data(), s.up.data()}, s.proj.data(), pool);
+        post_norm_rows(c, l.ffn_post_norm, s.proj.data(), n);  // gemma3
         add_residual();
     }
 

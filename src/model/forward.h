@@ -21,17 +21,19 @@ class ThreadPool;
 // Activation buffers for micro-batches of up to max_tokens rows; owned by one evaluator.
 struct ForwardScratch {
     int64_t max_tokens = 0;
-    std::vector<float> x;         // (max_tokens, n_embd)   residual stream
-    std::vector<float> xn;        // (max_tokens, n_embd)   normalised input of a sub-layer
-    std::vector<float> q;         // (max_tokens, n_head * head_dim)
-    std::vector<float> k;         // (max_tokens, n_head_kv * head_dim)
-    std::vector<float> v;         // (max_tokens, n_head_kv * head_dim)
-    std::vector<float> attn;      // (max_tokens, n_head * head_dim)
-    std::vector<float> proj;      // (max_tokens, n_embd)   output of attn_output / ffn_down
-    std::vector<float> gate;      // (max_tokens, n_ff)
-    std::vector<float> up;        // (max_tokens, n_ff)
-    std::vector<float> rope_cos;  // (max_tokens, n_rot / 2)
-    std::vector<float> rope_sin;  // (max_tokens, n_rot / 2)
+    std::vector<float> x;             // (max_tokens, n_embd)   residual stream
+    std::vector<float> xn;            // (max_tokens, n_embd)   normalised input of a sub-layer
+    std::vector<float> q;             // (max_tokens, n_head * head_dim)
+    std::vector<float> k;             // (max_tokens, n_head_kv * head_dim)
+    std::vector<float> v;             // (max_tokens, n_head_kv * head_dim)
+    std::vector<float> attn;          // (max_tokens, n_head * head_dim)
+    std::vector<float> proj;          // (max_tokens, n_embd)   output of attn_output / ffn_down
+    std::vector<float> gate;          // (max_tokens, n_ff)
+    std::vector<float> up;            // (max_tokens, n_ff)
+    std::vector<float> rope_cos;      // (max_tokens, n_rot / 2)
+    std::vector<float> rope_sin;      // (max_tokens, n_rot / 2)
+    std::vector<float> rope_cos_swa;  // (max_tokens, n_rot / 2) sliding-window layers' angles, if any
+    std::vector<float> rope_sin_swa;  // (max_tokens, n_rot / 2)
     // (rows with logits, n_vocab): only when logits go to more than one segment (batched calls); one
     // segment's logits are written straight to its destination.
     std::vector<float> logits;

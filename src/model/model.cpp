@@ -26,6 +26,7 @@ std::shared_ptr<const Model> Model::load(const std::string& path) {
                                    static_cast<uint64_t>(c.ssm.conv_floats() + c.ssm.scan_floats()) * sizeof(float);
     m.weights = bind_weights(*m.file, c);
     if (c.n_kv_layers > 0 && c.use_rope) m.rope = RopeTable(c.rope, c.head_dim, m.weights.rope_freqs);
+    if (c.sliding_window > 0 && c.use_rope) m.rope_swa = RopeTable(c.rope_swa, c.head_dim, {});
     try {
         m.tokenizer = std::make_unique<Tokenizer>(make_tokenizer(vocabulary_from_gguf(*m.file)));
     } catch (const Error& e) {
@@ -76,6 +77,12 @@ std::string Model::describe() const {
     if (c.n_kv_layers > 0 && c.use_rope) {
         s << "rope:          base " << c.rope.freq_base << ", dims " << c.rope.n_rot
           << (c.rope.has_freq_factors ? ", llama3 frequency factors" : "") << "\n";
+        if (c.sliding_window > 0) {
+            int64_t n_swa = 0;
+            for (int64_t il = 0; il < c.n_layer; ++il) n_swa += c.is_swa(il) ? 1 : 0;
+            s << "sliding:       window " << c.sliding_window << " on " << n_swa << " of " << c.n_layer
+              << " layers, rope base " << c.rope_swa.freq_base << "\n";
+        }
     } else if (c.n_kv_layers > 0 && !c.learned_positions) {
         s << "rope:          none (NoPE)\n";
     }

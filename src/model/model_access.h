@@ -20,6 +20,7 @@ struct Model::Impl {
     ModelInfo info;  // the public part of config
     ModelWeights weights;
     RopeTable rope;
+    RopeTable rope_swa;  // sliding-window layers' rope (config.rope_swa), when the model has such layers
     std::unique_ptr<Tokenizer> tokenizer;  // null when the vocabulary is not supported
     std::string tokenizer_error;           // why, when null
 };

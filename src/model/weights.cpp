@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <cstring>
 #include <string>
 
 #include "format/gguf.h"
@@ -131,14 +132,20 @@ void bind_attention(const gguf::File& file, const std::string& p, const ModelCon
     }
     l.wo = bind_matrix(file, p + "attn_output.weight", c.n_embd, nq);
     l.bo = optional_vector(file, p + "attn_output.bias", c.n_embd);  // gpt2
-    for (const char* t : {"attn_q_norm.weight", "attn_k_norm.weight", "attn_post_norm.weight"}) {
-        reject_present(file, p + t);
+    if (c.family == ModelFamily::gemma3) {
+        l.attn_q_norm = read_vector(file, p + "attn_q_norm.weight", c.head_dim);
+        l.attn_k_norm = read_vector(file, p + "attn_k_norm.weight", c.head_dim);
+        l.attn_post_norm = read_vector(file, p + "post_attention_norm.weight", c.n_embd);
+    } else {
+        for (const char* t : {"attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight"}) {
+            reject_present(file, p + t);
+        }
     }
 }
 
 void bind_ffn(const gguf::File& file, const std::string& p, const ModelConfig& c, LayerWeights& l) {
     bind_norm(file, p + "ffn_norm", c, l.ffn_norm, l.ffn_norm_b);
-    if (c.ffn == FfnKind::swiglu) {
+    if (c.ffn != FfnKind::gelu) {
         l.w_gate = bind_matrix(file, p + "ffn_gate.weight", c.n_ff, c.n_embd);
     } else {
         reject_present(file, p + "ffn_gate.weight");
@@ -147,7 +154,39 @@ void bind_ffn(const gguf::File& file, const std::string& p, const ModelConfig& c
     l.w_down = bind_matrix(file, p + "ffn_down.weight", c.n_embd, c.n_ff);
     l.b_up = optional_vector(file, p + "ffn_up.bias", c.n_ff);
     l.b_down = optional_vector(file, p + "ffn_down.bias", c.n_embd);
-    for (const char* t : {"ffn_gate.bias", "ffn_gate_inp.weight", "ffn_post_norm.weight"}) reject_present(file, p + t);
+    if (c.family == ModelFamily::gemma3) {
+        l.ffn_post_norm = read_vector(file, p + "post_ffw_norm.weight", c.n_embd);
+    } else {
+        reject_present(file, p + "post_ffw_norm.weight");
+    }
+    for (const char* t : {"ffn_gate.bias", "ffn_gate_inp.weight"}) reject_present(file, p + t);
+}
+
+// Q5_0 block (fp16 d, 32 fifth bits, 16 nibble bytes) -> Q8_0 block (the same fp16 d, 32 int8 q - 16):
+// d * (q - 16) is the same float either way.
+void repack_q5_0_block(const uint8_t* src, uint8_t* dst) {
+    std::memcpy(dst, src, 2);
+    uint32_t qh;
+    std::memcpy(&qh, src + 2, 4);
+    const uint8_t* qs = src + 6;
+    auto* q = reinterpret_cast<int8_t*>(dst + 2);
+    for (int j = 0; j < 16; ++j) {
+        q[j] = static_cast<int8_t>(static_cast<int>((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - 16);
+        q[j + 16] = static_cast<int8_t>(static_cast<int>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16);
+    }
+}
+
+void repack_q5_0(MatrixRef& m, std::vector<std::vector<uint8_t>>& store) {
+    if (m.type != kTensorTypeQ5_0) return;
+    const int64_t blocks = m.rows * (m.cols / 32);
+    std::vector<uint8_t> out(static_cast<size_t>(blocks) * 34);
+    // Rows are whole blocks, so the blocks of all rows are consecutive in both layouts.
+    const auto* src = static_cast<const uint8_t*>(m.data);
+    for (int64_t b = 0; b < blocks; ++b) repack_q5_0_block(src + b * 22, out.data() + b * 34);
+    m.type = TensorType::Q8_0;
+    m.row_bytes = tensor_row_bytes(TensorType::Q8_0, m.cols);
+    m.data = out.data();
+    store.push_back(std::move(out));  // the heap buffer moves, its address stays
 }
 
 // Shapes as llama.cpp's loaders (src/models/mamba*.cpp, granite-hybrid.cpp) create them.
@@ -195,11 +234,20 @@ ModelWeights bind_weights(const gguf::File& file, const ModelConfig& c) {
             bind_attention(file, p, c, l);
         }
         if (c.has_ffn()) bind_ffn(file, p, c, l);
-        for (const MatrixRef* m :
+        for (MatrixRef* m :
              {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ssm_in, &l.ssm_x, &l.ssm_dt, &l.ssm_out}) {
+            repack_q5_0(*m, w.repacked);
             w.matrix_bytes += bytes_of(*m);
         }
     }
+    const bool output_is_embd = w.output.data == w.token_embd.data;
+    repack_q5_0(w.token_embd, w.repacked);
+    if (output_is_embd) {
+        w.output = w.token_embd;
+    } else {
+        repack_q5_0(w.output, w.repacked);
+    }
+    repack_q5_0(w.position_embd, w.repacked);
     w.matrix_bytes += bytes_of(w.output);
     return w;
 }

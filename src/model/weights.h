@@ -1,7 +1,7 @@
 // The model's tensors bound to the memory-mapped file, checked for presence, shape and type.
-// Matrices stay in their file type; only the small vectors (norm weights and biases, projection biases,
-// rope factors) are decoded to f32 at load. Optional parts (biases, a norm's bias) are empty vectors when
-// the file has none: the forward pass applies what is there.
+// Matrices stay in their file type (Q5_0 excepted: repacked to Q8_0 losslessly, as no kernel reads it); only the small
+// vectors (norm weights and biases, projection biases, rope factors) are decoded to f32 at load. Optional parts
+// (biases, a norm's bias) are empty vectors when the file has none: the forward pass applies what is there.
 #pragma once
 
 #include <cstdint>
@@ -40,13 +40,18 @@ struct LayerWeights {
     MatrixRef wo;                   // n_embd × (n_head * head_dim)
     std::vector<float> bq, bk, bv;  // (n_head * head_dim), (n_head_kv * head_dim) × 2, or empty
     std::vector<float> bo;          // (n_embd), or empty
-    std::vector<float> ffn_norm;    // (n_embd)
-    std::vector<float> ffn_norm_b;  // (n_embd), or empty
-    MatrixRef w_gate;               // n_ff × n_embd (SwiGLU only)
-    MatrixRef w_up;                 // n_ff × n_embd
-    MatrixRef w_down;               // n_embd × n_ff
-    std::vector<float> b_up;        // (n_ff), or empty
-    std::vector<float> b_down;      // (n_embd), or empty
+    // gemma3 (empty elsewhere): RMSNorm of each Q and K head before RoPE, the same head_dim weights for
+    // every head; RMSNorm of the attention output and of the FFN output before their residual adds.
+    std::vector<float> attn_q_norm, attn_k_norm;  // (head_dim)
+    std::vector<float> attn_post_norm;            // (n_embd)
+    std::vector<float> ffn_post_norm;             // (n_embd)
+    std::vector<float> ffn_norm;                  // (n_embd)
+    std::vector<float> ffn_norm_b;                // (n_embd), or empty
+    MatrixRef w_gate;                             // n_ff × n_embd (SwiGLU and GeGLU)
+    MatrixRef w_up;                               // n_ff × n_embd
+    MatrixRef w_down;                             // n_embd × n_ff
+    std::vector<float> b_up;                      // (n_ff), or empty
+    std::vector<float> b_down;                    // (n_embd), or empty
 
     // Mamba block (ModelConfig::ssm gives the sizes).
     MatrixRef ssm_in;                 // d_in_proj × n_embd
@@ -70,6 +75,16 @@ struct ModelWeights {
     MatrixRef output;                  // n_vocab × n_embd (token_embd when tied)
     std::vector<float> rope_freqs;     // (n_rot / 2) frequency divisors, empty when absent
     uint64_t matrix_bytes = 0;         // bytes of all matrices read per token (for bandwidth figures)
+    // Q5_0 matrices repacked to Q8_0 at load (same scale, q - 16 as int8: the same values), which the
+    // MatrixRefs above point into; empty when the file has none.
+    std::vector<std::vector<uint8_t>> repacked;
+
+    // Move-only: a copy's MatrixRefs would point into the original's repacked buffers.
+    ModelWeights() = default;
+    ModelWeights(const ModelWeights&) = delete;
+    ModelWeights& operator=(const ModelWeights&) = delete;
+    ModelWeights(ModelWeights&&) = default;
+    ModelWeights& operator=(ModelWeights&&) = default;
 };
 
 // Binds every tensor the model's architecture needs. Throws Error(bad_format) naming a missing tensor or

@@ -31,7 +31,7 @@ using test::GgufBuilder;
 namespace gv = test::gv;
 
 constexpr int64_t kEmbd = 32, kFf = 64, kVocab = 48, kLayers = 2, kCtx = 64;
-constexpr uint32_t kRawQ5_0 = 6;  // ggml type number of q5_0, which kvstash does not support
+constexpr uint32_t kRawQ5_1 = 7;  // ggml type number of q5_1, which kvstash does not support
 
 // A tiny Llama (2 layers, 32 wide, 4 heads of 8, GQA 4/2, vocabulary 48) with random f32 weights, and
 // knobs that break it in one specific way.
@@ -41,7 +41,7 @@ struct TinyLlama {
     std::string omit_key, omit_tensor;
     std::string reshape_tensor;  // written with reshape_dims instead of its proper shape
     std::vector<uint64_t> reshape_dims;
-    std::string q5_0_tensor;  // written with the (unsupported) q5_0 type
+    std::string q5_1_tensor;  // written with the (unsupported) q5_1 type
 
     std::vector<uint8_t> build() const {
         GgufBuilder b;
@@ -66,8 +66,8 @@ struct TinyLlama {
             if (name == reshape_tensor) dims = reshape_dims;
             uint64_t n = 1;
             for (uint64_t d : dims) n *= d;
-            if (name == q5_0_tensor) {  // 22-byte blocks of 32 elements, contents irrelevant
-                b.add_tensor(name, kRawQ5_0, dims, std::vector<uint8_t>(n / 32 * 22, 0));
+            if (name == q5_1_tensor) {  // 24-byte blocks of 32 elements, contents irrelevant
+                b.add_tensor(name, kRawQ5_1, dims, std::vector<uint8_t>(n / 32 * 24, 0));
                 return;
             }
             std::vector<float> values(n);
@@ -186,8 +186,8 @@ TEST_F(ModelLoadTest, MissingRequiredKeyIsNamed) {
 
 TEST_F(ModelLoadTest, UnsupportedTensorTypeNamesTensorAndType) {
     TinyLlama spec;
-    spec.q5_0_tensor = "blk.0.attn_q.weight";
-    expect_load_error("q5_0", spec.build(), ErrorCode::unsupported, {"blk.0.attn_q.weight", "q5_0"});
+    spec.q5_1_tensor = "blk.0.attn_q.weight";
+    expect_load_error("q5_1", spec.build(), ErrorCode::unsupported, {"blk.0.attn_q.weight", "q5_1"});
 }
 
 TEST_F(ModelLoadTest, TruncatedFileIsBadFormat) {

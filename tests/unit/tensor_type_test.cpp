@@ -107,14 +107,15 @@ TEST(TensorType, TraitsMatchGgml) {
         {TensorType::BF16, "bf16", 1, 2},     {TensorType::Q4_0, "q4_0", 32, 18},
         {TensorType::Q4_1, "q4_1", 32, 20},   {TensorType::Q8_0, "q8_0", 32, 34},
         {TensorType::Q4_K, "q4_K", 256, 144}, {TensorType::Q5_K, "q5_K", 256, 176},
-        {TensorType::Q6_K, "q6_K", 256, 210},
+        {TensorType::Q6_K, "q6_K", 256, 210}, {kTensorTypeQ5_0, "q5_0", 32, 22},
     };
     for (const Row& r : rows) {
         const TensorTypeTraits& t = tensor_type_traits(r.type);
         EXPECT_STREQ(t.name, r.name);
         EXPECT_EQ(t.block_size, r.block_size) << r.name;
         EXPECT_EQ(t.type_size, r.type_size) << r.name;
-        EXPECT_TRUE(is_supported_tensor_type(static_cast<uint32_t>(r.type))) << r.name;
+        EXPECT_TRUE(is_readable_tensor_type(static_cast<uint32_t>(r.type))) << r.name;
+        EXPECT_EQ(is_supported_tensor_type(static_cast<uint32_t>(r.type)), r.type != kTensorTypeQ5_0) << r.name;
         EXPECT_EQ(tensor_type_name(static_cast<uint32_t>(r.type)), r.name);
     }
 }
@@ -133,7 +134,24 @@ TEST(TensorType, NamesUnsupportedTypes) {
     EXPECT_EQ(tensor_type_name(77), "type 77");
     EXPECT_EQ(tensor_type_name(0xFFFFFFFFu), "type 4294967295");
     EXPECT_FALSE(is_supported_tensor_type(77));
-    EXPECT_THROW(tensor_type_traits(static_cast<TensorType>(6)), Error);
+    EXPECT_THROW(tensor_type_traits(static_cast<TensorType>(7)), Error);
+}
+
+// q5_0 (read at load, repacked to q8_0): x = d * ((nibble | fifth bit << 4) - 16), element j from the low nibble of
+// byte j and bit j of qh, element j + 16 from the high nibble and bit j + 16.
+TEST(TensorType, DequantizesQ5_0) {
+    uint8_t block[22] = {};
+    const uint16_t d = fp32_to_fp16(0.5f);
+    std::memcpy(block, &d, 2);
+    const uint32_t qh = 0x80000001u;  // fifth bit of elements 0 and 31
+    std::memcpy(block + 2, &qh, 4);
+    for (int j = 0; j < 16; ++j) block[6 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    float out[32];
+    dequantize_row(kTensorTypeQ5_0, block, out, 32);
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_EQ(out[j], 0.5f * static_cast<float>((j | (j == 0 ? 16 : 0)) - 16)) << j;
+        EXPECT_EQ(out[j + 16], 0.5f * static_cast<float>(((15 - j) | (j == 15 ? 16 : 0)) - 16)) << j + 16;
+    }
 }
 
 TEST(TensorType, RowBytes) {
