@@ -32,7 +32,7 @@ QUESTIONS = ["\nQ: Where does the river rise?\nA:", "\nQ: How long is it?\nA:", 
 
 def answers(model: kvstash.Model, prefix: kvstash.State, max_tokens: int):
     # Each answer continues a fork of the prefix: the prefix is never recomputed.
-    return [model.generate(prefix.fork(), q, max_tokens, temperature=0, stop=["\n"]) for q in QUESTIONS]
+    return [model.generate(prefix.fork(), q, max_tokens, temperature=0, stop=["\nQ", "\n\n"]) for q in QUESTIONS]
 
 
 def child(args) -> int:
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     print(f"another process loaded it in {result['load_ms']:.1f} ms and answered:")
     for q, a in zip(QUESTIONS, result["answers"]):
-        print(f"  {q.strip()} {a.strip()}")
+        print(f"  {q.strip().replace(chr(10), ' ')} {a.strip()}")
     mine = answers(model, prefix, args.max_tokens)
     assert result["answers"] == mine, (result["answers"], mine)  # bit-exact across processes
     print("same answers as from the original State in this process")

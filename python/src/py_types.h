@@ -62,6 +62,7 @@ private:
 
 // Keeps the C++ State whose logits buffer NumPy arrays point into alive after the Python State moved on.
 struct LogitsOwner {
+    nb::object model_ref;             // the Python Model: outlives `detached`
     std::unique_ptr<State> detached;  // null while the arrays view the live State's buffer
 };
 

@@ -33,7 +33,7 @@ State& PyState::mutate() {
 
 nb::object PyState::logits_array() {
     std::span<const float> logits = state_->last_logits();
-    if (!exported_) exported_ = std::make_shared<LogitsOwner>();
+    if (!exported_) exported_ = std::make_shared<LogitsOwner>(LogitsOwner{model_ref_, nullptr});
     auto* keep = new std::shared_ptr<LogitsOwner>(exported_);
     nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<LogitsOwner>*>(p); });
     nb::ndarray<nb::numpy, const float, nb::ndim<1>> array(logits.data(), {logits.size()}, owner);

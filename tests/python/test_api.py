@@ -179,3 +179,18 @@ def test_session_undo_save_open(model, tmp_path):
     assert first
     streamed = "".join(chat.reply("Once more?", max_tokens=8, temperature=0, stream=True))
     assert isinstance(streamed, str)
+
+
+def test_logits_array_outlives_state_and_model():
+    import gc
+
+    from conftest import model_path
+
+    m = kvstash.Model(model_path(), threads=1)
+    s = m.prefill("Hello there")
+    a = s.logits
+    kept = a.copy()
+    m.eval(s, [int(np.argmax(a))])  # the array now owns the old State, which needs the model
+    del s, m
+    gc.collect()
+    assert np.array_equal(a, kept)
