@@ -40,10 +40,14 @@ def cli_per_token_ms(args) -> float:
     return seconds * 1e3 / n
 
 
-def python_per_token_ms(model, args) -> float:
+def python_per_token_ms(model, args, stream: bool = False) -> float:
     state = model.prefill(PROMPT)  # the prompt is evaluated before timing, as the CLI's figure excludes it
+    pieces = []
     t = time.perf_counter()
-    c = model.complete(state, max_tokens=args.tokens, temperature=0)
+    if stream:  # every piece through a Python callback (the GIL taken once per token), as the CLI prints each
+        c = model.complete(state, max_tokens=args.tokens, temperature=0, callback=lambda tok, text: pieces.append(text))
+    else:
+        c = model.complete(state, max_tokens=args.tokens, temperature=0)
     seconds = time.perf_counter() - t
     if len(c.tokens) != args.tokens:
         raise RuntimeError(f"Python generated {len(c.tokens)} tokens, not {args.tokens}")
@@ -96,16 +100,19 @@ def main(argv=None) -> int:
     model = kvstash.Model(args.model, threads=args.threads)
     print(f"model {os.path.basename(args.model)}, {args.threads} threads, {args.rounds} rounds (medians)\n")
     if not args.skip_generate:
-        cli, py = [], []
-        for _ in range(args.rounds):  # alternating, so that load changes hit both alike
+        cli, py, py_cb = [], [], []
+        for _ in range(args.rounds):  # alternating, so that load changes hit all alike
             cli.append(cli_per_token_ms(args))
             py.append(python_per_token_ms(model, args))
-        c, q = statistics.median(cli), statistics.median(py)
+            py_cb.append(python_per_token_ms(model, args, stream=True))
+        c, q, qc = statistics.median(cli), statistics.median(py), statistics.median(py_cb)
         print("| decode, greedy, %d tokens | ms / token (median) | runs |" % args.tokens)
         print("|---|---|---|")
         print(f"| CLI `kvstash generate` | {c:.2f} | {', '.join(f'{x:.2f}' for x in cli)} |")
         print(f"| Python `Model.generate` | {q:.2f} | {', '.join(f'{x:.2f}' for x in py)} |")
-        print(f"\nPython / CLI: {q / c:.3f} ({(q / c - 1) * 100:+.1f}%)\n")
+        print(f"| Python `Model.generate(callback=...)` | {qc:.2f} | {', '.join(f'{x:.2f}' for x in py_cb)} |")
+        print(f"\nPython / CLI: {q / c:.3f} ({(q / c - 1) * 100:+.1f}%); with a callback: {qc / c:.3f} "
+              f"({(qc / c - 1) * 100:+.1f}%)\n")
 
     text = PREFIX_TEXT * (args.prefix_tokens // 10)
     tokens = model.tokenize(text)[: args.prefix_tokens]
