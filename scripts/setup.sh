@@ -59,7 +59,27 @@ say "building kvstash (Release) in $BUILD_DIR"
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
-# 4. The main job.
+# 4. The Python package kvstash (pyproject.toml: scikit-build-core + nanobind, built into build/python/)
+# installed into the project venv, with what its tests use (numpy, pytest). Skipped when the installed
+# package was built from the same sources (a hash of the tracked files it is built from, local changes
+# included). Offline, this warns and goes on (the Python tests then skip).
+if [ -x "$VENV/bin/python" ]; then
+  PY_SOURCES=(src include python pyproject.toml CMakeLists.txt)
+  PY_KEY="$( { git -C "$ROOT" ls-files -s -- "${PY_SOURCES[@]}"; git -C "$ROOT" diff HEAD -- "${PY_SOURCES[@]}"; } 2>/dev/null |
+             sha256sum | cut -c1-16)"
+  PY_STAMP="$VENV/kvstash-python.stamp"
+  if [ "$(cat "$PY_STAMP" 2>/dev/null)" != "$ROOT $PY_KEY" ] || ! "$VENV/bin/python" -c "import kvstash" 2>/dev/null; then
+    say "installing the Python package kvstash into $VENV"
+    if "$VENV/bin/pip" install -q scikit-build-core nanobind numpy pytest &&
+       CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$VENV/bin/pip" install -q --no-build-isolation "$ROOT"; then
+      echo "$ROOT $PY_KEY" > "$PY_STAMP"
+    else
+      echo "setup.sh: warning: could not install the Python package (offline?); tests/python will skip" >&2
+    fi
+  fi
+fi
+
+# 5. The main job.
 if [ "$RUN_DEMO" -eq 1 ]; then
   "$ROOT/scripts/demo.sh"
 fi

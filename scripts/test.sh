@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: sets up (packages, default model, Release build), runs all CTest suites (unit,
-# parity against the committed reference fixtures, end-to-end CLI tests), then rebuilds and runs the
+# parity against the committed reference fixtures, end-to-end CLI tests), the Python package's tests
+# (pytest tests/python, which also runs examples/python/), then rebuilds and runs the
 # unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +16,9 @@ echo "==> source checks (format, file length, layers)" >&2
 
 echo "==> tests (Release build)" >&2
 ctest --test-dir "$ROOT/build" --output-on-failure -j"$JOBS" --timeout 1200
+
+echo "==> Python package tests (tests/python, examples/python)" >&2
+"$ROOT/.venv/bin/python" -m pytest -q "$ROOT/tests/python"
 
 echo "==> unit tests under ASan + UBSan" >&2
 cmake -S "$ROOT" -B "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTASH_SANITIZE=ON >/dev/null
