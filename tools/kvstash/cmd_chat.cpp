@@ -4,6 +4,7 @@
 // shared with other runs.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -110,12 +111,15 @@ int run_chat(const ChatFlags& f) {
     const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
     const SessionOptions session_options{StateOptions{KvType::f16, f.ctx}, cache.get()};
     const SamplerParams params = sampler_params(f.sampling);
+    if (f.timings) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
     std::optional<Session> session;
     if (!f.load_path.empty()) {
         session.emplace(with_load_advice(*model, f.load_path,
                                          [&] { return Session::open(evaluator, tmpl, f.load_path, session_options); }));
         if (!f.system.empty() && (session->messages().empty() || session->messages()[0].content != f.system)) {
-            std::fputs("(--system ignored: the loaded session keeps its own system message)\n", stderr);
+            throw Error(ErrorCode::invalid_argument, "--system differs from the system message of the session in '" +
+                                                         f.load_path +
+                                                         "' (a loaded session keeps its own); drop --system");
         }
         print_loaded(*session, f.load_path);
     } else {
@@ -132,7 +136,7 @@ int run_chat(const ChatFlags& f) {
         if (interactive) std::fputs("> ", stderr);
         if (!std::getline(std::cin, line)) break;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty()) continue;
+        if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;  // blank: not a turn
         try {
             if (line == "/exit" || line == "/quit") break;
             if (line == "/help") {
@@ -159,9 +163,16 @@ int run_chat(const ChatFlags& f) {
             } else {
                 require_valid_utf8(line, "the message");
                 PromptProgress progress(evaluator, "prompt");
+                const auto turn_start = std::chrono::steady_clock::now();
+                double first_token_seconds = -1.0;
                 const GenerateResult result = [&] {
                     try {
-                        return session->reply(line, sampler, options, [](int32_t, std::string_view text) {
+                        return session->reply(line, sampler, options, [&](int32_t, std::string_view text) {
+                            if (first_token_seconds < 0) {
+                                first_token_seconds =
+                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - turn_start)
+                                        .count();
+                            }
                             std::fwrite(text.data(), 1, text.size(), stdout);
                             std::fflush(stdout);
                             return true;
@@ -176,9 +187,12 @@ int run_chat(const ChatFlags& f) {
                 std::fflush(stdout);
                 if (f.timings) {
                     std::fprintf(stderr,
-                                 "timings: %lld prompt tokens computed (%lld reused), %zu generated in %.3f s\n",
+                                 "timings: %lld prompt tokens computed (%lld reused), time to first token %.3f s, %zu "
+                                 "generated in %.3f s\n",
                                  static_cast<long long>(session->last_computed()),
-                                 static_cast<long long>(session->last_reused()), result.tokens.size(), result.seconds);
+                                 static_cast<long long>(session->last_reused()),
+                                 first_token_seconds < 0 ? result.seconds : first_token_seconds, result.tokens.size(),
+                                 result.seconds);
                 }
             }
         } catch (const Error& e) {
@@ -205,7 +219,12 @@ void register_chat(CLI::App& root, Action& action) {
     add_cache_flags(*cmd, f->cache,
                     "take the system prompt's (and earlier conversations') KV from this prefix-cache directory "
                     "(created if missing; shared by runs and processes) and add this chat's blocks to it");
-    cmd->callback([&action, f] { action = [f] { return run_chat(*f); }; });
+    cmd->callback([&action, f, cmd] {
+        if (!f->load_path.empty() && cmd->count("--ctx") > 0) {
+            throw CLI::ValidationError("--ctx", "cannot be combined with --load: the saved session fixes its context");
+        }
+        action = [f] { return run_chat(*f); };
+    });
 }
 
 }  // namespace kvstash::cli
