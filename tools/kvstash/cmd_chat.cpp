@@ -17,6 +17,7 @@
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
+#include "kvstash/line_reader.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
 #include "kvstash/progress.h"
@@ -44,7 +45,9 @@ struct ChatFlags {
 
 const char* chat_help =
     "commands: /save FILE (the conversation and its state), /load FILE (resume one), /undo (drop the last exchange), "
-    "/reset (start over, keeping the system message), /exit (or end of input), /help\n";
+    "/reset (start over, keeping the system message), /exit (or end of input), /help\n"
+    "input: a line ending in \\ continues on the next; \"\"\" on its own line opens a multi-line message closed by "
+    "another \"\"\"; Ctrl-C stops the answer (the conversation is kept), twice quits\n";
 
 // A loaded session continues its sampler's random sequence (as if it had never been saved), with this
 // run's sampling flags.
@@ -131,12 +134,22 @@ int run_chat(const ChatFlags& f) {
     const bool interactive = isatty(STDIN_FILENO) != 0;
     if (interactive) std::fprintf(stderr, "kvstash chat (%s template). %s", tmpl.name().c_str(), chat_help);
 
-    std::string line;
+    Interrupts interrupts;
+    LineReader reader(interactive, interactive ? default_history_path() : "");
+    bool quit_armed = false;  // the last thing was a Ctrl-C: another one quits
     while (true) {
-        if (interactive) std::fputs("> ", stderr);
-        if (!std::getline(std::cin, line)) break;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;  // blank: not a turn
+        const LineReader::Read input = reader.read();
+        if (input.status == LineReader::Status::end) break;
+        if (input.status == LineReader::Status::interrupted) {
+            if (quit_armed || interrupts.take() > 1) break;
+            quit_armed = true;
+            std::fputs("(Ctrl-C again to quit, or /exit)\n", stderr);
+            continue;
+        }
+        quit_armed = false;
+        interrupts.take();
+        const std::string& line = input.text;
+        if (line.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;  // blank: not a turn
         try {
             if (line == "/exit" || line == "/quit") break;
             if (line == "/help") {
@@ -168,6 +181,7 @@ int run_chat(const ChatFlags& f) {
                 const GenerateResult result = [&] {
                     try {
                         return session->reply(line, sampler, options, [&](int32_t, std::string_view text) {
+                            if (interrupts.pending()) return false;  // Ctrl-C: stop here, keep what was said
                             if (first_token_seconds < 0) {
                                 first_token_seconds =
                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - turn_start)
@@ -185,6 +199,11 @@ int run_chat(const ChatFlags& f) {
                 }();
                 std::fputc('\n', stdout);
                 std::fflush(stdout);
+                if (const int presses = interrupts.take(); presses > 0) {
+                    std::fputs("(stopped; the answer so far is kept — /undo drops it)\n", stderr);
+                    if (presses > 1) break;
+                    quit_armed = true;
+                }
                 if (f.timings) {
                     std::fprintf(stderr,
                                  "timings: %lld prompt tokens computed (%lld reused), time to first token %.3f s, %zu "
