@@ -81,8 +81,8 @@ TEST_F(StateCli, SeveralContinuationsFromOneLoad) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     size_t lines = 0;
     for (char ch : r.out) lines += ch == '\n';
-    EXPECT_EQ(lines, 3u) << r.out;
-    EXPECT_NE(r.err.find("continuation 3/3"), std::string::npos) << r.err;
+    EXPECT_EQ(lines, 6u) << "a header line and a text line per continuation:\n" << r.out;
+    EXPECT_NE(r.out.find("--- continuation 3/3 ---\n"), std::string::npos) << r.out;
 }
 
 TEST_F(StateCli, StateInfoVerifiesChecksums) {

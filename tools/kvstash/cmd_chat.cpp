@@ -4,6 +4,7 @@
 // shared with other runs.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
+#include "kvstash/line_reader.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
 #include "kvstash/progress.h"
@@ -43,7 +45,9 @@ struct ChatFlags {
 
 const char* chat_help =
     "commands: /save FILE (the conversation and its state), /load FILE (resume one), /undo (drop the last exchange), "
-    "/reset (start over, keeping the system message), /exit (or end of input), /help\n";
+    "/reset (start over, keeping the system message), /exit (or end of input), /help\n"
+    "input: a line ending in \\ continues on the next; \"\"\" on its own line opens a multi-line message closed by "
+    "another \"\"\"; Ctrl-C stops the answer (the conversation is kept), twice quits\n";
 
 // A loaded session continues its sampler's random sequence (as if it had never been saved), with this
 // run's sampling flags.
@@ -110,12 +114,15 @@ int run_chat(const ChatFlags& f) {
     const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
     const SessionOptions session_options{StateOptions{KvType::f16, f.ctx}, cache.get()};
     const SamplerParams params = sampler_params(f.sampling);
+    if (f.timings) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
     std::optional<Session> session;
     if (!f.load_path.empty()) {
         session.emplace(with_load_advice(*model, f.load_path,
                                          [&] { return Session::open(evaluator, tmpl, f.load_path, session_options); }));
         if (!f.system.empty() && (session->messages().empty() || session->messages()[0].content != f.system)) {
-            std::fputs("(--system ignored: the loaded session keeps its own system message)\n", stderr);
+            throw Error(ErrorCode::invalid_argument, "--system differs from the system message of the session in '" +
+                                                         f.load_path +
+                                                         "' (a loaded session keeps its own); drop --system");
         }
         print_loaded(*session, f.load_path);
     } else {
@@ -127,12 +134,22 @@ int run_chat(const ChatFlags& f) {
     const bool interactive = isatty(STDIN_FILENO) != 0;
     if (interactive) std::fprintf(stderr, "kvstash chat (%s template). %s", tmpl.name().c_str(), chat_help);
 
-    std::string line;
+    Interrupts interrupts;
+    LineReader reader(interactive, interactive ? default_history_path() : "");
+    bool quit_armed = false;  // the last thing was a Ctrl-C: another one quits
     while (true) {
-        if (interactive) std::fputs("> ", stderr);
-        if (!std::getline(std::cin, line)) break;
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty()) continue;
+        const LineReader::Read input = reader.read();
+        if (input.status == LineReader::Status::end) break;
+        if (input.status == LineReader::Status::interrupted) {
+            if (quit_armed || interrupts.take() > 1) break;
+            quit_armed = true;
+            std::fputs("(Ctrl-C again to quit, or /exit)\n", stderr);
+            continue;
+        }
+        quit_armed = false;
+        interrupts.take();
+        const std::string& line = input.text;
+        if (line.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;  // blank: not a turn
         try {
             if (line == "/exit" || line == "/quit") break;
             if (line == "/help") {
@@ -159,9 +176,17 @@ int run_chat(const ChatFlags& f) {
             } else {
                 require_valid_utf8(line, "the message");
                 PromptProgress progress(evaluator, "prompt");
+                const auto turn_start = std::chrono::steady_clock::now();
+                double first_token_seconds = -1.0;
                 const GenerateResult result = [&] {
                     try {
-                        return session->reply(line, sampler, options, [](int32_t, std::string_view text) {
+                        return session->reply(line, sampler, options, [&](int32_t, std::string_view text) {
+                            if (interrupts.pending()) return false;  // Ctrl-C: stop here, keep what was said
+                            if (first_token_seconds < 0) {
+                                first_token_seconds =
+                                    std::chrono::duration<double>(std::chrono::steady_clock::now() - turn_start)
+                                        .count();
+                            }
                             std::fwrite(text.data(), 1, text.size(), stdout);
                             std::fflush(stdout);
                             return true;
@@ -174,11 +199,19 @@ int run_chat(const ChatFlags& f) {
                 }();
                 std::fputc('\n', stdout);
                 std::fflush(stdout);
+                if (const int presses = interrupts.take(); presses > 0) {
+                    std::fputs("(stopped; the answer so far is kept — /undo drops it)\n", stderr);
+                    if (presses > 1) break;
+                    quit_armed = true;
+                }
                 if (f.timings) {
                     std::fprintf(stderr,
-                                 "timings: %lld prompt tokens computed (%lld reused), %zu generated in %.3f s\n",
+                                 "timings: %lld prompt tokens computed (%lld reused), time to first token %.3f s, %zu "
+                                 "generated in %.3f s\n",
                                  static_cast<long long>(session->last_computed()),
-                                 static_cast<long long>(session->last_reused()), result.tokens.size(), result.seconds);
+                                 static_cast<long long>(session->last_reused()),
+                                 first_token_seconds < 0 ? result.seconds : first_token_seconds, result.tokens.size(),
+                                 result.seconds);
                 }
             }
         } catch (const Error& e) {
@@ -205,7 +238,12 @@ void register_chat(CLI::App& root, Action& action) {
     add_cache_flags(*cmd, f->cache,
                     "take the system prompt's (and earlier conversations') KV from this prefix-cache directory "
                     "(created if missing; shared by runs and processes) and add this chat's blocks to it");
-    cmd->callback([&action, f] { action = [f] { return run_chat(*f); }; });
+    cmd->callback([&action, f, cmd] {
+        if (!f->load_path.empty() && cmd->count("--ctx") > 0) {
+            throw CLI::ValidationError("--ctx", "cannot be combined with --load: the saved session fixes its context");
+        }
+        action = [f] { return run_chat(*f); };
+    });
 }
 
 }  // namespace kvstash::cli

@@ -9,6 +9,8 @@
 #include <optional>
 #include <span>
 
+#include <nlohmann/json.hpp>
+
 #include "kvstash/cache_flags.h"
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
@@ -42,6 +44,7 @@ struct GenerateFlags {
     std::string state_path;
     std::string save_state_path;
     bool timings = false;
+    bool json = false;
     bool resume_sampler = false;
     std::string dump_logits_path;
     CacheFlags cache;
@@ -126,6 +129,7 @@ int run_generate(const GenerateFlags& f) {
     const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
 
     const SamplerParams params = sampler_params(f.sampling);
+    if (f.timings && !f.resume_sampler) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
     GenerateOptions options = generate_options(f.sampling);
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> dump(nullptr, std::fclose);
     if (!f.dump_logits_path.empty()) {
@@ -149,7 +153,11 @@ int run_generate(const GenerateFlags& f) {
                             ") does not fit the context of " + std::to_string(state.n_ctx()) +
                             " tokens; shorten it or raise --ctx");
         }
-        if (texts.size() > 1) std::fprintf(stderr, "--- continuation %zu/%zu ---\n", i + 1, texts.size());
+        // Several continuations: a header line on stdout keeps them apart (--json: one object per line).
+        if (texts.size() > 1 && !f.json) {
+            std::fprintf(stdout, "--- continuation %zu/%zu ---\n", i + 1, texts.size());
+            std::fflush(stdout);
+        }
         const auto start = std::chrono::steady_clock::now();
         // The tokens already in `state` (a cached prefix) are not evaluated again.
         size_t reused = 0;
@@ -175,12 +183,31 @@ int run_generate(const GenerateFlags& f) {
         // --resume-sampler: continue the saved sampler's parameters and random sequence exactly.
         Sampler sampler = f.resume_sampler ? Sampler(*state.sampler_state()) : Sampler(params);
         double first_token_seconds = -1.0;
+        std::string generated_text;
         const GenerateResult result = generate(evaluator, state, sampler, options, [&](int32_t, std::string_view text) {
             if (first_token_seconds < 0) first_token_seconds = seconds_since(start);
-            std::fwrite(text.data(), 1, text.size(), stdout);
-            std::fflush(stdout);
+            if (f.json) {
+                generated_text.append(text);
+            } else {
+                std::fwrite(text.data(), 1, text.size(), stdout);
+                std::fflush(stdout);
+            }
             return true;
         });
+        if (f.json) {
+            const nlohmann::json line = {
+                {"index", i},
+                {"prompt", texts[i]},
+                {"text", generated_text},
+                {"prompt_tokens", tokens.size()},
+                {"reused_tokens", continuing ? base->n_tokens() : static_cast<int64_t>(reused)},
+                {"generated_tokens", result.tokens.size()},
+                {"stop", stop_reason_name(result.stop)},
+                {"seed", f.resume_sampler ? nlohmann::json(nullptr) : nlohmann::json(params.seed)}};
+            // Invalid UTF-8 cannot occur in text the tokenizer decoded from a valid prompt, but a token can
+            // end inside a character at max_tokens: replace rather than fail.
+            std::fputs(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(), stdout);
+        }
         std::fputc('\n', stdout);
         std::fflush(stdout);
         if (f.timings) {
@@ -220,8 +247,8 @@ void register_generate(CLI::App& root, Action& action) {
     cmd->add_flag("--chat", f->chat, "wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", f->system, "system message (with --chat)");
     add_chat_template_option(*cmd, f->chat_template);
-    cmd->add_option("--state", f->state_path, "continue from a state file written by `kvstash prefill` or --save-state")
-        ->check(CLI::ExistingFile);
+    cmd->add_option("--state", f->state_path,
+                    "continue from a state file written by `kvstash prefill` or --save-state");
     cmd->add_flag(
         "--resume-sampler", f->resume_sampler,
         "continue the sampler saved in --state (its parameters and random sequence) instead of the sampling flags");
@@ -233,19 +260,42 @@ void register_generate(CLI::App& root, Action& action) {
     add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32}, "KV cache type")
         ->capture_default_str();
     add_threads_option(*cmd, f->threads);
+    cmd->add_flag("--json", f->json,
+                  "print one JSON object per continuation on stdout (index, prompt, text, token counts, stop, seed) "
+                  "instead of streaming the text");
     cmd->add_flag("--timings", f->timings,
                   "print prompt and generation speed and time to first token (and the cache's counters) to stderr");
     add_cache_flags(
         *cmd, f->cache,
         "reuse the longest cached prefix of each prompt from this prefix-cache directory (created if missing; "
         "shared by runs and processes) and add this run's blocks to it");
-    cmd->callback([&action, f, text] {
+    cmd->callback([&action, f, text, cmd] {
         if (!text.given() && f->state_path.empty()) {
             throw CLI::RequiredError("one of -p/--prompt, -f/--file or --state");
         }
         if (f->prompts.empty() && f->prompt_file.empty()) f->prompts.push_back("");  // --state alone: continue as is
         if (!f->system.empty() && !f->chat) throw CLI::ValidationError("--system", "needs --chat");
         if (!f->chat_template.empty() && !f->chat) throw CLI::ValidationError("--chat-template", "needs --chat");
+        // Flags that would be silently ignored are refused.
+        if (!f->state_path.empty()) {
+            for (const char* flag : {"--ctx", "--kv-type"}) {
+                if (cmd->count(flag) > 0) {
+                    throw CLI::ValidationError(
+                        flag, "cannot be combined with --state: the state file fixes its context and KV cache type");
+                }
+            }
+        }
+        if (f->resume_sampler) {
+            for (const char* flag : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
+                                     "--presence-penalty", "--frequency-penalty", "--logit-bias", "--seed"}) {
+                if (cmd->count(flag) > 0) {
+                    throw CLI::ValidationError(
+                        flag,
+                        "cannot be combined with --resume-sampler, which continues the saved sampler's "
+                        "parameters and random sequence; drop one of them");
+                }
+            }
+        }
         // A state file already is its prefix: mixing the two would leave unclear which one a prompt continues.
         if (!f->cache.dir.empty() && !f->state_path.empty()) {
             throw CLI::ValidationError(

@@ -61,10 +61,10 @@ int run_perplexity(const PerplexityOptions& o) {
             ++n_scored;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::printf("[%lld/%lld] ppl so far %.4f (%.1f tok/s)\n", static_cast<long long>(c + 1),
-                    static_cast<long long>(n_chunks), std::exp(nll_sum / static_cast<double>(n_scored)),
-                    static_cast<double>((c + 1) * o.ctx) / seconds);
-        std::fflush(stdout);
+        // Progress is a diagnostic: stderr, so that stdout holds only the result line.
+        std::fprintf(stderr, "[%lld/%lld] ppl so far %.4f (%.1f tok/s)\n", static_cast<long long>(c + 1),
+                     static_cast<long long>(n_chunks), std::exp(nll_sum / static_cast<double>(n_scored)),
+                     static_cast<double>((c + 1) * o.ctx) / seconds);
     }
     std::printf("ppl = %.4f\n", std::exp(nll_sum / static_cast<double>(n_scored)));
     return 0;
@@ -76,8 +76,8 @@ void register_perplexity(CLI::App& root, Action& action) {
     auto o = std::make_shared<PerplexityOptions>();
     auto* cmd = root.add_subcommand("perplexity", "Perplexity of the model on a text file (last line: 'ppl = X')");
     add_model_option(*cmd, o->model_path);
-    cmd->add_option("-f,--file", o->file, "text file to score")->required()->check(CLI::ExistingFile);
-    cmd->add_option("--ctx", o->ctx, "tokens per chunk (each chunk scored on its second half)")
+    cmd->add_option("-f,--file", o->file, "text file to score")->required();
+    cmd->add_option("-c,--ctx", o->ctx, "tokens per chunk (each chunk scored on its second half)")
         ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
         ->capture_default_str();
     add_threads_option(*cmd, o->threads);

@@ -35,7 +35,14 @@ int run_serve(const ServeFlags& f) {
 
     auto model = Model::load(f.model_path);
     server::HttpServer http(model, f.options);
-    const int port = http.bind();
+    int port = 0;
+    try {
+        port = http.bind();
+    } catch (const Error& e) {
+        // Not a bad input file (3) nor bad usage (2): the address is taken or not ours. Its own code, 6.
+        std::fprintf(stderr, "kvstash: error: %s\n", e.what());
+        return 6;
+    }
     std::printf("kvstash serve: listening on http://%s:%d (model %s)\n", f.options.host.c_str(), port,
                 f.model_path.c_str());
     std::fflush(stdout);

@@ -1,10 +1,15 @@
 // kvstash command-line interface. stdout carries only results; diagnostics and progress go to stderr.
 //
-// Exit codes: 0 success, 1 internal error, 2 bad usage (flags, values), 3 bad input (missing,
-// malformed, unsupported or special file), 4 input too long for the context, 5 cannot write an output
-// (full disk, no permission, read-only or special target; any previous file there is unchanged).
+// Exit codes: 0 success, 1 internal error, 2 bad usage (flags, values, unknown command), 3 bad input
+// (missing, malformed, unsupported or special file), 4 input too long for the context, 5 cannot write an
+// output (full disk, no permission, read-only or special target; any previous file there is unchanged),
+// 6 cannot listen on the server's address (port in use, no permission).
 #include <iostream>
+#include <string>
+#include <vector>
 
+#include "kernels/dispatch.h"
+#include "kvstash/argv_checks.h"
 #include "kvstash/commands.h"
 #include "kvstash/error.h"
 
@@ -23,6 +28,16 @@ int exit_code_for(kvstash::ErrorCode code) {
     return 1;
 }
 
+// "kvstash 0.1.0 (commit 0123abcd4567, kernels avx2; available: scalar avx2)"
+std::string version_text() {
+    std::string isas;
+    for (const kvstash::Isa isa : kvstash::available_isas()) {
+        isas += std::string(isas.empty() ? "" : " ") + kvstash::isa_name(isa);
+    }
+    return std::string("kvstash ") + KVSTASH_VERSION + " (commit " + KVSTASH_GIT_COMMIT + ", kernels " +
+           kvstash::isa_name(kvstash::active_isa()) + "; available: " + isas + ")";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -30,9 +45,11 @@ int main(int argc, char** argv) {
         "kvstash: a model's state after reading some text is a value you can keep.\n"
         "Runs Llama-family GGUF models on the CPU with bit-exact, batch-invariant logits."};
     app.footer(
-        "Exit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 input too long for the context,\n"
-        "5 cannot write an output file (full disk, no permission).\n"
+        "Exit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file (missing, malformed, unsupported),\n"
+        "4 input too long for the context, 5 cannot write an output file (full disk, no permission),\n"
+        "6 cannot listen on the server's address (port in use).\n"
         "Run 'kvstash SUBCOMMAND --help' for the options of each subcommand.");
+    app.set_version_flag("--version", version_text, "print the version, git commit and kernel ISA, and exit");
     app.require_subcommand(1);
     kvstash::cli::Action action;
     kvstash::cli::register_info(app, action);
@@ -43,11 +60,15 @@ int main(int argc, char** argv) {
     kvstash::cli::register_state(app, action);
     kvstash::cli::register_perplexity(app, action);
     kvstash::cli::register_serve(app, action);
+    std::vector<std::string> subcommands;
+    for (const CLI::App* sub : app.get_subcommands({})) subcommands.push_back(sub->get_name());
+    if (const auto problem = kvstash::cli::check_argv(std::vector<std::string>(argv + 1, argv + argc), subcommands)) {
+        std::cerr << "kvstash: error: " << *problem << "\n";
+        return 2;
+    }
     try {
         app.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::CallForAllHelp& e) {
+    } catch (const CLI::Success& e) {  // --help, --help-all, --version
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         app.exit(e);

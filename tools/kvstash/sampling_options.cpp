@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "kvstash/error.h"
 
@@ -35,12 +36,18 @@ void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
     app.add_option("--frequency-penalty", f.params.frequency_penalty, "subtracted per occurrence")
         ->capture_default_str();
     app.add_option("--logit-bias", f.logit_bias, "ID=BIAS added to a token's logit (BIAS may be -inf); repeatable");
-    app.add_option("--seed", f.params.seed, "random seed (same seed and state => same tokens)")->capture_default_str();
+    f.seed_option = app.add_option("-s,--seed", f.params.seed,
+                                   "random seed (same seed and state => same tokens); default: a random one per run, "
+                                   "printed by --timings");
     app.add_option("--stop", f.stop, "stop before this text; repeatable");
 }
 
 SamplerParams sampler_params(const SamplingFlags& f) {
     SamplerParams p = f.params;
+    if (f.seed_option == nullptr || f.seed_option->count() == 0) {
+        std::random_device device;
+        p.seed = (static_cast<uint64_t>(device()) << 32) ^ device();
+    }
     for (const std::string& entry : f.logit_bias) {
         const auto eq = entry.find('=');
         try {
@@ -64,6 +71,12 @@ SamplerParams sampler_params(const SamplingFlags& f) {
         }
     }
     return p;
+}
+
+std::string seed_line(const SamplingFlags& f, const SamplerParams& p) {
+    const std::string seed = std::to_string(p.seed);
+    if (f.seed_option != nullptr && f.seed_option->count() > 0) return "seed: " + seed;
+    return "seed: " + seed + " (random; pass --seed " + seed + " to repeat this run)";
 }
 
 GenerateOptions generate_options(const SamplingFlags& f) {

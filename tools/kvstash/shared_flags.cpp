@@ -7,7 +7,8 @@ namespace kvstash::cli {
 namespace {
 
 CLI::Option* add_file_option(CLI::App& cmd, std::string& file) {
-    return cmd.add_option("-f,--file", file, "read the text from a file")->check(CLI::ExistingFile);
+    // No CLI::ExistingFile check: a missing file is bad input (exit 3, from the read), not bad usage (2).
+    return cmd.add_option("-f,--file", file, "read the text from a file");
 }
 
 }  // namespace
@@ -24,7 +25,7 @@ PromptFlags add_prompt_flags(CLI::App& cmd, std::vector<std::string>& prompts, s
 }
 
 CLI::Option* add_ctx_option(CLI::App& cmd, int64_t& n_ctx, const std::string& help) {
-    return cmd.add_option("--ctx", n_ctx, help)->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+    return cmd.add_option("-c,--ctx,--ctx-size", n_ctx, help)->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
 }
 
 CLI::Option* add_kv_type_option(CLI::App& cmd, const std::string& name, std::string& value,

@@ -1,0 +1,22 @@
+// Checks on the raw command line that CLI11 cannot phrase well: an unknown subcommand (named, with the
+// closest known one suggested) and llama.cpp flags that have no meaning here (-ngl: kvstash runs on the
+// CPU), each refused with a message that says what to do instead.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvstash::cli {
+
+// The known name closest to `word` by edit distance, if close enough to be a likely typo (at most 2 edits,
+// and fewer than half its letters).
+std::optional<std::string> closest_name(std::string_view word, const std::vector<std::string>& names);
+
+// A usage error message for argv (without argv[0]), or nullopt when it passes. `subcommands` are the
+// names the root app knows.
+std::optional<std::string> check_argv(const std::vector<std::string>& args,
+                                      const std::vector<std::string>& subcommands);
+
+}  // namespace kvstash::cli
