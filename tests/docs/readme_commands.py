@@ -10,7 +10,9 @@ the scratch directory. Three adaptations, each because the command cannot run un
     by it everywhere in the block), the block's later lines run once it listens, and it is stopped at
     the end of the block;
   * `curl` is given --fail-with-body -sS, so an HTTP error fails the block instead of printing JSON.
-Interactive commands (`chat`) read stdin from /dev/null and end at once.
+Interactive commands (`chat`) read stdin from /dev/null and end at once. Every ```python block is run
+the same way by the project venv's python (.venv/bin/python, where scripts/setup.sh installs the
+package), also as written.
 Usage: readme_commands.py BUILD_DIR   (exit 0 when every block succeeds; names the failing one otherwise)
 """
 import os
@@ -46,11 +48,11 @@ def _text(data):
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
-def sh_blocks(text):
+def sh_blocks(text, language="sh"):
     blocks, current = [], None
     for line in text.splitlines():
         if current is None:
-            if line.strip() == "```sh":
+            if line.strip() == "```" + language:
                 current = []
         elif line.strip() == "```":
             blocks.append(current)
@@ -89,7 +91,10 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     build = pathlib.Path(sys.argv[1]).resolve()
-    blocks = sh_blocks((ROOT / "README.md").read_text())
+    readme = (ROOT / "README.md").read_text()
+    python = ROOT / ".venv" / "bin" / "python"
+    blocks = [("sh", b, ["bash", "-c", script_for(b)]) for b in sh_blocks(readme)]
+    blocks += [("python", b, [str(python), "-c", "\n".join(b)]) for b in sh_blocks(readme, "python")]
     if not blocks:
         print("readme_commands: README.md has no ```sh block", file=sys.stderr)
         return 1
@@ -99,16 +104,16 @@ def main():
         for name in ("models", "tests", "scripts", "examples", "docs"):
             (scratch / name).symlink_to(ROOT / name)
         failures = 0
-        for i, block in enumerate(blocks, 1):
-            script = script_for(block)
+        for i, (language, block, argv) in enumerate(blocks, 1):
+            script = argv[-1]
             try:
-                proc = subprocess.run(["bash", "-c", script], cwd=scratch, stdin=subprocess.DEVNULL,
+                proc = subprocess.run(argv, cwd=scratch, stdin=subprocess.DEVNULL,
                                       capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S,
                                       env={**os.environ, "KVSTASH_MODELS_DIR": str(ROOT / "models")})
             except subprocess.TimeoutExpired as e:
                 proc = subprocess.CompletedProcess(e.cmd, 124, _text(e.stdout), _text(e.stderr))
             status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
-            print(f"README ```sh block {i} ({len(block)} lines): {status}")
+            print(f"README ```{language} block {i} ({len(block)} lines): {status}")
             if proc.returncode != 0:
                 failures += 1
                 print("--- script ---\n" + script + "--- stdout (tail) ---\n" + proc.stdout[-3000:] +
