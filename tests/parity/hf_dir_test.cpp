@@ -6,6 +6,7 @@
 //   bitwise equal, the model fingerprint equal, the vocabulary equal, the chat template equal;
 // - transformers' tokenizer (AutoTokenizer.from_pretrained(dir)) on a few strings.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "format/gguf.h"
+#include "kvstash/error.h"
+#include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
 #include "model/model_access.h"
 #include "state/fingerprint.h"
@@ -110,7 +114,9 @@ TEST(HfDir, FingerprintChangesWithOneWeight) {
     const fs::path tmp = fs::temp_directory_path() / ("kvstash_hf_fp_" + std::to_string(::getpid()));
     fs::remove_all(tmp);
     fs::copy(fixture_path("hf/llama_f32"), tmp, fs::copy_options::recursive);
-    const std::string before = fingerprint_of(*Model::load(tmp.string())).hex();
+    // model_fingerprint: through the cache, keyed on the directory's files, so a stale key would show here.
+    const std::string before = model_fingerprint(*Model::load(tmp.string()));
+    EXPECT_EQ(before, fingerprint_of(*Model::load(tmp.string())).hex());
     {
         // The last byte of the file is the last weight's most significant byte.
         std::fstream f(tmp / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
@@ -119,9 +125,37 @@ TEST(HfDir, FingerprintChangesWithOneWeight) {
         f.seekp(-1, std::ios::end);
         f.put(c);
     }
-    const std::string after = fingerprint_of(*Model::load(tmp.string())).hex();
+    const std::string after = model_fingerprint(*Model::load(tmp.string()));
+    EXPECT_EQ(after, fingerprint_of(*Model::load(tmp.string())).hex());
     fs::remove_all(tmp);
     EXPECT_NE(before, after);
+}
+
+// --quantize q8_0 equals convert_hf_to_gguf.py --outtype q8_0 of the same directory: ffn_down's 48-wide rows are
+// not whole 32-blocks, so both keep it f16.
+TEST(HfDir, QuantizeQ8_0EqualsTheConvertersQ8_0) {
+    auto dir = Model::load(fixture_path("hf/llama_f32"), ModelLoadOptions{LoadQuantization::q8_0});
+    auto gguf = Model::load(fixture_path("hf/llama_f32.q8_0.gguf"));
+    const gguf::File& file = *ModelAccess::impl(*dir).file;
+    EXPECT_EQ(file.find_tensor("blk.0.attn_q.weight")->type, TensorType::Q8_0);
+    EXPECT_EQ(file.find_tensor("token_embd.weight")->type, TensorType::Q8_0);
+    EXPECT_EQ(file.find_tensor("blk.0.ffn_down.weight")->type, TensorType::F16);
+    EXPECT_EQ(file.find_tensor("blk.0.attn_norm.weight")->type, TensorType::F32);
+    EXPECT_EQ(fingerprint_of(*dir).hex(), fingerprint_of(*gguf).hex());
+    EXPECT_NE(fingerprint_of(*dir).hex(), fingerprint_of(*Model::load(fixture_path("hf/llama_f32"))).hex());
+    const auto tokens = load_json(fixture_path("hf/llama_f32.json")).at("sequences")[0].get<std::vector<int32_t>>();
+    const auto a = eval_logits(dir, tokens, {7}, 2, KvType::f32);
+    const auto b = eval_logits(gguf, tokens, {7}, 2, KvType::f32);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+TEST(HfDir, QuantizeIsRefusedForAGgufFile) {
+    try {
+        Model::load(fixture_path("hf/llama_f32.gguf"), ModelLoadOptions{LoadQuantization::q8_0});
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+    }
 }
 
 TEST(HfDir, TokenizerEqualsTheConvertedGgufAndTransformers) {

@@ -7,6 +7,7 @@ For every variant this writes
                                           model.safetensors (or model-0000x-of-0000y.safetensors + index),
                                           tokenizer.json, tokenizer_config.json (generation_config.json dropped)
   tests/fixtures/hf/<name>.gguf        -- convert_hf_to_gguf.py <dir> --outtype <dtype of the dir> (f32, f16, bf16)
+  tests/fixtures/hf/llama_f32.q8_0.gguf -- the same converter with --outtype q8_0 (for `--quantize q8_0`)
   tests/fixtures/hf/<name>.json        -- transformers fp32 logits for the token sequences below, the converter's
                                           pre-tokenizer name, tokenizer ids for a few strings
 
@@ -93,7 +94,7 @@ def gemma3_config():
 
 VARIANTS = [
     dict(name="llama_f32", make_config=llama_config, cls="LlamaForCausalLM", dtype="f32", pre="llama-bpe",
-         regex=LLAMA3_REGEX, seed=501, shard=None),
+         regex=LLAMA3_REGEX, seed=501, shard=None, extra_outtypes=["q8_0"]),
     dict(name="qwen2_f32_sharded", make_config=qwen2_config, cls="Qwen2ForCausalLM", dtype="f32", pre="qwen2",
          regex=QWEN2_REGEX, seed=502, shard="60KB"),
     dict(name="gpt2_f32", make_config=gpt2_config, cls="GPT2LMHeadModel", dtype="f32", pre="gpt-2", regex=None,
@@ -178,6 +179,9 @@ def build(v, base_tok, conv):
         copy = os.path.join(tmp, name)
         shutil.copytree(model_dir, copy)
         conv.convert(copy, gguf_path, v["dtype"], pre_tokenizer=v["pre"])
+        for outtype in v.get("extra_outtypes", []):
+            # what `kvstash -m DIR --quantize <outtype>` must equal (fingerprint and logits)
+            conv.convert(copy, os.path.join(OUT, f"{name}.{outtype}.gguf"), outtype, pre_tokenizer=v["pre"])
     refutil.write_json(os.path.join(OUT, name + ".json"), {
         "generator": refutil.generator(__file__),
         "versions": refutil.versions(),

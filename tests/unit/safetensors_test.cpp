@@ -16,12 +16,12 @@ namespace {
 
 // 8-byte little-endian header length, the header, then `data_bytes` bytes of data.
 std::vector<uint8_t> file_with(const std::string& header, size_t data_bytes, uint64_t header_len_override = 0) {
-    std::vector<uint8_t> out(8);
     const uint64_t n = header_len_override ? header_len_override : header.size();
-    for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
-    out.insert(out.end(), header.begin(), header.end());
-    for (size_t i = 0; i < data_bytes; ++i) out.push_back(static_cast<uint8_t>(i));
-    return out;
+    std::string bytes;
+    for (int i = 0; i < 8; ++i) bytes += static_cast<char>(static_cast<uint8_t>(n >> (8 * i)));
+    bytes += header;
+    for (size_t i = 0; i < data_bytes; ++i) bytes += static_cast<char>(i);
+    return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
 std::optional<ErrorCode> code_of(const std::vector<uint8_t>& bytes, std::string* message = nullptr) {
