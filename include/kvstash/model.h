@@ -41,10 +41,20 @@ struct ModelInfo {
     int64_t n_embd_kv() const { return n_head_kv * head_dim; }  // K or V width per token and layer
 };
 
+// Weights quantized at load, for a Hugging Face model directory (a GGUF keeps its own types): none, or q8_0 as
+// llama.cpp's converter's --outtype q8_0 (matrices whose rows are not whole 32-blocks become f16, as there).
+enum class LoadQuantization { none, q8_0 };
+
+struct ModelLoadOptions {
+    LoadQuantization quantize = LoadQuantization::none;
+};
+
 class Model {
 public:
-    // Memory-maps a GGUF file and binds its tensors. Throws Error on a missing, malformed or unsupported file.
+    // Memory-maps a GGUF file, or a Hugging Face model directory (config.json, *.safetensors, tokenizer.json),
+    // and binds its tensors. Throws Error on a missing, malformed or unsupported file.
     static std::shared_ptr<const Model> load(const std::string& path);
+    static std::shared_ptr<const Model> load(const std::string& path, const ModelLoadOptions& options);
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;

@@ -69,6 +69,9 @@ struct File::Impl {
     detail::ParsedFile parsed;
     NameIndex key_index;     // key -> index in parsed.metadata
     NameIndex tensor_index;  // name -> index in parsed.tensors
+    // File::assemble: each tensor's bytes (parallel to parsed.tensors) and what keeps them alive.
+    std::vector<const uint8_t*> tensor_bytes;
+    std::shared_ptr<const void> owner;
 
     [[noreturn]] void fail_key(std::string_view key, const std::string& what) const {
         throw Error(ErrorCode::bad_format, path + ": metadata key '" + std::string(key) + "' " + what);
@@ -100,11 +103,38 @@ std::unique_ptr<File> File::parse(const uint8_t* data, size_t size, std::string 
         throw Error(ErrorCode::bad_format, impl.path + ": file is empty (0 bytes), expected a GGUF header");
     }
     impl.parsed = detail::parse_file(data, size, impl.path);
+    file->index();
+    return file;
+}
+
+std::unique_ptr<File> File::assemble(std::string display_name, std::vector<std::pair<std::string, Value>> metadata,
+                                     std::vector<TensorInfo> tensors, std::vector<const uint8_t*> tensor_bytes,
+                                     std::shared_ptr<const void> owner, size_t size) {
+    if (tensor_bytes.size() != tensors.size()) {
+        throw Error(ErrorCode::internal, "gguf::File::assemble: one data pointer per tensor expected");
+    }
+    std::unique_ptr<File> file(new File());
+    Impl& impl = *file->impl_;
+    impl.size = size;
+    impl.path = std::move(display_name);
+    impl.parsed.metadata = std::move(metadata);
+    impl.parsed.tensors = std::move(tensors);
+    impl.tensor_bytes = std::move(tensor_bytes);
+    impl.owner = std::move(owner);
+    file->index();
+    if (impl.key_index.size() != impl.parsed.metadata.size() ||
+        impl.tensor_index.size() != impl.parsed.tensors.size()) {
+        throw Error(ErrorCode::bad_format, impl.path + ": duplicate metadata key or tensor name");
+    }
+    return file;
+}
+
+void File::index() {
+    Impl& impl = *impl_;
     impl.key_index.reserve(impl.parsed.metadata.size());
     for (size_t i = 0; i < impl.parsed.metadata.size(); ++i) impl.key_index.emplace(impl.parsed.metadata[i].first, i);
     impl.tensor_index.reserve(impl.parsed.tensors.size());
     for (size_t i = 0; i < impl.parsed.tensors.size(); ++i) impl.tensor_index.emplace(impl.parsed.tensors[i].name, i);
-    return file;
 }
 
 uint32_t File::version() const { return impl_->parsed.version; }
@@ -188,6 +218,13 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
 }
 
 const uint8_t* File::tensor_data(const TensorInfo& info) const {
+    if (!impl_->tensor_bytes.empty()) {
+        const std::vector<TensorInfo>& all = impl_->parsed.tensors;
+        if (&info < all.data() || &info >= all.data() + all.size()) {
+            throw Error(ErrorCode::internal, impl_->path + ": tensor '" + info.name + "' is not one of this File's");
+        }
+        return impl_->tensor_bytes[static_cast<size_t>(&info - all.data())];
+    }
     // Bounds were checked at parse time for this file's infos; re-check so an info from another file
     // (or a modified copy) cannot point outside this mapping.
     const uint64_t begin = impl_->parsed.data_offset + info.offset;

@@ -71,6 +71,12 @@ public:
     static std::unique_ptr<File> open(const std::string& path);
     // Parses a buffer the caller keeps alive for the File's lifetime (used by the fuzzer and tests).
     static std::unique_ptr<File> parse(const uint8_t* data, size_t size, std::string display_name);
+    // A File made in memory rather than parsed: a Hugging Face model directory read as the GGUF llama.cpp's
+    // converter would make of it (model/hf_dir.h). Tensor i's bytes are at tensor_bytes[i] (checked by the
+    // caller), kept alive by `owner`; `size` is the bytes the source occupies on disk. version() is 0.
+    static std::unique_ptr<File> assemble(std::string display_name, std::vector<std::pair<std::string, Value>> metadata,
+                                          std::vector<TensorInfo> tensors, std::vector<const uint8_t*> tensor_bytes,
+                                          std::shared_ptr<const void> owner, size_t size);
 
     ~File();
     File(const File&) = delete;
@@ -105,12 +111,13 @@ public:
     // Byte offset in the file of the (aligned) data section that TensorInfo::offset counts from.
     uint64_t data_offset() const;
 
-    // The whole mapped file (for fingerprinting).
+    // The whole mapped file (for fingerprinting); nullptr for an assembled File.
     const uint8_t* bytes() const;
     size_t size() const;
 
 private:
     File();
+    void index();  // builds the key and tensor name lookups
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

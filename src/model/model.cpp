@@ -3,6 +3,7 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "kvstash/tokenizer.h"
+#include "model/hf_dir.h"
 #include "model/model_access.h"
 #include "tokenizer/tokenizer_access.h"
 #include "tokenizer/vocabulary.h"
@@ -12,10 +13,19 @@ namespace kvstash {
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 
-std::shared_ptr<const Model> Model::load(const std::string& path) {
+std::shared_ptr<const Model> Model::load(const std::string& path) { return load(path, ModelLoadOptions{}); }
+
+std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoadOptions& options) {
     std::shared_ptr<Model> model(new Model());
     Impl& m = *model->impl_;
-    m.file = gguf::File::open(path);
+    if (is_model_directory(path)) {
+        m.file = open_hf_directory(path, options.quantize);
+    } else if (options.quantize != LoadQuantization::none) {
+        throw Error(ErrorCode::invalid_argument,
+                    "quantizing at load applies to Hugging Face model directories; '" + path + "' is a GGUF file");
+    } else {
+        m.file = gguf::File::open(path);
+    }
     m.config = read_model_config(*m.file);
     const ModelConfig& c = m.config;
     m.info = ModelInfo{c.architecture, c.name,     c.n_layer, c.n_embd,     c.n_head,
@@ -53,8 +63,9 @@ std::string Model::describe() const {
     const ModelConfig& c = impl_->config;
     const gguf::File& f = *impl_->file;
     std::ostringstream s;
-    s << "file:          " << f.path() << " (GGUF v" << f.version() << ", " << f.size() << " bytes, "
-      << f.tensors().size() << " tensors)\n";
+    s << "file:          " << f.path()
+      << (f.version() == 0 ? " (Hugging Face directory, " : " (GGUF v" + std::to_string(f.version()) + ", ") << f.size()
+      << " bytes, " << f.tensors().size() << " tensors)\n";
     s << "name:          " << c.name << "\n";
     s << "architecture:  " << c.architecture << "\n";
     s << "layers:        " << c.n_layer << "\n";

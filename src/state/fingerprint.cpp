@@ -7,8 +7,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -80,6 +82,43 @@ bool is_fingerprinted_key(std::string_view key, std::string_view arch) {
     return !arch.empty() && key.size() > arch.size() && key.starts_with(arch) && key[arch.size()] == '.';
 }
 
+// A model directory (model/hf_dir.h) as one identity: XXH3-64 of every regular file's name, device, inode, size and
+// mtime in name order (device field all ones, so it cannot equal a real file's); its size is the bytes of its
+// safetensors files, which must still be `loaded_bytes` (what Model::load mapped), else nullopt (not cached).
+std::optional<FileIdentity> directory_identity(const std::string& dir, uint64_t loaded_bytes) {
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        if (entry.is_regular_file(ec)) files.push_back(entry.path());
+    }
+    if (ec) return std::nullopt;
+    std::sort(files.begin(), files.end());
+    XXH3_state_t* state = XXH3_createState();
+    if (!state) return std::nullopt;
+    XXH3_64bits_reset(state);
+    uint64_t safetensors_bytes = 0;
+    int64_t newest = 0;
+    for (const auto& f : files) {
+        struct stat st {};
+        if (::stat(f.c_str(), &st) != 0) {
+            XXH3_freeState(state);
+            return std::nullopt;
+        }
+        const std::string name = f.filename().string();
+        const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+        const uint64_t fields[] = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                                   static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(mtime), name.size()};
+        XXH3_64bits_update(state, fields, sizeof(fields));
+        XXH3_64bits_update(state, name.data(), name.size());
+        if (name.ends_with(".safetensors")) safetensors_bytes += static_cast<uint64_t>(st.st_size);
+        newest = std::max(newest, mtime);
+    }
+    const uint64_t digest = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    if (safetensors_bytes != loaded_bytes) return std::nullopt;
+    return FileIdentity{~uint64_t{0}, digest, safetensors_bytes, newest};
+}
+
 }  // namespace
 
 std::string ModelFingerprint::hex() const {
@@ -129,13 +168,18 @@ ModelFingerprint compute_model_fingerprint(const gguf::File& file) {
 ModelFingerprint cached_model_fingerprint(const Model& model) {
     const gguf::File& file = *ModelAccess::impl(model).file;
     struct stat st {};
-    // Identity of the file at the model's path now. A file replaced since Model::load (different size)
-    // is hashed from the mapping and not cached.
-    const bool cacheable = ::stat(file.path().c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == file.size();
-    if (!cacheable) return compute_model_fingerprint(file);
-    const FileIdentity id{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                          static_cast<uint64_t>(st.st_size),
-                          static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+    // Identity of the file at the model's path now (of the set of files, for a model directory). A file
+    // replaced since Model::load (different size) is hashed from the mapping and not cached.
+    std::optional<FileIdentity> maybe_id;
+    if (::stat(file.path().c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        maybe_id = directory_identity(file.path(), file.size());
+    } else if (::stat(file.path().c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == file.size()) {
+        maybe_id = FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                                static_cast<uint64_t>(st.st_size),
+                                static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+    }
+    if (!maybe_id) return compute_model_fingerprint(file);
+    const FileIdentity id = *maybe_id;
 
     static std::mutex mutex;
     static std::map<FileIdentity, ModelFingerprint> cache;

@@ -110,7 +110,7 @@ int run_generate(const GenerateFlags& f) {
                     "--save-state needs a single prompt (it saves the state after that continuation)");
     }
 
-    auto model = Model::load(f.model_path);
+    auto model = load_model(f.model_path);
     Evaluator evaluator(model, f.threads);
     const auto load_start = std::chrono::steady_clock::now();
     std::optional<State> base;

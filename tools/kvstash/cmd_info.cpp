@@ -13,7 +13,7 @@ void register_info(CLI::App& root, Action& action) {
     add_model_option(*cmd, *model_path);
     cmd->callback([&action, model_path] {
         action = [model_path] {
-            auto model = Model::load(*model_path);
+            auto model = load_model(*model_path);
             std::cout << model->describe();
             return 0;
         };

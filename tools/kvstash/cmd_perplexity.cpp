@@ -32,7 +32,7 @@ struct PerplexityOptions {
 };
 
 int run_perplexity(const PerplexityOptions& o) {
-    auto model = Model::load(o.model_path);
+    auto model = load_model(o.model_path);
     const std::string text = read_text_file(o.file);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::no);
     const auto n_chunks = static_cast<int64_t>(tokens.size()) / o.ctx;

@@ -35,7 +35,7 @@ int run_prefill(const PrefillFlags& f) {
     const std::string text = f.file.empty() ? f.prompt : read_text_file(f.file);
     if (text.empty()) throw Error(ErrorCode::invalid_argument, "the text is empty; give some with -p or -f");
     require_valid_utf8(text, f.file.empty() ? "the prompt" : "'" + f.file + "'");
-    auto model = Model::load(f.model_path);
+    auto model = load_model(f.model_path);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
     State state(*model, StateOptions{parse_cache_kv_type(f.kv_type), f.ctx});
     if (static_cast<int64_t>(tokens.size()) >= state.n_ctx()) {

@@ -33,7 +33,7 @@ int run_serve(const ServeFlags& f) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: they all inherit it
     std::signal(SIGPIPE, SIG_IGN);
 
-    auto model = Model::load(f.model_path);
+    auto model = load_model(f.model_path);
     server::HttpServer http(model, f.options);
     int port = 0;
     try {

@@ -20,7 +20,7 @@ void register_tokenize(CLI::App& root, Action& action) {
     cmd->callback([&action, o, text] {
         if (!text.given()) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
         action = [o] {
-            auto model = Model::load(o->model_path);
+            auto model = load_model(o->model_path);
             const std::string text = o->file.empty() ? o->prompt : read_text_file(o->file);
             const auto ids = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
             for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? " " : "") << ids[i];

@@ -23,11 +23,27 @@ std::string default_model_path() {
     return std::string(KVSTASH_DEFAULT_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+namespace {
+std::string g_quantize = "none";  // --quantize: one process runs one subcommand
+}  // namespace
+
 void add_model_option(CLI::App& app, std::string& model_path) {
     model_path = default_model_path();
     app.add_option("-m,--model", model_path,
-                   "GGUF model file (default: $KVSTASH_MODEL or the model installed by scripts/setup.sh)")
+                   "GGUF model file or Hugging Face model directory (config.json, *.safetensors, tokenizer.json) "
+                   "(default: $KVSTASH_MODEL or the model installed by scripts/setup.sh)")
         ->capture_default_str();
+    app.add_option("--quantize", g_quantize,
+                   "quantize a model directory's weights at load: none or q8_0 (as convert_hf_to_gguf.py "
+                   "--outtype q8_0; a GGUF keeps its own types)")
+        ->check(CLI::IsMember({"none", "q8_0"}))
+        ->capture_default_str();
+}
+
+std::shared_ptr<const Model> load_model(const std::string& path) {
+    ModelLoadOptions options;
+    if (g_quantize == "q8_0") options.quantize = LoadQuantization::q8_0;
+    return Model::load(path, options);
 }
 
 void add_threads_option(CLI::App& app, int& n_threads) {

@@ -1,6 +1,7 @@
 // Pieces shared by the CLI subcommands: default model location, file reading, option helpers.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -8,13 +9,17 @@
 #include <CLI/CLI.hpp>
 
 #include "kvstash/kv_type.h"
+#include "kvstash/model.h"
 
 namespace kvstash::cli {
 
 // $KVSTASH_MODEL, else the default model in the models folder set up by scripts/setup.sh.
 std::string default_model_path();
-// Adds -m/--model with the default above to a subcommand.
+// Adds -m/--model with the default above, and --quantize (a Hugging Face directory's weights quantized at
+// load), to a subcommand.
 void add_model_option(CLI::App& app, std::string& model_path);
+// Model::load with the --quantize given on the command line (none by default).
+std::shared_ptr<const Model> load_model(const std::string& path);
 // Adds -t/--threads (0 = all hardware threads).
 void add_threads_option(CLI::App& app, int& n_threads);
 // Whole file as bytes; throws kvstash::Error(io) naming the path.

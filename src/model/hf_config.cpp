@@ -1,0 +1,192 @@
+#include "model/hf_config.h"
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "kvstash/error.h"
+
+namespace kvstash {
+namespace {
+
+using nlohmann::json;
+
+struct Reader {
+    const json& config;
+    const std::string& path;
+
+    [[noreturn]] void fail(const std::string& what) const { throw Error(ErrorCode::bad_format, path + ": " + what); }
+    // The first of `keys` present and not null (the converter's find_hparam).
+    const json* find(std::initializer_list<const char*> keys) const {
+        for (const char* k : keys) {
+            auto it = config.find(k);
+            if (it != config.end() && !it->is_null()) return &*it;
+        }
+        return nullptr;
+    }
+    std::optional<int64_t> get_int(std::initializer_list<const char*> keys) const {
+        const json* v = find(keys);
+        if (!v) return std::nullopt;
+        if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > UINT32_MAX) {
+            fail(std::string("'") + *keys.begin() + "' must be a non-negative integer below 2^32");
+        }
+        return v->get<int64_t>();
+    }
+    int64_t require_int(std::initializer_list<const char*> keys) const {
+        if (auto v = get_int(keys)) return *v;
+        fail(std::string("config.json has no '") + *keys.begin() + "'");
+    }
+    std::optional<double> get_float(std::initializer_list<const char*> keys) const {
+        const json* v = find(keys);
+        if (!v) return std::nullopt;
+        if (!v->is_number()) fail(std::string("'") + *keys.begin() + "' must be a number");
+        return v->get<double>();
+    }
+};
+
+// The rope parameters as the converter sees them: `rope_parameters` (transformers 5; for Gemma 3 one entry per
+// attention kind), else the older top-level rope_theta / rope_scaling.
+json rope_parameters(const json& config) {
+    if (auto it = config.find("rope_parameters"); it != config.end() && it->is_object()) return *it;
+    json p = json::object();
+    if (auto it = config.find("rope_scaling"); it != config.end() && it->is_object()) p = *it;
+    if (auto it = config.find("rope_theta"); it != config.end()) p["rope_theta"] = *it;
+    if (p.contains("type") && !p.contains("rope_type")) p["rope_type"] = p["type"];
+    return p;
+}
+
+}  // namespace
+
+HfModelSpec read_hf_config(const json& root, const std::string& path) {
+    if (!root.is_object()) throw Error(ErrorCode::bad_format, path + ": config.json is not a JSON object");
+    // Multimodal wrappers keep the language model's hyper-parameters in text_config.
+    json config = root;
+    if (auto it = root.find("text_config"); it != root.end() && it->is_object()) {
+        for (const auto& [k, v] : it->items()) config[k] = v;
+    }
+    const Reader r{config, path};
+    HfModelSpec s;
+    const auto archs = root.find("architectures");
+    if (archs == root.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
+        r.fail("config.json has no 'architectures' list");
+    }
+    s.hf_architecture = (*archs)[0].get<std::string>();
+    if (s.hf_architecture == "LlamaForCausalLM") {
+        s.architecture = "llama";
+        s.permute_qk = true;
+    } else if (s.hf_architecture == "Qwen2ForCausalLM") {
+        s.architecture = "qwen2";
+    } else if (s.hf_architecture == "GPT2LMHeadModel") {
+        s.architecture = "gpt2";
+        s.transpose_conv1d = true;
+    } else if (s.hf_architecture == "Gemma3ForCausalLM") {
+        s.architecture = "gemma3";
+        s.norm_plus_one = true;
+    } else {
+        throw Error(ErrorCode::unsupported,
+                    path + ": Hugging Face architecture '" + s.hf_architecture +
+                        "' is not supported by kvstash yet (supported in a directory: LlamaForCausalLM, "
+                        "Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM)");
+    }
+    const std::string a = s.architecture + ".";
+    gguf::Metadata& m = s.metadata;
+    auto put_u32 = [&](const std::string& key, int64_t v) {
+        m.emplace_back(a + key, gguf::u32_value(static_cast<uint32_t>(v)));
+    };
+    auto put_f32 = [&](const std::string& key, double v) { m.emplace_back(a + key, gguf::f32_value(v)); };
+    m.emplace_back("general.architecture", gguf::string_value(s.architecture));
+
+    s.n_layer = r.require_int({"num_hidden_layers", "n_layer", "num_layers"});
+    put_u32("block_count", s.n_layer);
+    if (s.architecture == "gpt2") {
+        // GPT2Model.set_gguf_parameters: n_ctx (transformers 5 omits it; it equals n_positions), FFN 4 × n_embd.
+        const int64_t n_embd = r.require_int({"n_embd"});
+        s.n_head = r.require_int({"n_head"});
+        s.n_head_kv = s.n_head;
+        if (auto inner = r.get_int({"n_inner"}); inner && *inner != 4 * n_embd) {
+            throw Error(ErrorCode::unsupported, path + ": gpt2 with n_inner != 4 × n_embd is not supported");
+        }
+        put_u32("context_length", r.require_int({"n_ctx", "n_positions"}));
+        put_u32("embedding_length", n_embd);
+        put_u32("feed_forward_length", 4 * n_embd);
+        put_u32("attention.head_count", s.n_head);
+        put_f32("attention.layer_norm_epsilon", r.get_float({"layer_norm_epsilon"}).value_or(1e-5));
+        return s;
+    }
+
+    // TextModel.set_gguf_parameters, in its order.
+    const bool gemma = s.architecture == "gemma3";
+    const auto n_ctx = r.get_int(
+        {"max_position_embeddings", "n_ctx", "n_positions", "max_length", "max_sequence_length", "model_max_length"});
+    if (n_ctx || gemma) put_u32("context_length", n_ctx.value_or(131072));
+    const int64_t n_embd = r.require_int({"hidden_size", "n_embd", "dim"});
+    put_u32("embedding_length", n_embd);
+    put_u32("feed_forward_length", r.require_int({"intermediate_size", "n_inner", "hidden_dim"}));
+    s.n_head = r.require_int({"num_attention_heads", "n_head", "n_heads"});
+    put_u32("attention.head_count", s.n_head);
+    const auto n_head_kv = r.get_int({"num_key_value_heads", "n_kv_heads"});
+    s.n_head_kv = n_head_kv.value_or(gemma ? 4 : s.n_head);
+    if (n_head_kv || gemma) put_u32("attention.head_count_kv", s.n_head_kv);
+
+    const json rope = rope_parameters(config);
+    const json& full = rope.contains("full_attention") ? rope["full_attention"] : rope;
+    const std::string rope_type = full.value("rope_type", std::string("default"));
+    if (rope_type == "linear") {
+        m.emplace_back(a + "rope.scaling.type", gguf::string_value("linear"));
+        put_f32("rope.scaling.factor", full.value("factor", 1.0));
+    } else if (rope_type != "default") {
+        throw Error(ErrorCode::unsupported, path + ": rope_type '" + rope_type +
+                                                "' is not supported in a model directory yet (supported: default, "
+                                                "linear); convert the model to GGUF with llama.cpp instead");
+    }
+    if (auto theta = full.find("rope_theta"); theta != full.end() && theta->is_number()) {
+        put_f32("rope.freq_base", theta->get<double>());
+    } else if (gemma) {
+        put_f32("rope.freq_base", 1000000.0);
+    }
+    if (rope.contains("sliding_attention") && rope["sliding_attention"].contains("rope_theta")) {
+        put_f32("rope.freq_base_swa", rope["sliding_attention"]["rope_theta"].get<double>());
+    }
+    put_f32("attention.layer_norm_rms_epsilon", r.get_float({"rms_norm_eps", "norm_eps"}).value_or(1e-6));
+    const auto head_dim = r.get_int({"head_dim"});
+    if (head_dim || gemma) {
+        put_u32("attention.key_length", head_dim.value_or(256));
+        put_u32("attention.value_length", head_dim.value_or(256));
+    }
+    if (s.architecture == "llama") {  // LlamaModel.set_gguf_parameters
+        put_u32("vocab_size", r.require_int({"vocab_size"}));
+        put_u32("rope.dimension_count", head_dim.value_or(n_embd / (s.n_head > 0 ? s.n_head : 1)));
+    }
+    if (gemma) {  // Gemma3Model.set_gguf_parameters
+        if (config.contains("final_logit_softcapping") && !config["final_logit_softcapping"].is_null()) {
+            throw Error(ErrorCode::unsupported, path + ": gemma3 models with logit softcapping are not supported yet");
+        }
+        // kvstash (as llama.cpp) scales Q by 1/sqrt(head_dim), or 1/sqrt(n_embd / n_head) for the 62-layer 27B.
+        if (auto scalar = r.get_float({"query_pre_attn_scalar"})) {
+            const double expected =
+                s.n_layer == 62 ? static_cast<double>(n_embd / s.n_head) : static_cast<double>(head_dim.value_or(256));
+            if (*scalar != expected) {
+                throw Error(ErrorCode::unsupported, path + ": gemma3 query_pre_attn_scalar " + std::to_string(*scalar) +
+                                                        " is not the head dimension; not supported");
+            }
+        }
+        const int64_t pattern = r.get_int({"sliding_window_pattern"}).value_or(6);
+        if (pattern != 1) put_u32("attention.sliding_window", r.require_int({"sliding_window"}));
+        // llama.cpp assumes every 6th layer global; kvstash reads the same default. A config whose layer_types
+        // say otherwise would compute differently under llama.cpp: refuse rather than guess.
+        if (auto lt = config.find("layer_types"); lt != config.end() && lt->is_array()) {
+            for (size_t il = 0; il < lt->size(); ++il) {
+                const bool sliding = (*lt)[il] == "sliding_attention";
+                if (sliding != (il % 6 < 5)) {
+                    throw Error(ErrorCode::unsupported,
+                                path +
+                                    ": gemma3 layer_types other than five sliding layers then one global "
+                                    "are not supported in a model directory");
+                }
+            }
+        }
+    }
+    return s;
+}
+
+}  // namespace kvstash
