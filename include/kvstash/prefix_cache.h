@@ -73,7 +73,7 @@ struct PrefixCacheOptions {
     // the model + adapters fingerprint. acquire() under another set finds nothing (a miss) and release()
     // of a State under another set is rejected; a shared disk_dir keeps each set's blocks apart. Null =
     // the model alone (the fingerprint of a cache made before adapters existed).
-    std::shared_ptr<const AdapterSet> adapters;
+    std::shared_ptr<const AdapterSet> adapters = nullptr;
 };
 
 // Counters since construction; the byte figures are current.

@@ -32,7 +32,7 @@ struct StateOptions {
     // LoRA / control vectors this sequence is computed under (kvstash/adapter.h), loaded for the same
     // Model; null or empty = the model alone. Fixed for the State's life (forks share it): a State under
     // other adapters is another State (its KV differs from the first token on).
-    std::shared_ptr<const AdapterSet> adapters;
+    std::shared_ptr<const AdapterSet> adapters = nullptr;
 };
 
 // Everything needed to continue a sequence: its tokens, their KV cache and the last position's logits.

@@ -55,7 +55,7 @@ struct LoadOptions {
     // The adapter set the state is to continue under (kvstash/adapter.h); null = none. A file saved
     // under another set (or under adapters when this is none, or none when this is a set) is refused
     // with Error(invalid_argument): "... was saved under adapters ..." (docs/adapters.md).
-    std::shared_ptr<const AdapterSet> adapters;
+    std::shared_ptr<const AdapterSet> adapters = nullptr;
 };
 // load_state under adapters: the State gets options.adapters.
 State load_state(const Model& model, const std::string& path, const LoadOptions& options,
