@@ -55,6 +55,25 @@ std::string load_error(const Model& model, const std::string& path, std::shared_
     return {};
 }
 
+PrefixCacheOptions cache_options(std::shared_ptr<const AdapterSet> set, std::string disk = {}) {
+    PrefixCacheOptions o;
+    o.disk_dir = std::move(disk);
+    o.adapters = std::move(set);
+    return o;
+}
+
+SamplerParams greedy() {
+    SamplerParams p;
+    p.temperature = 0.0f;
+    return p;
+}
+
+GenerateOptions max_tokens(int64_t n) {
+    GenerateOptions g;
+    g.max_tokens = n;
+    return g;
+}
+
 bool same_logits(const State& x, const State& y) {
     return x.last_logits().size() == y.last_logits().size() &&
            std::memcmp(x.last_logits().data(), y.last_logits().data(), x.last_logits().size() * sizeof(float)) == 0;
@@ -88,10 +107,10 @@ TEST(AdapterIdentity, StateFilesAreBoundToTheirAdapterSet) {
     EXPECT_TRUE(same_logits(restored, f.evaluated(f.a, all)));
 
     // Without adapters the file is what it always was: the model's own fingerprint, no base fingerprint.
-    const StateFileInfo plain_info = inspect_state_file(plain);
+    const StateFileInfo plain_info = inspect_state_file(plain, Checksums::verify);
     EXPECT_EQ(plain_info.model_fingerprint, model_fingerprint(*f.model));
     EXPECT_TRUE(plain_info.base_model_fingerprint.empty());
-    const StateFileInfo a_info = inspect_state_file(under_a);
+    const StateFileInfo a_info = inspect_state_file(under_a, Checksums::verify);
     EXPECT_NE(a_info.model_fingerprint, model_fingerprint(*f.model));
     EXPECT_EQ(a_info.base_model_fingerprint, model_fingerprint(*f.model));
 }
@@ -99,7 +118,7 @@ TEST(AdapterIdentity, StateFilesAreBoundToTheirAdapterSet) {
 TEST(AdapterIdentity, PrefixCacheDoesNotMatchAcrossAdapterSets) {
     Fixture f;
     PrefixCache plain(*f.model);
-    PrefixCache under_a(*f.model, PrefixCacheOptions{.adapters = f.a});
+    PrefixCache under_a(*f.model, cache_options(f.a));
     plain.release(f.evaluated(nullptr, f.tokens));
     under_a.release(f.evaluated(nullptr, f.tokens));  // another set's State: rejected
     EXPECT_EQ(under_a.stats().releases_rejected, 1u);
@@ -118,15 +137,15 @@ TEST(AdapterIdentity, DiskTierKeepsAdapterSetsApart) {
     Fixture f;
     const std::string disk = (f.dir / "cache").string();
     {
-        PrefixCache writer(*f.model, PrefixCacheOptions{.disk_dir = disk});
+        PrefixCache writer(*f.model, cache_options(nullptr, disk));
         writer.release(f.evaluated(nullptr, f.tokens));
         ASSERT_GT(writer.stats().disk_blocks_written, 0u);
     }
     // A new cache (empty RAM) under A on the same directory finds nothing; one for the model alone does.
-    PrefixCache reader_a(*f.model, PrefixCacheOptions{.disk_dir = disk, .adapters = f.a});
+    PrefixCache reader_a(*f.model, cache_options(f.a, disk));
     EXPECT_EQ(reader_a.acquire(f.tokens, f.options(f.a)).reused_tokens, 0);
     EXPECT_EQ(reader_a.stats().disk_hits, 0u);
-    PrefixCache reader(*f.model, PrefixCacheOptions{.disk_dir = disk});
+    PrefixCache reader(*f.model, cache_options(nullptr, disk));
     EXPECT_EQ(reader.acquire(f.tokens, f.options(nullptr)).reused_tokens, 64);
     EXPECT_GT(reader.stats().disk_hits, 0u);
 }
@@ -135,16 +154,16 @@ TEST(AdapterIdentity, SessionSwitchingAdaptersRecomputesUnderTheNewSet) {
     Fixture f;
     const ChatTemplate tmpl = ChatTemplate::named("chatml");
     const std::string system = "You answer in riddles about the sea, the stars and the long roads between towns.";
-    PrefixCache cache_a(*f.model, PrefixCacheOptions{.adapters = f.a});
+    PrefixCache cache_a(*f.model, cache_options(f.a));
     {
         // Another session under A leaves the system prompt's blocks in A's cache.
         Session other(f.evaluator, tmpl, system, SessionOptions{f.options(f.a), &cache_a});
-        Sampler sampler(SamplerParams{.temperature = 0.0f});
-        other.reply("Hi", sampler, GenerateOptions{.max_tokens = 3});
+        Sampler sampler(greedy());
+        other.reply("Hi", sampler, max_tokens(3));
     }
     Session chat(f.evaluator, tmpl, system, f.options(nullptr));
-    Sampler sampler(SamplerParams{.temperature = 0.0f});
-    chat.reply("Where does the road go?", sampler, GenerateOptions{.max_tokens = 4});
+    Sampler sampler(greedy());
+    chat.reply("Where does the road go?", sampler, max_tokens(4));
     const std::vector<int32_t> held(chat.state().tokens().begin(), chat.state().tokens().end());
 
     chat.set_adapters(f.a, &cache_a);
