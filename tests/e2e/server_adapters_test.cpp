@@ -22,7 +22,7 @@ SamplerParams seeded(uint64_t seed) {
     return p;
 }
 
-struct Setup {
+struct AdapterServer {
     std::shared_ptr<const Model> model = Model::load(test::fixture_path("adapters/base.gguf"));
     std::map<std::string, std::shared_ptr<const AdapterSet>> adapters = {
         {"style", AdapterSet::load(*model, std::vector<AdapterFile>{{AdapterKind::lora,
@@ -53,7 +53,7 @@ struct Setup {
 };
 
 TEST(ServerAdapters, BatchedRequestsUnderDifferentAdaptersEqualEachAlone) {
-    const Setup s;
+    const AdapterServer s;
     const std::vector<int32_t> prompt = s.model->tokenizer().encode("She had been forced into prudence in her youth",
                                                                     AddSpecial::yes, ParseSpecial::yes);
     const std::vector<std::string> names = {"", "style", "mood", "style", ""};
@@ -90,7 +90,7 @@ TEST(ServerAdapters, BatchedRequestsUnderDifferentAdaptersEqualEachAlone) {
 }
 
 TEST(ServerAdapters, UnknownAdapterNameIsA400NamingIt) {
-    const Setup s;
+    const AdapterServer s;
     ServerContext ctx;
     ctx.model = s.model;
     ctx.options.parallel = 2;
