@@ -34,7 +34,7 @@ declare -A PUBLIC_LAYER=(
     [error.h]=base
     [kv_type.h]=kv
     [tokenizer.h]=tokenizer
-    [model.h]=model
+    [model.h]=model [adapter.h]=model
     [state.h]=state [state_file.h]=state [sampler_state.h]=state
     [chat.h]=text
     [evaluator.h]=engine [sampler.h]=engine [generate.h]=engine [session.h]=engine

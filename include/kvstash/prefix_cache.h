@@ -69,6 +69,11 @@ struct PrefixCacheOptions {
     // used. Empty = RAM only.
     std::string disk_dir;
     uint64_t disk_budget_bytes = uint64_t{4} << 30;  // bytes of block and checkpoint files (all models) kept
+    // The adapter set (kvstash/adapter.h) whose States this cache holds: its keys and block files carry
+    // the model + adapters fingerprint. acquire() under another set finds nothing (a miss) and release()
+    // of a State under another set is rejected; a shared disk_dir keeps each set's blocks apart. Null =
+    // the model alone (the fingerprint of a cache made before adapters existed).
+    std::shared_ptr<const AdapterSet> adapters = nullptr;
 };
 
 // Counters since construction; the byte figures are current.

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,13 @@ public:
     // Back to the system prompt alone (State cut back to the system block; nothing recomputed).
     void reset();
 
+    // Continues the conversation under another adapter set (kvstash/adapter.h; null = none) and prefix
+    // cache (one holding States of that set, or null): the State's tokens are computed again under the
+    // new weights from the last point computed under them (the cache's longest prefix: e.g. the system
+    // prompt; else from scratch), so the result is bitwise a cold evaluation under the new set.
+    // last_turn() reports what was reused and computed. Throws as Evaluator::eval; the session is then
+    // unchanged.
+    void set_adapters(std::shared_ptr<const AdapterSet> adapters, PrefixCache* cache = nullptr);
     // One state file: the State (a valid file for load_state and `kvstash generate --state`) and an
     // ancillary 'session' section with the messages, the template's name and the turn boundaries.
     // Throws as save_state.

@@ -17,6 +17,8 @@
 
 namespace kvstash {
 
+class AdapterSet;  // kvstash/adapter.h
+
 struct StateOptions {
     KvType kv_type = KvType::f16;  // f16 or f32 (q8_0 is a state-file storage type only)
     int64_t n_ctx = 0;             // maximum tokens; 0 = the model's training context length
@@ -27,6 +29,10 @@ struct StateOptions {
     // with forks. ModelInfo::recurrent_state_bytes is the size of one (docs/recurrent.md gives figures).
     int64_t checkpoint_interval = 256;
     uint64_t checkpoint_memory = uint64_t{256} << 20;
+    // LoRA / control vectors this sequence is computed under (kvstash/adapter.h), loaded for the same
+    // Model; null or empty = the model alone. Fixed for the State's life (forks share it): a State under
+    // other adapters is another State (its KV differs from the first token on).
+    std::shared_ptr<const AdapterSet> adapters = nullptr;
 };
 
 // Everything needed to continue a sequence: its tokens, their KV cache and the last position's logits.
@@ -54,6 +60,8 @@ public:
     int64_t n_tokens() const;
     int64_t n_ctx() const;
     KvType kv_type() const;  // the KV cache's element type: f16 or f32
+    // The adapter set it is computed under (StateOptions::adapters); null when none.
+    const std::shared_ptr<const AdapterSet>& adapters() const;
     // Bytes of KV memory the state references (K + V of its blocks, shared ones included).
     uint64_t kv_bytes() const;
     // Bytes of recurrent state the state references: its own and its checkpoints' (0 without recurrent layers).

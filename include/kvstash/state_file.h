@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,8 @@
 #include "kvstash/state.h"
 
 namespace kvstash {
+
+class AdapterSet;  // kvstash/adapter.h
 
 struct SaveOptions {
     // The KV section's type in the file: empty or the State's own type (f16 or f32): continuation is
@@ -48,10 +51,21 @@ State load_state(const Model& model, const std::string& path);
 // The same, and the file's 'session' section (checksum verified): nullopt when it has none.
 State load_state(const Model& model, const std::string& path, std::optional<std::string>* session);
 
+struct LoadOptions {
+    // The adapter set the state is to continue under (kvstash/adapter.h); null = none. A file saved
+    // under another set (or under adapters when this is none, or none when this is a set) is refused
+    // with Error(invalid_argument): "... was saved under adapters ..." (docs/adapters.md).
+    std::shared_ptr<const AdapterSet> adapters = nullptr;
+};
+// load_state under adapters: the State gets options.adapters.
+State load_state(const Model& model, const std::string& path, const LoadOptions& options,
+                 std::optional<std::string>* session = nullptr);
+
 struct StateFileInfo {
     uint32_t format_version = 0;
-    std::string model_fingerprint;  // hex
-    std::string model_name;         // informational (general.name at save time)
+    std::string model_fingerprint;       // hex; the model + adapters fingerprint when saved under adapters
+    std::string base_model_fingerprint;  // hex of the model alone when saved under adapters; else empty
+    std::string model_name;              // informational (general.name at save time)
     int64_t n_tokens = 0;
     int64_t n_ctx = 0;
     KvType kv_type = KvType::f16;  // KV as stored: f16, f32 or q8_0

@@ -6,6 +6,7 @@
 #include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
+#include "model/adapter_weights.h"
 #include "model/batch_plan.h"
 #include "model/forward.h"
 #include "model/model_access.h"
@@ -196,6 +197,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
                 ForwardSegment seg;
                 seg.kv = p.kv;
                 seg.recurrent = p.recurrent;
+                if (const auto& adapters = p.state->adapters()) seg.adapters = &AdapterAccess::impl(*adapters);
                 seg.first_pos = p.first + planned.offset;
                 seg.tokens = p.run.subspan(static_cast<size_t>(planned.offset), static_cast<size_t>(planned.count));
                 const bool is_final = planned.offset + planned.count == static_cast<int64_t>(p.run.size());

@@ -10,6 +10,7 @@
 #include "engine/prefix_cache_key.h"
 #include "kvstash/error.h"
 #include "model/model_access.h"
+#include "state/adapter_fingerprint.h"
 #include "state/fingerprint.h"
 #include "state/state_access.h"
 
@@ -55,7 +56,7 @@ struct PrefixCache::Impl {
     Impl(const Model& m, PrefixCacheOptions o)
         : model(m),
           options(o),
-          fingerprint(cached_model_fingerprint(m)),
+          fingerprint(combined_fingerprint(m, o.adapters.get())),
           f16(fingerprint, KvType::f16, active_isa()),
           f32(fingerprint, KvType::f32, active_isa()),
           shape_f16(block_shape(m, KvType::f16)),
@@ -251,6 +252,15 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
     if (n == 0) return result;
     // Leave at least one token to evaluate (the State keeps no logits), and stay within the context.
     const int64_t limit = std::min(n - 1, result.state.n_ctx());
+    if (combined_fingerprint(impl_->model, options.adapters.get()) != impl_->fingerprint) {
+        // Computed under other adapters than this cache's: nothing here is its prefix.
+        const std::lock_guard lock(impl_->mutex);
+        ++impl_->counters.lookups;
+        ++impl_->counters.misses;
+        impl_->counters.tokens_computed += static_cast<uint64_t>(n);
+        result.tokens_to_evaluate = n;
+        return result;
+    }
     const PrefixKeyDomain& domain = impl_->domain(options.kv_type);
     const std::vector<BlockKey> keys = domain.chain(tokens, limit / kv_block_tokens);
 
@@ -331,8 +341,8 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
 void PrefixCache::release(const State& state) {
     const Model* model = StateAccess::model(state);
     const KvCache& kv = StateAccess::kv(state);
-    const bool same_model =
-        model == &impl_->model || (model != nullptr && cached_model_fingerprint(*model) == impl_->fingerprint);
+    // The same model (the same file loaded twice is the same model) under the same adapters.
+    const bool same_model = model != nullptr && state_fingerprint(*model, state) == impl_->fingerprint;
     if (!same_model || !StateAccess::kv_exact(state)) {
         const std::lock_guard lock(impl_->mutex);
         ++impl_->counters.releases_rejected;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/session_file.h"
+#include "kvstash/adapter.h"
 #include "kvstash/error.h"
 #include "kvstash/prefix_cache.h"
 #include "kvstash/tokenizer.h"
@@ -53,7 +54,7 @@ Session::Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOption
 
 Session Session::open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path,
                       SessionOptions options) {
-    LoadedSession loaded = session_file::read(evaluator.model(), chat_template, path);
+    LoadedSession loaded = session_file::read(evaluator.model(), chat_template, path, options.state.adapters);
     return Session(evaluator, std::move(chat_template), options, std::move(loaded.state), std::move(loaded.messages),
                    std::move(loaded.turn_starts), std::move(loaded.system_tokens));
 }
@@ -163,13 +164,34 @@ void Session::reset() {
     if (keep < state_.n_tokens()) state_.truncate(keep);
 }
 
+void Session::set_adapters(std::shared_ptr<const AdapterSet> adapters, PrefixCache* cache) {
+    StateOptions options = options_.state;
+    options.adapters = std::move(adapters);
+    const std::vector<int32_t> tokens(state_.tokens().begin(), state_.tokens().end());
+    // Every position's KV depends on the weights: only what was computed under the new set is reusable
+    // (the cache's blocks under it: typically the system prompt), the rest is computed again.
+    State next = cache != nullptr ? cache->acquire(tokens, options).state : State(evaluator_.model(), options);
+    const int64_t reused = next.n_tokens();
+    if (reused < static_cast<int64_t>(tokens.size()))
+        evaluator_.eval(next, std::span(tokens).subspan(static_cast<size_t>(reused)));
+    if (const SamplerState* sampler = state_.sampler_state()) next.set_sampler_state(*sampler);
+    if (cache != nullptr) cache->release(next);
+    state_ = std::move(next);
+    options_.state = std::move(options);
+    options_.cache = cache;
+    last_turn_ = {};
+    last_turn_.prompt_tokens = static_cast<int64_t>(tokens.size());
+    last_turn_.reused = reused;
+    last_turn_.computed = static_cast<int64_t>(tokens.size()) - reused;
+}
+
 void Session::save(const std::string& path, const SaveOptions& options) const {
     save_state(state_, path, options, session_file::encode(template_.name(), messages_, turn_starts_));
 }
 
 void Session::load(const std::string& path) {
     // Read everything first: on any error the session is unchanged. The moves below cannot throw.
-    LoadedSession loaded = session_file::read(evaluator_.model(), template_, path);
+    LoadedSession loaded = session_file::read(evaluator_.model(), template_, path, options_.state.adapters);
     state_ = std::move(loaded.state);
     messages_ = std::move(loaded.messages);
     turn_starts_ = std::move(loaded.turn_starts);

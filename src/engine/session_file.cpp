@@ -87,9 +87,10 @@ Decoded decode(const std::string& text, const std::string& path, int64_t n_token
     return d;
 }
 
-LoadedSession read(const Model& model, const ChatTemplate& chat_template, const std::string& path) {
+LoadedSession read(const Model& model, const ChatTemplate& chat_template, const std::string& path,
+                   std::shared_ptr<const AdapterSet> adapters) {
     std::optional<std::string> section;
-    State state = load_state(model, path, &section);
+    State state = load_state(model, path, LoadOptions{std::move(adapters)}, &section);
     if (!section) {
         throw Error(ErrorCode::invalid_argument,
                     "'" + path +

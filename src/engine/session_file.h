@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,9 @@ std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate&
                                          const std::vector<ChatMessage>& messages);
 
 // Reads a session file for `model` and `chat_template`: throws as Session::load documents.
-LoadedSession read(const Model& model, const ChatTemplate& chat_template, const std::string& path);
+// `adapters`: the set the session continues under; the file must have been saved under it.
+LoadedSession read(const Model& model, const ChatTemplate& chat_template, const std::string& path,
+                   std::shared_ptr<const AdapterSet> adapters = {});
 
 inline constexpr const char* kFormatName = "kvstash-session";
 inline constexpr int kVersion = 1;

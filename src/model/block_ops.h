@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/adapter_apply.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -42,9 +43,10 @@ struct FfnScratch {
     float* up = nullptr;
 };
 
-// out (n_tokens × n_embd) = the layer's feed-forward block of the normalised rows xn, with its biases.
+// out (n_tokens × n_embd) = the layer's feed-forward block of the normalised rows xn, with its biases;
+// `lora` adds the rows' LoRA terms after each projection (before its bias).
 void feed_forward(const ModelConfig& c, const LayerWeights& l, const float* xn, int64_t n_tokens, FfnScratch s,
-                  float* out, ThreadPool& pool);
+                  float* out, ThreadPool& pool, const LoraHook& lora = {});
 
 // x (n_embd floats) += position_embd row `pos`, decoded into tmp (n_embd floats). Throws
 // Error(out_of_range) when the model has no row for pos (pos >= n_ctx_train): learned positions end at

@@ -93,6 +93,27 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             attention_segments.push_back(AttentionSegment{seg.kv, seg.first_pos, count});
         }
     }
+    // Adapters: each segment's rows under its own set (none at all: the ranges stay empty).
+    s.adapter_rows.clear();
+    s.adapter_output_rows.clear();
+    {
+        bool any = false;
+        for (const ForwardSegment& seg : segments) any = any || seg.adapters != nullptr;
+        int64_t row = 0;
+        int64_t out_row = 0;
+        for (const ForwardSegment& seg : segments) {
+            if (!any) break;
+            const auto count = static_cast<int64_t>(seg.tokens.size());
+            s.adapter_rows.push_back(AdapterRows{row, count, seg.adapters});
+            s.adapter_output_rows.push_back(AdapterRows{out_row, count - seg.logits_from, seg.adapters});
+            row += count;
+            out_row += count - seg.logits_from;
+        }
+    }
+    const bool lora = any_lora(s.adapter_rows);
+    const bool control = any_control(s.adapter_rows);
+    const std::span<const AdapterRows> lora_rows =
+        lora ? std::span<const AdapterRows>(s.adapter_rows) : std::span<const AdapterRows>();
 
     AttentionShape shape;
     shape.n_head = c.n_head;
@@ -123,6 +144,11 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             // Attention block: projections over all rows at once, then each row over its own sequence.
             const int64_t kv_layer = c.slot[static_cast<size_t>(il)];
             project_qkv(l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.xn.data(), n, pool);
+            if (lora) {
+                apply_lora(lora_rows, il, LoraTarget::q, s.xn.data(), s.q.data(), s.lora, pool);
+                apply_lora(lora_rows, il, LoraTarget::k, s.xn.data(), s.k.data(), s.lora, pool);
+                apply_lora(lora_rows, il, LoraTarget::v, s.xn.data(), s.v.data(), s.lora, pool);
+            }
             add_bias_rows(s.q.data(), l.bq, n);
             add_bias_rows(s.k.data(), l.bk, n);
             add_bias_rows(s.v.data(), l.bv, n);
@@ -152,16 +178,20 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             }
             segment_attention(shape, attention_segments, kv_layer, s.q.data(), s.attn.data(), s.attention, pool);
             project(l.wo, s.attn.data(), n, s.proj.data(), pool);
+            if (lora) apply_lora(lora_rows, il, LoraTarget::o, s.attn.data(), s.proj.data(), s.lora, pool);
             add_bias_rows(s.proj.data(), l.bo, n);
             post_norm_rows(c, l.attn_post_norm, s.proj.data(), n);  // gemma3
         }
         add_residual();
 
-        if (!c.has_ffn()) continue;
-        norm_rows(c, s.x.data(), l.ffn_norm, l.ffn_norm_b, s.xn.data(), n);
-        feed_forward(c, l, s.xn.data(), n, FfnScratch{s.gate.data(), s.up.data()}, s.proj.data(), pool);
-        post_norm_rows(c, l.ffn_post_norm, s.proj.data(), n);  // gemma3
-        add_residual();
+        if (c.has_ffn()) {
+            norm_rows(c, s.x.data(), l.ffn_norm, l.ffn_norm_b, s.xn.data(), n);
+            feed_forward(c, l, s.xn.data(), n, FfnScratch{s.gate.data(), s.up.data()}, s.proj.data(), pool,
+                         LoraHook{lora_rows, il, &s.lora});
+            post_norm_rows(c, l.ffn_post_norm, s.proj.data(), n);  // gemma3
+            add_residual();
+        }
+        if (control) apply_control(s.adapter_rows, il, s.x.data(), c.n_embd);
     }
 
     // Logits of the selected rows only: gather their normalised rows, then one output matmul for all
@@ -195,11 +225,17 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
     };
     if (destinations == 1) {
         project(w.output, s.xn.data(), n_out, single_destination, pool);
+        if (lora) {
+            apply_lora(s.adapter_output_rows, c.n_layer, LoraTarget::output, s.xn.data(), single_destination, s.lora,
+                       pool);
+        }
         scale_logits(single_destination, n_out);
         return;
     }
     s.logits.resize(static_cast<size_t>(n_out) * n_vocab);
     project(w.output, s.xn.data(), n_out, s.logits.data(), pool);
+    if (lora)
+        apply_lora(s.adapter_output_rows, c.n_layer, LoraTarget::output, s.xn.data(), s.logits.data(), s.lora, pool);
     scale_logits(s.logits.data(), n_out);
     const float* src = s.logits.data();
     for (const ForwardSegment& seg : segments) {

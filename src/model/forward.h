@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvstash/model.h"
+#include "model/adapter_apply.h"
 #include "model/forward_segment.h"
 #include "model/mamba_block.h"
 #include "model/model_access.h"
@@ -40,6 +41,11 @@ struct ForwardScratch {
     std::vector<AttentionSegment> attention_segments;  // (segments of the current micro-batch)
     SegmentAttentionScratch attention;
     MambaScratch mamba;
+    // Adapters (model/adapter_apply.h): each segment's rows, and each segment's logits rows; empty when
+    // no segment of the micro-batch has adapters.
+    std::vector<AdapterRows> adapter_rows;
+    std::vector<AdapterRows> adapter_output_rows;
+    LoraScratch lora;
 
     void reserve(const ModelConfig& config, int64_t n_tokens);
 };

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <span>
 
+#include "model/adapter_weights.h"
+
 namespace kvstash {
 
 class KvCache;
@@ -29,6 +31,7 @@ struct ForwardSegment {
     // ((tokens.size() - logits_from) × n_vocab, row-major); logits_from == tokens.size(): none.
     int64_t logits_from = 0;
     float* logits = nullptr;
+    const AdapterImpl* adapters = nullptr;  // the sequence's LoRA / control vectors; null = none
 };
 
 }  // namespace kvstash

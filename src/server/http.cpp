@@ -52,6 +52,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.step_tokens = options.step_tokens;
     sched.cache.ram_budget_bytes = options.cache_ram_mib << 20;
     sched.cache.disk_dir = options.cache_dir;
+    sched.adapters = options.adapters;
     ctx.scheduler = std::make_unique<Scheduler>(model, sched, ctx.metrics);
 
     http_ = std::make_unique<httplib::Server>();

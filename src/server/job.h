@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstash/adapter.h"
 #include "kvstash/sampler.h"
 #include "kvstash/state.h"
 #include "server/channel.h"
@@ -19,7 +20,8 @@ struct GenerationJob {
     Kind kind = Kind::complete;
     std::vector<int32_t> prompt;  // tokens to evaluate: the whole prompt, or what follows `base`
     std::optional<State> base;    // a fork of a named state to continue from (no prefix-cache lookup then)
-    int n = 1;                    // choices; choice i samples with seed + i
+    std::shared_ptr<const AdapterSet> adapters;  // "adapter": the set to compute under (null: none)
+    int n = 1;                                   // choices; choice i samples with seed + i
     SamplerParams sampling;
     int64_t max_tokens = 16;
     std::vector<std::string> stop;

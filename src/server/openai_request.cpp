@@ -141,6 +141,7 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     if (const json* v = field(body, "stop")) out.stop = parse_stop(*v);
     out.sampling = parse_sampling(body, out.seed);
     parse_logprobs(body, out);
+    if (const json* v = field(body, "adapter")) out.adapter = get_string(*v, "adapter");
     if (const json* v = field(body, "state")) {
         out.state = get_string(*v, "state");
         require_state_name(*out.state, "state");
@@ -172,6 +173,7 @@ PrefillRequest parse_prefill_request(const json& body) {
     out.name = get_string(*name, "name");
     require_state_name(out.name, "name");
     if (const json* v = field(body, "replace")) out.replace = get_bool(*v, "replace");
+    if (const json* v = field(body, "adapter")) out.adapter = get_string(*v, "adapter");
     const json* prompt = field(body, "prompt");
     const json* messages = field(body, "messages");
     if ((prompt != nullptr) == (messages != nullptr)) {

@@ -34,12 +34,13 @@ struct CompletionRequest {
     int top_logprobs = -1;  // < 0: no logprobs; else the number of alternatives per token
     int n = 1;
     std::vector<std::string> stop;
-    SamplerParams sampling;             // OpenAI's defaults where not given; seed: see `seed`
-    std::optional<uint64_t> seed;       // none: the job builder draws a random one
-    std::optional<std::string> state;   // a valid state name to continue from
-    std::vector<ChatMessage> messages;  // chat: non-empty
-    std::optional<std::string> prompt;  // text: none only when continuing a state
-    std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens; none: OpenAI's default
+    SamplerParams sampling;              // OpenAI's defaults where not given; seed: see `seed`
+    std::optional<uint64_t> seed;        // none: the job builder draws a random one
+    std::optional<std::string> state;    // a valid state name to continue from
+    std::optional<std::string> adapter;  // an adapter set's name (`serve --lora NAME=...`)
+    std::vector<ChatMessage> messages;   // chat: non-empty
+    std::optional<std::string> prompt;   // text: none only when continuing a state
+    std::optional<int64_t> max_tokens;   // max_tokens or max_completion_tokens; none: OpenAI's default
 };
 
 // POST /v1/states: {"name", "prompt" | "messages", "add_generation_prompt", "replace"}.
@@ -49,6 +50,7 @@ struct PrefillRequest {
     std::optional<std::string> prompt;  // none: `messages` (non-empty)
     std::vector<ChatMessage> messages;
     bool add_generation_prompt = false;
+    std::optional<std::string> adapter;  // an adapter set's name (`serve --lora NAME=...`)
 };
 
 // A JSON object, or 400 "the request body is not valid JSON: ...".

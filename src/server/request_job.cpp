@@ -92,6 +92,18 @@ void fit_context(const CompletionRequest& request, GenerationJob& job, int64_t n
 
 }  // namespace
 
+// The adapter set a request names; 400 naming it when the server has none of that name.
+std::shared_ptr<const AdapterSet> find_adapter(const std::optional<std::string>& name, const ServerContext& ctx) {
+    if (!name) return nullptr;
+    const auto it = ctx.options.adapters.find(*name);
+    if (it != ctx.options.adapters.end()) return it->second;
+    std::string known;
+    for (const auto& [n, set] : ctx.options.adapters) known += (known.empty() ? "" : ", ") + n;
+    throw bad_request("unknown adapter '" + *name + "'; this server has " +
+                          (known.empty() ? std::string("none (start it with --lora NAME=FILE)") : known),
+                      "adapter", "adapter_not_found");
+}
+
 RequestLimits request_limits(const ServerContext& ctx) { return RequestLimits{ctx.options.parallel}; }
 
 std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& request, ServerContext& ctx) {
@@ -105,7 +117,17 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
     job->top_logprobs = request.top_logprobs;
 
     // The prompt, after a named state when there is one.
+    job->adapters = find_adapter(request.adapter, ctx);
     if (request.state) job->base = fork_named_state(*request.state, ctx);
+    if (job->base && job->base->adapters() != job->adapters) {
+        // A named state's KV was computed under its own adapters: continuing it under others would mix weights.
+        throw bad_request("state '" + *request.state + "' was computed under " +
+                              (job->base->adapters() ? job->base->adapters()->describe() : std::string("no adapters")) +
+                              ", not under " +
+                              (job->adapters ? job->adapters->describe() : std::string("no adapters")) +
+                              "; name the same adapter as when it was made",
+                          "adapter", "state_adapter_mismatch");
+    }
     if (request.chat) {
         job->prompt = chat_tokens(request.messages, AddGenerationPrompt::yes, ctx);
         if (job->base) drop_state_tokens(*job->base, job->prompt);
@@ -121,6 +143,7 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
 std::unique_ptr<GenerationJob> build_prefill_job(const PrefillRequest& request, ServerContext& ctx) {
     auto job = std::make_unique<GenerationJob>();
     job->kind = GenerationJob::Kind::prefill;
+    job->adapters = find_adapter(request.adapter, ctx);
     if (request.prompt) {
         job->prompt = ctx.model->tokenizer().encode(*request.prompt, AddSpecial::yes, ParseSpecial::yes);
     } else {

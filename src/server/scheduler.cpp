@@ -16,7 +16,20 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, SchedulerOptions option
       n_ctx_(options_.n_ctx > 0 ? options_.n_ctx : model->n_ctx_train()),
       evaluator_(model, options_.threads),
       cache_(*model, options_.cache) {
+    for (const auto& [name, set] : options_.adapters) {
+        if (set == nullptr || set->empty() || adapter_caches_.count(set.get())) continue;
+        PrefixCacheOptions cache = options_.cache;
+        cache.adapters = set;
+        adapter_caches_.emplace(set.get(), std::make_unique<PrefixCache>(*model, cache));
+    }
     thread_ = std::thread([this] { run(); });
+}
+
+PrefixCache& Scheduler::cache_for(const AdapterSet* adapters) {
+    if (adapters == nullptr) return cache_;
+    const auto it = adapter_caches_.find(adapters);
+    // A set the scheduler was not given: the model's cache, which rejects its States (another fingerprint).
+    return it == adapter_caches_.end() ? cache_ : *it->second;
 }
 
 Scheduler::~Scheduler() {
@@ -109,7 +122,9 @@ void Scheduler::admit(std::unique_ptr<GenerationJob> job) {
             j.base.reset();
             reused = seq->state.n_tokens();
         } else {
-            CachedPrefix hit = cache_.acquire(j.prompt, StateOptions{KvType::f16, n_ctx_});
+            CachedPrefix hit =
+                cache_for(j.adapters.get())
+                    .acquire(j.prompt, StateOptions{.kv_type = KvType::f16, .n_ctx = n_ctx_, .adapters = j.adapters});
             reused = hit.reused_tokens;
             seq = std::make_unique<Sequence>(std::move(hit.state));
             seq->prompt_done = reused;
@@ -156,10 +171,12 @@ bool Scheduler::waits_for_shared_prefix(const GenerationJob& job,
                                         const std::vector<std::unique_ptr<GenerationJob>>& admitting) const {
     if (job.base) return false;
     for (const auto& other : admitting) {  // admitted in this same pass: nothing of theirs is computed yet
-        if (!other->base && shared_block_tokens(job.prompt, other->prompt) > 0) return true;
+        if (!other->base && other->adapters == job.adapters && shared_block_tokens(job.prompt, other->prompt) > 0)
+            return true;
     }
     for (const auto& seq : sequences_) {
-        if (seq->finished || !seq->prefilling() || seq->job->job->base) continue;
+        if (seq->finished || !seq->prefilling() || seq->job->job->base || seq->job->job->adapters != job.adapters)
+            continue;
         if (shared_block_tokens(job.prompt, seq->job->job->prompt) > seq->prompt_done) return true;
     }
     return false;
@@ -244,7 +261,8 @@ void Scheduler::step() {
             if (!seq.prefilling()) {
                 after_prefill(members[r]);
             } else {
-                cache_.release(seq.state);  // its full blocks so far, for requests waiting on this prefix
+                cache_for(seq.state.adapters().get())
+                    .release(seq.state);  // its full blocks so far, for requests waiting on this prefix
             }
         } else {
             sample_step(seq);
@@ -260,7 +278,7 @@ void Scheduler::after_prefill(size_t index) {
     Sequence& seq = *sequences_[index];
     JobProgress& progress = *seq.job;
     GenerationJob& job = *progress.job;
-    cache_.release(seq.state);  // the prompt's blocks, for later requests sharing it
+    cache_for(seq.state.adapters().get()).release(seq.state);  // the prompt's blocks, for later requests sharing it
     if (job.kind == GenerationJob::Kind::prefill) {
         progress.prefilled = std::make_shared<State>(std::move(seq.state));
         seq.state_taken = true;
@@ -299,7 +317,7 @@ void Scheduler::retire_finished() {
     metrics_.active_sequences.store(active);
     auto keep = std::remove_if(sequences_.begin(), sequences_.end(), [&](std::unique_ptr<Sequence>& seq) {
         if (!seq->finished) return false;
-        if (!seq->state_taken) cache_.release(seq->state);
+        if (!seq->state_taken) cache_for(seq->state.adapters().get()).release(seq->state);
         JobProgress& progress = *seq->job;
         if (--progress.live_sequences == 0) {
             slots_used_ -= progress.slots;

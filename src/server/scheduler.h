@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -35,6 +36,9 @@ struct SchedulerOptions {
     int64_t n_ctx = 0;          // context of new sequences (0 = the model's)
     int64_t step_tokens = 256;  // prompt tokens evaluated per step, all prefilling sequences together
     PrefixCacheOptions cache;
+    // The adapter sets jobs may name (GenerationJob::adapters): each gets its own PrefixCache with
+    // `cache`'s options (its keys and block files carry the model + adapters fingerprint).
+    std::map<std::string, std::shared_ptr<const AdapterSet>> adapters;
 };
 
 class Scheduler {
@@ -72,6 +76,9 @@ private:
     int64_t n_ctx_ = 0;
     Evaluator evaluator_;
     PrefixCache cache_;
+    std::map<const AdapterSet*, std::unique_ptr<PrefixCache>> adapter_caches_;  // per SchedulerOptions::adapters
+    // The prefix cache of the States computed under `adapters` (null: the model alone).
+    PrefixCache& cache_for(const AdapterSet* adapters);
 
     std::mutex mutex_;
     std::condition_variable wake_;

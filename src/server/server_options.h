@@ -2,7 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+
+#include "kvstash/adapter.h"
 
 namespace kvstash::server {
 
@@ -21,6 +25,8 @@ struct ServerOptions {
     std::string state_dir;          // named states as files (empty: memory only)
     uint64_t max_state_bytes = uint64_t{1} << 30;  // bytes of an uploaded state file (413 past it)
     std::string chat_template;                     // empty: the model's own
+    // Adapter sets loaded at start (--lora NAME=FILE[:SCALE]), chosen per request by "adapter": NAME.
+    std::map<std::string, std::shared_ptr<const AdapterSet>> adapters;
 };
 
 }  // namespace kvstash::server

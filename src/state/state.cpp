@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kvstash/adapter.h"
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "model/model_access.h"
@@ -77,6 +78,10 @@ State::State(const Model& model, StateOptions options) : State() {
     }
     if (options.checkpoint_interval < 0)
         throw Error(ErrorCode::invalid_argument, "checkpoint interval must not be negative");
+    if (options.adapters != nullptr && &options.adapters->model() != &model)
+        throw Error(ErrorCode::invalid_argument,
+                    "the adapter set was loaded for another Model object than the State's");
+    if (options.adapters != nullptr && options.adapters->empty()) options.adapters.reset();
     impl_->model = &model;
     impl_->options = options;
     impl_->n_ctx = options.n_ctx > 0 ? options.n_ctx : (info.n_ctx_train > 0 ? info.n_ctx_train : 4096);
@@ -156,6 +161,7 @@ int64_t State::n_pending() const { return n_tokens() - impl_->kv.n_tokens(); }
 int64_t State::n_tokens() const { return static_cast<int64_t>(impl_->tokens.size()); }
 int64_t State::n_ctx() const { return impl_->n_ctx; }
 KvType State::kv_type() const { return impl_->kv.kv_type(); }
+const std::shared_ptr<const AdapterSet>& State::adapters() const { return impl_->options.adapters; }
 uint64_t State::kv_bytes() const { return static_cast<uint64_t>(impl_->kv.n_blocks()) * impl_->kv.block_bytes(); }
 std::span<const int32_t> State::tokens() const { return impl_->tokens; }
 std::span<const float> State::last_logits() const { return impl_->last_logits; }

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -112,7 +113,10 @@ inline constexpr size_t scan_floats = 104;          // i64 per recurrent layer
 inline constexpr size_t n_checkpoints = 112;        // i64
 inline constexpr size_t checkpoint_interval = 120;  // i64 StateOptions::checkpoint_interval
 inline constexpr size_t checkpoint_memory = 128;    // u64 StateOptions::checkpoint_memory
-inline constexpr size_t reserved_v2 = 136;          // 56 bytes, zero
+// The model's own fingerprint when the State was computed under adapters (then `fingerprint` above is
+// the combined model + adapter-set one, docs/adapters.md); zero without adapters.
+inline constexpr size_t base_fingerprint = 136;  // 16 bytes
+inline constexpr size_t reserved_v2 = 152;       // 40 bytes, zero
 }  // namespace meta
 inline constexpr uint64_t kMetaFixedBytesV1 = 128;
 inline constexpr uint64_t kMetaFixedBytesV2 = 192;
@@ -215,8 +219,10 @@ void rewrite_checksums(std::span<uint8_t> file);
 // The reader over bytes already in memory (a mapped file, or the fuzzer's input); `display_name` is
 // used in error messages.
 // With `session`, also returns the 'session' section's bytes (nullopt when the file has none).
+// `adapters`: the set the State is to be computed under (null = none); the file must have been saved under
+// the same one.
 State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name,
-                   std::optional<std::string>* session = nullptr);
+                   std::optional<std::string>* session = nullptr, std::shared_ptr<const AdapterSet> adapters = {});
 StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::string& display_name, Checksums checksums);
 
 }  // namespace kvstash::state_file

@@ -188,6 +188,10 @@ Meta Reader::read_meta() const {
                     [](uint8_t x) { return x != 0; })) {
         corrupt("section 'meta' has non-zero reserved bytes");
     }
+    if (version_ != 1) {
+        std::copy(b.begin() + meta::base_fingerprint, b.begin() + meta::base_fingerprint + 16,
+                  m.base_fingerprint.bytes.begin());
+    }
     if (version_ == 1) {
         m.n_kv_layers = m.n_layer;
         m.n_evaluated = m.n_tokens;

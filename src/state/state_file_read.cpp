@@ -15,8 +15,10 @@
 #include "format/tensor_type.h"
 #include "kv/kv_block_hash.h"
 #include "kv/kv_tensor_type.h"
+#include "kvstash/adapter.h"
 #include "kvstash/error.h"
 #include "model/model_access.h"
+#include "state/adapter_fingerprint.h"
 #include "state/fingerprint.h"
 #include "state/state_access.h"
 #include "state/state_file_reader.h"
@@ -180,12 +182,27 @@ std::vector<RecurrentCheckpoint> decode_checkpoints(const Reader& r, const Meta&
 }  // namespace
 
 State decode_state(const Model& model, std::span<const uint8_t> file, const std::string& display_name,
-                   std::optional<std::string>* session) {
+                   std::optional<std::string>* session, std::shared_ptr<const AdapterSet> adapters) {
     Reader r(file, display_name);
     r.parse_layout();
     const Meta m = r.read_meta();
 
-    const ModelFingerprint fp = cached_model_fingerprint(model);
+    const ModelFingerprint base = cached_model_fingerprint(model);
+    const ModelFingerprint fp = combined_fingerprint(model, adapters.get());
+    const bool saved_with_adapters = m.base_fingerprint != ModelFingerprint{};
+    const ModelFingerprint saved_base = saved_with_adapters ? m.base_fingerprint : m.fingerprint;
+    if (m.fingerprint != fp && saved_base == base) {
+        // The right model, other adapters: the KV was computed with other weights.
+        const bool with_adapters = adapters != nullptr && !adapters->empty();
+        r.fail(ErrorCode::invalid_argument,
+               std::string("it was saved ") +
+                   (saved_with_adapters ? "under adapters (model + adapters fingerprint " + m.fingerprint.hex() + ")"
+                                        : "without adapters") +
+                   ", but is being loaded " +
+                   (with_adapters ? "under " + adapters->describe() + " (fingerprint " + fp.hex() + ")"
+                                  : "without adapters") +
+                   "; its KV was computed with other weights: load it under the adapters it was saved with");
+    }
     if (m.fingerprint != fp) {
         r.fail(ErrorCode::invalid_argument,
                "it was saved from model '" + m.model_name + "' (fingerprint " + m.fingerprint.hex() + "), not from '" +
@@ -212,6 +229,7 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     options.n_ctx = m.n_ctx;
     options.checkpoint_interval = m.checkpoint_interval;
     options.checkpoint_memory = m.checkpoint_memory;
+    options.adapters = std::move(adapters);
     State state(model, options);
 
     const std::vector<uint8_t> token_bytes = r.read_section(*r.find(kSectionTokens));
@@ -259,6 +277,7 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     StateFileInfo info;
     info.format_version = r.version();
     info.model_fingerprint = m.fingerprint.hex();
+    if (m.base_fingerprint != ModelFingerprint{}) info.base_model_fingerprint = m.base_fingerprint.hex();
     info.model_name = m.model_name;
     info.n_tokens = m.n_tokens;
     info.n_ctx = m.n_ctx;
@@ -315,6 +334,13 @@ State load_state(const Model& model, const std::string& path, std::optional<std:
         ::madvise(const_cast<uint8_t*>(map.data()), map.size(), MADV_SEQUENTIAL);
     }
     return state_file::decode_state(model, {map.data(), map.size()}, path, session);
+}
+
+State load_state(const Model& model, const std::string& path, const LoadOptions& options,
+                 std::optional<std::string>* session) {
+    const MappedFile map = MappedFile::open(path);
+    if (map.size() > 0) ::madvise(const_cast<uint8_t*>(map.data()), map.size(), MADV_SEQUENTIAL);
+    return state_file::decode_state(model, {map.data(), map.size()}, path, session, options.adapters);
 }
 
 StateFileInfo inspect_state_file(const std::string& path, Checksums checksums) {

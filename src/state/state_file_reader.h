@@ -27,7 +27,8 @@ inline std::string hex64(uint64_t v) {
 }
 
 struct Meta {
-    ModelFingerprint fingerprint;
+    ModelFingerprint fingerprint;       // the model's, or model + adapters' (base_fingerprint set)
+    ModelFingerprint base_fingerprint;  // all zero: no adapters (always so in version 1)
     int64_t n_vocab = 0, n_layer = 0, n_embd_kv = 0, n_ctx = 0, n_tokens = 0;
     uint32_t cache_type = 0, kv_encoding = 0;
     std::string model_name;

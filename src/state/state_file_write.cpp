@@ -21,6 +21,7 @@
 #include "format/tensor_type.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/error.h"
+#include "state/adapter_fingerprint.h"
 #include "state/fingerprint.h"
 #include "state/state_access.h"
 #include "state/state_file_format.h"
@@ -110,12 +111,14 @@ Section small_section(uint32_t type, std::vector<uint8_t> raw, bool compress) {
     return s;
 }
 
-std::vector<uint8_t> encode_meta(const State& s, const ModelInfo& c, const ModelFingerprint& fp, uint32_t encoding) {
+std::vector<uint8_t> encode_meta(const State& s, const ModelInfo& c, const ModelFingerprint& fp,
+                                 const ModelFingerprint& base, uint32_t encoding) {
     // At most kMaxModelNameBytes, cut at a UTF-8 character boundary.
     const std::string name = c.name.substr(
         0, utf8::character_start_at_or_before(c.name, std::min<size_t>(c.name.size(), kMaxModelNameBytes)));
     std::vector<uint8_t> m(kMetaFixedBytesV2 + name.size(), 0);
     std::copy(fp.bytes.begin(), fp.bytes.end(), m.begin() + meta::fingerprint);
+    if (fp != base) std::copy(base.bytes.begin(), base.bytes.end(), m.begin() + meta::base_fingerprint);
     store_le<int64_t>(&m[meta::n_vocab], c.n_vocab);
     store_le<int64_t>(&m[meta::n_layer], c.n_layer);
     store_le<int64_t>(&m[meta::n_embd_kv], c.n_embd_kv());
@@ -327,10 +330,11 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
                                                      " or q8_0, not " + std::string(kv_type_name(file_kv_type)));
     }
     const auto encoding = static_cast<uint32_t>(tensor_type_of(file_kv_type));
-    const ModelFingerprint fp = cached_model_fingerprint(*model);
+    const ModelFingerprint base = cached_model_fingerprint(*model);
+    const ModelFingerprint fp = state_fingerprint(*model, state);  // == base without adapters
 
     std::vector<Section> sections;
-    sections.push_back(small_section(kSectionMeta, encode_meta(state, c, fp, encoding), options.compress));
+    sections.push_back(small_section(kSectionMeta, encode_meta(state, c, fp, base, encoding), options.compress));
     std::vector<uint8_t> tokens(state.tokens().size() * 4);
     if (!tokens.empty()) std::memcpy(tokens.data(), state.tokens().data(), tokens.size());
     sections.push_back(small_section(kSectionTokens, std::move(tokens), options.compress));

@@ -21,7 +21,7 @@ import tempfile
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
-MEMBERS = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/")
 
 _WRAPPER = r"""
 import sys
@@ -80,4 +80,16 @@ class Converter:
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if proc.returncode != 0:
             raise SystemExit(f"converter failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc.stdout + proc.stderr
+
+    def convert_lora(self, lora_dir: str, base_dir: str, outfile: str, outtype: str = "f32") -> str:
+        """Runs `convert_lora_to_gguf.py lora_dir --base base_dir --outfile outfile --outtype outtype`."""
+        wrapper = ("import sys; root = sys.argv[1]; sys.path.insert(0, root + '/gguf-py'); sys.path.insert(0, root); "
+                   "import runpy; sys.argv = ['convert_lora_to_gguf.py'] + sys.argv[2:]; "
+                   "runpy.run_path(root + '/convert_lora_to_gguf.py', run_name='__main__')")
+        cmd = [sys.executable, "-c", wrapper, self.root, lora_dir, "--base", base_dir, "--outfile", outfile,
+               "--outtype", outtype]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if proc.returncode != 0:
+            raise SystemExit(f"LoRA converter failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc.stdout + proc.stderr

@@ -16,12 +16,14 @@ void add_cache_flags(CLI::App& cmd, CacheFlags& flags, const std::string& dir_he
         ->needs(dir);
 }
 
-std::unique_ptr<PrefixCache> open_prefix_cache(const Model& model, const CacheFlags& flags) {
+std::unique_ptr<PrefixCache> open_prefix_cache(const Model& model, const CacheFlags& flags,
+                                               std::shared_ptr<const AdapterSet> adapters) {
     if (flags.dir.empty()) return nullptr;
     PrefixCacheOptions options;
     options.ram_budget_bytes = flags.ram_mib << 20;
     options.disk_dir = flags.dir;
     options.disk_budget_bytes = flags.disk_mib << 20;
+    options.adapters = std::move(adapters);
     return std::make_unique<PrefixCache>(model, options);
 }
 

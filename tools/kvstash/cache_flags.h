@@ -22,6 +22,8 @@ struct CacheFlags {
 // Adds the three options; `dir_help` says what the subcommand does with the directory.
 void add_cache_flags(CLI::App& cmd, CacheFlags& flags, const std::string& dir_help);
 // The cache on flags.dir (created if missing), or null without --cache-dir.
-std::unique_ptr<PrefixCache> open_prefix_cache(const Model& model, const CacheFlags& flags);
+// `adapters`: the set whose States it holds (null = none).
+std::unique_ptr<PrefixCache> open_prefix_cache(const Model& model, const CacheFlags& flags,
+                                               std::shared_ptr<const AdapterSet> adapters = {});
 
 }  // namespace kvstash::cli

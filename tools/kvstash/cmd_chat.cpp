@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 
+#include "kvstash/adapter_flags.h"
 #include "kvstash/cache_flags.h"
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
@@ -41,6 +42,7 @@ struct ChatFlags {
     bool timings = false;
     std::string load_path;
     CacheFlags cache;
+    AdapterFlags adapters;
 };
 
 const char* chat_help =
@@ -111,8 +113,10 @@ int run_chat(const ChatFlags& f) {
     auto model = load_model(f.model_path);
     const ChatTemplate tmpl = chat_template_from_flag(*model, f.chat_template);
     Evaluator evaluator(model, f.threads);
-    const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
-    const SessionOptions session_options{StateOptions{KvType::f16, f.ctx}, cache.get()};
+    const std::shared_ptr<const AdapterSet> adapters = load_adapter_flags(*model, f.adapters);
+    const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache, adapters);
+    const SessionOptions session_options{StateOptions{.kv_type = KvType::f16, .n_ctx = f.ctx, .adapters = adapters},
+                                         cache.get()};
     const SamplerParams params = sampler_params(f.sampling);
     if (f.timings) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
     std::optional<Session> session;
@@ -232,6 +236,7 @@ void register_chat(CLI::App& root, Action& action) {
     add_chat_template_option(*cmd, f->chat_template);
     add_sampling_flags(*cmd, f->sampling);
     add_ctx_option(*cmd, f->ctx);
+    add_adapter_flags(*cmd, f->adapters);
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings, "print tokens computed vs reused and speed per turn to stderr");
     cmd->add_option("--load", f->load_path, "resume a conversation saved with /save");

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvstash/adapter_flags.h"
 #include "kvstash/cache_flags.h"
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
@@ -48,6 +49,7 @@ struct GenerateFlags {
     bool resume_sampler = false;
     std::string dump_logits_path;
     CacheFlags cache;
+    AdapterFlags adapters;
 };
 
 constexpr double kMiB = 1024.0 * 1024.0;
@@ -112,10 +114,11 @@ int run_generate(const GenerateFlags& f) {
 
     auto model = load_model(f.model_path);
     Evaluator evaluator(model, f.threads);
+    const std::shared_ptr<const AdapterSet> adapters = load_adapter_flags(*model, f.adapters);
     const auto load_start = std::chrono::steady_clock::now();
     std::optional<State> base;
     if (continuing) {
-        base.emplace(load_state(*model, f.state_path));
+        base.emplace(load_state(*model, f.state_path, LoadOptions{adapters}));
         if (f.resume_sampler && !base->sampler_state()) {
             throw Error(ErrorCode::invalid_argument,
                         "'" + f.state_path +
@@ -124,9 +127,10 @@ int run_generate(const GenerateFlags& f) {
         std::fprintf(stderr, "state: %lld tokens loaded from %s in %.3f s\n", static_cast<long long>(base->n_tokens()),
                      f.state_path.c_str(), seconds_since(load_start));
     } else {
-        base.emplace(*model, StateOptions{parse_cache_kv_type(f.kv_type), f.ctx});
+        base.emplace(*model,
+                     StateOptions{.kv_type = parse_cache_kv_type(f.kv_type), .n_ctx = f.ctx, .adapters = adapters});
     }
-    const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache);
+    const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache, adapters);
 
     const SamplerParams params = sampler_params(f.sampling);
     if (f.timings && !f.resume_sampler) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
@@ -163,7 +167,8 @@ int run_generate(const GenerateFlags& f) {
         size_t reused = 0;
         double acquire_seconds = 0;
         if (cache) {
-            CachedPrefix hit = cache->acquire(tokens, StateOptions{parse_cache_kv_type(f.kv_type), f.ctx});
+            CachedPrefix hit = cache->acquire(
+                tokens, StateOptions{.kv_type = parse_cache_kv_type(f.kv_type), .n_ctx = f.ctx, .adapters = adapters});
             reused = static_cast<size_t>(hit.reused_tokens);
             state = std::move(hit.state);
             acquire_seconds = seconds_since(start);
@@ -257,6 +262,7 @@ void register_generate(CLI::App& root, Action& action) {
         "--dump-logits", f->dump_logits_path,
         "write, for every generated token, its id (int32) and the logits it was sampled from (n_vocab float32)");
     add_ctx_option(*cmd, f->ctx);
+    add_adapter_flags(*cmd, f->adapters);
     add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32}, "KV cache type")
         ->capture_default_str();
     add_threads_option(*cmd, f->threads);

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "engine/log_softmax.h"
+#include "kvstash/adapter_flags.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
@@ -29,6 +30,7 @@ struct PerplexityOptions {
     std::string file;
     int64_t ctx = 512;
     int threads = 0;
+    AdapterFlags adapters;
 };
 
 int run_perplexity(const PerplexityOptions& o) {
@@ -42,6 +44,7 @@ int run_perplexity(const PerplexityOptions& o) {
                                                      "; use a longer text or a smaller --ctx");
     }
     Evaluator evaluator(model, o.threads);
+    const std::shared_ptr<const AdapterSet> adapters = load_adapter_flags(*model, o.adapters);
     const int64_t n_vocab = model->n_vocab();
     const int64_t first = o.ctx / 2;
     std::cerr << "perplexity: " << tokens.size() << " tokens, " << n_chunks << " chunks of " << o.ctx
@@ -52,7 +55,7 @@ int run_perplexity(const PerplexityOptions& o) {
     std::vector<float> logits;
     const auto start = std::chrono::steady_clock::now();
     for (int64_t c = 0; c < n_chunks; ++c) {
-        State state(*model, StateOptions{KvType::f16, o.ctx});
+        State state(*model, StateOptions{.kv_type = KvType::f16, .n_ctx = o.ctx, .adapters = adapters});
         std::span<const int32_t> chunk(tokens.data() + c * o.ctx, static_cast<size_t>(o.ctx));
         evaluator.eval(state, chunk, &logits);
         for (int64_t j = first; j < o.ctx; ++j) {
@@ -81,6 +84,7 @@ void register_perplexity(CLI::App& root, Action& action) {
         ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
         ->capture_default_str();
     add_threads_option(*cmd, o->threads);
+    add_adapter_flags(*cmd, o->adapters);
     cmd->callback([&action, o] { action = [o] { return run_perplexity(*o); }; });
 }
 

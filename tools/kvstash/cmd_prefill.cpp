@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "kvstash/adapter_flags.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
@@ -29,6 +30,7 @@ struct PrefillFlags {
     bool compress = false;
     int64_t ctx = 0;
     int threads = 0;
+    AdapterFlags adapters;
 };
 
 int run_prefill(const PrefillFlags& f) {
@@ -37,7 +39,9 @@ int run_prefill(const PrefillFlags& f) {
     require_valid_utf8(text, f.file.empty() ? "the prompt" : "'" + f.file + "'");
     auto model = load_model(f.model_path);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
-    State state(*model, StateOptions{parse_cache_kv_type(f.kv_type), f.ctx});
+    State state(*model, StateOptions{.kv_type = parse_cache_kv_type(f.kv_type),
+                                     .n_ctx = f.ctx,
+                                     .adapters = load_adapter_flags(*model, f.adapters)});
     if (static_cast<int64_t>(tokens.size()) >= state.n_ctx()) {
         throw Error(ErrorCode::out_of_range, "the text has " + std::to_string(tokens.size()) +
                                                  " tokens, more than the context of " + std::to_string(state.n_ctx()) +
@@ -86,6 +90,7 @@ void register_prefill(CLI::App& root, Action& action) {
                        "bit-exact)");
     cmd->add_flag("--compress", f->compress, "compress the file with zstd");
     add_ctx_option(*cmd, f->ctx, "context size of the saved state (0 = the model's)");
+    add_adapter_flags(*cmd, f->adapters);
     add_threads_option(*cmd, f->threads);
     cmd->callback([&action, f, text] {
         if (!text.given()) throw CLI::RequiredError("one of -p/--prompt or -f/--file");

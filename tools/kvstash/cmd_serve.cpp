@@ -6,12 +6,15 @@
 
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <thread>
 
+#include "kvstash/adapter_flags.h"
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
+#include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "kvstash/shared_flags.h"
 #include "server/http.h"
@@ -22,7 +25,28 @@ namespace {
 struct ServeFlags {
     std::string model_path;
     server::ServerOptions options;
+    std::vector<std::string> lora;            // NAME=FILE[:SCALE]
+    std::vector<std::string> control_vector;  // NAME=FILE[:SCALE]
 };
+
+// The named adapter sets of --lora / --control-vector NAME=FILE[:SCALE]: the files given one NAME form
+// one set (LoRAs first, then control vectors, each in the order given).
+std::map<std::string, std::shared_ptr<const AdapterSet>> load_named_adapters(const Model& model, const ServeFlags& f) {
+    std::map<std::string, std::vector<AdapterFile>> files;
+    const auto add = [&](const std::string& spec, AdapterKind kind, const char* flag) {
+        const size_t eq = spec.find('=');
+        if (eq == std::string::npos || eq == 0) {
+            throw Error(ErrorCode::invalid_argument,
+                        std::string(flag) + " '" + spec + "': the server's form is NAME=FILE[:SCALE]");
+        }
+        files[spec.substr(0, eq)].push_back(parse_adapter_spec(spec.substr(eq + 1), kind));
+    };
+    for (const std::string& s : f.lora) add(s, AdapterKind::lora, "--lora");
+    for (const std::string& s : f.control_vector) add(s, AdapterKind::control_vector, "--control-vector");
+    std::map<std::string, std::shared_ptr<const AdapterSet>> sets;
+    for (const auto& [name, list] : files) sets.emplace(name, AdapterSet::load(model, list));
+    return sets;
+}
 
 int run_serve(const ServeFlags& f) {
     // Signals are taken by a waiting thread (sigwait), not a handler, so stopping is ordinary code.
@@ -34,7 +58,11 @@ int run_serve(const ServeFlags& f) {
     std::signal(SIGPIPE, SIG_IGN);
 
     auto model = load_model(f.model_path);
-    server::HttpServer http(model, f.options);
+    server::ServerOptions options = f.options;
+    options.adapters = load_named_adapters(*model, f);
+    for (const auto& [name, set] : options.adapters)
+        std::fprintf(stderr, "kvstash serve: adapter '%s': %s\n", name.c_str(), set->describe().c_str());
+    server::HttpServer http(model, options);
     int port = 0;
     try {
         port = http.bind();
@@ -106,6 +134,11 @@ void register_serve(CLI::App& root, Action& action) {
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 40))
         ->capture_default_str();
     add_chat_template_option(*cmd, o.chat_template);
+    cmd->add_option("--lora", f->lora,
+                    "NAME=FILE[:SCALE]: a LoRA (llama.cpp GGUF) loaded at start, used by requests with "
+                    "\"adapter\": \"NAME\"; repeatable (files with one NAME form one set)");
+    cmd->add_option("--control-vector", f->control_vector,
+                    "NAME=FILE[:SCALE]: a control vector (llama.cpp GGUF) in the adapter set NAME; repeatable");
     cmd->callback([&action, f] { action = [f] { return run_serve(*f); }; });
 }
 
