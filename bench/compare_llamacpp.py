@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METRICS = ("prefill_tok_s", "decode_tok_s", "ttft_s", "prefill_cpu_ms_per_token", "decode_cpu_ms_per_token")
 
 
-def llama_worker(model_path, threads, n_prompt, n_decode, repeats, seed):
+def llama_worker(model_path, threads, n_prompt, n_decode, repeats, seed, flash_attn):
     """Runs in its own process: prints {"prefill_tok_s": [...], "decode_tok_s": [...], "ttft_s": [...]}."""
     import llama_cpp as L
     import numpy as np
@@ -45,6 +45,8 @@ def llama_worker(model_path, threads, n_prompt, n_decode, repeats, seed):
     cparams.n_ubatch = 512
     cparams.n_threads = threads
     cparams.n_threads_batch = threads
+    cparams.flash_attn_type = {"auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                               "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED}[flash_attn]
     ctx = L.llama_init_from_model(model, cparams)
     if not ctx:
         raise SystemExit("llama.cpp could not create a context")
@@ -145,7 +147,7 @@ def compare(model, args):
             else:
                 j = run_json([sys.executable, os.path.abspath(__file__), "--worker", "-m", model,
                               "-t", str(args.threads), "-p", str(args.prompt), "-n", str(args.decode),
-                              "-r", str(args.repeats)])
+                              "-r", str(args.repeats), "--flash-attn", args.flash_attn])
                 linfo = j
                 for key in lc:
                     lc[key] += j[key]
@@ -185,10 +187,12 @@ def main():
     ap.add_argument("--quiet-wait", type=float, default=60, help="longest wait for a quiet machine (s)")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build-speed", "bench", "kvstash_bench"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--flash-attn", choices=("on", "off", "auto"), default="on",
+                    help="llama.cpp's flash attention (its fastest CPU attention at long context)")
     args = ap.parse_args()
     models = args.model or [os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")]
     if args.worker:
-        llama_worker(models[0], args.threads, args.prompt, args.decode, args.repeats, args.seed)
+        llama_worker(models[0], args.threads, args.prompt, args.decode, args.repeats, args.seed, args.flash_attn)
         return
     results = []
     for model in models:

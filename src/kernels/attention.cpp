@@ -1,14 +1,18 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/attention_group.h"
 #include "kernels/attention_rows.h"
+#include "kernels/exp_f32.h"
 #include "kernels/thread_pool.h"
 
 namespace kvstash {
 namespace {
+
+constexpr int64_t kChunk = kAttentionChunkKeys;
 
 inline const uint8_t* kv_row(const uint8_t* const* blocks, const KvLayerView& kv, int64_t pos) {
     return blocks[pos / kv.block_tokens] + static_cast<uint64_t>(pos % kv.block_tokens) * kv.row_bytes;
@@ -19,29 +23,194 @@ inline int64_t first_key(const AttentionShape& s, int64_t pos) {
     return s.window > 0 && pos >= s.window ? pos - s.window + 1 : 0;
 }
 
-// One (query, head): scores over keys first..last, softmax, weighted sum of values.
-void attend_one(const kernels::AttentionRowOps& ops, const AttentionShape& s, const KvLayerView& kv, const float* q,
-                int64_t last, int64_t kv_head, float* out, std::vector<float>& scores) {
-    const int64_t first = first_key(s, last);
-    const int64_t n_keys = last + 1 - first;
-    scores.resize(static_cast<size_t>(n_keys));
-    const uint64_t offset = static_cast<uint64_t>(kv_head * s.head_dim) * (kv.type == TensorType::F16 ? 2 : 4);
+inline uint64_t head_offset(const AttentionShape& s, const KvLayerView& kv, int64_t kv_head) {
+    return static_cast<uint64_t>(kv_head * s.head_dim) * (kv.type == TensorType::F16 ? 2 : 4);
+}
+
+// The partials of `n_heads` heads over one chunk, laid out as [max (n_heads)][sum (n_heads)][acc (n_heads ×
+// head_dim)]: partial_floats(n_heads) floats.
+inline int64_t partial_floats(const AttentionShape& s, int64_t n_heads) { return n_heads * (s.head_dim + 2); }
+
+// Keys [k_first, k_first + n_keys) of the chunk `c` for a query at `pos`.
+inline void chunk_keys(const AttentionShape& s, int64_t pos, int64_t c, int64_t* k_first, int64_t* n_keys) {
+    const int64_t lo = std::max(first_key(s, pos), c * kChunk);
+    const int64_t hi = std::min(pos, c * kChunk + kChunk - 1);
+    *k_first = lo;
+    *n_keys = hi + 1 - lo;
+}
+
+// The definition of one (query, head)'s partial over keys k_first.. (n_keys of them), with the per-row
+// operations: scores, their max, the numerators, their sum in key order, and the numerator-weighted sum
+// of values in key order (from 0).
+void chunk_partial_rows(const kernels::AttentionRowOps& ops, const AttentionShape& s, const KvLayerView& kv,
+                        const float* q, int64_t kv_head, int64_t k_first, int64_t n_keys, float* scores, float* max_out,
+                        float* sum_out, float* acc) {
+    const uint64_t offset = head_offset(s, kv, kv_head);
     float max_score = -INFINITY;
     for (int64_t j = 0; j < n_keys; ++j) {
-        const float score = ops.dot(q, kv_row(kv.k_blocks, kv, first + j) + offset, s.head_dim, kv.type) * s.scale;
-        scores[static_cast<size_t>(j)] = score;
+        const float score = ops.dot(q, kv_row(kv.k_blocks, kv, k_first + j) + offset, s.head_dim, kv.type) * s.scale;
+        scores[j] = score;
         if (score > max_score) max_score = score;
     }
     // The numerators (vectorised, the same bits on every ISA), then their sum in key order.
-    ops.exp_shifted(scores.data(), scores.data(), n_keys, max_score);
+    ops.exp_shifted(scores, scores, n_keys, max_score);
     float sum = 0.0f;
-    for (int64_t j = 0; j < n_keys; ++j) sum += scores[static_cast<size_t>(j)];
-    for (int64_t d = 0; d < s.head_dim; ++d) out[d] = 0.0f;
+    for (int64_t j = 0; j < n_keys; ++j) sum += scores[j];
+    for (int64_t d = 0; d < s.head_dim; ++d) acc[d] = 0.0f;
     for (int64_t j = 0; j < n_keys; ++j) {
-        ops.axpy(out, scores[static_cast<size_t>(j)], kv_row(kv.v_blocks, kv, first + j) + offset, s.head_dim, kv.type);
+        ops.axpy(acc, scores[j], kv_row(kv.v_blocks, kv, k_first + j) + offset, s.head_dim, kv.type);
     }
-    const float inv_sum = 1.0f / sum;
-    for (int64_t d = 0; d < s.head_dim; ++d) out[d] *= inv_sum;
+    *max_out = max_score;
+    *sum_out = sum;
+}
+
+bool group_kernel_supports(Isa isa, int64_t head_dim) {
+    switch (isa) {
+        case Isa::avx2: return kernels::attention_group_avx2_supports(head_dim);
+        case Isa::avx512: return kernels::attention_group_avx512_supports(head_dim);
+        default: return false;
+    }
+}
+
+// Heads [h_begin, h_end) (one KV head) of the query at `pos`, chunk `c`: the partials into `partial`
+// (partial_floats(h_end - h_begin) floats), bitwise chunk_partial_rows for each head, by the ISA's group
+// kernel where it has one.
+void chunk_partial(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_row, int64_t pos,
+                   int64_t h_begin, int64_t h_end, int64_t c, float* partial, std::vector<float>& scores) {
+    const int64_t group = s.n_head / s.n_head_kv;
+    const int64_t kv_head = h_begin / group;
+    const int64_t n_heads = h_end - h_begin;
+    int64_t k_first = 0, n_keys = 0;
+    chunk_keys(s, pos, c, &k_first, &n_keys);
+    scores.resize(static_cast<size_t>(n_heads * kChunk));
+    float* max_score = partial;
+    float* sum = partial + n_heads;
+    float* acc = partial + 2 * n_heads;
+    const kernels::KernelTable& table = kernels::kernel_table(isa);
+    if (table.attention_group != nullptr && group_kernel_supports(isa, s.head_dim)) {
+        kernels::AttentionGroupArgs args;
+        args.q = q_row + h_begin * s.head_dim;
+        args.n_heads = n_heads;
+        args.head_dim = s.head_dim;
+        args.first_key = k_first;
+        args.n_keys = n_keys;
+        args.scale = s.scale;
+        args.k_blocks = kv.k_blocks;
+        args.v_blocks = kv.v_blocks;
+        args.offset = head_offset(s, kv, kv_head);
+        args.block_tokens = kv.block_tokens;
+        args.row_bytes = kv.row_bytes;
+        args.type = kv.type;
+        args.scores = scores.data();
+        args.max_score = max_score;
+        args.sum = sum;
+        args.acc = acc;
+        table.attention_group(args);
+        return;
+    }
+    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
+    for (int64_t i = 0; i < n_heads; ++i) {
+        chunk_partial_rows(ops, s, kv, q_row + (h_begin + i) * s.head_dim, kv_head, k_first, n_keys, scores.data(),
+                           max_score + i, sum + i, acc + i * s.head_dim);
+    }
+}
+
+// Head i's output from the partials of its chunks (chunk k's block at partials + k * stride, holding
+// n_heads heads), combined in chunk order: with M the largest chunk max and f_k = exp_f32(max_k - M),
+// out = (sum over k of acc_k * f_k) / (sum over k of sum_k * f_k), each sum in chunk order from 0. (Compiled
+// for the baseline ISA, without fma, on every path.)
+void combine_partials(const AttentionShape& s, const float* partials, int64_t n_chunks, int64_t stride, int64_t n_heads,
+                      int64_t i, float* out) {
+    float m = partials[i];
+    for (int64_t k = 1; k < n_chunks; ++k) m = std::max(m, partials[k * stride + i]);
+    float l = 0.0f;
+    for (int64_t d = 0; d < s.head_dim; ++d) out[d] = 0.0f;
+    for (int64_t k = 0; k < n_chunks; ++k) {
+        const float* block = partials + k * stride;
+        const float f = kernels::exp_f32(block[i] - m);
+        l += block[n_heads + i] * f;
+        const float* acc = block + 2 * n_heads + i * s.head_dim;
+        for (int64_t d = 0; d < s.head_dim; ++d) out[d] += acc[d] * f;
+    }
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < s.head_dim; ++d) out[d] *= inv;
+}
+
+inline int64_t first_chunk(const AttentionShape& s, int64_t pos) { return first_key(s, pos) / kChunk; }
+inline int64_t n_chunks_of(const AttentionShape& s, int64_t pos) { return pos / kChunk - first_chunk(s, pos) + 1; }
+
+// Heads [h_begin, h_end) of one row, every chunk in turn, then combined.
+void row_heads_all_chunks(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_row, int64_t pos,
+                          int64_t h_begin, int64_t h_end, float* out_row) {
+    thread_local std::vector<float> scores, partials;
+    const int64_t group = s.n_head / s.n_head_kv;
+    const int64_t c0 = first_chunk(s, pos);
+    const int64_t n_chunks = n_chunks_of(s, pos);
+    // Heads of one KV head at a time (a range may span several in the per-head split's callers).
+    for (int64_t h0 = h_begin; h0 < h_end;) {
+        const int64_t h1 = std::min(h_end, (h0 / group + 1) * group);
+        const int64_t n_heads = h1 - h0;
+        const int64_t stride = partial_floats(s, n_heads);
+        partials.resize(static_cast<size_t>(n_chunks * stride));
+        for (int64_t k = 0; k < n_chunks; ++k) {
+            chunk_partial(isa, s, kv, q_row, pos, h0, h1, c0 + k, partials.data() + k * stride, scores);
+        }
+        for (int64_t i = 0; i < n_heads; ++i) {
+            combine_partials(s, partials.data(), n_chunks, stride, n_heads, i, out_row + (h0 + i) * s.head_dim);
+        }
+        h0 = h1;
+    }
+}
+
+// Heads per task when `n_rows` query rows are split over `n_threads`: a whole GQA group (its K/V rows
+// read once) when that still gives every thread several tasks, else one head.
+int64_t heads_per_task(const AttentionShape& shape, int64_t n_rows, int n_threads) {
+    const int64_t group = shape.n_head / shape.n_head_kv;
+    return n_rows * shape.n_head_kv >= 4 * static_cast<int64_t>(n_threads) ? group : 1;
+}
+
+// Few rows (decode): tasks of (row, KV head, chunk) write their partials to a shared buffer, then tasks of
+// (row, KV head) combine them. The same partials and the same combination as row_heads_all_chunks.
+void split_over_chunks(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, float* out,
+                       ThreadPool& pool) {
+    // The caller's buffers, shared with the workers through these references (a thread_local named inside
+    // the task lambdas would be each worker's own).
+    thread_local std::vector<int64_t> row_first_task_buffer;  // (n_rows + 1) prefix sums of tasks per row
+    thread_local std::vector<float> partials_buffer;
+    std::vector<int64_t>& row_first_task = row_first_task_buffer;
+    std::vector<float>& partials = partials_buffer;
+    const int64_t group = s.n_head / s.n_head_kv;
+    const int64_t q_width = s.n_head * s.head_dim;
+    const int64_t stride = partial_floats(s, group);
+    row_first_task.assign(1, 0);
+    for (int64_t r = 0; r < rows.n_rows; ++r) {
+        row_first_task.push_back(row_first_task.back() + s.n_head_kv * n_chunks_of(s, rows.row_pos[r]));
+    }
+    const int64_t n_tasks = row_first_task.back();
+    partials.resize(static_cast<size_t>(n_tasks * stride));
+    // Task index = row_first_task[r] + kv_head * n_chunks + k: a KV head's chunks are consecutive.
+    pool.run(n_tasks, [&](int64_t task) {
+        thread_local std::vector<float> scores;
+        int64_t r = 0;
+        while (row_first_task[static_cast<size_t>(r + 1)] <= task) ++r;
+        const int64_t pos = rows.row_pos[r];
+        const int64_t n_chunks = n_chunks_of(s, pos);
+        const int64_t local = task - row_first_task[static_cast<size_t>(r)];
+        const int64_t kv_head = local / n_chunks;
+        const int64_t k = local % n_chunks;
+        chunk_partial(isa, s, rows.views[rows.row_view[r]], q + r * q_width, pos, kv_head * group,
+                      (kv_head + 1) * group, first_chunk(s, pos) + k, partials.data() + task * stride, scores);
+    });
+    pool.run(rows.n_rows * s.n_head_kv, [&](int64_t task) {
+        const int64_t r = task / s.n_head_kv;
+        const int64_t kv_head = task % s.n_head_kv;
+        const int64_t n_chunks = n_chunks_of(s, rows.row_pos[r]);
+        const float* base = partials.data() + (row_first_task[static_cast<size_t>(r)] + kv_head * n_chunks) * stride;
+        for (int64_t i = 0; i < group; ++i) {
+            combine_partials(s, base, n_chunks, stride, group, i,
+                             out + r * q_width + (kv_head * group + i) * s.head_dim);
+        }
+    });
 }
 
 }  // namespace
@@ -53,37 +222,7 @@ void attention(const AttentionShape& shape, const KvLayerView& kv, const float* 
 
 void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q_row, int64_t pos,
                          int64_t h_begin, int64_t h_end, float* out_row) {
-    thread_local std::vector<float> scratch;
-    const int64_t group = shape.n_head / shape.n_head_kv;
-    const int64_t kv_head = h_begin / group;
-    const kernels::KernelTable& table = kernels::kernel_table(isa);
-    // The grouped AVX-512 kernel starts at key 0: a row whose window has begun to slide takes the per-head
-    // path, which gives the same bits.
-    if (table.attention_group != nullptr && kernels::attention_group_avx512_supports(shape.head_dim) &&
-        first_key(shape, pos) == 0) {
-        const int64_t n_heads = h_end - h_begin;
-        scratch.resize(static_cast<size_t>(n_heads * (pos + 1)));
-        kernels::AttentionGroupArgs args;
-        args.q = q_row + h_begin * shape.head_dim;
-        args.out = out_row + h_begin * shape.head_dim;
-        args.n_heads = n_heads;
-        args.head_dim = shape.head_dim;
-        args.n_keys = pos + 1;
-        args.scale = shape.scale;
-        args.k_blocks = kv.k_blocks;
-        args.v_blocks = kv.v_blocks;
-        args.offset = static_cast<uint64_t>(kv_head * shape.head_dim) * (kv.type == TensorType::F16 ? 2 : 4);
-        args.block_tokens = kv.block_tokens;
-        args.row_bytes = kv.row_bytes;
-        args.type = kv.type;
-        args.scores = scratch.data();
-        table.attention_group(args);
-        return;
-    }
-    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
-    for (int64_t h = h_begin; h < h_end; ++h) {
-        attend_one(ops, shape, kv, q_row + h * shape.head_dim, pos, h / group, out_row + h * shape.head_dim, scratch);
-    }
+    row_heads_all_chunks(isa, shape, kv, q_row, pos, h_begin, h_end, out_row);
 }
 
 void attention_per_row_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q,
@@ -91,36 +230,60 @@ void attention_per_row_with(Isa isa, const AttentionShape& shape, const KvLayerV
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
     const int64_t q_width = shape.n_head * shape.head_dim;
     const int64_t group = shape.n_head / shape.n_head_kv;
-    std::vector<float> scores;
+    const int64_t stride = partial_floats(shape, 1);
+    std::vector<float> scores(static_cast<size_t>(kChunk)), partials;
     for (int64_t t = 0; t < n_tokens; ++t) {
+        const int64_t pos = first_pos + t;
+        const int64_t n_chunks = n_chunks_of(shape, pos);
+        partials.resize(static_cast<size_t>(n_chunks * stride));
         for (int64_t h = 0; h < shape.n_head; ++h) {
-            const int64_t offset = t * q_width + h * shape.head_dim;
-            attend_one(ops, shape, kv, q + offset, first_pos + t, h / group, out + offset, scores);
+            const float* q_head = q + t * q_width + h * shape.head_dim;
+            for (int64_t k = 0; k < n_chunks; ++k) {
+                int64_t k_first = 0, n_keys = 0;
+                chunk_keys(shape, pos, first_chunk(shape, pos) + k, &k_first, &n_keys);
+                float* p = partials.data() + k * stride;
+                chunk_partial_rows(ops, shape, kv, q_head, h / group, k_first, n_keys, scores.data(), p, p + 1, p + 2);
+            }
+            combine_partials(shape, partials.data(), n_chunks, stride, 1, 0, out + t * q_width + h * shape.head_dim);
         }
     }
 }
 
-int64_t attention_heads_per_task(const AttentionShape& shape, int64_t n_rows, int n_threads) {
-    const int64_t group = shape.n_head / shape.n_head_kv;
-    return n_rows * shape.n_head_kv >= 4 * static_cast<int64_t>(n_threads) ? group : 1;
-}
-
-void attention_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
-                    int64_t first_pos, float* out, ThreadPool* pool) {
+void attention_rows_with(Isa isa, const AttentionShape& shape, const AttentionRows& rows, const float* q, float* out,
+                         ThreadPool* pool) {
+    const int n_threads = pool ? pool->n_threads() : 1;
+    int64_t max_chunks = 0;
+    for (int64_t r = 0; r < rows.n_rows; ++r) max_chunks = std::max(max_chunks, n_chunks_of(shape, rows.row_pos[r]));
+    // Too few (row, KV head) tasks to keep every thread busy, and chunks to split: split over keys too.
+    if (pool != nullptr && n_threads > 1 && max_chunks > 1 && rows.n_rows * shape.n_head_kv < 4 * n_threads) {
+        split_over_chunks(isa, shape, rows, q, out, *pool);
+        return;
+    }
     const int64_t q_width = shape.n_head * shape.head_dim;
-    const int64_t per_task = attention_heads_per_task(shape, n_tokens, pool ? pool->n_threads() : 1);
+    const int64_t per_task = heads_per_task(shape, rows.n_rows, n_threads);
     const int64_t tasks_per_row = shape.n_head / per_task;
     auto task = [&](int64_t index) {
-        const int64_t t = index / tasks_per_row;
+        const int64_t r = index / tasks_per_row;
         const int64_t h = (index % tasks_per_row) * per_task;
-        attention_row_heads(isa, shape, kv, q + t * q_width, first_pos + t, h, h + per_task, out + t * q_width);
+        row_heads_all_chunks(isa, shape, rows.views[rows.row_view[r]], q + r * q_width, rows.row_pos[r], h,
+                             h + per_task, out + r * q_width);
     };
-    const int64_t n_tasks = n_tokens * tasks_per_row;
+    const int64_t n_tasks = rows.n_rows * tasks_per_row;
     if (pool) {
         pool->run(n_tasks, task);
     } else {
         for (int64_t i = 0; i < n_tasks; ++i) task(i);
     }
+}
+
+void attention_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens,
+                    int64_t first_pos, float* out, ThreadPool* pool) {
+    thread_local std::vector<int64_t> row_view, row_pos;
+    row_view.assign(static_cast<size_t>(n_tokens), 0);
+    row_pos.resize(static_cast<size_t>(n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) row_pos[static_cast<size_t>(t)] = first_pos + t;
+    const AttentionRows rows{n_tokens, &kv, row_view.data(), row_pos.data()};
+    attention_rows_with(isa, shape, rows, q, out, pool);
 }
 
 }  // namespace kvstash

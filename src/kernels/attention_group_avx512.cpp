@@ -1,5 +1,6 @@
-// AVX-512 grouped-query attention of one query row (kernels/attention_group.h): the per-row path's
-// arithmetic, bitwise, with each K/V row read once per group and no per-key call or reduction.
+// AVX-512 grouped-query attention of one query row over one key chunk (kernels/attention_group.h): the
+// per-row path's arithmetic, bitwise, with each K/V row read once per group and no per-key call or
+// reduction.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,14 +18,17 @@ namespace {
 
 constexpr int kKeys = 16;  // keys per score tile
 
-// Walks one KV head's rows in key order, block by block.
+// Walks one KV head's rows in key order, block by block, from absolute position `first`.
 struct RowCursor {
     const uint8_t* const* blocks;
     uint64_t offset;
     int64_t block_tokens;
     uint64_t row_bytes;
-    int64_t block = 0;
-    int64_t in_block = 0;
+    int64_t block;
+    int64_t in_block;
+
+    RowCursor(const uint8_t* const* b, uint64_t off, int64_t bt, uint64_t rb, int64_t first)
+        : blocks(b), offset(off), block_tokens(bt), row_bytes(rb), block(first / bt), in_block(first % bt) {}
 
     const uint8_t* next() {
         const uint8_t* row = blocks[block] + static_cast<uint64_t>(in_block) * row_bytes + offset;
@@ -79,7 +83,7 @@ inline __m512 hsum16(const __m512 (&v)[kKeys]) {
 // as the per-row dot (whose tail term is 0.0f for whole chunks).
 template <int NC, bool F16>
 void scores(const AttentionGroupArgs& a) {
-    RowCursor cursor{a.k_blocks, a.offset, a.block_tokens, a.row_bytes};
+    RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     const __m512 zero = _mm512_setzero_ps();
     const __m512 scale = _mm512_set1_ps(a.scale);
     alignas(64) float tile[kKeys][NC * 16];
@@ -111,10 +115,10 @@ void scores(const AttentionGroupArgs& a) {
     }
 }
 
-// Softmax numerators in place and 1 / their sum, in the per-row path's order: max, then exp and a
+// Softmax numerators in place, their max and their sum, in the per-row path's order: max, then exp and a
 // sequential sum in key order. (The max is taken with vector max: the value is the same; only the sign of
 // a zero maximum could differ, and exp(s - (+0)) == exp(s - (-0)) for every s.)
-float softmax_numerators(float* s, int64_t n) {
+void softmax_numerators(float* s, int64_t n, float* max_out, float* sum_out) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
@@ -126,14 +130,15 @@ float softmax_numerators(float* s, int64_t n) {
     exp_f32_shifted_row_avx512(s, s, n, max_score);  // what the per-row path's exp_shifted is on AVX-512
     float sum = 0.0f;
     for (int64_t i = 0; i < n; ++i) sum += s[i];
-    return 1.0f / sum;
+    *max_out = max_score;
+    *sum_out = sum;
 }
 
-// out[h] = (sum over keys in order of fma(e_hj, v_j, .)) * inv_sum[h], for HB heads from h0, sharing
-// each V row's load.
+// acc[h] = sum over keys in order of fma(e_hj, v_j, .), from 0, for HB heads from h0, sharing each V
+// row's load.
 template <int NC, int HB, bool F16>
-void values(const AttentionGroupArgs& a, int64_t h0, const float* inv_sum) {
-    RowCursor cursor{a.v_blocks, a.offset, a.block_tokens, a.row_bytes};
+void values(const AttentionGroupArgs& a, int64_t h0) {
+    RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     __m512 acc[HB][NC];
     for (int i = 0; i < HB; ++i) {
         for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_setzero_ps();
@@ -150,9 +155,8 @@ void values(const AttentionGroupArgs& a, int64_t h0, const float* inv_sum) {
         }
     }
     for (int i = 0; i < HB; ++i) {
-        const __m512 inv = _mm512_set1_ps(inv_sum[i]);
-        float* out = a.out + (h0 + i) * a.head_dim;
-        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(acc[i][c], inv));
+        float* out = a.acc + (h0 + i) * a.head_dim;
+        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, acc[i][c]);
     }
 }
 
@@ -162,13 +166,15 @@ void attend(const AttentionGroupArgs& a) {
     constexpr int kHeadsPerPass = NC <= 4 ? 4 : 2;  // HB * NC accumulators + NC values <= 32 registers
     for (int64_t h0 = 0; h0 < a.n_heads; h0 += kHeadsPerPass) {
         const int nh = static_cast<int>(std::min<int64_t>(kHeadsPerPass, a.n_heads - h0));
-        float inv_sum[kHeadsPerPass];
-        for (int i = 0; i < nh; ++i) inv_sum[i] = softmax_numerators(a.scores + (h0 + i) * a.n_keys, a.n_keys);
+        for (int i = 0; i < nh; ++i) {
+            const int64_t h = h0 + i;
+            softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h, a.sum + h);
+        }
         switch (nh) {
-            case 4: values<NC, (kHeadsPerPass >= 4 ? 4 : 1), F16>(a, h0, inv_sum); break;
-            case 3: values<NC, (kHeadsPerPass >= 3 ? 3 : 1), F16>(a, h0, inv_sum); break;
-            case 2: values<NC, 2, F16>(a, h0, inv_sum); break;
-            default: values<NC, 1, F16>(a, h0, inv_sum); break;
+            case 4: values<NC, (kHeadsPerPass >= 4 ? 4 : 1), F16>(a, h0); break;
+            case 3: values<NC, (kHeadsPerPass >= 3 ? 3 : 1), F16>(a, h0); break;
+            case 2: values<NC, 2, F16>(a, h0); break;
+            default: values<NC, 1, F16>(a, h0); break;
         }
     }
 }

@@ -109,7 +109,7 @@ kernels::KernelTable avx2_table() {
     t.attention_dot = kernels::attention_dot_avx2;
     t.attention_axpy = kernels::attention_axpy_avx2;
     t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx2;
-    t.attention_group = nullptr;
+    t.attention_group = kernels::attention_group_avx2;
     t.sum_of_squares = kernels::sum_of_squares_avx2;
     t.scale_row = kernels::scale_row_avx2;
     t.rope_rotate = kernels::rope_rotate_avx2;

@@ -22,19 +22,11 @@ void segment_attention(const AttentionShape& shape, std::span<const AttentionSeg
         s.views.push_back(a.kv->layer_view(layer));
     }
 
-    const int64_t q_width = shape.n_head * shape.head_dim;
-    const auto n_rows = static_cast<int64_t>(s.row_pos.size());
-    // Tasks of (row, heads) as attention() splits its work: the same balance for one long prompt and
-    // for many single-token decode rows. Each head's output does not depend on the split.
-    const int64_t per_task = attention_heads_per_task(shape, n_rows, pool.n_threads());
-    const int64_t tasks_per_row = shape.n_head / per_task;
-    pool.run(n_rows * tasks_per_row, [&](int64_t task) {
-        const int64_t row = task / tasks_per_row;
-        const int64_t head = (task % tasks_per_row) * per_task;
-        const auto seg = static_cast<size_t>(s.row_segment[static_cast<size_t>(row)]);
-        attention_row_heads(isa, shape, s.views[seg], q + row * q_width, s.row_pos[static_cast<size_t>(row)], head,
-                            head + per_task, out + row * q_width);
-    });
+    // The kernel splits the rows' work over heads (and over key chunks for few rows); each row's output
+    // is what attention() over its own cache gives, whatever the other rows and threads.
+    const AttentionRows rows{static_cast<int64_t>(s.row_pos.size()), s.views.data(), s.row_segment.data(),
+                             s.row_pos.data()};
+    attention_rows_with(isa, shape, rows, q, out, &pool);
 }
 
 }  // namespace kvstash

@@ -55,6 +55,39 @@ void check_invariance(const std::string& model_path, int64_t n_tokens, KvType kv
     }
 }
 
+// Long contexts: attention over many 256-key chunks (kernels/attention.h), split over keys as well as
+// heads when few rows are evaluated (decode), must still give the one-pass, one-thread bits.
+void check_long_invariance(const std::string& model_path, int64_t n_tokens,
+                           const std::vector<std::vector<int64_t>>& splits) {
+    auto model = Model::load(model_path);
+    const auto tokens = pseudo_random_tokens(n_tokens, model->n_vocab(), 43);
+    const auto whole = eval_logits(model, tokens, {n_tokens}, 1, KvType::f16);
+    expect_bitwise_equal(whole, eval_logits(model, tokens, {n_tokens}, 2, KvType::f16), model->n_vocab(),
+                         "1 vs 2 threads");
+    for (const auto& split : splits) {
+        for (int threads : {1, 2}) {
+            std::ostringstream name;
+            name << "split";
+            for (int64_t s : split) name << ' ' << s;
+            name << ", " << threads << " threads";
+            expect_bitwise_equal(whole, eval_logits(model, tokens, split, threads, KvType::f16), model->n_vocab(),
+                                 name.str());
+        }
+    }
+}
+
+TEST(BatchInvariance, LongContextTinyModel) {
+    const auto models = fixture_files("tiny", ".gguf");
+    ASSERT_FALSE(models.empty());
+    // (eval_logits cycles through the sizes: {255, 2, 1} evaluates single rows and pairs all along.)
+    check_long_invariance(models.front(), 3000, {{2999, 1}, {255, 2, 1}, {1300, 257}, {2047, 1}});
+}
+
+TEST(BatchInvariance, LongContextSmolLM2) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    check_long_invariance(default_model_path(), 1100, {{1090, 1}, {513, 300}});
+}
+
 TEST(BatchInvariance, TinyModelsEveryTensorType) {
     const auto models = fixture_files("tiny", ".gguf");
     ASSERT_FALSE(models.empty()) << "no tiny models in tests/fixtures/tiny (see tests/reference/README.md)";

@@ -265,9 +265,65 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Combine(::testing::Values(TensorType::F16, TensorType::F32),
                                             ::testing::Values(int64_t{2}, int64_t{6}),  // GQA 6/2, MHA 6/6
                                             ::testing::Values(int64_t{8}, int64_t{48}, int64_t{64}, int64_t{128}),
-                                            ::testing::Values(int64_t{0}, int64_t{37}, int64_t{130}),
+                                            // 253 + 5 and 700 cross 256-key chunk boundaries
+                                            ::testing::Values(int64_t{0}, int64_t{37}, int64_t{130}, int64_t{253},
+                                                              int64_t{700}),
                                             ::testing::Values(int64_t{1}, int64_t{5})),
                          param_name);
+
+// Long contexts, SmolLM2's and Gemma 3's head shapes, with and without a sliding window: every way of
+// running the rows (one call, row by row, no pool or a pool of 2 or 3 threads, which splits few rows over key chunks
+// and many rows over heads) gives the per-row definition's bits.
+TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
+    struct Case {
+        int64_t n_head, n_head_kv, head_dim, window;
+    };
+    const int64_t n_pos = 720;
+    for (const Case c : {Case{9, 3, 64, 0}, Case{4, 1, 256, 0}, Case{4, 1, 256, 200}, Case{6, 2, 24, 0}}) {
+        for (TensorType type : {TensorType::F16, TensorType::F32}) {
+            if (type == TensorType::F32 && c.head_dim != 64) continue;  // (the f32 path is the same code)
+            std::mt19937 rng(static_cast<uint32_t>(c.head_dim + c.window));
+            const TestCache cache(type, n_pos, c.n_head_kv * c.head_dim, rng, 1.0f);
+            AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                                 c.window};
+            const int64_t q_width = c.n_head * c.head_dim;
+            std::normal_distribution<float> normal(0.0f, 2.0f);
+            std::vector<float> q(static_cast<size_t>(n_pos * q_width));
+            for (float& x : q) x = normal(rng);
+            for (Isa isa : available_isas()) {
+                SCOPED_TRACE(std::string(isa_name(isa)) + " d" + std::to_string(c.head_dim) + " window " +
+                             std::to_string(c.window) + (type == TensorType::F16 ? " f16" : " f32"));
+                // Rows first..n_pos-1 at once (many rows) and each of a few rows alone (decode).
+                const int64_t first = 500;
+                const int64_t n_rows = n_pos - first;
+                std::vector<float> definition(static_cast<size_t>(n_rows * q_width));
+                attention_per_row_with(isa, shape, cache.view(), q.data() + first * q_width, n_rows, first,
+                                       definition.data());
+                for (int threads : {0, 2, 3}) {
+                    std::unique_ptr<ThreadPool> pool = threads > 0 ? std::make_unique<ThreadPool>(threads) : nullptr;
+                    std::vector<float> batch(definition.size());
+                    attention_with(isa, shape, cache.view(), q.data() + first * q_width, n_rows, first, batch.data(),
+                                   pool.get());
+                    ASSERT_EQ(0, std::memcmp(batch.data(), definition.data(), batch.size() * sizeof(float)))
+                        << threads << " threads, one batch";
+                    for (int64_t pos : {first, int64_t{511}, int64_t{512}, n_pos - 1}) {
+                        std::vector<float> one(static_cast<size_t>(q_width));
+                        attention_with(isa, shape, cache.view(), q.data() + pos * q_width, 1, pos, one.data(),
+                                       pool.get());
+                        ASSERT_EQ(0, std::memcmp(one.data(), definition.data() + (pos - first) * q_width,
+                                                 one.size() * sizeof(float)))
+                            << threads << " threads, row " << pos << " alone";
+                    }
+                    std::vector<float> two(static_cast<size_t>(2 * q_width));
+                    attention_with(isa, shape, cache.view(), q.data() + 700 * q_width, 2, 700, two.data(), pool.get());
+                    ASSERT_EQ(0, std::memcmp(two.data(), definition.data() + (700 - first) * q_width,
+                                             two.size() * sizeof(float)))
+                        << threads << " threads, rows 700-701";
+                }
+            }
+        }
+    }
+}
 
 // The one key a query at position 0 sees: the output is exactly that key's value row (weight 1).
 TEST(AttentionSingleKey, OutputIsTheOnlyValueRow) {

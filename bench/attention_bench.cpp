@@ -1,0 +1,170 @@
+// kvstash_attention_bench: the attention kernel alone at long context, in a model's shape (JSON on stdout).
+//
+//   kvstash_attention_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --context 4096 --context 8192
+//
+// For each context length C, a random f16 KV cache of C positions for every layer (separate memory per
+// layer, 32-token blocks, as a State holds it) and random queries; then, timed (median of the repeats):
+//   decode:  one query row at position C - 1, every layer (what one decoded token costs in attention),
+//            with the kernel as the engine runs it (attention_with, a pool of -t threads);
+//   decode_per_row_definition: the same row through attention_per_row_with (one thread, per head, the
+//            per-row operations: the arithmetic the old per-head kernel ran, with no grouping or split);
+//   prefill: the last --prefill-rows rows (positions C - rows .. C - 1) in one call, every layer.
+// Together with kvstash_bench's decode time per token this splits decode into attention and the rest
+// (matmuls, norms, rope, sampling); see docs/benchmarks.md, "Long contexts".
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "format/tensor_type.h"
+#include "kernels/attention.h"
+#include "kernels/dispatch.h"
+#include "kernels/thread_pool.h"
+#include "kvstash/model.h"
+
+namespace {
+
+using kvstash::AttentionShape;
+using kvstash::KvLayerView;
+
+constexpr int64_t kBlockTokens = 32;
+
+// One layer's K and V, in blocks of kBlockTokens rows of f16.
+struct LayerCache {
+    std::vector<std::vector<uint8_t>> k_blocks, v_blocks;
+    std::vector<const uint8_t*> k_table, v_table;
+    uint64_t row_bytes = 0;
+
+    LayerCache(int64_t n_pos, int64_t width, std::mt19937& rng) {
+        row_bytes = kvstash::tensor_row_bytes(kvstash::TensorType::F16, width);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (int64_t b = 0; b * kBlockTokens < n_pos; ++b) {
+            for (auto* blocks : {&k_blocks, &v_blocks}) {
+                blocks->emplace_back(kBlockTokens * row_bytes);
+                auto* h = reinterpret_cast<uint16_t*>(blocks->back().data());
+                for (int64_t i = 0; i < kBlockTokens * width; ++i) h[i] = kvstash::fp32_to_fp16(normal(rng));
+            }
+            k_table.push_back(k_blocks.back().data());
+            v_table.push_back(v_blocks.back().data());
+        }
+    }
+
+    KvLayerView view() const {
+        KvLayerView v;
+        v.type = kvstash::TensorType::F16;
+        v.block_tokens = kBlockTokens;
+        v.row_bytes = row_bytes;
+        v.k_blocks = k_table.data();
+        v.v_blocks = v_table.data();
+        return v;
+    }
+};
+
+// Medians of wall-clock ms and of the process's CPU ms (all threads: with -t 1 the work itself,
+// insensitive to other processes on a shared machine).
+struct Timing {
+    double wall_ms = 0, cpu_ms = 0;
+};
+
+template <typename F>
+Timing median_ms(int repeats, F&& f) {
+    std::vector<double> wall, cpu;
+    f();  // warm-up
+    for (int r = 0; r < repeats; ++r) {
+        const auto start = bench::Clock::now();
+        const double cpu_start = bench::process_cpu_seconds();
+        f();
+        wall.push_back(bench::seconds_since(start) * 1e3);
+        cpu.push_back((bench::process_cpu_seconds() - cpu_start) * 1e3);
+    }
+    std::sort(wall.begin(), wall.end());
+    std::sort(cpu.begin(), cpu.end());
+    return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"kvstash_attention_bench: the attention kernel alone at long context, in a model's shape"};
+    std::string model_path;
+    int threads = 2, repeats = 5;
+    int64_t prefill_rows = 128;
+    std::vector<int64_t> contexts;
+    app.add_option("-m,--model", model_path, "GGUF model (for its attention shape)")->required();
+    app.add_option("-t,--threads", threads, "worker threads")->check(CLI::Range(1, 1024));
+    app.add_option("-r,--repeats", repeats, "measured repeats")->check(CLI::Range(1, 1000));
+    app.add_option("--context", contexts, "context lengths (repeatable)")->required();
+    app.add_option("--prefill-rows", prefill_rows, "query rows of the prefill measurement (0: none)");
+    CLI11_PARSE(app, argc, argv);
+
+    const auto model = kvstash::Model::load(model_path);
+    const kvstash::ModelInfo& info = model->info();
+    AttentionShape shape;
+    shape.n_head = info.n_head;
+    shape.n_head_kv = info.n_head_kv;
+    shape.head_dim = info.head_dim;
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(info.head_dim));
+    const int64_t n_layer = info.n_kv_layers;
+    const int64_t q_width = shape.n_head * shape.head_dim;
+    kvstash::ThreadPool pool(threads);
+    const kvstash::Isa isa = kvstash::active_isa();
+
+    nlohmann::json out;
+    out["model"] = model_path;
+    out["isa"] = kvstash::isa_name(isa);
+    out["threads"] = threads;
+    out["n_layer"] = n_layer;
+    out["shape"] = {{"n_head", shape.n_head}, {"n_head_kv", shape.n_head_kv}, {"head_dim", shape.head_dim}};
+    for (int64_t ctx : contexts) {
+        std::mt19937 rng(static_cast<uint32_t>(ctx));
+        std::vector<std::unique_ptr<LayerCache>> layers;
+        for (int64_t l = 0; l < n_layer; ++l)
+            layers.push_back(std::make_unique<LayerCache>(ctx, info.n_embd_kv(), rng));
+        const int64_t rows = std::min(prefill_rows, ctx);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> q(static_cast<size_t>(std::max<int64_t>(rows, 1) * q_width));
+        for (float& x : q) x = normal(rng);
+        std::vector<float> o(q.size());
+        nlohmann::json r;
+        r["context"] = ctx;
+        const double kv_bytes = 2.0 * static_cast<double>(n_layer * ctx) * static_cast<double>(layers[0]->row_bytes);
+        r["kv_bytes_per_token"] = kv_bytes;
+        const Timing decode = median_ms(repeats, [&] {
+            for (const auto& layer : layers) {
+                kvstash::attention_with(isa, shape, layer->view(), q.data(), 1, ctx - 1, o.data(), &pool);
+            }
+        });
+        r["decode_ms_per_token"] = decode.wall_ms;
+        r["decode_cpu_ms_per_token"] = decode.cpu_ms;
+        r["decode_kv_gb_s"] = kv_bytes / decode.wall_ms / 1e6;
+        const Timing definition = median_ms(std::min(repeats, 3), [&] {
+            for (const auto& layer : layers) {
+                kvstash::attention_per_row_with(isa, shape, layer->view(), q.data(), 1, ctx - 1, o.data());
+            }
+        });
+        r["decode_per_row_definition_ms"] = definition.wall_ms;
+        r["decode_per_row_definition_cpu_ms"] = definition.cpu_ms;
+        if (rows > 0) {
+            const Timing prefill = median_ms(std::min(repeats, 3), [&] {
+                for (const auto& layer : layers) {
+                    kvstash::attention_with(isa, shape, layer->view(), q.data(), rows, ctx - rows, o.data(), &pool);
+                }
+            });
+            r["prefill_rows"] = rows;
+            r["prefill_ms_per_row"] = prefill.wall_ms / static_cast<double>(rows);
+            r["prefill_cpu_ms_per_row"] = prefill.cpu_ms / static_cast<double>(rows);
+        }
+        out["contexts"].push_back(r);
+        std::fprintf(stderr, "context %lld done\n", static_cast<long long>(ctx));
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+}

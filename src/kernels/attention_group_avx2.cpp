@@ -1,0 +1,194 @@
+// AVX2 grouped-query attention of one query row over one key chunk (kernels/attention_group.h): the
+// per-row AVX2 path's arithmetic (attention_rows_avx2.cpp), bitwise, with each K/V row read and converted
+// once per group and no per-key call or reduction.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/attention_group.h"
+#include "kernels/exp_f32.h"
+
+namespace kvstash::kernels {
+namespace {
+
+constexpr int kKeys = 8;         // keys per score tile
+constexpr int kMaxVectors = 64;  // head_dim / 8 at most (head_dim <= 512)
+
+// Walks one KV head's rows in key order, block by block, from absolute position `first`.
+struct RowCursor {
+    const uint8_t* const* blocks;
+    uint64_t offset;
+    int64_t block_tokens;
+    uint64_t row_bytes;
+    int64_t block;
+    int64_t in_block;
+
+    RowCursor(const uint8_t* const* b, uint64_t off, int64_t bt, uint64_t rb, int64_t first)
+        : blocks(b), offset(off), block_tokens(bt), row_bytes(rb), block(first / bt), in_block(first % bt) {}
+
+    const uint8_t* next() {
+        const uint8_t* row = blocks[block] + static_cast<uint64_t>(in_block) * row_bytes + offset;
+        if (++in_block == block_tokens) {
+            in_block = 0;
+            ++block;
+        }
+        return row;
+    }
+};
+
+template <bool F16>
+inline __m256 load8(const uint8_t* row, int64_t vec) {
+    if constexpr (F16) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * vec)));
+    } else {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * vec);
+    }
+}
+
+// r[k] = the horizontal sum of v[k] for 8 vectors at once, with the pairing of attention_rows_avx2's hsum:
+// lanes i and i+4, then i and i+2, then 0 and 1 (float addition is commutative: only the pairing matters).
+inline __m256 hsum8(const __m256 (&v)[kKeys]) {
+    __m256 x[4];  // x[i]: lanes 0-3 = v[2i]'s (i, i+4) sums, lanes 4-7 = v[2i+1]'s
+    for (int i = 0; i < 4; ++i) {
+        const __m256 lo = _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20);
+        const __m256 hi = _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31);
+        x[i] = _mm256_add_ps(lo, hi);
+    }
+    __m256 y[2];  // y[i], per 128-bit half: [key a: (0,2) (1,3) sums, key c: the same]
+    for (int i = 0; i < 2; ++i) {
+        const __m256 lo = _mm256_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m256 hi = _mm256_shuffle_ps(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2));
+        y[i] = _mm256_add_ps(lo, hi);
+    }
+    // w: lanes = keys 0, 2, 4, 6, 1, 3, 5, 7; put key k in lane k.
+    const __m256 lo = _mm256_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m256 hi = _mm256_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m256 w = _mm256_add_ps(lo, hi);
+    return _mm256_permutevar8x32_ps(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Scores of every head against every key of the chunk: (hsum(fma chain over the 8-element vectors) + 0)
+// * scale, as the per-row dot (whose tail term is 0.0f for whole vectors) times the scale.
+template <bool F16>
+void scores(const AttentionGroupArgs& a) {
+    RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    const int64_t nv = a.head_dim / 8;
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 scale = _mm256_set1_ps(a.scale);
+    alignas(32) float tile[kKeys][kMaxVectors * 8];
+    for (int64_t j0 = 0; j0 < a.n_keys; j0 += kKeys) {
+        const int n = static_cast<int>(std::min<int64_t>(kKeys, a.n_keys - j0));
+        for (int k = 0; k < n; ++k) {
+            const uint8_t* row = cursor.next();
+            for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(&tile[k][8 * c], load8<F16>(row, c));
+        }
+        for (int k = n; k < kKeys; ++k) {
+            for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(&tile[k][8 * c], zero);
+        }
+        for (int64_t h = 0; h < a.n_heads; ++h) {
+            const float* q = a.q + h * a.head_dim;
+            __m256 acc[kKeys];
+            for (int k = 0; k < kKeys; ++k) acc[k] = zero;
+            for (int64_t c = 0; c < nv; ++c) {
+                const __m256 qc = _mm256_loadu_ps(q + 8 * c);
+                for (int k = 0; k < kKeys; ++k) acc[k] = _mm256_fmadd_ps(qc, _mm256_load_ps(&tile[k][8 * c]), acc[k]);
+            }
+            const __m256 s = _mm256_mul_ps(_mm256_add_ps(hsum8(acc), zero), scale);
+            float* dst = a.scores + h * a.n_keys + j0;
+            if (n == kKeys) {
+                _mm256_storeu_ps(dst, s);
+            } else {
+                alignas(32) float tmp[kKeys];
+                _mm256_store_ps(tmp, s);
+                for (int k = 0; k < n; ++k) dst[k] = tmp[k];
+            }
+        }
+    }
+}
+
+// The per-row order: the max, then the numerators in place (exp_f32 on AVX2), then their sum in key
+// order. (The max is taken with vector max: the same value; only the sign of a zero maximum could differ,
+// and exp(s - (+0)) == exp(s - (-0)) for every s.)
+void softmax_numerators(float* s, int64_t n, float* max_out, float* sum_out) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    float max_score = lanes[0];
+    for (int i = 1; i < 8; ++i) max_score = std::max(max_score, lanes[i]);
+    for (; j < n; ++j) max_score = std::max(max_score, s[j]);
+    exp_f32_shifted_row_avx2(s, s, n, max_score);
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; ++i) sum += s[i];
+    *max_out = max_score;
+    *sum_out = sum;
+}
+
+// acc[h][d] for d in [8 * v0, 8 * (v0 + SV)), HB heads from h0: fma(e_hj, v_jd, acc) over the keys in
+// order, from 0 (the per-row axpy's arithmetic), sharing each V load among the heads.
+template <int SV, int HB, bool F16>
+void values_slice(const AttentionGroupArgs& a, int64_t h0, int64_t v0) {
+    RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    __m256 acc[HB][SV];
+    for (int i = 0; i < HB; ++i) {
+        for (int c = 0; c < SV; ++c) acc[i][c] = _mm256_setzero_ps();
+    }
+    const float* e[HB];
+    for (int i = 0; i < HB; ++i) e[i] = a.scores + (h0 + i) * a.n_keys;
+    for (int64_t j = 0; j < a.n_keys; ++j) {
+        const uint8_t* row = cursor.next();
+        __m256 w[HB];
+        for (int i = 0; i < HB; ++i) w[i] = _mm256_broadcast_ss(e[i] + j);
+        for (int c = 0; c < SV; ++c) {
+            const __m256 v = load8<F16>(row, v0 + c);
+            for (int i = 0; i < HB; ++i) acc[i][c] = _mm256_fmadd_ps(w[i], v, acc[i][c]);
+        }
+    }
+    for (int i = 0; i < HB; ++i) {
+        float* out = a.acc + (h0 + i) * a.head_dim + 8 * v0;
+        for (int c = 0; c < SV; ++c) _mm256_storeu_ps(out + 8 * c, acc[i][c]);
+    }
+}
+
+template <int HB, bool F16>
+void values_heads(const AttentionGroupArgs& a, int64_t h0) {
+    const int64_t nv = a.head_dim / 8;
+    int64_t v0 = 0;
+    for (; v0 + 4 <= nv; v0 += 4) values_slice<4, HB, F16>(a, h0, v0);
+    switch (nv - v0) {
+        case 3: values_slice<3, HB, F16>(a, h0, v0); break;
+        case 2: values_slice<2, HB, F16>(a, h0, v0); break;
+        case 1: values_slice<1, HB, F16>(a, h0, v0); break;
+        default: break;
+    }
+}
+
+template <bool F16>
+void attend(const AttentionGroupArgs& a) {
+    scores<F16>(a);
+    for (int64_t h = 0; h < a.n_heads; ++h) {
+        softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h, a.sum + h);
+    }
+    // 3 heads × 4 vectors of accumulators + the V vector + 3 weights: the 16 AVX2 registers.
+    int64_t h0 = 0;
+    for (; h0 + 3 <= a.n_heads; h0 += 3) values_heads<3, F16>(a, h0);
+    switch (a.n_heads - h0) {
+        case 2: values_heads<2, F16>(a, h0); break;
+        case 1: values_heads<1, F16>(a, h0); break;
+        default: break;
+    }
+}
+
+}  // namespace
+
+void attention_group_avx2(const AttentionGroupArgs& args) {
+    if (args.type == TensorType::F16) {
+        attend<true>(args);
+    } else {
+        attend<false>(args);
+    }
+}
+
+}  // namespace kvstash::kernels
