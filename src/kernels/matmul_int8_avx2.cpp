@@ -296,6 +296,10 @@ void matmul_int8_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_e
         }
         return;
     }
+    if (a.type == TensorType::Q4_K || a.type == TensorType::Q5_K || a.type == TensorType::Q6_K) {
+        matmul_int8_rows_kquant_avx2(a, row_begin, row_end);
+        return;
+    }
     if (a.type == kTensorTypeQ5_0) {
         if (a.n_tokens <= kFewTokensMax) {
             few_tokens<BlockQ5_0>(a, row_begin, row_end);
