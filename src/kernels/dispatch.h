@@ -39,9 +39,10 @@ std::vector<Isa> available_isas();
 const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 
 // Whether matmul_with(isa, type, ...) (kernels/matmul.h) multiplies integer activations: the K-quants and
-// q8_0 on the AVX-512 path when the CPU has VNNI and VBMI, q8_0 on the AVX2 path (where the integer
-// kernels are faster: kernels/quantize_act.h); f32 activations otherwise. (The scalar integer code, and
-// the AVX2 one for the other types, is exact but slower than the f32 path, so they keep f32.)
+// q8_0 on the AVX-512 path when the CPU has VNNI and VBMI, the K-quants, q8_0 and q5_0 on the AVX2 path
+// (where the integer kernels are faster: kernels/quantize_act.h); f32 activations otherwise. (The scalar
+// integer code, and the AVX2 one for q4_0 / q4_1, is exact but slower than the f32 path, so they keep f32;
+// q5_0 is computed only by the scalar and AVX2 integer kernels, and repacked to q8_0 at load elsewhere.)
 bool matmul_uses_integer_activations(Isa isa, TensorType type);
 
 struct SsmConvArgs;  // kernels/ssm.h

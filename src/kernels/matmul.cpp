@@ -15,18 +15,26 @@
 namespace kvstash {
 namespace {
 
-kernels::MatmulRowsFn rows_kernel(Isa isa, bool integer) {
+kernels::MatmulRowsFn rows_kernel(Isa isa, bool integer, TensorType type) {
     if (!cpu_supports(isa)) {
         throw Error(ErrorCode::invalid_argument,
                     std::string("matmul: this CPU does not support the ") + isa_name(isa) + " path");
     }
-    // The integer kernels of every path compute the same bits (reference/matmul_int8_ref.cpp).
+    if (type == kTensorTypeQ5_0 && !integer) {
+        throw Error(ErrorCode::unsupported, std::string("matmul: q5_0 is computed with integer activations only, which "
+                                                        "the ") +
+                                                isa_name(isa) + " path does not use for it");
+    }
+    // The integer kernels of every path compute the same bits (reference/matmul_int8_ref.cpp). q5_0 has
+    // no AVX-512 kernel: the AVX2 one (an AVX-512 CPU runs AVX2).
+    if (type == kTensorTypeQ5_0 && isa == Isa::avx512) isa = Isa::avx2;
     const kernels::KernelTable& table = kernels::kernel_table(isa);
     return integer ? table.matmul_int8_rows : table.matmul_rows;
 }
 
 void check_shape(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens) {
-    if (!is_supported_tensor_type(static_cast<uint32_t>(type))) {
+    // q5_0: where integer activations are used for it (rows_kernel checks; kernels/quantize_act.h).
+    if (!is_supported_tensor_type(static_cast<uint32_t>(type)) && type != kTensorTypeQ5_0) {
         throw Error(ErrorCode::unsupported,
                     "matmul: weight type " + tensor_type_name(static_cast<uint32_t>(type)) + " is not supported");
     }
@@ -73,7 +81,7 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
     int64_t n_tasks = 0;
     for (const MatmulOperand& op : operands) {
         const bool integer = activations == Activations::integer || matmul_uses_integer_activations(isa, op.type);
-        const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer);  // throws if the CPU lacks `isa`
+        const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer, op.type);  // throws if the CPU lacks `isa`
         if (op.rows == 0 || n_tokens == 0) continue;
         Part part{kernel,
                   kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols,

@@ -5,7 +5,7 @@
 //   Y: n_tokens × rows, f32, row stride `rows`:  Y[t][r] = sum_k W[r][k] * X[t][k].
 // Batch invariance: Y[t][r] is bitwise the same function of (W[r], X[t]) whatever n_tokens, whatever
 // the other rows of X, whatever the thread count. Each dot product has one fixed reduction order.
-// On AVX-512 VNNI, K-quant and q8_0 weights (q4_K, q5_K, q6_K, q8_0), and on AVX2 q8_0 weights, multiply X[t]
+// On AVX-512 VNNI and on AVX2, K-quant and q8_0 weights (q4_K, q5_K, q6_K, q8_0; AVX2 also q5_0) multiply X[t]
 // quantized on its own to 16-bit integers (kernels/quantize_act.h) with exact integer block sums
 // (kernels/reference/matmul_int8_ref.cpp); the other types, and every type on the scalar path, use f32
 // activations (dispatch.h, matmul_uses_integer_activations).

@@ -55,6 +55,8 @@ namespace reference {
 void matmul_int8_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 }  // namespace reference
 void matmul_int8_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// q4_K / q5_K / q6_K rows of matmul_int8_rows_avx2 (matmul_int8_kquant_avx2.cpp).
+void matmul_int8_rows_kquant_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_int8_rows_avx512vnni(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // Unpacks scale / min j (0..7) of a q4_K / q5_K super-block from its 12 packed bytes (ggml

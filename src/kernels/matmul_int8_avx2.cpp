@@ -17,6 +17,11 @@
 // with the token's activations leaves 8 partial sums; 8 rows' are reduced together (vphaddd tree) into one vector of
 // the 8 rows' S_b.
 //
+// q5_0 (kept as stored on this path: model/weights.cpp repacks it to q8_0 only where no kernel reads it)
+// runs the same kernels: each block's 32 values q - 16 are rebuilt as int8 (nibbles | fifth bit << 4, minus
+// 16: exactly the q8_0 block's repacked values, with the same fp16 d), so its outputs are bitwise those of the
+// repacked q8_0 matrix, from 22 bytes a block instead of 34 (decode reads the weights from memory).
+//
 // The other types: the scalar definition (matmul_int8_dot.h) compiled with AVX2 + FMA, which GCC
 // vectorizes (the same bits; matmul() keeps f32 activations for them on AVX2).
 #pragma GCC optimize("fp-contract=off")  // the float steps exactly as written
@@ -35,7 +40,6 @@ namespace {
 constexpr int kRows = 8;              // rows per tile: the 8 lanes of a vector
 constexpr int kTokenTile = 3;         // tokens per register tile (with 2 row tiles: 6 int32 sums + 6 f32 sums)
 constexpr int64_t kFewTokensMax = 6;  // up to this many tokens: the few-token kernel (no unpacked copy)
-constexpr int64_t kQ8Bytes = 34;      // q8_0 block: fp16 d, 32 int8
 
 __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
@@ -46,11 +50,44 @@ int32_t load_i32(const void* p) {
     return v;
 }
 
+// A 32-element block with an fp16 scale d first and integer weights: kBytes per block; load(blk, lo, hi) gives
+// its integer weights as int16, elements 0-15 in lo and 16-31 in hi.
+struct BlockQ8_0 {
+    static constexpr int64_t kBytes = 34;  // fp16 d, 32 int8
+    static void load(const uint8_t* blk, __m256i& lo, __m256i& hi) {
+        lo = _mm256_cvtepi8_epi16(load128(blk + 2));
+        hi = _mm256_cvtepi8_epi16(load128(blk + 18));
+    }
+};
+
+struct BlockQ5_0 {
+    static constexpr int64_t kBytes = 22;  // fp16 d, 32 fifth bits (uint32, bit j = element j), 16 nibble bytes
+    // Element j < 16: low nibble of byte j; element 16 + j: its high nibble; | bit j of qh << 4; minus 16.
+    static void load(const uint8_t* blk, __m256i& lo, __m256i& hi) {
+        const __m128i qs = load128(blk + 6);
+        const __m128i nib = _mm_set1_epi8(0x0F);
+        // Byte k of the 32 fifth-bit bytes: 0x10 where bit k of qh is set (byte k / 8 of qh broadcast to 8 lanes,
+        // each lane tested against its own bit).
+        const __m256i bytes = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(load_i32(blk + 2)),
+            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+        const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+        const __m256i fifth =
+            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+        const __m256i v = _mm256_sub_epi8(
+            _mm256_or_si256(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nib), _mm_and_si128(qs, nib)), fifth),
+            _mm256_set1_epi8(16));
+        lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
+        hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1));
+    }
+};
+
 // The fp16 scales of block b of 8 rows as f32 (F16C: exact, the bits of fp16_to_fp32 except that a
 // signalling NaN comes back quiet, which the definition's first use of d, the product d·dx, does anyway).
+template <class Block>
 __m256 row_scales(const uint8_t* const w[kRows], int64_t b) {
     alignas(16) uint16_t h[kRows];
-    for (int r = 0; r < kRows; ++r) std::memcpy(&h[r], w[r] + b * kQ8Bytes, 2);
+    for (int r = 0; r < kRows; ++r) std::memcpy(&h[r], w[r] + b * Block::kBytes, 2);
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
@@ -78,18 +115,15 @@ void transpose_8x8(const __m256i in[8], __m256i* out) {
 // Rows [r0, r0 + nr) (nr <= 8) unpacked: w16 = n_blocks × 16 pairs × 8 rows × 2 int16 (pair k of block b
 // of row r at ((b·16 + k)·8 + r)·2); d = n_blocks × 8 row scales. Missing rows repeat the last one (their
 // lanes are never stored).
-void unpack_rows_q8_0(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, float* d) {
+template <class Block>
+void unpack_rows(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, float* d) {
     const int64_t n_blocks = a.cols / 32;
     const uint8_t* w[kRows];
     for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
     for (int64_t b = 0; b < n_blocks; ++b) {
         __m256i lo[kRows], hi[kRows];
-        for (int r = 0; r < kRows; ++r) {
-            const uint8_t* blk = w[r] + b * kQ8Bytes;
-            lo[r] = _mm256_cvtepi8_epi16(load128(blk + 2));  // dword k = pair k (elements 2k, 2k+1)
-            hi[r] = _mm256_cvtepi8_epi16(load128(blk + 18));
-        }
-        _mm256_storeu_ps(d + b * kRows, row_scales(w, b));
+        for (int r = 0; r < kRows; ++r) Block::load(w[r] + b * Block::kBytes, lo[r], hi[r]);  // dword k = pair k
+        _mm256_storeu_ps(d + b * kRows, row_scales<Block>(w, b));
         auto* out = reinterpret_cast<__m256i*>(w16 + b * 16 * kRows * 2);
         __m256i tr[kRows];
         transpose_8x8(lo, tr);
@@ -159,7 +193,8 @@ void store_tile(const MatmulArgs& a, int64_t r0, int nr, int64_t t0, int nt, con
     }
 }
 
-void many_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+template <class Block>
+void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     thread_local ScratchArray w_buf, d_buf;
     const int64_t n_blocks = a.cols / 32;
     const int64_t w_stride = n_blocks * 16 * kRows * 2, d_stride = n_blocks * kRows;    // per 8-row tile
@@ -171,7 +206,7 @@ void many_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         const int groups = n > kRows ? 2 : 1;
         for (int g = 0; g < groups; ++g) {
             const int nr = static_cast<int>(std::min<int64_t>(kRows, n - g * kRows));
-            unpack_rows_q8_0(a, r0 + g * kRows, nr, w16 + g * w_stride, d + g * d_stride);
+            unpack_rows<Block>(a, r0 + g * kRows, nr, w16 + g * w_stride, d + g * d_stride);
         }
         for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
             const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, a.n_tokens - t0));
@@ -198,7 +233,7 @@ __m256i sum_lanes_8x8(const __m256i p[8]) {
 // One token against 8 rows (w[r]): out[r] = Y of (row r, token t). The first token's pass converts the
 // rows' scales (into d, n_blocks × 8) and prefetches the weight stream `ahead` bytes on (the next row
 // tiles: the pass is bound by reading the weights from memory); later tokens reuse d and the cached rows.
-template <bool kFirst>
+template <class Block, bool kFirst>
 void few_tokens_row_tile(const uint8_t* const w[kRows], int64_t n_blocks, int64_t ahead, const QuantizedActivations& xa,
                          int64_t t, float* d, float* out) {
     const int16_t* xq = xa.q_row(t);
@@ -208,14 +243,15 @@ void few_tokens_row_tile(const uint8_t* const w[kRows], int64_t n_blocks, int64_
         const __m256i x0 = load256(xq + 32 * b), x1 = load256(xq + 32 * b + 16);
         __m256i p[kRows];
         for (int r = 0; r < kRows; ++r) {
-            const uint8_t* q = w[r] + b * kQ8Bytes + 2;
-            if (kFirst) _mm_prefetch(reinterpret_cast<const char*>(q) + ahead, _MM_HINT_T1);
-            p[r] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q)), x0),
-                                    _mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(q + 16)), x1));
+            const uint8_t* blk = w[r] + b * Block::kBytes;
+            if (kFirst) _mm_prefetch(reinterpret_cast<const char*>(blk) + ahead, _MM_HINT_T1);
+            __m256i lo, hi;
+            Block::load(blk, lo, hi);
+            p[r] = _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
         }
         __m256 db;
         if (kFirst) {
-            db = row_scales(w, b);
+            db = row_scales<Block>(w, b);
             _mm256_storeu_ps(d + b * kRows, db);
         } else {
             db = _mm256_loadu_ps(d + b * kRows);
@@ -226,7 +262,8 @@ void few_tokens_row_tile(const uint8_t* const w[kRows], int64_t n_blocks, int64_
     _mm256_store_ps(out, acc);
 }
 
-void few_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+template <class Block>
+void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     constexpr int64_t kPrefetchBytes = 16384;  // least prefetch distance, as the f32 fused tile's
     thread_local ScratchArray d_buf;
     const int64_t n_blocks = a.cols / 32;
@@ -239,9 +276,9 @@ void few_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
         for (int64_t t = 0; t < a.n_tokens; ++t) {
             if (t == 0) {
-                few_tokens_row_tile<true>(w, n_blocks, ahead, *a.xq, t, d, out);
+                few_tokens_row_tile<Block, true>(w, n_blocks, ahead, *a.xq, t, d, out);
             } else {
-                few_tokens_row_tile<false>(w, n_blocks, ahead, *a.xq, t, d, out);
+                few_tokens_row_tile<Block, false>(w, n_blocks, ahead, *a.xq, t, d, out);
             }
             store_tile(a, r0, nr, t, 1, out);
         }
@@ -253,9 +290,21 @@ void few_tokens_q8_0(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 void matmul_int8_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     if (a.type == TensorType::Q8_0) {
         if (a.n_tokens <= kFewTokensMax) {
-            few_tokens_q8_0(a, row_begin, row_end);
+            few_tokens<BlockQ8_0>(a, row_begin, row_end);
         } else {
-            many_tokens_q8_0(a, row_begin, row_end);
+            many_tokens<BlockQ8_0>(a, row_begin, row_end);
+        }
+        return;
+    }
+    if (a.type == TensorType::Q4_K || a.type == TensorType::Q5_K || a.type == TensorType::Q6_K) {
+        matmul_int8_rows_kquant_avx2(a, row_begin, row_end);
+        return;
+    }
+    if (a.type == kTensorTypeQ5_0) {
+        if (a.n_tokens <= kFewTokensMax) {
+            few_tokens<BlockQ5_0>(a, row_begin, row_end);
+        } else {
+            many_tokens<BlockQ5_0>(a, row_begin, row_end);
         }
         return;
     }

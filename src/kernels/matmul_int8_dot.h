@@ -25,6 +25,16 @@ inline float fp16_at(const uint8_t* p) {
 
 // The integer weights of a block in element order (q - 8, q, q - 32: as the definition's sums use them).
 inline void block_ints(TensorType type, const uint8_t* w, int32_t* q) {
+    if (type == kTensorTypeQ5_0) {  // fp16 d, qh (bit j: fifth bit of element j), 16 nibble bytes; q - 16
+        uint32_t qh;
+        std::memcpy(&qh, w + 2, 4);
+        const uint8_t* qs = w + 6;
+        for (int i = 0; i < 16; ++i) {
+            q[i] = static_cast<int32_t>((qs[i] & 0x0F) | (((qh >> i) & 1u) << 4)) - 16;
+            q[i + 16] = static_cast<int32_t>((qs[i] >> 4) | (((qh >> (i + 16)) & 1u) << 4)) - 16;
+        }
+        return;
+    }
     switch (type) {
         case TensorType::Q4_0:
         case TensorType::Q4_1: {

@@ -22,9 +22,13 @@ bool uses_integer_activations(TensorType type) {
     return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K || type == TensorType::Q8_0;
 }
 
-bool uses_integer_activations_avx2(TensorType type) { return type == TensorType::Q8_0; }
+bool uses_integer_activations_avx2(TensorType type) {
+    return type == TensorType::Q8_0 || type == kTensorTypeQ5_0 || type == TensorType::Q4_K ||
+           type == TensorType::Q5_K || type == TensorType::Q6_K;
+}
 
 bool has_integer_path(TensorType type) {
+    if (type == kTensorTypeQ5_0) return true;  // the scalar and AVX2 kernels (kernels/matmul.h)
     switch (type) {
         case TensorType::Q4_0:
         case TensorType::Q4_1:

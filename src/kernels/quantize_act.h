@@ -32,7 +32,8 @@ namespace kernels {
 
 constexpr int32_t kActivationMax = 32639;  // largest |q|: 127 · 256 + 127
 
-// True for the types with an integer-activation path (all block-quantized types).
+// True for the types with an integer-activation path (all block-quantized types, and q5_0: the only path that
+// computes it, on the scalar and AVX2 kernels).
 bool has_integer_path(TensorType type);
 // True for the types whose matmul() uses it on the AVX-512 VNNI path (matmul_uses_integer_activations
 // in dispatch.h adds the ISA condition): where it is faster than f32 activations on the machine it was
@@ -41,13 +42,15 @@ bool has_integer_path(TensorType type);
 // their integer decode is 10-15% slower than the f32 one (a reduction per 32-element block and two
 // planes, against f32 lanes accumulating across blocks), and their models meet the speed goal without it.
 bool uses_integer_activations(TensorType type);
-// True for the types whose matmul() uses it on the AVX2 path (matmul_int8_avx2.cpp): q8_0, whose
-// vpmaddwd kernels are faster than the f32 ones on the AVX2 machine it was measured on (docs/benchmarks.md,
+// True for the types whose matmul() uses it on the AVX2 path, where its vpmaddwd kernels are faster than
+// the f32 ones on the AVX2 machine they were measured on (docs/benchmarks.md): q8_0 (matmul_int8_avx2.cpp,
 // "AVX2 integer-activation matmul": per thread, one token 1.8× with the weights in the L3, 1.0× from
-// DRAM; 4-512 tokens 1.2-1.7×). The other types run the definition's code compiled for AVX2 there,
-// slower than f32 activations.
+// DRAM; 4-512 tokens 1.2-1.7×); q5_0 (the q8_0 kernels reading 22-byte blocks: the bits of its q8_0
+// repacking, fewer bytes); q4_K, q5_K, q6_K (matmul_int8_kquant_avx2.cpp, "Gemma 3 270M decode against
+// llama.cpp": prefill 1.4-1.6×, decode 1.1-1.9×). q4_0 / q4_1 run the definition's code compiled for AVX2
+// there, slower than f32 activations.
 bool uses_integer_activations_avx2(TensorType type);
-// The activation block size for such a type: 32 (q4_0, q4_1, q8_0) or 256 (q4_K, q5_K, q6_K).
+// The activation block size for such a type: 32 (q4_0, q4_1, q5_0, q8_0) or 256 (q4_K, q5_K, q6_K).
 int64_t activation_block(TensorType type);
 
 struct QuantizedActivations {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "format/gguf.h"
+#include "kernels/dispatch.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -176,6 +177,17 @@ void repack_q5_0_block(const uint8_t* src, uint8_t* dst) {
     }
 }
 
+// Whether the layers' Q5_0 matrices stay as stored: where matmul reads q5_0 itself (AVX2: the q8_0 kernels on
+// 22-byte blocks, the same bits as the repacked matrix; kernels/quantize_act.h). A bad KVSTASH_ISA: repacked,
+// and the first matmul reports it.
+bool q5_0_computed() {
+    try {
+        return matmul_uses_integer_activations(active_isa(), kTensorTypeQ5_0);
+    } catch (const Error&) {
+        return false;
+    }
+}
+
 void repack_q5_0(MatrixRef& m, std::vector<std::vector<uint8_t>>& store) {
     if (m.type != kTensorTypeQ5_0) return;
     const int64_t blocks = m.rows * (m.cols / 32);
@@ -224,6 +236,7 @@ ModelWeights bind_weights(const gguf::File& file, const ModelConfig& c) {
     reject_present(file, "output.bias");
     if (c.rope.has_freq_factors) w.rope_freqs = read_vector(file, "rope_freqs.weight", c.rope.n_rot / 2);
     w.layers.resize(static_cast<size_t>(c.n_layer));
+    const bool keep_q5_0 = q5_0_computed();
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights& l = w.layers[static_cast<size_t>(il)];
@@ -236,7 +249,7 @@ ModelWeights bind_weights(const gguf::File& file, const ModelConfig& c) {
         if (c.has_ffn()) bind_ffn(file, p, c, l);
         for (MatrixRef* m :
              {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.ssm_in, &l.ssm_x, &l.ssm_dt, &l.ssm_out}) {
-            repack_q5_0(*m, w.repacked);
+            if (!keep_q5_0) repack_q5_0(*m, w.repacked);
             w.matrix_bytes += bytes_of(*m);
         }
     }

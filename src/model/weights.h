@@ -1,6 +1,6 @@
 // The model's tensors bound to the memory-mapped file, checked for presence, shape and type.
-// Matrices stay in their file type (Q5_0 excepted: repacked to Q8_0 losslessly, as no kernel reads it); only the small
-// vectors (norm weights and biases, projection biases, rope factors) are decoded to f32 at load. Optional parts
+// Matrices stay in their file type (Q5_0 excepted where matmul does not read it: repacked to Q8_0 losslessly); only the
+// small vectors (norm weights and biases, projection biases, rope factors) are decoded to f32 at load. Optional parts
 // (biases, a norm's bias) are empty vectors when the file has none: the forward pass applies what is there.
 #pragma once
 
@@ -75,7 +75,8 @@ struct ModelWeights {
     MatrixRef output;                  // n_vocab × n_embd (token_embd when tied)
     std::vector<float> rope_freqs;     // (n_rot / 2) frequency divisors, empty when absent
     uint64_t matrix_bytes = 0;         // bytes of all matrices read per token (for bandwidth figures)
-    // Q5_0 matrices repacked to Q8_0 at load (same scale, q - 16 as int8: the same values), which the
+    // Q5_0 matrices repacked to Q8_0 at load (same scale, q - 16 as int8: the same values; the layers' ones only
+    // where matmul does not read q5_0 itself, weights.cpp q5_0_computed), which the
     // MatrixRefs above point into; empty when the file has none.
     std::vector<std::vector<uint8_t>> repacked;
 

@@ -5,8 +5,8 @@
 // blocks with scales dx[b] and 16-bit integers q = 256·h + l held as two int8 planes h, l):
 //   acc = 0.0f
 //   for each weight block b in order:
-//     integer weights wq of the block: q4_0: q - 8; q4_1: q; q8_0: q; q4_K / q5_K: q; q6_K: q - 32
-//     32-element blocks (q4_0, q4_1, q8_0):
+//     integer weights wq of the block: q4_0: q - 8; q4_1: q; q8_0: q; q5_0: q - 16; q4_K / q5_K: q; q6_K: q - 32
+//     32-element blocks (q4_0, q4_1, q8_0, q5_0):
 //       S_b = 256 · sum wq·h + sum wq·l                  (int32, exact: |S_b| <= 32·128·32639 < 2^31)
 //       acc = fma(fl(d · dx[b]), float(S_b), acc)            d = the block's fp16 scale as f32
 //       q4_1 only: acc = fma(m, fl(dx[b] · float(sum q)), acc)   m = the block's fp16 min
