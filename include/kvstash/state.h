@@ -27,6 +27,13 @@ struct StateOptions {
     // with forks. ModelInfo::recurrent_state_bytes is the size of one (docs/recurrent.md gives figures).
     int64_t checkpoint_interval = 256;
     uint64_t checkpoint_memory = uint64_t{256} << 20;
+    // Models with sliding-window layers (Gemma 3): after each eval, those layers' KV that no later
+    // position reads is released (whole 32-position blocks), keeping the window plus
+    // sliding_window_slack positions (-1: one more window), so that a state holds O(window) KV for them.
+    // truncate() back within the slack is free; further back re-evaluates from the start (bit-exactly;
+    // truncate_floor() says where). false: keep everything (the prefix cache's States).
+    bool trim_sliding_window = true;
+    int64_t sliding_window_slack = -1;
 };
 
 // Everything needed to continue a sequence: its tokens, their KV cache and the last position's logits.
@@ -62,6 +69,10 @@ public:
     // to be evaluated again after a truncate().
     std::vector<int64_t> checkpoint_positions() const;
     int64_t n_pending() const;
+    // Sliding-window models: the smallest n for which truncate(n) keeps the KV (evaluates nothing again);
+    // below it the sliding layers' window is gone and the next eval() starts over from position 0. 0 when
+    // nothing was trimmed (and for other models).
+    int64_t truncate_floor() const;
     std::span<const int32_t> tokens() const;
     // Logits (n_vocab) after the last token; empty before the first eval().
     std::span<const float> last_logits() const;
