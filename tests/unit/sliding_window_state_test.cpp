@@ -117,9 +117,11 @@ TEST_F(SlidingWindowState, GeneratesForksAndTruncatesBitwise) {
     expect_continues_cold(inside, near + 4);
 
     // Before the floor: the window is gone, the next eval starts over from 0.
-    for (int64_t to : {int64_t{200}, int64_t{kWindow}, int64_t{1}}) {
+    // -1: just below the floor (the window before it starts one position too early).
+    for (int64_t to : {int64_t{-1}, int64_t{200}, int64_t{kWindow}, int64_t{1}}) {
         State before = trimmed(kLength);
         const int64_t floor = before.truncate_floor();
+        if (to < 0) to = floor - 1;
         ASSERT_LT(to, floor);
         before.truncate(to);
         EXPECT_EQ(before.n_pending(), to);
