@@ -8,9 +8,11 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kv/kv_cache.h"
+#include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
@@ -191,6 +193,34 @@ TEST_F(SlidingWindowState, VersionTwoFileStillLoads) {
     EXPECT_EQ(StateAccess::kv(loaded).n_trimmed_blocks(), 0);
     expect_continues_cold(loaded, n + 60);  // and trims as it goes on
     EXPECT_GT(StateAccess::kv(loaded).n_trimmed_blocks(), 0);
+}
+
+// Version 3 meta fields are checked: more trimmed blocks than the window allows, or another window or
+// number of global layers than the model's, is a bad file (not a State missing KV it would need).
+TEST_F(SlidingWindowState, VersionThreeMetaIsChecked) {
+    const std::vector<uint8_t> good = sf::encode_state_to_memory(trimmed(kLength));
+    const sf::SectionEntry meta = sf::load_section_entry(good.data() + sf::kHeaderBytes);
+    ASSERT_EQ(meta.type, sf::kSectionMeta);
+    ASSERT_EQ(sf::load_le<int64_t>(&good[meta.offset + sf::meta::n_trimmed_blocks]), (kLength - kWindow + 1) / 32);
+    const auto edited = [&](size_t field, int64_t value) {
+        std::vector<uint8_t> b = good;
+        sf::store_le<int64_t>(&b[meta.offset + field], value);
+        sf::rewrite_checksums(b);
+        return b;
+    };
+    const auto expect_bad = [&](const std::vector<uint8_t>& file, const std::string& what) {
+        try {
+            (void)sf::decode_state(*model_, file, "edited");
+            ADD_FAILURE() << "loaded a file with " << what;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::bad_format) << e.what();
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    expect_bad(edited(sf::meta::n_trimmed_blocks, (kLength - kWindow + 1) / 32 + 1), "n_trimmed_blocks");
+    expect_bad(edited(sf::meta::sliding_window, kWindow + 1), "sliding window");
+    expect_bad(edited(sf::meta::n_global_kv_layers, 3), "section 'kv'");  // its size follows from it
+    expect_bad(edited(sf::meta::sliding_window, 0), "sliding_window");
 }
 
 // The prefix cache takes whole blocks only: a trimmed State is refused, the States it hands out keep all.
