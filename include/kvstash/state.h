@@ -50,7 +50,8 @@ public:
     // A new state sharing this one's KV blocks (copy-on-write); cost independent of the prefix length.
     State fork() const;
     // Rewinds to the first n tokens. With recurrent layers: back to the last checkpoint at or before n;
-    // the tokens from there to n are evaluated again (bit-exactly) by the next eval().
+    // the tokens from there to n are evaluated again (bit-exactly) by the next eval(). With trimmed
+    // sliding-window layers and n < truncate_floor(): all n tokens are evaluated again (bit-exactly).
     void truncate(int64_t n);
     // Recurrent models: keeps a copy of the recurrent state at the current position (O(1); the next
     // write copies it once), e.g. at a chat turn's start so that undoing the turn re-evaluates nothing.
