@@ -33,6 +33,13 @@ struct StateOptions {
     // Model; null or empty = the model alone. Fixed for the State's life (forks share it): a State under
     // other adapters is another State (its KV differs from the first token on).
     std::shared_ptr<const AdapterSet> adapters = nullptr;
+    // Models with sliding-window layers (Gemma 3): after each eval, those layers' KV that no later
+    // position reads is released (whole 32-position blocks), keeping the window plus
+    // sliding_window_slack positions (-1: one more window), so that a state holds O(window) KV for them.
+    // truncate() back within the slack is free; further back re-evaluates from the start (bit-exactly;
+    // truncate_floor() says where). false: keep everything (the prefix cache's States).
+    bool trim_sliding_window = true;
+    int64_t sliding_window_slack = -1;
 };
 
 // Everything needed to continue a sequence: its tokens, their KV cache and the last position's logits.
@@ -49,7 +56,8 @@ public:
     // A new state sharing this one's KV blocks (copy-on-write); cost independent of the prefix length.
     State fork() const;
     // Rewinds to the first n tokens. With recurrent layers: back to the last checkpoint at or before n;
-    // the tokens from there to n are evaluated again (bit-exactly) by the next eval().
+    // the tokens from there to n are evaluated again (bit-exactly) by the next eval(). With trimmed
+    // sliding-window layers and n < truncate_floor(): all n tokens are evaluated again (bit-exactly).
     void truncate(int64_t n);
     // Recurrent models: keeps a copy of the recurrent state at the current position (O(1); the next
     // write copies it once), e.g. at a chat turn's start so that undoing the turn re-evaluates nothing.
@@ -70,6 +78,10 @@ public:
     // to be evaluated again after a truncate().
     std::vector<int64_t> checkpoint_positions() const;
     int64_t n_pending() const;
+    // Sliding-window models: the smallest n for which truncate(n) keeps the KV (evaluates nothing again);
+    // below it the sliding layers' window is gone and the next eval() starts over from position 0. 0 when
+    // nothing was trimmed (and for other models).
+    int64_t truncate_floor() const;
     std::span<const int32_t> tokens() const;
     // Logits (n_vocab) after the last token; empty before the first eval().
     std::span<const float> last_logits() const;

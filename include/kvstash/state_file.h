@@ -83,8 +83,12 @@ struct StateFileInfo {
     uint64_t recurrent_state_bytes = 0;         // one recurrent state (f32), 0 without recurrent layers
     uint64_t recurrent_stored_bytes = 0;        // the recurrent state and checkpoints as stored
     std::vector<int64_t> checkpoint_positions;  // ascending (read unless a checksum failed)
-    bool checksums_ok = false;                  // only meaningful when verified
-    std::string checksum_error;                 // when verified and !checksums_ok: the first section that failed
+    // Format version 3 (sliding-window layers, Gemma 3): the model's window, and the loaded State's
+    // State::truncate_floor(): truncating to fewer tokens evaluates everything again from position 0.
+    int64_t sliding_window = 0;
+    int64_t truncate_floor = 0;
+    bool checksums_ok = false;   // only meaningful when verified
+    std::string checksum_error;  // when verified and !checksums_ok: the first section that failed
 };
 
 // What inspect_state_file reads beyond the header and the meta section.

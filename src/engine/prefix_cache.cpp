@@ -247,6 +247,9 @@ PrefixCache::PrefixCache(const Model& model, PrefixCacheOptions options)
 PrefixCache::~PrefixCache() = default;
 
 CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions options) {
+    // Its blocks come back to the cache whole: a State that released its sliding layers' old KV could
+    // not be cached (release() refuses it), so these keep it all.
+    options.trim_sliding_window = false;
     CachedPrefix result{State(impl_->model, options)};
     const auto n = static_cast<int64_t>(tokens.size());
     if (n == 0) return result;
@@ -343,7 +346,10 @@ void PrefixCache::release(const State& state) {
     const KvCache& kv = StateAccess::kv(state);
     // The same model (the same file loaded twice is the same model) under the same adapters.
     const bool same_model = model != nullptr && state_fingerprint(*model, state) == impl_->fingerprint;
-    if (!same_model || !StateAccess::kv_exact(state)) {
+    // Cached blocks are whole and exact: no State with trimmed sliding-layer KV (StateOptions::
+    // trim_sliding_window), and none waiting to evaluate again what such a trim lost.
+    const bool whole = kv.n_trimmed_blocks() == 0 && (impl_->recurrent() || state.n_pending() == 0);
+    if (!same_model || !StateAccess::kv_exact(state) || !whole) {
         const std::lock_guard lock(impl_->mutex);
         ++impl_->counters.releases_rejected;
         return;

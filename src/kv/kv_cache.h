@@ -3,6 +3,13 @@
 // so fork() costs O(number of blocks) pointer copies, independent of the bytes stored.
 //
 // Block layout: K and V each [n_layer][kv_block_tokens][n_embd_kv] elements of the KV type (f16 or f32).
+//
+// Sliding-window layers (Gemma 3; set_sliding_layers): a block all of whose positions lie before every
+// position the sliding layers will read again can be trimmed (trim_sliding): it is replaced by a smaller
+// one that holds only the global layers, K and V each [n_global][kv_block_tokens][n_embd_kv] in layer
+// order. Trimmed blocks are always the first n_trimmed_blocks(); their sliding-layer rows are gone, so a
+// query may only attend to them through a global layer (the window guarantees it: see
+// State / docs/architecture.md, "Sliding-window KV").
 #pragma once
 
 #include <cstdint>
@@ -49,7 +56,28 @@ public:
     uint8_t* k_row(int64_t layer, int64_t pos);
     uint8_t* v_row(int64_t layer, int64_t pos);
 
-    // Read view of one layer for the attention kernel; valid until the next grow/truncate.
+    // Sliding-window layers: sliding[layer] != 0 for each such KV layer (n_layer entries). Only on an
+    // empty cache (before the first grow).
+    void set_sliding_layers(const std::vector<uint8_t>& sliding);
+    int64_t n_global_layers() const { return n_global_; }
+    bool is_global_layer(int64_t layer) const { return global_index_[static_cast<size_t>(layer)] >= 0; }
+    bool has_sliding_layers() const { return n_global_ < n_layer_; }
+    // Leading blocks that hold the global layers only; positions before trimmed_until() have no
+    // sliding-layer KV.
+    int64_t n_trimmed_blocks() const { return n_trimmed_; }
+    int64_t trimmed_until() const { return n_trimmed_ * kv_block_tokens; }
+    bool block_trimmed(int64_t i) const { return i < n_trimmed_; }
+    // Trims every block that lies entirely before position `keep_from` (its global rows are copied into a
+    // smaller block; a block shared with a fork stays whole for the fork). No-op without sliding layers.
+    void trim_sliding(int64_t keep_from);
+    // State-file reader: on a cache of only trimmed blocks, appends trimmed blocks up to position n
+    // (a multiple of kv_block_tokens) to be filled through writable_block_k/v.
+    void grow_trimmed(int64_t n);
+    uint64_t trimmed_block_bytes() const;  // K+V bytes of one trimmed block
+    uint64_t bytes() const;                // K+V bytes of all blocks held (trimmed ones counted small)
+
+    // Read view of one layer for the attention kernel; valid until the next grow/truncate. A sliding
+    // layer's pointers to trimmed blocks are null (never read: outside every query's window).
     KvLayerView layer_view(int64_t layer);
 
     uint64_t block_bytes() const;  // K+V bytes of one block
@@ -58,17 +86,18 @@ public:
     int64_t n_embd_kv() const { return n_embd_kv_; }
 
     // Raw bytes of block i, K or V half: [n_layer][kv_block_tokens][row_bytes], block_bytes() / 2 bytes
-    // (for state files). Rows past n_tokens in the last block are unspecified. The writable ones
-    // un-share the block first.
+    // (for state files); a trimmed block's are [n_global][kv_block_tokens][row_bytes]. Rows past n_tokens in the last
+    // block are unspecified. The writable ones un-share the block first.
     const uint8_t* block_k(int64_t i) const { return blocks_[static_cast<size_t>(i)]->k.data(); }
     const uint8_t* block_v(int64_t i) const { return blocks_[static_cast<size_t>(i)]->v.data(); }
     uint8_t* writable_block_k(int64_t i);
     uint8_t* writable_block_v(int64_t i);
 
     // For the prefix cache (engine/prefix_cache*): block i by reference, and a cache made of blocks held
-    // elsewhere. assign_blocks(blocks, n) replaces the contents with `blocks` holding positions [0, n)
-    // (blocks.size() == ceil(n / kv_block_tokens), each of this cache's block size); they stay shared,
-    // so the first grow() past a shared partly used last block copies it (copy-on-write).
+    // elsewhere (whole blocks only: the prefix cache takes no trimmed State). assign_blocks(blocks, n) replaces the
+    // contents with `blocks` holding positions [0, n) (blocks.size() == ceil(n / kv_block_tokens), each of this cache's
+    // block size); they stay shared, so the first grow() past a shared partly used last block copies it
+    // (copy-on-write).
     std::shared_ptr<KvBlock> share_block(int64_t i) const { return blocks_[static_cast<size_t>(i)]; }
     void assign_blocks(std::vector<std::shared_ptr<KvBlock>> blocks, int64_t n);
 
@@ -80,6 +109,9 @@ private:
     TensorType type_ = TensorType::F16;
     uint64_t row_bytes_ = 0;
     int64_t n_tokens_ = 0;
+    int64_t n_global_ = 0;  // layers that are not sliding-window layers
+    int64_t n_trimmed_ = 0;
+    std::vector<int64_t> global_index_;  // (n_layer) position among the global layers, -1 for a sliding one
     std::vector<std::shared_ptr<KvBlock>> blocks_;
     // Per-layer block pointer tables handed to the attention kernel (rebuilt by layer_view).
     std::vector<const uint8_t*> k_table_;

@@ -30,6 +30,18 @@ void store_rows(const float* src, int64_t n_tokens, int64_t width, bool keys, Kv
     }
 }
 
+// The sliding-window layers rotate with the global angles when their rope is the same (no own base):
+// then their angles are neither computed nor stored twice. Frequency factors are weights of the global
+// table only (rope_swa never has them), so a table with them is never shared.
+bool swa_rope_is_global(const ModelConfig& c) {
+    const RopeParams& g = c.rope;
+    const RopeParams& w = c.rope_swa;
+    return !g.has_freq_factors && !w.has_freq_factors && g.n_rot == w.n_rot && g.freq_base == w.freq_base &&
+           g.linear_factor == w.linear_factor && g.layout == w.layout;
+}
+
+bool needs_swa_angles(const ModelConfig& c) { return c.sliding_window > 0 && !swa_rope_is_global(c); }
+
 }  // namespace
 
 void ForwardScratch::reserve(const ModelConfig& c, int64_t n) {
@@ -48,7 +60,7 @@ void ForwardScratch::reserve(const ModelConfig& c, int64_t n) {
     up.resize(sz(c.n_ff));
     rope_cos.resize(sz(c.rope.n_rot / 2));
     rope_sin.resize(sz(c.rope.n_rot / 2));
-    const int64_t swa_half_rot = c.sliding_window > 0 ? c.rope_swa.n_rot / 2 : 0;
+    const int64_t swa_half_rot = needs_swa_angles(c) ? c.rope_swa.n_rot / 2 : 0;
     rope_cos_swa.resize(sz(swa_half_rot));
     rope_sin_swa.resize(sz(swa_half_rot));
 }
@@ -58,6 +70,9 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
     const ModelConfig& c = model.config;
     const ModelWeights& w = model.weights;
     const int64_t half_rot = c.rope.n_rot / 2;
+    // Each angle buffer is (n, its own n_rot / 2): the two ropes may rotate different widths.
+    const bool swa_angles = needs_swa_angles(c);
+    const int64_t swa_half_rot = swa_angles ? c.rope_swa.n_rot / 2 : half_rot;
     int64_t n = 0;  // rows of the micro-batch, all segments
     for (const ForwardSegment& seg : segments) n += static_cast<int64_t>(seg.tokens.size());
     if (n == 0) return;
@@ -84,9 +99,9 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
                 if (rope) {
                     model.rope.angles(seg.first_pos + t, s.rope_cos.data() + row * half_rot,
                                       s.rope_sin.data() + row * half_rot);
-                    if (c.sliding_window > 0) {
-                        model.rope_swa.angles(seg.first_pos + t, s.rope_cos_swa.data() + row * half_rot,
-                                              s.rope_sin_swa.data() + row * half_rot);
+                    if (swa_angles) {
+                        model.rope_swa.angles(seg.first_pos + t, s.rope_cos_swa.data() + row * swa_half_rot,
+                                              s.rope_sin_swa.data() + row * swa_half_rot);
                     }
                 }
             }
@@ -156,12 +171,14 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
             head_norm_rows(c, l.attn_k_norm, s.k.data(), n * c.n_head_kv);
             const bool swa = c.is_swa(il);
             if (rope) {
+                const bool own_angles = swa && swa_angles;
                 const RopeTable& table = swa ? model.rope_swa : model.rope;
-                const float* cos_all = swa ? s.rope_cos_swa.data() : s.rope_cos.data();
-                const float* sin_all = swa ? s.rope_sin_swa.data() : s.rope_sin.data();
+                const float* cos_all = own_angles ? s.rope_cos_swa.data() : s.rope_cos.data();
+                const float* sin_all = own_angles ? s.rope_sin_swa.data() : s.rope_sin.data();
+                const int64_t width = own_angles ? swa_half_rot : half_rot;
                 for (int64_t t = 0; t < n; ++t) {
-                    const float* cs = cos_all + t * half_rot;
-                    const float* sn = sin_all + t * half_rot;
+                    const float* cs = cos_all + t * width;
+                    const float* sn = sin_all + t * width;
                     table.apply(s.q.data() + t * c.n_embd_q(), c.n_head, cs, sn);
                     table.apply(s.k.data() + t * c.n_embd_kv(), c.n_head_kv, cs, sn);
                 }

@@ -41,6 +41,14 @@ void StateAccess::thin_checkpoints(State::Impl& s) {
     }
 }
 
+void StateAccess::trim_sliding(State::Impl& s) {
+    if (s.sliding_window <= 0 || !s.options.trim_sliding_window) return;
+    const int64_t slack = s.options.sliding_window_slack < 0 ? s.sliding_window : s.options.sliding_window_slack;
+    // The next position evaluated, kv.n_tokens(), reads keys from n_tokens - window + 1 on; truncating
+    // back by `slack` needs `slack` more.
+    s.kv.trim_sliding(s.kv.n_tokens() - s.sliding_window + 1 - slack);
+}
+
 void StateAccess::roll_back(State& state, int64_t first) {
     State::Impl& s = *state.impl_;
     if (s.recurrent.empty()) {
@@ -57,6 +65,7 @@ void StateAccess::commit(State& state, std::span<const int32_t> new_tokens, std:
     s.last_logits = std::move(last_logits);
     const int64_t evaluated = s.kv.n_tokens();
     std::erase_if(s.wanted_checkpoints, [evaluated](int64_t pos) { return pos <= evaluated; });
+    trim_sliding(s);
     if (checkpoints.empty()) return;
     for (RecurrentCheckpoint& c : checkpoints) {
         if (c.pos > 0 && (s.checkpoints.empty() || c.pos > s.checkpoints.back().pos)) {
@@ -93,6 +102,14 @@ State::State(const Model& model, StateOptions options) : State() {
                                                      std::to_string(config.n_ctx_train) + " positions");
     }
     impl_->kv = KvCache(info.n_kv_layers, info.n_embd_kv(), options.kv_type);
+    if (const ModelConfig& c = ModelAccess::impl(model).config; c.sliding_window > 0 && c.n_kv_layers > 0) {
+        std::vector<uint8_t> sliding(static_cast<size_t>(c.n_kv_layers), 0);
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            if (!c.is_recurrent(il)) sliding[static_cast<size_t>(c.slot[static_cast<size_t>(il)])] = c.is_swa(il);
+        }
+        impl_->kv.set_sliding_layers(sliding);
+        impl_->sliding_window = c.sliding_window;
+    }
     const RecurrentShape shape = ModelAccess::impl(model).config.recurrent_shape();
     if (shape.n_layer > 0) impl_->recurrent = RecurrentState(shape);
 }
@@ -114,6 +131,7 @@ State State::fork() const {
     copy.impl_->last_logits = impl_->last_logits;
     copy.impl_->sampler = impl_->sampler;
     copy.impl_->kv_exact = impl_->kv_exact;
+    copy.impl_->sliding_window = impl_->sliding_window;
     return copy;
 }
 
@@ -124,7 +142,10 @@ void State::truncate(int64_t n) {
     }
     if (n == n_tokens()) return;
     if (impl_->recurrent.empty()) {
-        impl_->kv.truncate(n);
+        // Sliding layers trimmed past n's window: nothing before n can be continued from but position 0,
+        // so every token is evaluated again (bit-exactly) by the next eval.
+        const int64_t keep = StateAccess::kv_continues_at(*impl_, n) ? n : 0;
+        impl_->kv.truncate(std::min(keep, impl_->kv.n_tokens()));  // tokens may already wait (pending)
     } else if (n < impl_->kv.n_tokens()) {
         StateAccess::rewind_recurrent(*impl_, n);
     }
@@ -158,11 +179,16 @@ std::vector<int64_t> State::checkpoint_positions() const {
 
 int64_t State::n_pending() const { return n_tokens() - impl_->kv.n_tokens(); }
 
+int64_t State::truncate_floor() const {
+    const int64_t trimmed = impl_->kv.trimmed_until();
+    return trimmed == 0 ? 0 : trimmed + impl_->sliding_window - 1;
+}
+
 int64_t State::n_tokens() const { return static_cast<int64_t>(impl_->tokens.size()); }
 int64_t State::n_ctx() const { return impl_->n_ctx; }
 KvType State::kv_type() const { return impl_->kv.kv_type(); }
 const std::shared_ptr<const AdapterSet>& State::adapters() const { return impl_->options.adapters; }
-uint64_t State::kv_bytes() const { return static_cast<uint64_t>(impl_->kv.n_blocks()) * impl_->kv.block_bytes(); }
+uint64_t State::kv_bytes() const { return impl_->kv.bytes(); }
 std::span<const int32_t> State::tokens() const { return impl_->tokens; }
 std::span<const float> State::last_logits() const { return impl_->last_logits; }
 const SamplerState* State::sampler_state() const { return impl_->sampler ? &*impl_->sampler : nullptr; }

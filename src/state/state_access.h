@@ -32,6 +32,7 @@ struct State::Impl {
     // False when the KV is not what evaluating the tokens computes (decoded from a lossy q8_0 state file,
     // or continued from such KV): the prefix cache, whose blocks must be exact, never takes it.
     bool kv_exact = true;
+    int64_t sliding_window = 0;  // the model's (0: no sliding-window layers)
 };
 
 // Friend of State (declared in kvstash/state.h): the only code that reaches State::Impl. It offers the
@@ -42,6 +43,7 @@ struct StateAccess {
     static const KvCache& kv(const State& state) { return state.impl_->kv; }
     // False when the KV is not what evaluating the tokens computes (see State::Impl::kv_exact).
     static bool kv_exact(const State& state) { return state.impl_->kv_exact; }
+    static int64_t sliding_window(const State& state) { return state.impl_->sliding_window; }
     static void set_kv_exact(State& state, bool exact) { state.impl_->kv_exact = exact; }
 
     // Evaluator. pending(): tokens to evaluate again before new ones (after a truncate of a recurrent
@@ -73,6 +75,13 @@ struct StateAccess {
     // none); and the checkpoint budget applied (StateOptions::checkpoint_memory).
     static void rewind_recurrent(State::Impl& s, int64_t n);
     static void thin_checkpoints(State::Impl& s);
+    // Sliding-window models: releases the sliding layers' KV that no later position reads (see
+    // StateOptions::trim_sliding_window), and whether the KV can continue after the first n positions
+    // (the window before n is all there).
+    static void trim_sliding(State::Impl& s);
+    static bool kv_continues_at(const State::Impl& s, int64_t n) {
+        return s.kv.trimmed_until() == 0 || s.kv.trimmed_until() <= n - s.sliding_window + 1;
+    }
     static void commit(State& state, std::span<const int32_t> new_tokens, std::vector<float> last_logits,
                        std::vector<RecurrentCheckpoint> checkpoints);
 

@@ -27,9 +27,14 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr char kMagic[8] = {'K', 'V', 'S', 'T', 'A', 'T', 'E', '\0'};
 // Version 2 (recurrent state, checkpoints, evaluated count; docs/state-format.md) is what this build
-// writes, for every model: one writer path, and every file says how many tokens it holds evaluated.
-// Version 1 files (no recurrent layers) are still read.
-inline constexpr uint32_t kFormatVersion = 2;  // what this build writes and the newest it reads
+// writes for models without sliding-window layers: one writer path, and every file says how many tokens
+// it holds evaluated. Version 3 (models with sliding-window layers, Gemma 3) adds the trimmed KV blocks:
+// the leading blocks that no position after the file's last one reads through a sliding layer store
+// the global layers only (meta::n_trimmed_blocks), and the evaluated count may lag behind the tokens
+// (a State truncated past its trimmed window evaluates again from 0). Version 1 files (no recurrent
+// layers) and version 2 files are still read.
+inline constexpr uint32_t kFormatVersion = 3;                // the newest this build writes and reads
+inline constexpr uint32_t kFormatVersionWithoutSliding = 2;  // what it writes for other models
 inline constexpr uint32_t kOldestReadableVersion = 1;
 inline constexpr uint64_t kHeaderBytes = 64;
 inline constexpr uint64_t kSectionEntryBytes = 64;
@@ -113,13 +118,22 @@ inline constexpr size_t scan_floats = 104;          // i64 per recurrent layer
 inline constexpr size_t n_checkpoints = 112;        // i64
 inline constexpr size_t checkpoint_interval = 120;  // i64 StateOptions::checkpoint_interval
 inline constexpr size_t checkpoint_memory = 128;    // u64 StateOptions::checkpoint_memory
-// The model's own fingerprint when the State was computed under adapters (then `fingerprint` above is
-// the combined model + adapter-set one, docs/adapters.md); zero without adapters.
-inline constexpr size_t base_fingerprint = 136;  // 16 bytes
-inline constexpr size_t reserved_v2 = 152;       // 40 bytes, zero
+// Version 2: zero from here to base_fingerprint. Version 3 only (in version 2's reserved bytes; the
+// fixed part keeps its 192 bytes):
+inline constexpr size_t reserved_v2 = 136;
+inline constexpr size_t sliding_window = 136;      // i64 the model's window (> 0)
+inline constexpr size_t n_global_kv_layers = 144;  // i64 KV layers that are not sliding-window layers
+// i64 leading KV blocks stored trimmed: K and V each [n_global_kv_layers][kv_block_tokens][row], the
+// global layers in layer order. At most (n_evaluated - sliding_window + 1) / kv_block_tokens (so the
+// state continues after n_evaluated), and 0 when n_evaluated < n_tokens.
+inline constexpr size_t n_trimmed_blocks = 152;
+// Versions 2 and 3: the model's own fingerprint when the State was computed under adapters (then
+// `fingerprint` above is the combined model + adapter-set one, docs/adapters.md); zero without adapters.
+inline constexpr size_t base_fingerprint = 160;  // 16 bytes
+inline constexpr size_t reserved_tail = 176;     // 16 bytes, zero (versions 2 and 3)
 }  // namespace meta
 inline constexpr uint64_t kMetaFixedBytesV1 = 128;
-inline constexpr uint64_t kMetaFixedBytesV2 = 192;
+inline constexpr uint64_t kMetaFixedBytesV2 = 192;  // versions 2 and 3
 inline constexpr uint64_t meta_fixed_bytes(uint32_t version) {
     return version == 1 ? kMetaFixedBytesV1 : kMetaFixedBytesV2;
 }

@@ -42,7 +42,7 @@ void Reader::parse_layout() {
         corrupt("header checksum mismatch: the file is corrupt");
     if (const uint32_t flags = load_le<uint32_t>(p + header::flags); flags != 0) {
         fail(ErrorCode::unsupported,
-             "file flags " + hex64(flags) + " are unknown to this kvstash (format versions 1 and 2 define none)");
+             "file flags " + hex64(flags) + " are unknown to this kvstash (format versions 1 to 3 define none)");
     }
     if (load_le<uint32_t>(p + header::reserved) != 0) corrupt("reserved header field is not zero");
     const uint64_t declared = load_le<uint64_t>(p + header::file_bytes);
@@ -183,11 +183,17 @@ Meta Reader::read_meta() const {
                 std::to_string(b.size() - fixed) + " bytes");
     }
     m.model_name.assign(reinterpret_cast<const char*>(b.data()) + fixed, name_bytes);
-    const size_t reserved = version_ == 1 ? meta::reserved_v1 : meta::reserved_v2;
-    if (std::any_of(b.begin() + static_cast<std::ptrdiff_t>(reserved), b.begin() + static_cast<std::ptrdiff_t>(fixed),
-                    [](uint8_t x) { return x != 0; })) {
-        corrupt("section 'meta' has non-zero reserved bytes");
-    }
+    // Reserved bytes must be zero: version 1 from reserved_v1 on; version 2 [reserved_v2, base_fingerprint)
+    // (version 3's fields) and the tail; version 3 the tail.
+    const auto nonzero = [&b](size_t begin, size_t end) {
+        return std::any_of(b.begin() + static_cast<std::ptrdiff_t>(begin), b.begin() + static_cast<std::ptrdiff_t>(end),
+                           [](uint8_t x) { return x != 0; });
+    };
+    const bool reserved_set = version_ == 1   ? nonzero(meta::reserved_v1, fixed)
+                              : version_ == 2 ? nonzero(meta::reserved_v2, meta::base_fingerprint) ||
+                                                    nonzero(meta::reserved_tail, fixed)
+                                              : nonzero(meta::reserved_tail, fixed);
+    if (reserved_set) corrupt("section 'meta' has non-zero reserved bytes");
     if (version_ != 1) {
         std::copy(b.begin() + meta::base_fingerprint, b.begin() + meta::base_fingerprint + 16,
                   m.base_fingerprint.bytes.begin());
@@ -204,6 +210,11 @@ Meta Reader::read_meta() const {
         m.n_checkpoints = load_le<int64_t>(&b[meta::n_checkpoints]);
         m.checkpoint_interval = load_le<int64_t>(&b[meta::checkpoint_interval]);
         m.checkpoint_memory = load_le<uint64_t>(&b[meta::checkpoint_memory]);
+    }
+    if (version_ >= 3) {
+        m.sliding_window = load_le<int64_t>(&b[meta::sliding_window]);
+        m.n_global_kv_layers = load_le<int64_t>(&b[meta::n_global_kv_layers]);
+        m.n_trimmed_blocks = load_le<int64_t>(&b[meta::n_trimmed_blocks]);
     }
     if (block_tokens != kv_block_tokens) {
         fail(ErrorCode::unsupported, "KV blocks of " + std::to_string(block_tokens) + " positions; this kvstash uses " +
@@ -229,8 +240,19 @@ Meta Reader::read_meta() const {
     in_range("n_embd_kv", m.n_embd_kv, m.n_kv_layers > 0 ? 1 : 0, 1 << 24);
     in_range("n_ctx", m.n_ctx, 1, INT32_MAX);
     in_range("n_tokens", m.n_tokens, 0, m.n_ctx);
-    // Only a recurrent state can lag behind its tokens (a truncate restored an earlier checkpoint).
-    in_range("n_evaluated", m.n_evaluated, m.recurrent.n_layer > 0 ? 0 : m.n_tokens, m.n_tokens);
+    // Only a recurrent state (a truncate restored an earlier checkpoint) or a sliding-window one (a
+    // truncate before its trimmed window) can lag behind its tokens.
+    in_range("n_evaluated", m.n_evaluated, m.recurrent.n_layer > 0 || m.sliding_window > 0 ? 0 : m.n_tokens,
+             m.n_tokens);
+    if (version_ >= 3) {
+        in_range("sliding_window", m.sliding_window, 1, INT32_MAX);
+        in_range("n_global_kv_layers", m.n_global_kv_layers, 0, m.n_kv_layers);
+        // Trimmed blocks never hold what a continuation after n_evaluated reads through a sliding layer.
+        const int64_t most = m.n_evaluated < m.n_tokens
+                                 ? 0
+                                 : std::max<int64_t>(m.n_evaluated - m.sliding_window + 1, 0) / kv_block_tokens;
+        in_range("n_trimmed_blocks", m.n_trimmed_blocks, 0, most);
+    }
     const int64_t max_floats = m.recurrent.n_layer > 0 ? int64_t{1} << 40 : 0;
     in_range("conv_floats", m.recurrent.conv_floats, 0, max_floats);
     in_range("scan_floats", m.recurrent.scan_floats, 0, max_floats);
@@ -255,8 +277,11 @@ Meta Reader::read_meta() const {
         }
     };
     const auto n_blocks = static_cast<uint64_t>((m.n_evaluated + kv_block_tokens - 1) / kv_block_tokens);
-    unsigned __int128 kv_bytes = static_cast<unsigned __int128>(n_blocks) * 2 * static_cast<uint64_t>(m.n_kv_layers) *
-                                 kv_block_tokens * kv_row_bytes(m.kv_encoding, m.n_embd_kv);
+    const uint64_t layer_bytes = 2 * kv_block_tokens * kv_row_bytes(m.kv_encoding, m.n_embd_kv);  // K and V
+    const auto n_trimmed = static_cast<uint64_t>(m.n_trimmed_blocks);
+    unsigned __int128 kv_bytes =
+        static_cast<unsigned __int128>(n_blocks - n_trimmed) * static_cast<uint64_t>(m.n_kv_layers) * layer_bytes +
+        static_cast<unsigned __int128>(n_trimmed) * static_cast<uint64_t>(m.n_global_kv_layers) * layer_bytes;
     if (kv_bytes > UINT64_MAX) corrupt("KV size overflows 64 bits");
     expect_raw(kSectionKv, static_cast<uint64_t>(kv_bytes));
     // recurrent.floats() < 2^57 (n_layer <= 2^16, floats per layer < 2^41): no overflow in 128 bits.

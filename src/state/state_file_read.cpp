@@ -65,7 +65,8 @@ SamplerState decode_sampler(const Reader& r, const std::vector<uint8_t>& b, int6
 void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& kv) {
     const int64_t n_blocks = (m.n_evaluated + kv_block_tokens - 1) / kv_block_tokens;
     const uint64_t enc_row = kv_row_bytes(m.kv_encoding, m.n_embd_kv);
-    const uint64_t part_bytes = static_cast<uint64_t>(m.n_kv_layers) * kv_block_tokens * enc_row;
+    const uint64_t whole_part_bytes = static_cast<uint64_t>(m.n_kv_layers) * kv_block_tokens * enc_row;
+    const uint64_t trimmed_part_bytes = static_cast<uint64_t>(m.n_global_kv_layers) * kv_block_tokens * enc_row;
     const bool same_type = m.kv_encoding == m.cache_type;
     KvBlockHash hash;  // XXH3-64, on xxHash's AVX-512 path where the CPU has one
     std::unique_ptr<ZstdStream> zstd;
@@ -74,12 +75,20 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
         zstd = std::make_unique<ZstdStream>(r, s);
     }
     const uint8_t* src = r.bytes(s).data();
-    std::vector<uint8_t> scratch(zstd && !same_type ? part_bytes : 0);
+    std::vector<uint8_t> scratch(zstd && !same_type ? whole_part_bytes : 0);
     std::vector<float> row_f32(static_cast<size_t>((m.n_embd_kv + 31) / 32 * 32));
 
     for (int64_t b = 0; b < n_blocks; ++b) {
-        // Block by block: memory follows the bytes actually decoded, not only the declared size.
-        kv.grow(std::min(m.n_evaluated, (b + 1) * kv_block_tokens));
+        // Block by block: memory follows the bytes actually decoded, not only the declared size. Trimmed
+        // blocks (version 3) come first and hold the global layers only.
+        const bool trimmed = b < m.n_trimmed_blocks;
+        if (trimmed) {
+            kv.grow_trimmed((b + 1) * kv_block_tokens);
+        } else {
+            kv.grow(std::min(m.n_evaluated, (b + 1) * kv_block_tokens));
+        }
+        const uint64_t part_bytes = trimmed ? trimmed_part_bytes : whole_part_bytes;
+        const int64_t part_layers = trimmed ? m.n_global_kv_layers : m.n_kv_layers;
         for (int half = 0; half < 2 && part_bytes > 0; ++half) {  // no KV layers (Mamba): nothing stored
             uint8_t* dst = half == 0 ? kv.writable_block_k(b) : kv.writable_block_v(b);
             const uint8_t* encoded = nullptr;
@@ -94,7 +103,7 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
             }
             if (same_type) continue;
             // q8_0 rows -> the cache's f16/f32 rows.
-            for (int64_t row = 0; row < m.n_kv_layers * kv_block_tokens; ++row) {
+            for (int64_t row = 0; row < part_layers * kv_block_tokens; ++row) {
                 dequantize_row(TensorType::Q8_0, encoded + static_cast<uint64_t>(row) * enc_row, row_f32.data(),
                                static_cast<int64_t>(row_f32.size()));
                 uint8_t* out = dst + static_cast<uint64_t>(row) * kv.row_bytes();
@@ -231,6 +240,14 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
     options.checkpoint_memory = m.checkpoint_memory;
     options.adapters = std::move(adapters);
     State state(model, options);
+    // Version 3: the sliding-window layers must be the model's (the trimmed blocks' layout follows them).
+    const int64_t window = StateAccess::sliding_window(state);
+    const int64_t n_global = StateAccess::kv(state).n_global_layers();
+    if (r.version() >= 3 && (m.sliding_window != window || m.n_global_kv_layers != n_global)) {
+        r.corrupt("its sliding window (" + std::to_string(m.sliding_window) + " positions, " +
+                  std::to_string(m.n_global_kv_layers) + " global KV layers) is not its model's (" +
+                  std::to_string(window) + ", " + std::to_string(n_global) + ")");
+    }
 
     const std::vector<uint8_t> token_bytes = r.read_section(*r.find(kSectionTokens));
     std::vector<int32_t> tokens(static_cast<size_t>(m.n_tokens));
@@ -292,6 +309,8 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     info.n_evaluated = m.n_evaluated;
     info.n_recurrent_layers = m.recurrent.n_layer;
     info.recurrent_state_bytes = m.recurrent_bytes();
+    info.sliding_window = m.sliding_window;
+    if (m.n_trimmed_blocks > 0) info.truncate_floor = m.n_trimmed_blocks * kv_block_tokens + m.sliding_window - 1;
     if (const SectionEntry* s = r.find(kSectionRecurrent)) info.recurrent_stored_bytes += s->stored_bytes;
     if (const SectionEntry* s = r.find(kSectionCheckpoints)) info.recurrent_stored_bytes += s->stored_bytes;
     for (const SectionEntry& s : r.sections()) info.compressed = info.compressed || s.compressed();

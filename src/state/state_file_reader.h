@@ -39,6 +39,8 @@ struct Meta {
     int64_t n_checkpoints = 0;
     int64_t checkpoint_interval = StateOptions{}.checkpoint_interval;
     uint64_t checkpoint_memory = StateOptions{}.checkpoint_memory;
+    // Version 3 (0 before: no trimmed blocks).
+    int64_t sliding_window = 0, n_global_kv_layers = 0, n_trimmed_blocks = 0;
 
     uint64_t recurrent_bytes() const { return static_cast<uint64_t>(recurrent.floats()) * sizeof(float); }
 };

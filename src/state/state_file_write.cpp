@@ -111,6 +111,16 @@ Section small_section(uint32_t type, std::vector<uint8_t> raw, bool compress) {
     return s;
 }
 
+// Leading KV blocks the file stores trimmed (version 3): those no position after the evaluated ones reads
+// through a sliding layer; at least the ones already trimmed in memory. None while tokens wait to be
+// evaluated again (the KV then holds no block a continuation needs).
+int64_t file_trimmed_blocks(const State& s) {
+    const KvCache& kv = StateAccess::kv(s);
+    const int64_t window = StateAccess::sliding_window(s);
+    if (window <= 0 || !kv.has_sliding_layers() || kv.n_tokens() < s.n_tokens()) return 0;
+    return std::max(kv.n_trimmed_blocks(), std::max<int64_t>(kv.n_tokens() - window + 1, 0) / kv_block_tokens);
+}
+
 std::vector<uint8_t> encode_meta(const State& s, const ModelInfo& c, const ModelFingerprint& fp,
                                  const ModelFingerprint& base, uint32_t encoding) {
     // At most kMaxModelNameBytes, cut at a UTF-8 character boundary.
@@ -138,6 +148,11 @@ std::vector<uint8_t> encode_meta(const State& s, const ModelInfo& c, const Model
     store_le<int64_t>(&m[meta::n_checkpoints], static_cast<int64_t>(StateAccess::checkpoints(s).size()));
     store_le<int64_t>(&m[meta::checkpoint_interval], options.checkpoint_interval);
     store_le<uint64_t>(&m[meta::checkpoint_memory], options.checkpoint_memory);
+    if (StateAccess::sliding_window(s) > 0) {  // version 3
+        store_le<int64_t>(&m[meta::sliding_window], StateAccess::sliding_window(s));
+        store_le<int64_t>(&m[meta::n_global_kv_layers], StateAccess::kv(s).n_global_layers());
+        store_le<int64_t>(&m[meta::n_trimmed_blocks], file_trimmed_blocks(s));
+    }
     std::memcpy(m.data() + kMetaFixedBytesV2, name.data(), name.size());
     return m;
 }
@@ -189,28 +204,42 @@ std::vector<uint8_t> encode_sampler(const SamplerState& st) {
 }
 
 // Calls `emit` with the KV section's bytes in order: per block, the K part then the V part, each
-// [n_layer][kv_block_tokens][row] in `encoding`; rows past n_tokens are zero.
-void for_each_kv_part(const KvCache& kv, uint32_t encoding, const std::function<void(const uint8_t*, size_t)>& emit) {
+// [n_layer][kv_block_tokens][row] in `encoding` (the first n_trimmed blocks: the global layers only);
+// rows past n_tokens are zero.
+void for_each_kv_part(const KvCache& kv, uint32_t encoding, int64_t n_trimmed,
+                      const std::function<void(const uint8_t*, size_t)>& emit) {
     const int64_t n_layer = kv.n_layer(), n_embd = kv.n_embd_kv(), n_tokens = kv.n_tokens();
     const uint64_t cache_row = kv.row_bytes();
     const uint64_t out_row = kv_row_bytes(encoding, n_embd);
-    const uint64_t part_bytes = static_cast<uint64_t>(n_layer) * kv_block_tokens * out_row;
     const bool same_type = encoding == static_cast<uint32_t>(kv.type());
     std::vector<uint8_t> scratch;
     std::vector<float> row_f32(static_cast<size_t>((n_embd + 31) / 32 * 32), 0.0f);  // zero tail = q8_0 padding
+    // The cache's layer index (within a whole block) of each layer a trimmed block stores.
+    std::vector<int64_t> global_layers;
+    for (int64_t layer = 0; layer < n_layer; ++layer) {
+        if (kv.is_global_layer(layer)) global_layers.push_back(layer);
+    }
 
     for (int64_t b = 0; b < kv.n_blocks(); ++b) {
         const int64_t used = std::min<int64_t>(kv_block_tokens, n_tokens - b * kv_block_tokens);
+        const bool trimmed_out = b < n_trimmed;       // stored trimmed
+        const bool trimmed_in = kv.block_trimmed(b);  // held trimmed (then also stored so)
+        const int64_t out_layers = trimmed_out ? kv.n_global_layers() : n_layer;
+        const uint64_t part_bytes = static_cast<uint64_t>(out_layers) * kv_block_tokens * out_row;
         for (const uint8_t* part : {kv.block_k(b), kv.block_v(b)}) {
-            if (same_type && used == kv_block_tokens) {
+            if (same_type && used == kv_block_tokens && trimmed_out == trimmed_in) {
                 emit(part, part_bytes);  // straight from the cache: no copy
                 continue;
             }
             scratch.assign(part_bytes, 0);
-            for (int64_t layer = 0; layer < n_layer; ++layer) {
+            for (int64_t out_layer = 0; out_layer < out_layers; ++out_layer) {
+                // Source layer within the held block's layout.
+                const int64_t layer =
+                    trimmed_out && !trimmed_in ? global_layers[static_cast<size_t>(out_layer)] : out_layer;
                 for (int64_t r = 0; r < used; ++r) {
-                    const uint64_t row = static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(r);
-                    const uint8_t* src = part + row * cache_row;
+                    const uint64_t in_row = static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(r);
+                    const uint64_t row = static_cast<uint64_t>(out_layer) * kv_block_tokens + static_cast<uint64_t>(r);
+                    const uint8_t* src = part + in_row * cache_row;
                     uint8_t* dst = scratch.data() + row * out_row;
                     if (same_type) {
                         std::memcpy(dst, src, cache_row);
@@ -226,14 +255,15 @@ void for_each_kv_part(const KvCache& kv, uint32_t encoding, const std::function<
 }
 
 // The KV section: compressed into memory, or (raw) described here and streamed by write_kv_raw.
-Section kv_section(const KvCache& kv, uint32_t encoding, bool compress) {
+Section kv_section(const KvCache& kv, uint32_t encoding, int64_t n_trimmed, bool compress) {
     Section s;
     s.type = kSectionKv;
-    s.raw_bytes = static_cast<uint64_t>(kv.n_blocks()) * 2 * static_cast<uint64_t>(kv.n_layer()) * kv_block_tokens *
-                  kv_row_bytes(encoding, kv.n_embd_kv());
+    const uint64_t layer_bytes = 2 * kv_block_tokens * kv_row_bytes(encoding, kv.n_embd_kv());  // K and V
+    s.raw_bytes = static_cast<uint64_t>(kv.n_blocks() - n_trimmed) * static_cast<uint64_t>(kv.n_layer()) * layer_bytes +
+                  static_cast<uint64_t>(n_trimmed) * static_cast<uint64_t>(kv.n_global_layers()) * layer_bytes;
     if (compress && s.raw_bytes > 0) {
         Compressor c(s.raw_bytes);
-        for_each_kv_part(kv, encoding, [&](const uint8_t* p, size_t n) { c.add(p, n); });
+        for_each_kv_part(kv, encoding, n_trimmed, [&](const uint8_t* p, size_t n) { c.add(p, n); });
         std::vector<uint8_t> packed = c.finish();
         if (compression_pays(s.raw_bytes, packed.size())) {
             s.flags |= kFlagZstd;
@@ -248,10 +278,10 @@ Section kv_section(const KvCache& kv, uint32_t encoding, bool compress) {
     return s;
 }
 
-uint64_t write_kv_raw(const KvCache& kv, uint32_t encoding, uint64_t offset, ByteSink& sink) {
+uint64_t write_kv_raw(const KvCache& kv, uint32_t encoding, int64_t n_trimmed, uint64_t offset, ByteSink& sink) {
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(), &XXH3_freeState);
     if (!hash || XXH3_64bits_reset(hash.get()) == XXH_ERROR) throw Error(ErrorCode::internal, "cannot initialise XXH3");
-    for_each_kv_part(kv, encoding, [&](const uint8_t* p, size_t n) {
+    for_each_kv_part(kv, encoding, n_trimmed, [&](const uint8_t* p, size_t n) {
         XXH3_64bits_update(hash.get(), p, n);
         sink.write_at(offset, p, n);
         offset += n;
@@ -311,8 +341,10 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
     const ModelInfo& c = model->info();
     const std::string what = "cannot save the state of model '" + model->path() + "'";
     const RecurrentState& recurrent = StateAccess::recurrent(state);
-    // Only a recurrent state lags behind its tokens (after a truncate; the rest are evaluated again).
-    if (recurrent.empty() ? state.n_tokens() != kv.n_tokens() : state.n_tokens() < kv.n_tokens()) {
+    // Only a recurrent or a sliding-window state lags behind its tokens (after a truncate; the rest are
+    // evaluated again).
+    const bool may_lag = !recurrent.empty() || StateAccess::sliding_window(state) > 0;
+    if (may_lag ? state.n_tokens() < kv.n_tokens() : state.n_tokens() != kv.n_tokens()) {
         throw Error(ErrorCode::internal, what + ": it holds " + std::to_string(state.n_tokens()) + " tokens but " +
                                              std::to_string(kv.n_tokens()) + " KV positions");
     }
@@ -363,7 +395,8 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
                                              options.compress));
         }
     }
-    sections.push_back(kv_section(kv, encoding, options.compress));  // last: the big one
+    const int64_t n_trimmed = file_trimmed_blocks(state);
+    sections.push_back(kv_section(kv, encoding, n_trimmed, options.compress));  // last: the big one
 
     uint64_t end = align_up(kHeaderBytes + kSectionEntryBytes * sections.size(), kSectionAlignment);
     uint64_t file_bytes = end;
@@ -374,7 +407,7 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
     }
     for (Section& sec : sections) {
         if (sec.streamed) {
-            sec.checksum = write_kv_raw(kv, encoding, sec.offset, sink);
+            sec.checksum = write_kv_raw(kv, encoding, n_trimmed, sec.offset, sink);
         } else {
             sink.write_at(sec.offset, sec.stored.data(), sec.stored.size());
         }
@@ -386,7 +419,8 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
         store_section_entry(head.data() + kHeaderBytes + kSectionEntryBytes * i, sections[i]);
     }
     std::memcpy(head.data() + header::magic, kMagic, sizeof(kMagic));
-    store_le<uint32_t>(&head[header::format_version], kFormatVersion);
+    store_le<uint32_t>(&head[header::format_version],
+                       StateAccess::sliding_window(state) > 0 ? kFormatVersion : kFormatVersionWithoutSliding);
     store_le<uint32_t>(&head[header::header_bytes], static_cast<uint32_t>(kHeaderBytes));
     store_le<uint32_t>(&head[header::section_count], static_cast<uint32_t>(sections.size()));
     store_le<uint32_t>(&head[header::section_entry_bytes], static_cast<uint32_t>(kSectionEntryBytes));

@@ -165,8 +165,8 @@ TEST_F(StateFileTest, NewerVersionsAndUnknownFeaturesAreUnsupported) {
         return b;
     };
     expect_error(
-        [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 3); })); },
-        ErrorCode::unsupported, "format version 3 is newer than this kvstash reads (1 to 2)");
+        [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 4); })); },
+        ErrorCode::unsupported, "format version 4 is newer than this kvstash reads (1 to 3)");
     expect_error(
         [&] { decode(*model, edit([](auto& b) { sf::store_le<uint32_t>(&b[sf::header::format_version], 0); })); },
         ErrorCode::bad_format, "format version 0 does not exist");

@@ -42,6 +42,10 @@ void register_state(CLI::App& root, Action& action) {
                 std::printf("evaluated:     %lld tokens (%lld evaluated again by the next eval)\n",
                             static_cast<long long>(i.n_evaluated), static_cast<long long>(i.n_tokens - i.n_evaluated));
             }
+            if (i.sliding_window > 0) {
+                std::printf("sliding:       window %lld; truncating below %lld tokens evaluates again from 0\n",
+                            static_cast<long long>(i.sliding_window), static_cast<long long>(i.truncate_floor));
+            }
             std::printf("compressed:    %s\n", i.compressed ? "zstd" : "no");
             std::printf("logits:        %s\n", i.has_logits ? "yes" : "no");
             std::printf("sampler:       %s\n", i.has_sampler ? "yes" : "no");
