@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kv/kv_cache.h"
+#include "kvstash/error.h"
 #include "model/model_access.h"
 #include "py_types.h"
 #include "state/state_access.h"
@@ -28,6 +29,15 @@ nb::dlpack::dtype kv_dtype(KvType type) {
 // element type (f16 or f32), as kvstash computed it (post-RoPE keys, the GGUF rotation layout).
 nb::object export_half(const State& state, bool values) {
     const KvCache& kv = StateAccess::kv(state);
+    // A sliding-window model's State keeps only the window for those layers (StateOptions::
+    // trim_sliding_window): the older rows no longer exist to export.
+    if (kv.n_trimmed_blocks() > 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    "this State's sliding-window layers hold only their window (" +
+                        std::to_string(kv.n_trimmed_blocks()) +
+                        " leading KV blocks were trimmed); export the KV of a State before it grows past twice the "
+                        "window");
+    }
     const int64_t n_layer = kv.n_layer();
     const int64_t n_tokens = kv.n_tokens();
     const size_t row = kv.row_bytes();
