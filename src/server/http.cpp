@@ -1,5 +1,6 @@
 #include "server/http.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <httplib.h>
@@ -7,6 +8,7 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
+#include "server/connection_pool.h"
 #include "server/routes.h"
 
 namespace kvstash::server {
@@ -25,6 +27,28 @@ std::string route_label(const std::string& path) {
     if (path.starts_with("/v1/states/"))
         return path.ends_with("/file") ? "/v1/states/{name}/file" : "/v1/states/{name}";
     return "other";
+}
+
+// cpp-httplib's task queue over our ConnectionPool (one thread per open connection, bounded).
+class ConnectionQueue : public httplib::TaskQueue {
+public:
+    explicit ConnectionQueue(size_t max_connections) : pool_(max_connections, std::chrono::seconds(30)) {}
+    void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
+    void shutdown() override { pool_.shutdown(); }
+
+private:
+    ConnectionPool pool_;
+};
+
+// Every open connection holds a descriptor: make room for --max-connections of them (and the files and
+// sockets of the rest of the server) when the soft limit is lower, as far as the hard limit allows.
+void raise_descriptor_limit(int max_connections) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    const rlim_t wanted = static_cast<rlim_t>(max_connections) + 256;
+    if (limit.rlim_cur >= wanted) return;
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 }  // namespace
@@ -56,10 +80,15 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
 
     http_ = std::make_unique<httplib::Server>();
     httplib::Server& http = *http_;
-    // One handler thread per streaming client: enough for every slot and every queued request, plus a
-    // few for /health, /metrics and state routes.
-    const size_t handler_threads = static_cast<size_t>(options.parallel + options.queue + 8);
-    http.new_task_queue = [handler_threads] { return new httplib::ThreadPool(handler_threads); };
+    // Slow or idle clients must not lock others out (issue 19). cpp-httplib 0.11 serves a connection on
+    // one thread from accept to close, so: a thread per open connection up to --max-connections (not a
+    // fixed pool that N idle clients fill), an open connection closed after --idle-timeout without a
+    // request, and a request dropped when it pauses --read-timeout between bytes.
+    raise_descriptor_limit(options.max_connections);
+    const size_t max_connections = static_cast<size_t>(options.max_connections);
+    http.new_task_queue = [max_connections] { return new ConnectionQueue(max_connections); };
+    http.set_keep_alive_timeout(options.idle_timeout_s);
+    http.set_read_timeout(options.read_timeout_s);
     // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients overflows it while the accept thread
     // waits for a CPU. Keep the listening socket to raise the backlog after bind (see bind()).
     http.set_socket_options([this](socket_t sock) {
@@ -74,6 +103,18 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
             req.get_header_value("Authorization") != "Bearer " + o.api_key) {
             send_error(res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "",
                                      "invalid_api_key"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        // cpp-httplib 0.11 reads a chunked body whole into memory, whatever set_payload_max_length says,
+        // before any handler runs; only here, before the body is read, can it still be refused. A body
+        // must therefore announce its size: 411, as RFC 9110 has it for a length the server requires.
+        if (req.has_header("Transfer-Encoding")) {
+            send_error(res, ApiError(411,
+                                     "request bodies must have a Content-Length (chunked or other transfer "
+                                     "encodings are not accepted, so that --max-body / --max-state-bytes are "
+                                     "checked before reading)",
+                                     "", "length_required"));
+            res.set_header("Connection", "close");
             return httplib::Server::HandlerResponse::Handled;
         }
         if (req.has_header("Content-Length")) {

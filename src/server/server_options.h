@@ -21,6 +21,12 @@ struct ServerOptions {
     std::string state_dir;          // named states as files (empty: memory only)
     uint64_t max_state_bytes = uint64_t{1} << 30;  // bytes of an uploaded state file (413 past it)
     std::string chat_template;                     // empty: the model's own
+    // Connections (see docs/server.md, "Limits"): one thread each, up to max_connections (then new
+    // connections wait for one to close); read_timeout_s bounds each wait for more bytes of a request
+    // once it has begun, idle_timeout_s the wait for a request on an open connection (the first included).
+    int max_connections = 1024;
+    int read_timeout_s = 10;
+    int idle_timeout_s = 5;
 };
 
 }  // namespace kvstash::server
