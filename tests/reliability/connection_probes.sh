@@ -28,14 +28,14 @@ close_connections() {
 # request without the key is still refused; one record per check.
 served() {
   local probe="$1" label="$2" t code
-  t="$(curl -s -o /dev/null -w '%{http_code} %{time_total}' "http://127.0.0.1:$PORT/health")"
+  t="$(curl -s -m 10 -o /dev/null -w '%{http_code} %{time_total}' "http://127.0.0.1:$PORT/health")"
   [ "${t% *}" = 200 ] && awk -v s="${t#* }" 'BEGIN { exit !(s < 2) }'
   record "$probe" $((! $?)) "$label: /health: HTTP/seconds $t"
   echo "  $probe: /health in ${t#* } s $label" >> "$WORK/latency.log"
-  code="$(http POST /v1/completions -H "Authorization: Bearer $CONN_KEY" -d '{"prompt": "Hello", "max_tokens": 2}')"
+  code="$(http POST /v1/completions -m 20 -H "Authorization: Bearer $CONN_KEY" -d '{"prompt": "Hello", "max_tokens": 2}')"
   [ "$code" = 200 ]
   record "$probe" $((! $?)) "$label: authenticated completion: HTTP $code"
-  code="$(http GET /v1/models)"
+  code="$(http GET /v1/models -m 10)"
   [ "$code" = 401 ]
   record "$probe" $((! $?)) "$label: no key: HTTP $code"
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Replays the hostile-client and crashing-machine probes of issue 19 against the built CLI and server,
 # and prints a table of probes with counts tried / passed. Exit 0 only if every try passed.
-#   tests/reliability/run.sh BUILD_DIR [--long]
+#   tests/reliability/run.sh BUILD_DIR [--long]     (RELIABILITY_ONLY=files|connections: one group)
 # The short form (ctest: reliability.probes) runs each probe a few times; --long (or RELIABILITY_REPEAT=N)
 # repeats them. Needs only bash, coreutils, curl and the default model (models/ or $KVSTASH_MODEL); no
 # Python. Probes:
@@ -27,6 +27,8 @@
 #                     a request without the key 401
 #   trickle           the same while 100 connections trickle header lines
 #   concurrent_clients 32 (64 with --long) simultaneous authenticated completions: all 200
+# and, when nginx is found, the front proxy's probes (proxy_probes.sh: proxy_trickle, proxy_long_header,
+# proxy_chunked, proxy_stream).
 set -uo pipefail
 BUILD="${1:?usage: run.sh BUILD_DIR [--long]}"
 BUILD="$(cd "$BUILD" && pwd)"
@@ -190,21 +192,30 @@ probe_requests() {  # on the running server
 
 # shellcheck source=tests/reliability/connection_probes.sh
 source "$ROOT/tests/reliability/connection_probes.sh"
+# shellcheck source=tests/reliability/proxy_probes.sh
+source "$ROOT/tests/reliability/proxy_probes.sh"
 
+# RELIABILITY_ONLY=files|connections runs one group (files: everything but the connection probes).
+ONLY="${RELIABILITY_ONLY:-}"
 for round in $(seq "$REPEAT"); do
-  probe_fifo_input
-  probe_gguf_overlap
-  probe_output_full
-  probe_output_special
-  probe_kill_during_save
-  probe_dead_temp_startup
-  if [ -n "$SERVER_PID" ]; then
-    probe_races "$round"
-    probe_requests
-    stop_server
+  if [ "$ONLY" != connections ]; then
+    probe_fifo_input
+    probe_gguf_overlap
+    probe_output_full
+    probe_output_special
+    probe_kill_during_save
+    probe_dead_temp_startup
+    if [ -n "$SERVER_PID" ]; then
+      probe_races "$round"
+      probe_requests
+      stop_server
+    fi
   fi
-  probe_connection_timeouts
-  probe_connections
+  if [ "$ONLY" != files ]; then
+    probe_connection_timeouts
+    probe_connections
+    probe_front_proxy
+  fi
 done
 
 printf '%-20s %6s %6s\n' probe tried passed
@@ -215,5 +226,5 @@ for p in "${ORDER[@]}"; do
 done
 printf '%-20s %6d %6d\n' total "$total_tried" "$total_passed"
 [ -f "$WORK/latency.log" ] && cat "$WORK/latency.log"
-echo "(kill_during_save: $KILLS_WITH_DEBRIS of ${TRIED[kill_during_save]:-0} kills left a temporary file, removed by the next save)"
+[ -n "${TRIED[kill_during_save]+x}" ] && echo "(kill_during_save: $KILLS_WITH_DEBRIS of ${TRIED[kill_during_save]:-0} kills left a temporary file, removed by the next save)"
 [ "$total_tried" = "$total_passed" ]
