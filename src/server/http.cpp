@@ -89,6 +89,11 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     http.new_task_queue = [max_connections] { return new ConnectionQueue(max_connections); };
     http.set_keep_alive_timeout(options.idle_timeout_s);
     http.set_read_timeout(options.read_timeout_s);
+    // One request per connection. A request refused before its body is read (401, 411, 413 below) leaves
+    // the body in the socket; cpp-httplib 0.11 ignores a handler's "Connection: close", so on a kept-alive
+    // connection it would parse that body as the next request, reading a "request line" of any length
+    // into memory (a 1 GiB body after a 413 peaked at 1 GB). Closing after every response drops it unread.
+    http.set_keep_alive_max_count(1);
     // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients overflows it while the accept thread
     // waits for a CPU. Keep the listening socket to raise the backlog after bind (see bind()).
     http.set_socket_options([this](socket_t sock) {

@@ -23,7 +23,7 @@ struct ServerOptions {
     std::string chat_template;                     // empty: the model's own
     // Connections (see docs/server.md, "Limits"): one thread each, up to max_connections (then new
     // connections wait for one to close); read_timeout_s bounds each wait for more bytes of a request
-    // once it has begun, idle_timeout_s the wait for a request on an open connection (the first included).
+    // once it has begun, idle_timeout_s the wait for the request of a new connection (one per connection).
     int max_connections = 1024;
     int read_timeout_s = 10;
     int idle_timeout_s = 5;

@@ -80,6 +80,22 @@ probe_connections() {  # a server of its own, with an API key and timeouts longe
   [ "$code" = 413 ] && [ $((peak - before)) -lt 65536 ]
   record oversize_body $((! $?)) "1 GiB POST with Content-Length: HTTP $code, peak RSS $before -> $peak KiB"
 
+  # A client that sends its 1 GiB body whatever the answer: without the key (401), and with it but over
+  # --max-body (413). The connection must be closed with the body unread (kept open, the server would
+  # read the body as the next request line, into memory).
+  local fd auth want
+  for auth in "" "Authorization: Bearer $CONN_KEY\r\n"; do
+    want=401; [ -n "$auth" ] && want=413
+    exec {fd}<> "/dev/tcp/127.0.0.1/$PORT"
+    ( printf "POST /v1/completions HTTP/1.1\r\nHost: x\r\n${auth}Content-Length: 1073741824\r\n\r\n"
+      head -c 1073741824 /dev/zero ) >&"$fd" 2>/dev/null
+    code="$(timeout 10 head -c 12 <&"$fd" | cut -c10-12)"
+    exec {fd}>&-
+    peak="$(peak_rss_kib)"
+    [ "$code" = "$want" ] && [ $((peak - before)) -lt 65536 ]
+    record oversize_body $((! $?)) "1 GiB body sent regardless: HTTP $code (want $want), peak RSS $before -> $peak KiB"
+  done
+
   # Idle connections: every one holds a server thread, none locks the others out.
   if ! open_connections "$CONN_IDLE"; then
     record idle_connections 0 "could not open $CONN_IDLE connections (ulimit -n $(ulimit -n))"
@@ -94,7 +110,6 @@ probe_connections() {  # a server of its own, with an API key and timeouts longe
 
   # Trickling request heads: a header line every 0.5 s on each connection (under --read-timeout).
   open_connections "$CONN_TRICKLE" || record trickle 0 "could not open $CONN_TRICKLE connections"
-  local fd
   for fd in "${CONN_FDS[@]}"; do printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n' >&"$fd"; done
   ( while :; do for fd in "${CONN_FDS[@]}"; do printf 'X-Slow: a\r\n' >&"$fd" 2>/dev/null; done; sleep 0.5; done ) &
   local trickler=$!

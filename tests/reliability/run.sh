@@ -21,8 +21,8 @@
 # and the connection probes (connection_probes.sh, item 1):
 #   timeouts          a silent connection and a stalled request head: closed after --idle-timeout /
 #                     --read-timeout (2 s)
-#   oversize_body     1 GiB chunked POST and state upload: 411; 1 GiB with Content-Length: 413; peak RSS
-#                     grows by less than 64 MiB
+#   oversize_body     1 GiB chunked POST and state upload: 411; 1 GiB with Content-Length: 413; a client
+#                     sending its 1 GiB body regardless of the 401 / 413: closed; peak RSS grows < 64 MiB
 #   idle_connections  500 idle connections open: /health within 2 s, an authenticated completion 200,
 #                     a request without the key 401
 #   trickle           the same while 100 connections trickle header lines

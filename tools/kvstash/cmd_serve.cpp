@@ -109,7 +109,7 @@ void register_serve(CLI::App& root, Action& action) {
         ->check(CLI::Range(1, 3600))
         ->capture_default_str();
     cmd->add_option("--idle-timeout", o.idle_timeout_s,
-                    "seconds an open connection may wait before sending its (next) request")
+                    "seconds a new connection may wait before sending its request (one request per connection)")
         ->check(CLI::Range(1, 3600))
         ->capture_default_str();
     add_chat_template_option(*cmd, o.chat_template);
