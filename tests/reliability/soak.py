@@ -58,8 +58,10 @@ class Counts:
         with self.lock:
             table = self.ok if ok else self.errors
             table[op] = table.get(op, 0) + 1
-            if not ok and len(self.error_samples) < 20:
-                self.error_samples.append(f"{op}: {detail}")
+            if not ok:
+                print(f"soak: error: {op}: {detail}", flush=True)
+                if len(self.error_samples) < 20:
+                    self.error_samples.append(f"{op}: {detail}")
 
 
 def rss_kib(pid):
@@ -133,7 +135,8 @@ class Client:
                 if not line:
                     break
                 if drop_after_first and line.startswith(b"data: "):
-                    c.sock.close()  # the client goes away mid-stream
+                    r.close()  # the client goes away mid-stream (with Connection: close, r holds the socket)
+                    c.close()
                     self.counts.add(op, True)
                     return
                 if line.strip() == b"data: [DONE]":
