@@ -29,6 +29,41 @@ std::string route_label(const std::string& path) {
     return "other";
 }
 
+// What is decided from the request head alone, before any of the body is read: the API key (401), a body
+// without a length (411) and a body over its limit (413). Writes the refusal into `res` and returns true,
+// or returns false.
+bool refuse_before_body(const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
+    if (!o.api_key.empty() && req.path != "/health" && req.get_header_value("Authorization") != "Bearer " + o.api_key) {
+        send_error(
+            res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+        return true;
+    }
+    // cpp-httplib 0.11 reads a chunked body whole into memory, whatever set_payload_max_length says,
+    // before any handler runs; only here, before the body is read, can it still be refused. A body
+    // must therefore announce its size: 411, as RFC 9110 has it for a length the server requires.
+    if (req.has_header("Transfer-Encoding")) {
+        send_error(res, ApiError(411,
+                                 "request bodies must have a Content-Length (chunked or other transfer "
+                                 "encodings are not accepted, so that --max-body / --max-state-bytes are "
+                                 "checked before reading)",
+                                 "", "length_required"));
+        return true;
+    }
+    if (req.has_header("Content-Length")) {
+        const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+        const uint64_t limit = is_upload(req) ? o.max_state_bytes : o.max_body;
+        if (length > limit) {
+            send_error(res,
+                       ApiError(413,
+                                "the request body has " + std::to_string(length) + " bytes; the limit is " +
+                                    std::to_string(limit) + (is_upload(req) ? " (--max-state-bytes)" : " (--max-body)"),
+                                "", "request_too_large"));
+            return true;
+        }
+    }
+    return false;
+}
+
 // cpp-httplib's task queue over our ConnectionPool (one thread per open connection, bounded).
 class ConnectionQueue : public httplib::TaskQueue {
 public:
@@ -103,39 +138,14 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     });
     http.set_payload_max_length(static_cast<size_t>(std::max(options.max_body, options.max_state_bytes)));
     http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-        const ServerOptions& o = ctx.options;
-        if (!o.api_key.empty() && req.path != "/health" &&
-            req.get_header_value("Authorization") != "Bearer " + o.api_key) {
-            send_error(res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "",
-                                     "invalid_api_key"));
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        // cpp-httplib 0.11 reads a chunked body whole into memory, whatever set_payload_max_length says,
-        // before any handler runs; only here, before the body is read, can it still be refused. A body
-        // must therefore announce its size: 411, as RFC 9110 has it for a length the server requires.
-        if (req.has_header("Transfer-Encoding")) {
-            send_error(res, ApiError(411,
-                                     "request bodies must have a Content-Length (chunked or other transfer "
-                                     "encodings are not accepted, so that --max-body / --max-state-bytes are "
-                                     "checked before reading)",
-                                     "", "length_required"));
-            res.set_header("Connection", "close");
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (req.has_header("Content-Length")) {
-            const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
-            const uint64_t limit = is_upload(req) ? o.max_state_bytes : o.max_body;
-            if (length > limit) {
-                send_error(res, ApiError(413,
-                                         "the request body has " + std::to_string(length) + " bytes; the limit is " +
-                                             std::to_string(limit) +
-                                             (is_upload(req) ? " (--max-state-bytes)" : " (--max-body)"),
-                                         "", "request_too_large"));
-                res.set_header("Connection", "close");
-                return httplib::Server::HandlerResponse::Handled;
-            }
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
+        return refuse_before_body(ctx.options, req, res) ? httplib::Server::HandlerResponse::Handled
+                                                         : httplib::Server::HandlerResponse::Unhandled;
+    });
+    // A client that sends "Expect: 100-continue" waits for a go-ahead before its body: refuse it then, so
+    // the body is never sent (cpp-httplib 0.11 would otherwise answer 100 before the pre-routing handler
+    // runs, and the final answer could be lost to the reset of a connection closed with the body unread).
+    http.set_expect_100_continue_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+        return refuse_before_body(ctx.options, req, res) ? res.status : 100;
     });
     // Errors httplib answers itself (unknown route, oversized or malformed request) get the same JSON shape.
     http.set_error_handler(

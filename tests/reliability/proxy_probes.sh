@@ -17,7 +17,8 @@ probe_front_proxy() {
   start_server || { record proxy_trickle 0 "no server"; return; }
   local dir="$WORK/nginx" nport="" p
   mkdir -p "$dir"
-  for p in $(shuf -i 20000-60000 -n 20); do
+  # Below the ephemeral range (32768-60999), where the client ends of the probes' connections live.
+  for p in $(shuf -i 20000-32000 -n 20); do
     (exec 3<> "/dev/tcp/127.0.0.1/$p") 2>/dev/null || { nport=$p; break; }
   done
   cat > "$dir/nginx.conf" <<CONF
@@ -47,11 +48,17 @@ http {
 }
 CONF
   "$NGINX" -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" &
-  local nginx_pid=$! code
+  local nginx_pid=$! code up=0
   for _ in $(seq 100); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$nport/health")" = 200 ] && break
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$nport/health")" = 200 ] && { up=1; break; }
     sleep 0.1
   done
+  if [ "$up" = 0 ]; then
+    record proxy_stream 0 "nginx did not start on port $nport: $(tail -2 "$dir/error.log")"
+    kill "$nginx_pid" 2>/dev/null; wait "$nginx_pid" 2>/dev/null
+    stop_server
+    return
+  fi
 
   local fd start elapsed
   exec {fd}<> "/dev/tcp/127.0.0.1/$nport"
