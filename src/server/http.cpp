@@ -1,5 +1,6 @@
 #include "server/http.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <httplib.h>
@@ -7,6 +8,7 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
+#include "server/connection_pool.h"
 #include "server/routes.h"
 
 namespace kvstash::server {
@@ -25,6 +27,63 @@ std::string route_label(const std::string& path) {
     if (path.starts_with("/v1/states/"))
         return path.ends_with("/file") ? "/v1/states/{name}/file" : "/v1/states/{name}";
     return "other";
+}
+
+// What is decided from the request head alone, before any of the body is read: the API key (401), a body
+// without a length (411) and a body over its limit (413). Writes the refusal into `res` and returns true,
+// or returns false.
+bool refuse_before_body(const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
+    if (!o.api_key.empty() && req.path != "/health" && req.get_header_value("Authorization") != "Bearer " + o.api_key) {
+        send_error(
+            res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+        return true;
+    }
+    // cpp-httplib 0.11 reads a chunked body whole into memory, whatever set_payload_max_length says,
+    // before any handler runs; only here, before the body is read, can it still be refused. A body
+    // must therefore announce its size: 411, as RFC 9110 has it for a length the server requires.
+    if (req.has_header("Transfer-Encoding")) {
+        send_error(res, ApiError(411,
+                                 "request bodies must have a Content-Length (chunked or other transfer "
+                                 "encodings are not accepted, so that --max-body / --max-state-bytes are "
+                                 "checked before reading)",
+                                 "", "length_required"));
+        return true;
+    }
+    if (req.has_header("Content-Length")) {
+        const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+        const uint64_t limit = is_upload(req) ? o.max_state_bytes : o.max_body;
+        if (length > limit) {
+            send_error(res,
+                       ApiError(413,
+                                "the request body has " + std::to_string(length) + " bytes; the limit is " +
+                                    std::to_string(limit) + (is_upload(req) ? " (--max-state-bytes)" : " (--max-body)"),
+                                "", "request_too_large"));
+            return true;
+        }
+    }
+    return false;
+}
+
+// cpp-httplib's task queue over our ConnectionPool (one thread per open connection, bounded).
+class ConnectionQueue : public httplib::TaskQueue {
+public:
+    explicit ConnectionQueue(size_t max_connections) : pool_(max_connections, std::chrono::seconds(30)) {}
+    void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
+    void shutdown() override { pool_.shutdown(); }
+
+private:
+    ConnectionPool pool_;
+};
+
+// Every open connection holds a descriptor: make room for --max-connections of them (and the files and
+// sockets of the rest of the server) when the soft limit is lower, as far as the hard limit allows.
+void raise_descriptor_limit(int max_connections) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    const rlim_t wanted = static_cast<rlim_t>(max_connections) + 256;
+    if (limit.rlim_cur >= wanted) return;
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 }  // namespace
@@ -57,10 +116,20 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
 
     http_ = std::make_unique<httplib::Server>();
     httplib::Server& http = *http_;
-    // One handler thread per streaming client: enough for every slot and every queued request, plus a
-    // few for /health, /metrics and state routes.
-    const size_t handler_threads = static_cast<size_t>(options.parallel + options.queue + 8);
-    http.new_task_queue = [handler_threads] { return new httplib::ThreadPool(handler_threads); };
+    // Slow or idle clients must not lock others out (issue 19). cpp-httplib 0.11 serves a connection on
+    // one thread from accept to close, so: a thread per open connection up to --max-connections (not a
+    // fixed pool that N idle clients fill), an open connection closed after --idle-timeout without a
+    // request, and a request dropped when it pauses --read-timeout between bytes.
+    raise_descriptor_limit(options.max_connections);
+    const size_t max_connections = static_cast<size_t>(options.max_connections);
+    http.new_task_queue = [max_connections] { return new ConnectionQueue(max_connections); };
+    http.set_keep_alive_timeout(options.idle_timeout_s);
+    http.set_read_timeout(options.read_timeout_s);
+    // One request per connection. A request refused before its body is read (401, 411, 413 below) leaves
+    // the body in the socket; cpp-httplib 0.11 ignores a handler's "Connection: close", so on a kept-alive
+    // connection it would parse that body as the next request, reading a "request line" of any length
+    // into memory (a 1 GiB body after a 413 peaked at 1 GB). Closing after every response drops it unread.
+    http.set_keep_alive_max_count(1);
     // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients overflows it while the accept thread
     // waits for a CPU. Keep the listening socket to raise the backlog after bind (see bind()).
     http.set_socket_options([this](socket_t sock) {
@@ -70,27 +139,14 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     });
     http.set_payload_max_length(static_cast<size_t>(std::max(options.max_body, options.max_state_bytes)));
     http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-        const ServerOptions& o = ctx.options;
-        if (!o.api_key.empty() && req.path != "/health" &&
-            req.get_header_value("Authorization") != "Bearer " + o.api_key) {
-            send_error(res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "",
-                                     "invalid_api_key"));
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (req.has_header("Content-Length")) {
-            const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
-            const uint64_t limit = is_upload(req) ? o.max_state_bytes : o.max_body;
-            if (length > limit) {
-                send_error(res, ApiError(413,
-                                         "the request body has " + std::to_string(length) + " bytes; the limit is " +
-                                             std::to_string(limit) +
-                                             (is_upload(req) ? " (--max-state-bytes)" : " (--max-body)"),
-                                         "", "request_too_large"));
-                res.set_header("Connection", "close");
-                return httplib::Server::HandlerResponse::Handled;
-            }
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
+        return refuse_before_body(ctx.options, req, res) ? httplib::Server::HandlerResponse::Handled
+                                                         : httplib::Server::HandlerResponse::Unhandled;
+    });
+    // A client that sends "Expect: 100-continue" waits for a go-ahead before its body: refuse it then, so
+    // the body is never sent (cpp-httplib 0.11 would otherwise answer 100 before the pre-routing handler
+    // runs, and the final answer could be lost to the reset of a connection closed with the body unread).
+    http.set_expect_100_continue_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+        return refuse_before_body(ctx.options, req, res) ? res.status : 100;
     });
     // Errors httplib answers itself (unknown route, oversized or malformed request) get the same JSON shape.
     http.set_error_handler(

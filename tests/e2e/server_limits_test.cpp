@@ -1,5 +1,5 @@
-// The server's limits on a server of their own: the API key, the JSON body and upload sizes (413), and
-// a full queue (503 with Retry-After).
+// The server's limits on a server of their own: the API key, the JSON body and upload sizes (413), a
+// chunked body (411), and a full queue (503 with Retry-After).
 #include <gtest/gtest.h>
 
 #include <future>
@@ -38,6 +38,21 @@ TEST(ServerLimits, ApiKeyBodyLimitAndFullQueue) {
     auto upload = authed.Put("/v1/states/x/file", std::string(8192, 'x'), "application/octet-stream");
     ASSERT_TRUE(upload);
     EXPECT_EQ(upload->status, 413);
+    // 411: a chunked body (no Content-Length) is refused before it is read, whatever its size. This client
+    // sends the body without waiting for a go-ahead; the server closes with it unread, and without a
+    // lingering close (cpp-httplib 0.11) the answer can be lost to the reset: no answer is the other outcome.
+    auto chunked = authed.Post(
+        "/v1/completions",
+        [](size_t, httplib::DataSink& sink) {
+            sink.os << R"({"prompt":"hi","max_tokens":1})";
+            sink.done();
+            return true;
+        },
+        "application/json");
+    if (chunked) {
+        EXPECT_EQ(chunked->status, 411);
+        EXPECT_NE(chunked->body.find("Content-Length"), std::string::npos) << chunked->body;
+    }
 
     // 503: one sequence slot busy (a long stream), one request queued, the next one is refused.
     const json long_stream = {{"prompt", "Once upon a time"},

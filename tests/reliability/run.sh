@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Replays the hostile-client and crashing-machine probes of issue 19 against the built CLI and server,
 # and prints a table of probes with counts tried / passed. Exit 0 only if every try passed.
-#   tests/reliability/run.sh BUILD_DIR [--long]
+#   tests/reliability/run.sh BUILD_DIR [--long]     (RELIABILITY_ONLY=files|connections: one group)
 # The short form (ctest: reliability.probes) runs each probe a few times; --long (or RELIABILITY_REPEAT=N)
 # repeats them. Needs only bash, coreutils, curl and the default model (models/ or $KVSTASH_MODEL); no
 # Python. Probes:
@@ -18,12 +18,27 @@
 #   null_content      chat messages with content null: 400 naming messages[i].content
 #   malformed         malformed JSON / wrong types / unknown routes: 4xx, never 5xx, server alive
 #   concurrent        32 simultaneous completions: all 200
+# and the connection probes (connection_probes.sh, item 1):
+#   timeouts          a silent connection and a stalled request head: closed after --idle-timeout /
+#                     --read-timeout (2 s)
+#   oversize_body     1 GiB chunked POST and state upload: 411; 1 GiB with Content-Length: 413; a client
+#                     sending its 1 GiB body regardless of the 401 / 413: closed; peak RSS grows < 64 MiB
+#   idle_connections  500 idle connections open: /health within 2 s, an authenticated completion 200,
+#                     a request without the key 401
+#   trickle           the same while 100 connections trickle header lines
+#   concurrent_clients 32 (64 with --long) simultaneous authenticated completions: all 200
+# and, when nginx is found, the front proxy's probes (proxy_probes.sh: proxy_trickle, proxy_long_header,
+# proxy_chunked, proxy_stream).
 set -uo pipefail
 BUILD="${1:?usage: run.sh BUILD_DIR [--long]}"
 BUILD="$(cd "$BUILD" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 REPEAT="${RELIABILITY_REPEAT:-1}"
-[ "${2:-}" = "--long" ] && REPEAT="${RELIABILITY_REPEAT:-10}"
+
+if [ "${2:-}" = "--long" ]; then
+  REPEAT="${RELIABILITY_REPEAT:-10}"
+  : "${CONN_CONCURRENT:=64}" "${CONN_HOLD:=20}"
+fi
 CLI="$BUILD/kvstash"
 MODEL="${KVSTASH_MODEL:-$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 if [ ! -x "$CLI" ]; then echo "run.sh: no $CLI (build the kvstash_cli target)" >&2; exit 2; fi
@@ -48,6 +63,8 @@ record() {
   TRIED[$probe]=$((TRIED[$probe] + 1))
   if [ "$ok" = 1 ]; then PASSED[$probe]=$((PASSED[$probe] + 1)); else echo "FAIL $probe: $detail" | tee -a "$FAILED_LOG" >&2; fi
 }
+# Hundreds of connections need as many descriptors (here and in the server, which raises its own).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 temp_files_in() { find "$1" -maxdepth 1 -name '.tmp-*' | wc -l; }
 
 start_server() {  # start_server ARGS...: sets PORT and SERVER_PID
@@ -173,17 +190,31 @@ probe_requests() {  # on the running server
   record concurrent $((! $?)) "$ok of 32 answered 200: $codes"
 }
 
+# shellcheck source=tests/reliability/connection_probes.sh
+source "$ROOT/tests/reliability/connection_probes.sh"
+# shellcheck source=tests/reliability/proxy_probes.sh
+source "$ROOT/tests/reliability/proxy_probes.sh"
+
+# RELIABILITY_ONLY=files|connections runs one group (files: everything but the connection probes).
+ONLY="${RELIABILITY_ONLY:-}"
 for round in $(seq "$REPEAT"); do
-  probe_fifo_input
-  probe_gguf_overlap
-  probe_output_full
-  probe_output_special
-  probe_kill_during_save
-  probe_dead_temp_startup
-  if [ -n "$SERVER_PID" ]; then
-    probe_races "$round"
-    probe_requests
-    stop_server
+  if [ "$ONLY" != connections ]; then
+    probe_fifo_input
+    probe_gguf_overlap
+    probe_output_full
+    probe_output_special
+    probe_kill_during_save
+    probe_dead_temp_startup
+    if [ -n "$SERVER_PID" ]; then
+      probe_races "$round"
+      probe_requests
+      stop_server
+    fi
+  fi
+  if [ "$ONLY" != files ]; then
+    probe_connection_timeouts
+    probe_connections
+    probe_front_proxy
   fi
 done
 
@@ -194,5 +225,6 @@ for p in "${ORDER[@]}"; do
   total_tried=$((total_tried + TRIED[$p])); total_passed=$((total_passed + PASSED[$p]))
 done
 printf '%-20s %6d %6d\n' total "$total_tried" "$total_passed"
-echo "(kill_during_save: $KILLS_WITH_DEBRIS of ${TRIED[kill_during_save]:-0} kills left a temporary file, removed by the next save)"
+[ -f "$WORK/latency.log" ] && cat "$WORK/latency.log"
+[ -n "${TRIED[kill_during_save]+x}" ] && echo "(kill_during_save: $KILLS_WITH_DEBRIS of ${TRIED[kill_during_save]:-0} kills left a temporary file, removed by the next save)"
 [ "$total_tried" = "$total_passed" ]

@@ -116,7 +116,9 @@ void register_serve(CLI::App& root, Action& action) {
                     "require 'Authorization: Bearer KEY' on every route but /health (or set $KVSTASH_API_KEY, "
                     "which other users cannot read in the process list)")
         ->envname("KVSTASH_API_KEY");
-    cmd->add_option("--max-body", o.max_body, "largest JSON request body in bytes (413 past it)")
+    cmd->add_option("--max-body", o.max_body,
+                    "largest JSON request body in bytes (413 past it, checked before reading; bodies need a "
+                    "Content-Length: chunked ones are refused with 411)")
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 34))
         ->capture_default_str();
     // Not cache_flags.h: the server always has a prefix cache (RAM only without --cache-dir), so here
@@ -132,6 +134,18 @@ void register_serve(CLI::App& root, Action& action) {
                     "keep named states as state files in this directory (found again at start)");
     cmd->add_option("--max-state-bytes", o.max_state_bytes, "largest uploaded state file in bytes (413 past it)")
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 40))
+        ->capture_default_str();
+    cmd->add_option("--max-connections", o.max_connections,
+                    "open connections served at once (one thread each); more wait until one closes")
+        ->check(CLI::Range(16, 65536))
+        ->capture_default_str();
+    cmd->add_option("--read-timeout", o.read_timeout_s,
+                    "seconds a request may pause between bytes once begun (headers or body) before it is dropped")
+        ->check(CLI::Range(1, 3600))
+        ->capture_default_str();
+    cmd->add_option("--idle-timeout", o.idle_timeout_s,
+                    "seconds a new connection may wait before sending its request (one request per connection)")
+        ->check(CLI::Range(1, 3600))
         ->capture_default_str();
     add_chat_template_option(*cmd, o.chat_template);
     cmd->add_option("--lora", f->lora,
