@@ -8,7 +8,7 @@
 #   proxy_chunked     a 1 GiB chunked body: 413 from the proxy; a small chunked JSON body: 200 from kvstash
 #                     (the proxy buffers it and sends a Content-Length)
 #   proxy_stream      a streamed chat completion arrives whole through the proxy ([DONE])
-NGINX="${KVSTASH_NGINX:-$(command -v nginx || true)}"
+NGINX="${KVSTASH_NGINX:-$(command -v nginx || command -v /usr/sbin/nginx || true)}"
 
 probe_front_proxy() {
   if [ -z "$NGINX" ] || [ ! -x "$NGINX" ]; then
