@@ -189,10 +189,10 @@ Meta Reader::read_meta() const {
         return std::any_of(b.begin() + static_cast<std::ptrdiff_t>(begin), b.begin() + static_cast<std::ptrdiff_t>(end),
                            [](uint8_t x) { return x != 0; });
     };
-    const bool reserved_set = version_ == 1   ? nonzero(meta::reserved_v1, fixed)
-                              : version_ == 2 ? nonzero(meta::reserved_v2, meta::base_fingerprint) ||
-                                                    nonzero(meta::reserved_tail, fixed)
-                                              : nonzero(meta::reserved_tail, fixed);
+    const bool reserved_set =
+        version_ == 1   ? nonzero(meta::reserved_v1, fixed)
+        : version_ == 2 ? nonzero(meta::reserved_v2, meta::base_fingerprint) || nonzero(meta::reserved_tail, fixed)
+                        : nonzero(meta::reserved_tail, fixed);
     if (reserved_set) corrupt("section 'meta' has non-zero reserved bytes");
     if (version_ != 1) {
         std::copy(b.begin() + meta::base_fingerprint, b.begin() + meta::base_fingerprint + 16,
