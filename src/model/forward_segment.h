@@ -29,6 +29,9 @@ struct ForwardSegment {
     // ((tokens.size() - logits_from) × n_vocab, row-major); logits_from == tokens.size(): none.
     int64_t logits_from = 0;
     float* logits = nullptr;
+    // Not null: every row's final-norm hidden state (what the output matrix multiplies; llama.cpp's
+    // embedding) is written here, tokens.size() × n_embd, row-major.
+    float* hidden = nullptr;
 };
 
 }  // namespace kvstash
