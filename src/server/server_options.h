@@ -21,6 +21,8 @@ struct ServerOptions {
     std::string state_dir;          // named states as files (empty: memory only)
     uint64_t max_state_bytes = uint64_t{1} << 30;  // bytes of an uploaded state file (413 past it)
     std::string chat_template;                     // empty: the model's own
+    std::string log_format = "text";               // the per-request log line on stderr: text or json
+    bool verbose = false;                          // also log /health and /metrics, with client and body size
 };
 
 }  // namespace kvstash::server

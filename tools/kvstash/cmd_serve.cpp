@@ -106,6 +106,13 @@ void register_serve(CLI::App& root, Action& action) {
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 40))
         ->capture_default_str();
     add_chat_template_option(*cmd, o.chat_template);
+    cmd->add_option("--log-format", o.log_format,
+                    "the line logged on stderr per request (method, route, status, tokens, TTFT, duration): text "
+                    "or json (one object per line)")
+        ->check(CLI::IsMember({"text", "json"}))
+        ->capture_default_str();
+    cmd->add_flag("--verbose", o.verbose,
+                  "also log GET /health and /metrics, and add the path, client address and body size to each line");
     cmd->callback([&action, f] { action = [f] { return run_serve(*f); }; });
 }
 
