@@ -22,6 +22,7 @@ struct EvalRequest {
     State* state = nullptr;
     std::span<const int32_t> tokens;
     std::vector<float>* all_logits = nullptr;  // as for eval(): every new position's logits, if given
+    std::vector<float>* all_hidden = nullptr;  // as for eval_hidden(): every new position's hidden state
 };
 
 // Advances states through the model. Owns a thread pool and scratch buffers: use one per thread of
@@ -40,6 +41,11 @@ public:
     // Throws Error(out_of_range) past the state's context, Error(invalid_argument) for a bad token id;
     // the state is unchanged when it throws.
     void eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits = nullptr);
+
+    // eval(), and `hidden` receives N × n_embd final-norm hidden states (every new position, row-major):
+    // the vectors the output matrix multiplies into logits, which llama.cpp pools into embeddings.
+    // Bitwise independent of batching, as the logits are.
+    void eval_hidden(State& state, std::span<const int32_t> tokens, std::vector<float>& hidden);
 
     // Evaluates several sequences together, as eval() on each would, bitwise: each request's State gets
     // exactly the KV and logits that eval(*r.state, r.tokens, r.all_logits) would give it. The rows of

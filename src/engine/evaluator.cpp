@@ -53,6 +53,12 @@ void Evaluator::eval(State& state, std::span<const int32_t> tokens, std::vector<
     eval_batch(std::span<const EvalRequest>(&request, 1));
 }
 
+void Evaluator::eval_hidden(State& state, std::span<const int32_t> tokens, std::vector<float>& hidden) {
+    EvalRequest request{&state, tokens, nullptr};
+    request.all_hidden = &hidden;
+    eval_batch(std::span<const EvalRequest>(&request, 1));
+}
+
 namespace {
 
 // One request with tokens while a batch is evaluated: where it started, and its results until commit.
@@ -60,7 +66,9 @@ struct PendingRequest {
     State* state = nullptr;
     std::span<const int32_t> tokens;  // the new tokens
     std::vector<float>* all_logits = nullptr;
-    int64_t first = 0;  // the state's evaluated tokens before the call
+    std::vector<float>* all_hidden = nullptr;
+    std::vector<float> hidden;  // run.size() × n_embd while evaluating (replayed rows included)
+    int64_t first = 0;          // the state's evaluated tokens before the call
     // What the forward pass runs: tokens waiting to be evaluated again (after a truncate of a recurrent
     // model) then the new ones; `run` views `run_buffer` when there are such tokens, else `tokens`.
     std::vector<int32_t> run_buffer;
@@ -143,6 +151,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
         p.state = r.state;
         p.tokens = r.tokens;
         p.all_logits = r.all_logits;
+        p.all_hidden = r.all_hidden;
         p.first = StateAccess::n_evaluated(*r.state);
         const std::span<const int32_t> replay = StateAccess::pending(*r.state);
         p.n_replay = static_cast<int64_t>(replay.size());
@@ -167,6 +176,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
             const auto n = static_cast<int64_t>(p.run.size());
             p.last.resize(static_cast<size_t>(n_vocab));
             if (p.all_logits) p.all_logits->resize(p.tokens.size() * static_cast<size_t>(n_vocab));
+            if (p.all_hidden) p.hidden.resize(p.run.size() * static_cast<size_t>(m.config.n_embd));
             p.kv = &StateAccess::grow(*p.state, n);  // the commit below cannot throw
             p.grown = true;
             if (recurrent_shape.n_layer == 0) continue;
@@ -208,6 +218,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
                     seg.logits_from = is_final ? planned.count - 1 : planned.count;
                     seg.logits = p.last.data();
                 }
+                if (p.all_hidden) seg.hidden = p.hidden.data() + planned.offset * m.config.n_embd;
                 snapshots[k].clear();
                 for (RecurrentCheckpoint& c : p.checkpoints) {
                     const int64_t row = c.pos - seg.first_pos;
@@ -229,6 +240,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
     for (PendingRequest& p : pending) {
         const auto n = static_cast<int64_t>(p.tokens.size());
         if (p.all_logits) std::copy_n(p.all_logits->data() + (n - 1) * n_vocab, n_vocab, p.last.data());
+        if (p.all_hidden) p.all_hidden->assign(p.hidden.end() - n * m.config.n_embd, p.hidden.end());
         StateAccess::commit(*p.state, p.tokens, std::move(p.last), std::move(p.checkpoints));
     }
 }

@@ -211,6 +211,18 @@ void model_forward(const ModelImpl& model, std::span<const ForwardSegment> segme
         if (control) apply_control(s.adapter_rows, il, s.x.data(), c.n_embd);
     }
 
+    {
+        int64_t row = 0;
+        for (const ForwardSegment& seg : segments) {
+            const auto count = static_cast<int64_t>(seg.tokens.size());
+            for (int64_t t = 0; seg.hidden != nullptr && t < count; ++t) {
+                norm_rows(c, s.x.data() + (row + t) * c.n_embd, w.output_norm, w.output_norm_b,
+                          seg.hidden + t * c.n_embd, 1);
+            }
+            row += count;
+        }
+    }
+
     // Logits of the selected rows only: gather their normalised rows, then one output matmul for all
     // (the output matrix, often the largest, is read once per micro-batch).
     int64_t n_out = 0;

@@ -32,6 +32,9 @@ struct ForwardSegment {
     int64_t logits_from = 0;
     float* logits = nullptr;
     const AdapterImpl* adapters = nullptr;  // the sequence's LoRA / control vectors; null = none
+    // Not null: every row's final-norm hidden state (what the output matrix multiplies; llama.cpp's
+    // embedding) is written here, tokens.size() × n_embd, row-major.
+    float* hidden = nullptr;
 };
 
 }  // namespace kvstash

@@ -9,6 +9,7 @@
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
 #include "server/connection_pool.h"
+#include "server/request_log.h"
 #include "server/routes.h"
 
 namespace kvstash::server {
@@ -20,8 +21,8 @@ bool is_upload(const httplib::Request& req) {
 
 // The metrics label of a path: the route template, never the caller's text (bounded label set).
 std::string route_label(const std::string& path) {
-    for (const char* known :
-         {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health", "/metrics"}) {
+    for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health",
+                              "/metrics", "/tokenize", "/detokenize", "/v1/embeddings"}) {
         if (path == known) return known;
     }
     if (path.starts_with("/v1/states/"))
@@ -139,6 +140,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     });
     http.set_payload_max_length(static_cast<size_t>(std::max(options.max_body, options.max_state_bytes)));
     http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+        request_log_begin();
         return refuse_before_body(ctx.options, req, res) ? httplib::Server::HandlerResponse::Handled
                                                          : httplib::Server::HandlerResponse::Unhandled;
     });
@@ -170,9 +172,12 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     });
     http.set_logger([&ctx](const httplib::Request& req, const httplib::Response& res) {
         ctx.metrics.count_request(route_label(req.path), res.status);
+        request_log_write(ctx.options, req, res, route_label(req.path));
     });
     register_openai_routes(http, ctx);
     register_state_routes(http, ctx);
+    register_text_routes(http, ctx);
+    register_embedding_routes(http, ctx);
 }
 
 HttpServer::~HttpServer() {

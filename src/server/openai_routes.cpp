@@ -6,6 +6,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_job.h"
+#include "server/request_log.h"
 #include "server/routes.h"
 
 using nlohmann::json;
@@ -50,6 +51,10 @@ ApiError queue_full(const ServerContext& ctx) {
                     "", "queue_full");
 }
 
+void log_usage(const Usage& usage) {
+    request_log_tokens(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens);
+}
+
 // Blocks until the job is done; feeds every piece / finish to `formatter`. Throws ApiError on an error event.
 Usage wait_for_job(RequestChannel& channel, CompletionFormatter* formatter, std::shared_ptr<State>* state) {
     std::vector<ChannelEvent> events;
@@ -59,10 +64,14 @@ Usage wait_for_job(RequestChannel& channel, CompletionFormatter* formatter, std:
         for (ChannelEvent& event : events) {
             switch (event.kind) {
                 case ChannelEvent::Kind::piece:
+                    request_log_first_token();
+                    if (formatter) formatter->add(event);
+                    break;
                 case ChannelEvent::Kind::finish:
                     if (formatter) formatter->add(event);
                     break;
                 case ChannelEvent::Kind::done:
+                    log_usage(event.usage);
                     if (state) *state = std::move(event.state);
                     return event.usage;
                 case ChannelEvent::Kind::error: throw ApiError(event.status, event.message);
@@ -91,7 +100,9 @@ void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> cha
                 }
             }
             for (const ChannelEvent& event : events) {
+                if (event.kind == ChannelEvent::Kind::piece) request_log_first_token();
                 if (event.kind == ChannelEvent::Kind::done) {
+                    log_usage(event.usage);
                     if (include_usage && !write(formatter->sse_usage(event.usage))) return false;
                     if (!write("data: [DONE]\n\n")) return false;
                     sink.done();

@@ -14,6 +14,8 @@ namespace kvstash::server {
 
 void register_openai_routes(httplib::Server& http, ServerContext& ctx);
 void register_state_routes(httplib::Server& http, ServerContext& ctx);
+void register_text_routes(httplib::Server& http, ServerContext& ctx);       // /tokenize, /detokenize
+void register_embedding_routes(httplib::Server& http, ServerContext& ctx);  // /v1/embeddings
 
 // Runs a prefill job (POST /v1/states) to its end through the scheduler; returns the state, and its usage.
 std::shared_ptr<State> run_prefill(ServerContext& ctx, std::unique_ptr<GenerationJob> job, Usage& usage);

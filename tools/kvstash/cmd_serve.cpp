@@ -153,6 +153,13 @@ void register_serve(CLI::App& root, Action& action) {
                     "\"adapter\": \"NAME\"; repeatable (files with one NAME form one set)");
     cmd->add_option("--control-vector", f->control_vector,
                     "NAME=FILE[:SCALE]: a control vector (llama.cpp GGUF) in the adapter set NAME; repeatable");
+    cmd->add_option("--log-format", o.log_format,
+                    "the line logged on stderr per request (method, route, status, tokens, TTFT, duration): text "
+                    "or json (one object per line)")
+        ->check(CLI::IsMember({"text", "json"}))
+        ->capture_default_str();
+    cmd->add_flag("--verbose", o.verbose,
+                  "also log GET /health and /metrics, and add the path, client address and body size to each line");
     cmd->callback([&action, f] { action = [f] { return run_serve(*f); }; });
 }
 

@@ -2,6 +2,7 @@
 // it (SIGTERM, then waits) when destroyed. Header-only: shared by tests/e2e/server_*_test.cpp.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -25,8 +26,9 @@ namespace kvstash::test {
 class ServerProcess {
 public:
     // `args` after `kvstash serve --host 127.0.0.1 --port 0`. Throws std::runtime_error (with what the
-    // server printed) when it does not come up within a minute.
-    explicit ServerProcess(const std::vector<std::string>& args) {
+    // server printed) when it does not come up within a minute. A non-empty `stderr_path` receives the
+    // server's stderr (its request log), else it goes to the test's.
+    explicit ServerProcess(const std::vector<std::string>& args, const std::string& stderr_path = {}) {
         std::signal(SIGPIPE, SIG_IGN);
         std::vector<std::string> argv{cli_path(), "serve", "--host", "127.0.0.1", "--port", "0"};
         argv.insert(argv.end(), args.begin(), args.end());
@@ -35,6 +37,9 @@ public:
         posix_spawn_file_actions_t actions;
         posix_spawn_file_actions_init(&actions);
         posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+        if (!stderr_path.empty()) {
+            posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        }
         posix_spawn_file_actions_addclose(&actions, out[0]);
         posix_spawn_file_actions_addclose(&actions, out[1]);
         std::vector<char*> c_args;
