@@ -208,6 +208,7 @@ const std::string& File::path() const { return impl_->path; }
 const std::vector<TensorInfo>& File::tensors() const { return impl_->tensors; }
 const std::map<std::string, std::string>& File::metadata() const { return impl_->metadata; }
 size_t File::size() const { return impl_->size; }
+const uint8_t* File::bytes() const { return impl_->data; }
 
 const TensorInfo* File::find_tensor(std::string_view name) const {
     auto it = impl_->index.find(name);

@@ -48,6 +48,7 @@ public:
     const uint8_t* tensor_data(const TensorInfo& info) const;
     const std::map<std::string, std::string>& metadata() const;  // "__metadata__"
     size_t size() const;
+    const uint8_t* bytes() const;  // the whole file, size() bytes
 
 private:
     File();

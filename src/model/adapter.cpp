@@ -132,6 +132,20 @@ std::shared_ptr<const AdapterSet> AdapterSet::load(const Model& model, std::span
     try {
         bool any_control = false;
         for (const AdapterFile& f : files) {
+            if (f.kind == AdapterKind::lora && is_peft_lora_path(f.path)) {
+                LoraSource source = read_peft_lora(f.path, c);
+                XXH3_state_t* content = XXH3_createState();
+                if (content == nullptr) throw std::bad_alloc();
+                XXH3_128bits_reset(content);
+                for (std::span<const uint8_t> part : source.content)
+                    XXH3_128bits_update(content, part.data(), part.size());
+                const XXH128_hash_t digest = XXH3_128bits_digest(content);
+                XXH3_freeState(content);
+                hash_file(state, f, digest);
+                bind_lora(s, m, source, f.scale);
+                s.sources.push_back(std::move(source.storage));  // the pairs point into it
+                continue;
+            }
             std::unique_ptr<gguf::File> file = gguf::File::open(f.path);
             hash_file(state, f, XXH3_128bits(file->bytes(), file->size()));
             if (f.kind == AdapterKind::lora) {

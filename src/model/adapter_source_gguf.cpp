@@ -30,8 +30,10 @@ MatrixRef matrix_of(const gguf::File& file, const gguf::TensorInfo& t) {
     return m;
 }
 
+}  // namespace
+
 // "blk.<N>.<part>.weight" or "output.weight" -> (layer, target); false for anything else.
-bool parse_target(const std::string& name, int64_t& layer, LoraTarget& target) {
+bool parse_lora_target(const std::string& name, int64_t& layer, LoraTarget& target) {
     if (name == "output.weight") {
         layer = -1;
         target = LoraTarget::output;
@@ -56,8 +58,6 @@ bool parse_target(const std::string& name, int64_t& layer, LoraTarget& target) {
     target = part->second;
     return true;
 }
-
-}  // namespace
 
 LoraSource read_gguf_lora(const gguf::File& file, const std::string& architecture) {
     const std::string what = "adapter '" + file.path() + "'";
@@ -99,7 +99,7 @@ LoraSource read_gguf_lora(const gguf::File& file, const std::string& architectur
         }
         LoraSourcePair p;
         p.base_name = names[i];
-        if (!parse_target(names[i], p.layer, p.target)) {
+        if (!parse_lora_target(names[i], p.layer, p.target)) {
             throw Error(ErrorCode::unsupported, what + ": tensor '" + names[i] +
                                                     "' is not a matrix kvstash applies a LoRA to (attn_q, attn_k, "
                                                     "attn_v, attn_output, ffn_gate, ffn_up, ffn_down, output)");

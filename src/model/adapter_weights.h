@@ -29,7 +29,8 @@ struct LoraPair {
 struct AdapterSet::Impl {
     const Model* model = nullptr;
     std::vector<AdapterFile> files;
-    std::vector<std::unique_ptr<gguf::File>> mapped;  // the LoRA files, which the pairs point into
+    std::vector<std::unique_ptr<gguf::File>> mapped;   // the LoRA files, which the pairs point into
+    std::vector<std::shared_ptr<const void>> sources;  // what non-GGUF LoRA pairs point into (LoraSource::storage)
     // lora[layer][target]: the pairs for that matrix in file order (applied one after another); layer
     // n_layer holds the output projection's.
     std::vector<std::array<std::vector<LoraPair>, kLoraTargets>> lora;

@@ -9,6 +9,8 @@ Writes
                                                   converter from the llama-cpp-python 0.3.36 sdist, llamacpp_sdist.py)
   tests/fixtures/adapters/lora.gguf            -- PEFT LoRA r=4, lora_alpha=8 on q/k/v/o/gate/up/down and lm_head,
                                                   converted by convert_lora_to_gguf.py --outtype f32
+  tests/fixtures/adapters/peft_lora/            -- that PEFT LoRA as PEFT saves it (adapter_config.json +
+                                                  adapter_model.safetensors, F32), read directly by kvstash
   tests/fixtures/adapters/cvec.gguf            -- direction.1 .. direction.3 (F32, 64), written with gguf-py as
                                                   llama.cpp's cvector-generator writes them
   tests/fixtures/adapters/lora_wrong_shape.gguf -- a LoRA for a model with d_model 32 (refusal test)
@@ -35,6 +37,7 @@ Method:
   each adapter moves the logits from the base (must be well above the parity tolerance).
 
 Run: python tests/reference/make_adapters.py --llamacpp-python /path/venv-llamacpp/bin/python
+     python tests/reference/make_adapters.py --peft-only   (only peft_lora/, checked against the recorded logits)
 """
 import argparse
 import json
@@ -56,6 +59,7 @@ import gguf  # noqa: E402
 import torch  # noqa: E402
 
 OUT_DIR = os.path.join(refutil.FIXTURES, "adapters")
+PEFT_DIR = os.path.join(OUT_DIR, "peft_lora")
 ORACLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llamacpp_adapter_oracle.py")
 N_TOKENS = 24
 SEED = 501
@@ -130,10 +134,55 @@ def write_wrong_shape_lora(path: str) -> None:
     w.close()
 
 
+def make_peft_lora():
+    """The PEFT LoRA on a fresh copy of the model (get_peft_model wraps it in place), A and B redrawn."""
+    import peft
+    lora_model = peft.get_peft_model(make_model(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS,
+                                                                   lora_dropout=0.0, bias="none"))
+    g = torch.Generator().manual_seed(LORA_SEED)
+    with torch.no_grad():
+        for name, p in sorted(lora_model.named_parameters()):
+            if ".lora_A." in name:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            elif ".lora_B." in name:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+    lora_model.eval()
+    return lora_model
+
+
+def save_peft_fixture(lora_model) -> None:
+    """The PEFT adapter directory itself (adapter_config.json + adapter_model.safetensors), as kvstash reads it."""
+    lora_model.save_pretrained(PEFT_DIR)
+    readme = os.path.join(PEFT_DIR, "README.md")  # PEFT's model-card template: not part of the adapter
+    if os.path.exists(readme):
+        os.remove(readme)
+
+
+def peft_only() -> None:
+    """Writes only peft_lora/ and checks it is the adapter the recorded logits came from: its transformers+PEFT
+    logits must equal adapters.json's logits_lora_peft bitwise (the fixture's other files stay as they are)."""
+    lora_model = make_peft_lora()
+    save_peft_fixture(lora_model)
+    with open(os.path.join(OUT_DIR, "adapters.json")) as f:
+        recorded = np.asarray(json.load(f)["logits_lora_peft"], dtype=np.float32)
+    tokens = json.load(open(os.path.join(OUT_DIR, "adapters.json")))["tokens"]
+    got = logits_of(lora_model, tokens).astype(np.float32)
+    worst = float(np.max(np.abs(got - recorded)))
+    print(f"peft_lora/: max |logits - recorded logits_lora_peft| = {worst}")
+    assert worst == 0.0, worst
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llamacpp-python", required=True, help="python of a venv with llama-cpp-python==0.3.36")
+    ap.add_argument("--llamacpp-python", help="python of a venv with llama-cpp-python==0.3.36")
+    ap.add_argument("--peft-only", action="store_true",
+                    help="write only peft_lora/ and check it reproduces the recorded PEFT logits bitwise")
     args = ap.parse_args()
+    if args.peft_only:
+        peft_only()
+        return
+    if not args.llamacpp_python:
+        ap.error("--llamacpp-python is required (unless --peft-only)")
     import peft
 
     os.makedirs(OUT_DIR, exist_ok=True)
@@ -152,18 +201,9 @@ def main() -> None:
     cvec_path = os.path.join(OUT_DIR, "cvec.gguf")
     with llamacpp_sdist.Converter() as conv:
         conv.convert(model_dir, base_path, "f32", pre_tokenizer="gpt-2")
-        # LoRA with PEFT on a copy of the model (get_peft_model wraps it in place).
-        lora_model = peft.get_peft_model(make_model(), peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS,
-                                                                       lora_dropout=0.0, bias="none"))
-        g = torch.Generator().manual_seed(LORA_SEED)
-        with torch.no_grad():
-            for name, p in sorted(lora_model.named_parameters()):
-                if ".lora_A." in name:
-                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
-                elif ".lora_B." in name:
-                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
-        lora_model.eval()
+        lora_model = make_peft_lora()
         lora_model.save_pretrained(lora_dir)
+        save_peft_fixture(lora_model)
         conv.convert_lora(lora_dir, model_dir, lora_path, "f32")
         sdist_sha256 = conv.sdist_sha256
     peft_logits = logits_of(lora_model, tokens)

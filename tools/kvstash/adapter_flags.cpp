@@ -10,8 +10,9 @@ namespace kvstash::cli {
 
 void add_adapter_flags(CLI::App& cmd, AdapterFlags& flags) {
     cmd.add_option("--lora", flags.lora,
-                   "LoRA adapter in llama.cpp's GGUF format, FILE or FILE:SCALE (default 1; the effective scale is "
-                   "SCALE * alpha / rank); repeatable")
+                   "LoRA adapter, FILE or FILE:SCALE (default 1; the effective scale is SCALE * alpha / rank): "
+                   "llama.cpp's GGUF LoRA, or a PEFT adapter directory (adapter_config.json + "
+                   "adapter_model.safetensors) or its .safetensors file; repeatable")
         ->allow_extra_args(false);
     cmd.add_option("--control-vector", flags.control_vector,
                    "control vector in llama.cpp's GGUF format (direction.<layer> tensors added to the residual "

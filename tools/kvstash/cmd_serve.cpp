@@ -149,7 +149,8 @@ void register_serve(CLI::App& root, Action& action) {
         ->capture_default_str();
     add_chat_template_option(*cmd, o.chat_template);
     cmd->add_option("--lora", f->lora,
-                    "NAME=FILE[:SCALE]: a LoRA (llama.cpp GGUF) loaded at start, used by requests with "
+                    "NAME=FILE[:SCALE]: a LoRA (llama.cpp GGUF, or a PEFT adapter directory) loaded at start, used by "
+                    "requests with "
                     "\"adapter\": \"NAME\"; repeatable (files with one NAME form one set)");
     cmd->add_option("--control-vector", f->control_vector,
                     "NAME=FILE[:SCALE]: a control vector (llama.cpp GGUF) in the adapter set NAME; repeatable");
