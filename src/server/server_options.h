@@ -33,8 +33,8 @@ struct ServerOptions {
     int max_connections = 1024;
     int read_timeout_s = 10;
     int idle_timeout_s = 5;
-    std::string log_format = "text";               // the per-request log line on stderr: text or json
-    bool verbose = false;                          // also log /health and /metrics, with client and body size
+    std::string log_format = "text";  // the per-request log line on stderr: text or json
+    bool verbose = false;             // also log /health and /metrics, with client and body size
 };
 
 }  // namespace kvstash::server
