@@ -108,7 +108,7 @@ def main():
             script = argv[-1]
             try:
                 proc = subprocess.run(argv, cwd=scratch, stdin=subprocess.DEVNULL,
-                                      capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S,
+                                      capture_output=True, text=True, errors="replace", timeout=BLOCK_TIMEOUT_S,
                                       env={**os.environ, "KVSTASH_MODELS_DIR": str(ROOT / "models")})
             except subprocess.TimeoutExpired as e:
                 proc = subprocess.CompletedProcess(e.cmd, 124, _text(e.stdout), _text(e.stderr))
