@@ -5,7 +5,7 @@
   2. the Up arrow recalls the previous message (line editing + history, libedit), Ctrl-U clears it;
   3. a multi-line message in a \"\"\" block and a trailing-backslash continuation are sent as one turn;
   4. /help lists the commands; a blank line is not a turn;
-  5. Ctrl-C twice at an empty prompt quits with exit status 0.
+  5. one Ctrl-C at the prompt only warns; twice quits with exit status 0.
 Usage: chat_repl_pty.py KVSTASH_BINARY   (exit 0 when every check holds; prints each check's result)
 """
 import os
@@ -80,6 +80,9 @@ def main():
     T = 180  # generous: CI runs this beside other tests on 2 cores
     try:
         repl.read_until(rb"> ", T)
+        repl.send(b"\x03")  # one Ctrl-C at the first prompt: a hint, not an exit
+        hint = repl.read_until(rb"again to quit[^\n]*\n(.|\n)*?> ", 30)
+        check("one Ctrl-C at the prompt asks for a second", b"again to quit" in hint)
         repl.send(b"/help\r")
         helped = repl.read_until(rb"commands:.*\n(.|\n)*?> ", T)
         check("/help lists the commands", b"/undo" in helped and b"/save" in helped)

@@ -1,13 +1,18 @@
 #include "kvstash/line_reader.h"
 
 #include <histedit.h>
+#include <langinfo.h>
+#include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <clocale>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string_view>
 
 namespace kvstash::cli {
 namespace {
@@ -17,6 +22,52 @@ volatile std::sig_atomic_t g_interrupts = 0;
 extern "C" void on_sigint(int) { g_interrupts = g_interrupts + 1; }
 
 struct sigaction g_previous {};
+
+// libedit's own reader retries a read() interrupted by a signal once, so a single Ctrl-C at the prompt
+// would be swallowed. This one reads a UTF-8 character from stdin itself and reports an interruption
+// (-1: el_gets returns null) as soon as our SIGINT handler has counted one — also one that arrived just
+// before the wait began: SIGINT is blocked while the count is checked and let in only atomically with the
+// wait (ppoll), so it cannot slip between the check and a blocking read.
+int wait_for_input() {
+    sigset_t block, previous;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &previous);
+    int result = 1;
+    if (g_interrupts != 0) {
+        result = -1;
+    } else {
+        pollfd fd{STDIN_FILENO, POLLIN, 0};
+        if (ppoll(&fd, 1, nullptr, &previous) < 0) result = g_interrupts != 0 || errno != EINTR ? -1 : 0;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    return result;  // 1: input ready, 0: woken by another signal (wait again), -1: interrupted or failed
+}
+
+int read_char(EditLine*, wchar_t* out) {
+    unsigned char bytes[4];
+    size_t have = 0, need = 1;
+    while (have < need) {
+        const int ready = wait_for_input();
+        if (ready < 0) return -1;
+        if (ready == 0) continue;
+        const ssize_t n = ::read(STDIN_FILENO, &bytes[have], 1);
+        if (n == 0) return 0;  // end of input
+        if (n < 0) {
+            if (errno == EINTR && g_interrupts == 0) continue;
+            return -1;
+        }
+        if (have == 0) {
+            const unsigned char b = bytes[0];
+            need = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 1;
+        }
+        ++have;
+    }
+    char32_t c = need == 1 ? bytes[0] : bytes[0] & (0x7f >> need);
+    for (size_t i = 1; i < need; ++i) c = (c << 6) | (bytes[i] & 0x3f);
+    *out = static_cast<wchar_t>(c);
+    return 1;
+}
 
 const char* prompt_first(EditLine*) { return "> "; }
 const char* prompt_more(EditLine*) { return "... "; }
@@ -56,7 +107,8 @@ struct LineReader::Editor {
         el_set(el, EL_EDITOR, "emacs");
         el_set(el, EL_HIST, ::history, hist);
         el_set(el, EL_SIGNAL, 0);  // our SIGINT handler, not libedit's: it must interrupt the read
-        el_source(el, nullptr);    // ~/.editrc, as every libedit program
+        el_set(el, EL_GETCFN, read_char);
+        el_source(el, nullptr);  // ~/.editrc, as every libedit program
     }
     ~Editor() {
         el_end(el);
@@ -67,6 +119,10 @@ struct LineReader::Editor {
 LineReader::LineReader(bool interactive, std::string history_path)
     : interactive_(interactive), history_path_(std::move(history_path)) {
     if (!interactive_) return;
+    // libedit converts between wide characters and the locale's encoding: make that UTF-8 (the
+    // environment's if it is, else C.UTF-8), or non-ASCII input is lost.
+    const char* locale = std::setlocale(LC_CTYPE, "");
+    if (locale == nullptr || std::string_view(nl_langinfo(CODESET)) != "UTF-8") std::setlocale(LC_CTYPE, "C.UTF-8");
     editor_ = std::make_unique<Editor>();
     if (!history_path_.empty()) ::history(editor_->hist, &editor_->event, H_LOAD, history_path_.c_str());
 }
