@@ -70,6 +70,12 @@ struct StateFileInfo {
     int64_t n_ctx = 0;
     KvType kv_type = KvType::f16;  // KV as stored: f16, f32 or q8_0
     bool lossy_kv = false;         // stored as q8_0: loads into f16/f32, continuation close but NOT bit-exact
+    // The numerics that computed the KV ("epoch 1, avx2": the kernels' epoch and path, docs/state-format.md;
+    // "unknown (...)" for files saved before they were recorded), and whether the KV is bitwise what this
+    // process computes for its tokens (same numerics, stored exactly). When not, the state loads and
+    // continues closely, but not bit-identically with recomputing here, and the prefix cache never takes it.
+    std::string numerics;
+    bool exact_here = false;
     bool compressed = false;
     bool has_logits = false;
     bool has_sampler = false;
@@ -100,6 +106,9 @@ enum class Checksums {
 // checksum) without needing the model. Throws as load_state for a malformed file; a failed section
 // checksum under verify is reported in checksums_ok / checksum_error instead.
 StateFileInfo inspect_state_file(const std::string& path, Checksums checksums);
+
+// The numerics this process computes with, as StateFileInfo::numerics names them ("epoch 1, avx2").
+std::string process_numerics();
 
 // The model's fingerprint as stored in state files (hex). Computed once per model file and cached by
 // file identity (device, inode, size, mtime) in memory.

@@ -74,6 +74,8 @@ nb::dict file_info_dict(const StateFileInfo& info) {
     d["n_ctx"] = info.n_ctx;
     d["kv_type"] = std::string(kv_type_name(info.kv_type));
     d["lossy_kv"] = info.lossy_kv;
+    d["numerics"] = info.numerics;
+    d["exact_here"] = info.exact_here;
     d["compressed"] = info.compressed;
     d["has_logits"] = info.has_logits;
     d["has_sampler"] = info.has_sampler;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/numerics.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -47,7 +48,9 @@ PrefixKeyDomain::PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, 
     std::memcpy(out, kTag, sizeof kTag);
     std::memcpy(out + 17, model.bytes.data(), 16);
     put_u32(out + 33, kv_block_code(kv_type));
-    put_u32(out + 37, static_cast<uint32_t>(isa));
+    const Numerics numerics = numerics_of(isa);
+    put_u32(out + 37, static_cast<uint32_t>(numerics.path));
+    put_u32(out + 41, numerics.epoch);
     root_ = to_key(XXH3_128bits(header_.data(), header_.size()));
 }
 

@@ -22,6 +22,7 @@ std::string section_name(uint32_t type) {
         case kSectionRecurrent: return "recurrent";
         case kSectionCheckpoints: return "checkpoints";
         case kSectionSession: return "session";
+        case kSectionNumerics: return "numerics";
         default: {
             static constexpr char kDigits[] = "0123456789abcdef";
             std::string hex = "type 0x";

@@ -87,6 +87,13 @@ inline constexpr uint32_t kLastRequiredSectionType = kSectionCheckpoints;
 inline constexpr uint32_t kSectionAncillary = 0x8000'0000u;
 // Ancillary sections this kvstash writes (readers that do not know them skip them).
 inline constexpr uint32_t kSectionSession = kSectionAncillary | 1u;  // a chat session's messages, UTF-8 JSON
+// The numerics that computed the KV (kernels/numerics.h), kNumericsBytes: u32 epoch, u32 NumericsPath,
+// u32 flags (kNumericsKvExact: the KV is bitwise what those numerics compute for the tokens), u32 zero.
+// Written by every save since numerics epoch 1; absent in older files (numerics unknown). Ancillary so
+// that older readers still read newer files.
+inline constexpr uint32_t kSectionNumerics = kSectionAncillary | 2u;
+inline constexpr uint64_t kNumericsBytes = 16;
+inline constexpr uint32_t kNumericsKvExact = 1u << 0;
 // Bound on the session section's raw size: it holds the messages of one context's worth of tokens.
 inline constexpr uint64_t kMaxSessionBytes = uint64_t{256} << 20;
 

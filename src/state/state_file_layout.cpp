@@ -159,6 +159,24 @@ std::vector<uint8_t> Reader::read_section(const SectionEntry& s) const {
     return raw;
 }
 
+FileNumerics Reader::read_numerics() const {
+    FileNumerics out;
+    const SectionEntry* s = find(kSectionNumerics);
+    if (s == nullptr) return out;
+    const std::vector<uint8_t> b = read_section(*s);  // kNumericsBytes (parse_layout checked)
+    const uint32_t path = load_le<uint32_t>(&b[4]);
+    const uint32_t flags = load_le<uint32_t>(&b[8]);
+    if ((flags & ~kNumericsKvExact) != 0 || load_le<uint32_t>(&b[12]) != 0) {
+        corrupt("section 'numerics' has flags " + hex64(flags) + " or reserved bytes unknown to this kvstash");
+    }
+    out.numerics.epoch = load_le<uint32_t>(&b[0]);
+    // A path this build does not know (a newer kvstash's) is as good as unknown: not this process's.
+    out.numerics.path = path <= static_cast<uint32_t>(NumericsPath::avx512_vnni) ? static_cast<NumericsPath>(path)
+                                                                                 : NumericsPath::unknown;
+    out.kv_exact = (flags & kNumericsKvExact) != 0;
+    return out;
+}
+
 Meta Reader::read_meta() const {
     const SectionEntry& s = *find(kSectionMeta);
     const uint64_t fixed = meta_fixed_bytes(version_);
@@ -298,6 +316,11 @@ Meta Reader::read_meta() const {
          sampler->raw_bytes > kSamplerFixedBytes + kLogitBiasEntryBytes * static_cast<uint64_t>(m.n_vocab))) {
         corrupt("section 'sampler' has " + std::to_string(sampler->raw_bytes) + " bytes, outside what " +
                 std::to_string(m.n_vocab) + " tokens allow");
+    }
+    if (const SectionEntry* numerics = find(kSectionNumerics);
+        numerics != nullptr && numerics->raw_bytes != kNumericsBytes) {
+        corrupt("section 'numerics' has " + std::to_string(numerics->raw_bytes) + " bytes, not " +
+                std::to_string(kNumericsBytes));
     }
     if (const SectionEntry* session = find(kSectionSession);
         session != nullptr && session->raw_bytes > kMaxSessionBytes) {

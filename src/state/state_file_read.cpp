@@ -274,9 +274,13 @@ State decode_state(const Model& model, std::span<const uint8_t> file, const std:
         recurrent = decode_recurrent(r, m);
         checkpoints = decode_checkpoints(r, m);
     }
-    // q8_0 KV is not what recomputing would give (the recurrent state is always stored exactly).
-    StateAccess::restore(state, std::move(tokens), std::move(last_logits), std::move(sampler_state),
-                         m.kv_encoding == m.cache_type, std::move(recurrent), std::move(checkpoints));
+    // The KV is what recomputing here would give only when stored exactly (not as q8_0) by a writer with
+    // this process's numerics that marked it exact (the recurrent state is always stored exactly, but was
+    // computed by the same numerics).
+    const FileNumerics numerics = r.read_numerics();
+    const bool exact = m.kv_encoding == m.cache_type && numerics.kv_exact && numerics.numerics == current_numerics();
+    StateAccess::restore(state, std::move(tokens), std::move(last_logits), std::move(sampler_state), exact,
+                         std::move(recurrent), std::move(checkpoints));
     if (session != nullptr) {
         session->reset();
         if (const SectionEntry* sec = r.find(kSectionSession)) {
@@ -301,6 +305,9 @@ StateFileInfo inspect_state_bytes(std::span<const uint8_t> file, const std::stri
     // parse_layout admits the cache type (f16 / f32) or q8_0 only.
     info.kv_type = kv_type_of(static_cast<TensorType>(m.kv_encoding));
     info.lossy_kv = m.kv_encoding != m.cache_type;
+    const FileNumerics numerics = r.read_numerics();
+    info.numerics = describe(numerics.numerics);
+    info.exact_here = !info.lossy_kv && numerics.kv_exact && numerics.numerics == current_numerics();
     info.has_logits = r.find(kSectionLogits) != nullptr;
     info.has_sampler = r.find(kSectionSampler) != nullptr;
     info.has_session = r.find(kSectionSession) != nullptr;
@@ -361,6 +368,8 @@ State load_state(const Model& model, const std::string& path, const LoadOptions&
     if (map.size() > 0) ::madvise(const_cast<uint8_t*>(map.data()), map.size(), MADV_SEQUENTIAL);
     return state_file::decode_state(model, {map.data(), map.size()}, path, session, options.adapters);
 }
+
+std::string process_numerics() { return describe(current_numerics()); }
 
 StateFileInfo inspect_state_file(const std::string& path, Checksums checksums) {
     const MappedFile map = MappedFile::open(path);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/numerics.h"
 #include "kv/recurrent_state.h"
 #include "kvstash/error.h"
 #include "state/fingerprint.h"
@@ -45,6 +46,12 @@ struct Meta {
     uint64_t recurrent_bytes() const { return static_cast<uint64_t>(recurrent.floats()) * sizeof(float); }
 };
 
+// The file's numerics section (kernels/numerics.h): who computed the KV, and whether exactly.
+struct FileNumerics {
+    Numerics numerics;      // {0, unknown}: not recorded (a file from before numerics epochs)
+    bool kv_exact = false;  // the writer's flag: the KV is bitwise what `numerics` computes
+};
+
 // Reads one file's bytes; every failure is an Error naming the file.
 class Reader {
 public:
@@ -78,6 +85,7 @@ public:
     // A small section's raw bytes (checksum verified, decompressed if needed).
     std::vector<uint8_t> read_section(const SectionEntry& s) const;
     Meta read_meta() const;
+    FileNumerics read_numerics() const;
 
 private:
     void parse_entries(uint64_t table_offset, uint32_t count);

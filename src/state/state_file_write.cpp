@@ -19,6 +19,7 @@
 #include "base/utf8.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
+#include "kernels/numerics.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/error.h"
 #include "state/adapter_fingerprint.h"
@@ -385,6 +386,17 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
         }
         sections.push_back(
             small_section(kSectionSession, std::vector<uint8_t>(session.begin(), session.end()), options.compress));
+    }
+    {
+        // What computed the KV; exact only when it is bitwise what these numerics give (not decoded from
+        // q8_0 or another build's numerics, and stored in the cache's own type).
+        const Numerics numerics = current_numerics();
+        const bool exact = StateAccess::kv_exact(state) && file_kv_type == kv.kv_type();
+        std::vector<uint8_t> b(kNumericsBytes, 0);
+        store_le<uint32_t>(&b[0], numerics.epoch);
+        store_le<uint32_t>(&b[4], static_cast<uint32_t>(numerics.path));
+        store_le<uint32_t>(&b[8], exact ? kNumericsKvExact : 0u);
+        sections.push_back(small_section(kSectionNumerics, std::move(b), false));
     }
     // The recurrent state and checkpoints: always f32 as in memory (the KV encoding does not apply).
     if (!recurrent.empty()) {

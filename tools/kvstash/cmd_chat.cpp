@@ -123,6 +123,7 @@ int run_chat(const ChatFlags& f) {
     if (!f.load_path.empty()) {
         session.emplace(with_load_advice(*model, f.load_path,
                                          [&] { return Session::open(evaluator, tmpl, f.load_path, session_options); }));
+        warn_if_not_exact_here(f.load_path);
         if (!f.system.empty() && (session->messages().empty() || session->messages()[0].content != f.system)) {
             throw Error(ErrorCode::invalid_argument, "--system differs from the system message of the session in '" +
                                                          f.load_path +
@@ -172,6 +173,7 @@ int run_chat(const ChatFlags& f) {
                     std::fprintf(stderr, "(saved %s to '%s')\n", describe(*session).c_str(), path.c_str());
                 } else {
                     with_load_advice(*model, path, [&] { session->load(path); });  // unchanged on error
+                    warn_if_not_exact_here(path);
                     sampler = resumed_sampler(*session, params);
                     print_loaded(*session, path);
                 }

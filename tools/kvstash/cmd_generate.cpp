@@ -126,6 +126,7 @@ int run_generate(const GenerateFlags& f) {
         }
         std::fprintf(stderr, "state: %lld tokens loaded from %s in %.3f s\n", static_cast<long long>(base->n_tokens()),
                      f.state_path.c_str(), seconds_since(load_start));
+        warn_if_not_exact_here(f.state_path);
     } else {
         base.emplace(*model,
                      StateOptions{.kv_type = parse_cache_kv_type(f.kv_type), .n_ctx = f.ctx, .adapters = adapters});

@@ -30,6 +30,11 @@ void register_state(CLI::App& root, Action& action) {
             std::printf("kv:            %s, %llu bytes%s\n", std::string(kv_type_name(i.kv_type)).c_str(),
                         static_cast<unsigned long long>(i.kv_bytes),
                         i.kv_type == KvType::q8_0 ? " (quantized: continuation is not bit-exact)" : " (bit-exact)");
+            std::printf("numerics:      %s%s\n", i.numerics.c_str(),
+                        i.exact_here ? " (this process's: bit-exact here)"
+                                     : (" (this process: " + process_numerics() +
+                                        "; continues closely, not bit-identically with recomputing here)")
+                                           .c_str());
             if (i.n_recurrent_layers > 0) {
                 std::string positions;
                 for (int64_t pos : i.checkpoint_positions)

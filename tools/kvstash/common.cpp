@@ -12,6 +12,7 @@
 #include "base/regular_file.h"
 #include "base/utf8.h"
 #include "kvstash/error.h"
+#include "kvstash/state_file.h"
 
 namespace kvstash::cli {
 
@@ -57,6 +58,18 @@ std::string read_text_file(const std::string& path) {
 }
 
 bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }
+
+void warn_if_not_exact_here(const std::string& path) {
+    const StateFileInfo info = inspect_state_file(path, Checksums::skip);
+    if (info.exact_here) return;
+    const std::string why = info.lossy_kv ? "its KV is stored as q8_0"
+                                          : "its KV was computed with other numerics (" + info.numerics +
+                                                "; this process: " + process_numerics() + ")";
+    std::fprintf(stderr,
+                 "note: %s: %s, so continuing it is close to, but not bit-identical with, recomputing its text "
+                 "here (`kvstash prefill` it again for bit-exact results); the prefix cache does not reuse it\n",
+                 path.c_str(), why.c_str());
+}
 
 }  // namespace kvstash::cli
 

@@ -30,6 +30,9 @@ bool stderr_is_tty();
 void require_valid_utf8(std::string_view text, const std::string& what);
 // A KV cache type, "f16" / "f32" -> KvType; throws Error(invalid_argument) otherwise.
 KvType parse_cache_kv_type(const std::string& name);
+// After loading the state file at `path`: a note on stderr when its KV is not bitwise what this process
+// computes (other numerics, or q8_0), so that a user relying on bit-exactness knows to prefill again.
+void warn_if_not_exact_here(const std::string& path);
 // "a|b|c"
 std::string join_names(const std::vector<std::string>& names);
 
