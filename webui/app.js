@@ -242,6 +242,12 @@ async function send() {
 
 // ---- named states (server side) ----
 
+function sizeText(bytes) {
+  if (bytes < 1024) return bytes + ' B';
+  if (bytes < 1048576) return (bytes / 1024).toFixed(1) + ' KiB';
+  return (bytes / 1048576).toFixed(1) + ' MiB';
+}
+
 async function refreshStates() {
   let states = [];
   try {
@@ -265,8 +271,8 @@ async function refreshStates() {
       button('Open', 'Continue from this state in a new branch', () => openState(s.name)),
       button('Download', 'Download the state file (.kvs)', () => downloadState(s.name)),
       button('Delete', 'Delete this state on the server', () => deleteState(s.name)),
-      el('span', { className: 'meta', textContent: s.tokens + ' tokens · ' + (s.file_bytes / 1048576).toFixed(1) +
-                                                   ' MiB' + (known ? '' : ' · messages not known here') }),
+      el('span', { className: 'meta', textContent: s.tokens + ' tokens · ' + sizeText(s.file_bytes || s.bytes) +
+                                                   (known ? '' : ' · messages not known here') }),
     ]));
   }
 }
