@@ -7,8 +7,8 @@ files are shown to need none and the page's own key field to work), checks the p
 message with Enter and waits for the streamed answer, checks the per-turn reused / computed counters,
 checks Shift+Enter makes a new line instead of sending, forks at the first message and answers it
 again (reused > 0: the prefix cache), saves a named state, reloads the page and switches to that state
-and continues it (reused > 0), uploads the state's file under a new name, and checks the page fits a
-phone-sized window. Screenshots go to BUILD_DIR/webui-screenshot.png (and -narrow.png); their paths
+and continues it (reused > 0), downloads the state's file and uploads it under a new name and continues
+that one as text, and checks the page fits a phone-sized window. Screenshots go to BUILD_DIR/webui-screenshot.png (and -narrow.png); their paths
 are printed. The server and the browser are stopped on every exit path.
 
 Usage: webui_browser_test.py KVSTASH_BINARY BUILD_DIR    (needs scripts/setup.sh's chromium,
@@ -103,13 +103,15 @@ def start_browser(download_dir):
 
 
 def browser_steps(driver, base, build_dir, download_dir):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
     def wait(condition, what, timeout=ANSWER_TIMEOUT_S):
         try:
-            return WebDriverWait(driver, timeout).until(lambda d: condition())
+            return WebDriverWait(driver, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
+                lambda d: condition())
         except Exception:
             shot = build_dir / "webui-screenshot-failure.png"
             driver.save_screenshot(str(shot))
@@ -125,14 +127,15 @@ def browser_steps(driver, base, build_dir, download_dir):
         return driver.find_elements(By.CSS_SELECTOR, "#messages .msg")
 
     def last_usage(count):
-        # Waits for `count` messages, the last an answered assistant turn; returns (reused, computed).
-        wait(lambda: len(messages()) == count and messages()[-1].find_elements(By.CSS_SELECTOR, ".usage"),
-             f"answer number {count}")
-        usage = messages()[-1].find_element(By.CSS_SELECTOR, ".usage")
-        reused = int(usage.find_element(By.CSS_SELECTOR, ".reused").text)
-        computed = int(usage.find_element(By.CSS_SELECTOR, ".computed").text)
-        print(f"  turn: {usage.text}")
-        return reused, computed
+        # Waits for `count` messages, the last an answered assistant turn; returns (reused, computed). Read
+        # in one script: the page re-renders the list when a turn ends, so element handles can go stale.
+        usage = wait(lambda: driver.execute_script("""
+            const m = document.querySelectorAll('#messages .msg');
+            const u = m.length === arguments[0] && m[m.length - 1].querySelector('.usage');
+            return u ? [u.querySelector('.reused').textContent, u.querySelector('.computed').textContent,
+                        u.textContent] : null;""", count), f"answer number {count}")
+        print(f"  turn: {usage[2]}")
+        return int(usage[0]), int(usage[1])
 
     driver.get(base + "/")
     check(driver.title == "kvstash", f"page title {driver.title!r}")
@@ -187,6 +190,12 @@ def browser_steps(driver, base, build_dir, download_dir):
     field("upload-name", "webui-upload")
     driver.find_element(By.ID, "upload-state").click()
     wait(lambda: driver.find_elements(By.ID, "state-webui-upload"), "the uploaded state in the list", 20)
+    # Its messages are not known to this browser: the branch continues the state's text (/v1/completions).
+    driver.find_element(By.CSS_SELECTOR, "#state-webui-upload button[aria-label='Open state webui-upload']").click()
+    wait(lambda: "does not know" in driver.find_element(By.ID, "branch-title").text, "the uploaded state's branch")
+    driver.find_element(By.ID, "input").send_keys("Tell me more.", Keys.ENTER)
+    reused, computed = last_usage(2)
+    check(reused > 0, f"continuing the uploaded state: reused {reused}, want > 0")
 
     shot = build_dir / "webui-screenshot.png"
     driver.save_screenshot(str(shot))
