@@ -89,7 +89,8 @@ function messageNode(branch, message, index) {
   fork.addEventListener('click', () => forkAt(branch, index));
   const node = el('li', { className: 'msg ' + message.role + (message.error ? ' error' : '') }, [
     el('div', { className: 'head' }, [el('span', { className: 'role', textContent: message.role }), fork]),
-    el('div', { className: 'text', textContent: message.content || (message.error ? '' : '…') }),
+    el('div', { className: 'text',
+                textContent: message.content || (message.pending ? '…' : message.error ? '' : '(no text)') }),
   ]);
   if (message.error) node.append(el('div', { className: 'text', textContent: 'Error: ' + message.error }));
   if (message.usage) node.append(usageNode(message.usage));

@@ -181,6 +181,9 @@ def browser_steps(driver, base, build_dir, download_dir):
     driver.find_element(By.ID, "input").send_keys("And of Germany?", Keys.ENTER)
     reused, computed = last_usage(4)
     check(reused > 0, f"continuing the state: reused {reused}, want > 0")
+    shot = build_dir / "webui-screenshot.png"  # the state continued, with its counters
+    driver.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
 
     # 5. Download the state file, upload it under another name.
     driver.find_element(By.CSS_SELECTOR, "#state-webui-e2e button[aria-label='Download state webui-e2e']").click()
@@ -196,10 +199,6 @@ def browser_steps(driver, base, build_dir, download_dir):
     driver.find_element(By.ID, "input").send_keys("Tell me more.", Keys.ENTER)
     reused, computed = last_usage(2)
     check(reused > 0, f"continuing the uploaded state: reused {reused}, want > 0")
-
-    shot = build_dir / "webui-screenshot.png"
-    driver.save_screenshot(str(shot))
-    print(f"screenshot: {shot}")
 
     # 6. A phone-sized window: nothing wider than the screen; the side panel behind its button.
     driver.set_window_size(390, 844)
