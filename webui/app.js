@@ -49,9 +49,15 @@ async function api(method, path, body, options) {
   const res = await fetch(path, init);
   if (!res.ok) {
     let message = 'HTTP ' + res.status;
-    try { message = (await res.json()).error.message || message; } catch (e) { /* not JSON */ }
+    let code = null;
+    try {
+      const body = (await res.json()).error;
+      message = body.message || message;
+      code = body.code;
+    } catch (e) { /* not JSON */ }
     const error = new Error(message);
     error.status = res.status;
+    error.code = code;
     throw error;
   }
   return res;
@@ -196,18 +202,31 @@ async function send() {
     max_tokens: Number($('max-tokens').value) || 256,
     temperature: Number($('temperature').value),
   };
-  if (branch.state) body.state = branch.state;
   // Raw: the state's text, then this branch's turns as plain text (what was typed and what came back).
   if (branch.raw) body.prompt = requestMessages(branch).map((m) => m.content).join('');
   else body.messages = requestMessages(branch);
+  const post = () => {
+    if (branch.state) body.state = branch.state; else delete body.state;
+    return api('POST', branch.raw ? '/v1/completions' : '/v1/chat/completions', JSON.stringify(body),
+               { signal: busy.signal });
+  };
   busy = new AbortController();
   $('send').hidden = true;
   $('stop').hidden = false;
   setStatus('Generating…');
   const started = performance.now();
   try {
-    const res = await api('POST', branch.raw ? '/v1/completions' : '/v1/chat/completions', JSON.stringify(body),
-                          { signal: busy.signal });
+    let res;
+    try {
+      res = await post();
+    } catch (e) {
+      // The state is gone (deleted, or a server without --state-dir restarted) or was replaced by another
+      // conversation: the messages are all here, so send them without it (the prefix cache still helps).
+      if (branch.raw || !branch.state || !['state_not_found', 'state_mismatch'].includes(e.code)) throw e;
+      setStatus('State ' + branch.state + ' cannot be used (' + e.message + '); sending the messages without it.');
+      branch.state = null;
+      res = await post();
+    }
     await readEvents(res, (chunk) => {
       if (chunk.error) throw new Error(chunk.error.message);
       const choice = chunk.choices && chunk.choices[0];
@@ -223,7 +242,7 @@ async function send() {
       }
     });
     if (reply.usage) reply.usage.seconds = (performance.now() - started) / 1000;
-    setStatus('');
+    if ($('status').textContent === 'Generating…') setStatus('');
   } catch (e) {
     if (e.name === 'AbortError') {
       setStatus('Stopped.');
@@ -281,6 +300,11 @@ async function refreshStates() {
 async function saveState(name) {
   const branch = currentBranch();
   const messages = branch ? requestMessages(branch) : [];
+  if (branch && branch.raw) {
+    setStatus('This branch continues the text of state ' + branch.state + ', whose messages this browser does ' +
+              'not know: it cannot be saved as messages.', true);
+    return;
+  }
   if (!messages.length) {
     setStatus('Nothing to save: this branch has no messages yet.', true);
     return;

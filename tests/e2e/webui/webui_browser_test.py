@@ -8,7 +8,7 @@ message with Enter and waits for the streamed answer, checks the per-turn reused
 checks Shift+Enter makes a new line instead of sending, forks at the first message and answers it
 again (reused > 0: the prefix cache), saves a named state, reloads the page and switches to that state
 and continues it (reused > 0), downloads the state's file and uploads it under a new name and continues
-that one as text, and checks the page fits a phone-sized window. Screenshots go to BUILD_DIR/webui-screenshot.png (and -narrow.png); their paths
+that one as text, deletes the first state and checks its branch still sends (without it), and checks the page fits a phone-sized window. Screenshots go to BUILD_DIR/webui-screenshot.png (and -narrow.png); their paths
 are printed. The server and the browser are stopped on every exit path.
 
 Usage: webui_browser_test.py KVSTASH_BINARY BUILD_DIR    (needs scripts/setup.sh's chromium,
@@ -56,6 +56,32 @@ def die_with_parent():
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def start_reaper(marker):
+    """Forks a watcher that, once this script has ended in any way (SIGKILL included), kills every process
+    whose command line holds `marker` (the browser's profile directory: chromium and its helpers, which
+    chromedriver leaves behind when it is killed) and removes the scratch directory."""
+    read_end, write_end = os.pipe()  # not inherited by the server or chromedriver (Python's fds are CLOEXEC)
+    if os.fork() == 0:
+        os.close(write_end)
+        try:
+            os.read(read_end, 1)  # returns at EOF: this script's end
+            for _ in range(2):  # a helper may start while the first pass runs
+                for entry in pathlib.Path("/proc").iterdir():
+                    if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                        continue
+                    try:
+                        if marker.encode() in (entry / "cmdline").read_bytes():
+                            os.kill(int(entry.name), signal.SIGKILL)
+                    except (OSError, ValueError):
+                        pass  # gone already, or not ours to read
+                time.sleep(0.2)
+            shutil.rmtree(marker, ignore_errors=True)
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    return write_end  # held open until this script ends
+
+
 def http(url, headers=None, method="GET", data=None):
     request = urllib.request.Request(url, headers=headers or {}, method=method, data=data)
     try:
@@ -87,18 +113,21 @@ def check_http(base):
     check(status == 404 and b"no route" in body, f"GET /webui/missing.js: {status}")
 
 
-def start_browser(download_dir):
+def start_browser(profile_dir, download_dir):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,900", "--no-first-run", "--disable-extensions"]:
+                "--window-size=1280,900", "--no-first-run", "--disable-extensions",
+                "--user-data-dir=" + str(profile_dir)]:
         options.add_argument(arg)
     options.add_experimental_option("prefs", {"download.default_directory": str(download_dir),
                                               "download.prompt_for_download": False})
-    service = Service(shutil.which("chromedriver") or "/usr/bin/chromedriver")
+    # chromedriver (and the browser it ends with it) goes with this script too, even on SIGKILL.
+    service = Service(shutil.which("chromedriver") or "/usr/bin/chromedriver",
+                      popen_kw={"preexec_fn": die_with_parent})
     return webdriver.Chrome(service=service, options=options)
 
 
@@ -200,7 +229,19 @@ def browser_steps(driver, base, build_dir, download_dir):
     reused, computed = last_usage(2)
     check(reused > 0, f"continuing the uploaded state: reused {reused}, want > 0")
 
-    # 6. A phone-sized window: nothing wider than the screen; the side panel behind its button.
+    # 6. The state deleted behind the page's back: the branch sends its messages without it.
+    status, _, body = http(base + "/v1/states/webui-e2e", {"Authorization": "Bearer " + API_KEY}, "DELETE")
+    check(status == 200, f"DELETE /v1/states/webui-e2e: {status} {body[:200]!r}")
+    branch = [b for b in driver.find_elements(By.CSS_SELECTOR, "#branches li button.name") if b.text == "state webui-e2e"]
+    check(len(branch) == 1, "no branch 'state webui-e2e' in the list")
+    branch[0].click()
+    wait(lambda: len(messages()) == 4, "the state's branch again")
+    driver.find_element(By.ID, "input").send_keys("And of Italy?", Keys.ENTER)
+    last_usage(6)
+    status_line = driver.find_element(By.ID, "status").text
+    check("without it" in status_line, f"status after the state was deleted: {status_line!r}")
+
+    # 7. A phone-sized window: nothing wider than the screen; the side panel behind its button.
     driver.set_window_size(390, 844)
     overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
     check(overflow <= 0, f"narrow window: the page is {overflow}px wider than the window")
@@ -229,6 +270,7 @@ def main():
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="kvstash-webui-"))
+    start_reaper(str(scratch))
     log = open(scratch / "server.log", "w")
     server = subprocess.Popen([str(binary), "serve", "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
                                "--api-key", API_KEY, "--ctx", "1024", "--threads", "2"],
@@ -248,7 +290,7 @@ def main():
             fail("the server did not answer /health within 30 s")
         check_http(base)
         print("HTTP headers: ok")
-        driver = start_browser(scratch / "downloads")
+        driver = start_browser(scratch / "chrome-profile", scratch / "downloads")
         browser_steps(driver, base, build_dir, scratch / "downloads")
         print(f"web page test passed in {time.monotonic() - started:.1f} s")
         return 0
