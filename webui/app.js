@@ -386,6 +386,16 @@ function init() {
     refreshStates();
     loadModel();
   });
+  // Max tokens and temperature survive a reload.
+  const SETTINGS = 'kvstash.webui.settings';
+  const settings = JSON.parse(localStorage.getItem(SETTINGS) || '{}');
+  for (const id of ['max-tokens', 'temperature']) {
+    if (settings[id] !== undefined) $(id).value = settings[id];
+    $(id).addEventListener('change', () => {
+      settings[id] = $(id).value;
+      localStorage.setItem(SETTINGS, JSON.stringify(settings));
+    });
+  }
   $('composer').addEventListener('submit', (e) => { e.preventDefault(); send(); });
   $('input').addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }

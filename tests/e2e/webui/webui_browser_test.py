@@ -170,8 +170,8 @@ def browser_steps(driver, base, build_dir, download_dir):
     check(driver.title == "kvstash", f"page title {driver.title!r}")
     field("api-key", API_KEY + "\t")  # the change event: stored, then the model and states reload
     wait(lambda: "SmolLM2" in driver.find_element(By.ID, "model").text, "the model name", 15)
-    field("max-tokens", "12")
-    field("temperature", "0")
+    field("max-tokens", "12\t")  # Tab: the change event stores the setting
+    field("temperature", "0\t")
 
     # Shift+Enter: a new line, nothing sent.
     box = driver.find_element(By.ID, "input")
@@ -206,7 +206,8 @@ def browser_steps(driver, base, build_dir, download_dir):
     driver.find_element(By.CSS_SELECTOR, "#state-webui-e2e button[aria-label='Open state webui-e2e']").click()
     wait(lambda: "state webui-e2e" in driver.find_element(By.ID, "branch-title").text, "the state's branch")
     check(len(messages()) == 2, f"the state's branch shows {len(messages())} messages, want 2")
-    field("max-tokens", "12")
+    settings = [driver.find_element(By.ID, i).get_attribute("value") for i in ("max-tokens", "temperature")]
+    check(settings == ["12", "0"], f"settings after reload: {settings}, want ['12', '0']")
     driver.find_element(By.ID, "input").send_keys("And of Germany?", Keys.ENTER)
     reused, computed = last_usage(4)
     check(reused > 0, f"continuing the state: reused {reused}, want > 0")
