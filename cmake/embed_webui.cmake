@@ -19,6 +19,7 @@ foreach(name IN LISTS WEBUI_FILES)
   # 24 bytes a line: "0xNN, " each.
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1, " bytes "${hex}")
   string(REGEX REPLACE "${line_of_24}" "\\0\n    " bytes "${bytes}")
+  string(REPLACE ", \n" ",\n" bytes "${bytes}")
   # A trailing 0 keeps the array non-empty for an empty file; `size` does not count it.
   string(APPEND arrays "const unsigned char webui_file_${index}[] = {\n    ${bytes}0x00};\n")
   if(name STREQUAL "index.html")
