@@ -93,7 +93,8 @@ function messageNode(branch, message, index) {
                               title: 'A new branch with the messages up to this one' });
   fork.setAttribute('aria-label', 'Fork the conversation at message ' + (index + 1));
   fork.addEventListener('click', () => forkAt(branch, index));
-  const node = el('li', { className: 'msg ' + message.role + (message.error ? ' error' : '') }, [
+  const node = el('li', { className: 'msg ' + message.role + (message.error ? ' error' : '') +
+                                     (message.pending ? ' pending' : '') }, [
     el('div', { className: 'head' }, [el('span', { className: 'role', textContent: message.role }), fork]),
     el('div', { className: 'text',
                 textContent: message.content || (message.pending ? '…' : message.error ? '' : '(no text)') }),
@@ -193,8 +194,6 @@ async function send() {
   branch.messages.push(reply);
   persist();
   render();
-  const node = $('messages').lastElementChild;
-  const textNode = node.querySelector('.text');
 
   const body = {
     stream: true,
@@ -233,7 +232,9 @@ async function send() {
       const piece = choice ? (choice.delta ? choice.delta.content : choice.text) : '';
       if (piece) {
         reply.content += piece;
-        textNode.textContent = reply.content;
+        // Looked up each time: switching branches while this one streams re-renders the list.
+        const textNode = branch.id === db.current && document.querySelector('#messages .msg.pending .text');
+        if (textNode) textNode.textContent = reply.content;
         $('messages').scrollTop = $('messages').scrollHeight;
       }
       if (chunk.usage) {
