@@ -22,7 +22,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip python3-venv unzip curl
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libutf8proc-dev libedit-dev clang-format
-          nginx-light)
+          nginx-light chromium chromium-driver)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,6 +31,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
+  # chromium + chromium-driver: the headless browser of the web page's test (tests/e2e/webui/, with selenium below).
   # nginx-light is the documented front proxy (docs/architecture.md, "Connections and limits"); the reliability
   # probes start their own on loopback. A policy-rc.d refusing service starts keeps apt from starting Debian's
   # nginx service (on port 80) during this install; it is removed right after.
@@ -58,6 +59,13 @@ if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import openai" 2>/dev/n
   say "installing the openai package into $VENV"
   "$VENV/bin/pip" install -q openai ||
     echo "setup.sh: warning: could not install openai (offline?); the server's openai e2e test fails until it is installed" >&2
+fi
+
+# selenium drives Debian's chromium (headless) in the web page's browser test (tests/e2e/webui/).
+if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import selenium" 2>/dev/null; then
+  say "installing the selenium package into $VENV"
+  "$VENV/bin/pip" install -q selenium ||
+    echo "setup.sh: warning: could not install selenium (offline?); the web page's browser test fails until it is installed" >&2
 fi
 
 # 3. Build.

@@ -25,6 +25,7 @@ std::string route_label(const std::string& path) {
                               "/metrics", "/tokenize", "/detokenize", "/v1/embeddings"}) {
         if (path == known) return known;
     }
+    if (is_webui_path(path)) return path == "/" ? "/" : "/webui/{file}";
     if (path.starts_with("/v1/states/"))
         return path.ends_with("/file") ? "/v1/states/{name}/file" : "/v1/states/{name}";
     return "other";
@@ -34,7 +35,8 @@ std::string route_label(const std::string& path) {
 // without a length (411) and a body over its limit (413). Writes the refusal into `res` and returns true,
 // or returns false.
 bool refuse_before_body(const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
-    if (!o.api_key.empty() && req.path != "/health" && req.get_header_value("Authorization") != "Bearer " + o.api_key) {
+    if (!o.api_key.empty() && req.path != "/health" && !is_webui_path(req.path) &&
+        req.get_header_value("Authorization") != "Bearer " + o.api_key) {
         send_error(
             res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
         return true;
@@ -178,6 +180,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     register_state_routes(http, ctx);
     register_text_routes(http, ctx);
     register_embedding_routes(http, ctx);
+    register_webui_routes(http);
 }
 
 HttpServer::~HttpServer() {

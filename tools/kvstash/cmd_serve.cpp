@@ -92,9 +92,10 @@ int run_serve(const ServeFlags& f) {
 void register_serve(CLI::App& root, Action& action) {
     auto f = std::make_shared<ServeFlags>();
     server::ServerOptions& o = f->options;
-    auto* cmd = root.add_subcommand("serve",
-                                    "Serve the model over HTTP: an OpenAI-compatible API with continuous batching, "
-                                    "automatic prefix reuse and named states");
+    auto* cmd =
+        root.add_subcommand("serve",
+                            "Serve the model over HTTP: an OpenAI-compatible API with continuous batching, "
+                            "automatic prefix reuse and named states, and a chat web page at / (docs/webui.md)");
     add_model_option(*cmd, f->model_path);
     cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o.port, "port (0 = any free port, printed at start)")
