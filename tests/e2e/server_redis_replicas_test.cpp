@@ -4,6 +4,7 @@
 //     it), with the same answer;
 //   - Redis killed mid-test: requests keep succeeding; restarted (empty): reuse across replicas resumes;
 //   - values corrupted in Redis: refused (counted in /metrics), recomputed, the same answer;
+// Four prompts of ~730 tokens are computed in all (SmolLM2-135M): about 20 s on a quiet 2-core machine.
 //   - a named state created on A is used on B; one uploaded to A is used on B; deleted on B, gone on A.
 // nginx routes on an X-Replica header (a test-only map; the deployment guide's config is plain
 // round-robin) so the test knows which replica served what. Skips when redis-server or nginx is missing.
@@ -120,19 +121,24 @@ double metric_of(const ServerProcess& server, const char* name) {
     return res ? metric_value(res->body, name) : -1.0;
 }
 
-// Sends the prompt through A until A has written at least `blocks` more blocks to Redis (its writes are
-// dropped while it backs off after Redis was down), at most 15 s.
-void compute_on_a_until_written(httplib::Client& front, const ServerProcess& a, const std::string& system,
-                                double written_before, int blocks) {
+// Sends the prompt through `replica` until its server has written at least `blocks` more blocks to Redis
+// (write-behind; writes are dropped while it backs off after Redis was down), at most 15 s. Returns the
+// first reply.
+Reply serve_until_written(httplib::Client& front, const char* replica, const ServerProcess& server,
+                          const std::string& system, int blocks) {
+    const double before = metric_of(server, "kvstash_cache_redis_blocks_written_total");
+    const Reply first = chat_on(front, replica, system);
+    EXPECT_EQ(first.status, 200) << first.text;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-    do {
-        ASSERT_EQ(chat_on(front, "a", system).status, 200);
+    while (std::chrono::steady_clock::now() < deadline) {
         for (int i = 0; i < 20; ++i) {
-            if (metric_of(a, "kvstash_cache_redis_blocks_written_total") >= written_before + blocks) return;
+            if (metric_of(server, "kvstash_cache_redis_blocks_written_total") >= before + blocks) return first;
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
-    } while (std::chrono::steady_clock::now() < deadline);
-    FAIL() << "replica A did not write its blocks to Redis";
+        EXPECT_EQ(chat_on(front, replica, system).status, 200);  // a RAM hit: offers the blocks again
+    }
+    ADD_FAILURE() << "replica " << replica << " did not write its blocks to Redis";
+    return first;
 }
 
 TEST(ServerRedisReplicas, ReplicasShareBlocksAndStatesThroughRedis) {
@@ -140,7 +146,7 @@ TEST(ServerRedisReplicas, ReplicasShareBlocksAndStatesThroughRedis) {
     if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;
     if (nginx_binary().empty()) GTEST_SKIP() << "nginx is not installed (Debian nginx-light; scripts/setup.sh)";
     RedisServer redis({"--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"});
-    const std::vector<std::string> args{"-t", "1", "--cache-redis", redis.url(), "--state-store", redis.url()};
+    const std::vector<std::string> args{"-t", "2", "--cache-redis", redis.url(), "--state-store", redis.url()};
     ServerProcess a(args), b(args);
     Nginx nginx(a.port(), b.port());
     httplib::Client front = nginx.client();
@@ -152,10 +158,10 @@ TEST(ServerRedisReplicas, ReplicasShareBlocksAndStatesThroughRedis) {
     ASSERT_EQ(tokenized.status, 200) << tokenized.text;
     const auto system_tokens = static_cast<int>(tokenized.body["tokens"].size());
     ASSERT_GT(system_tokens, 600);
-    const Reply on_a = chat_on(front, "a", system);
+    const int blocks = system_tokens / 32 - 1;
+    const Reply on_a = serve_until_written(front, "a", a, system, blocks);
     ASSERT_EQ(on_a.status, 200) << on_a.text;
     EXPECT_EQ(cached_tokens(on_a), 0);
-    compute_on_a_until_written(front, a, system, 0, system_tokens / 32 - 1);
     const Reply on_b = chat_on(front, "b", system);
     ASSERT_EQ(on_b.status, 200) << on_b.text;
     EXPECT_GE(cached_tokens(on_b), system_tokens * 95 / 100);
@@ -163,46 +169,43 @@ TEST(ServerRedisReplicas, ReplicasShareBlocksAndStatesThroughRedis) {
     EXPECT_GT(metric_of(b, "kvstash_cache_redis_hits_total"), 0);
     EXPECT_EQ(metric_of(b, "kvstash_cache_redis_up"), 1);
 
-    // 2. Redis killed: both replicas still answer (B computes what it has not seen), exactly.
+    // 2. Redis killed: requests keep succeeding (B computes what it has not seen).
     redis.stop();
     const std::string second = long_system_prompt(700, 2);
     const Reply b_alone = chat_on(front, "b", second);
     ASSERT_EQ(b_alone.status, 200) << b_alone.text;
-    const Reply a_alone = chat_on(front, "a", second);
-    ASSERT_EQ(a_alone.status, 200) << a_alone.text;
-    EXPECT_EQ(content(a_alone), content(b_alone));
     for (int i = 0; i < 4; ++i) EXPECT_EQ(get(front, "/health").status, 200);  // round-robin, both up
-    EXPECT_GT(metric_of(a, "kvstash_cache_redis_errors_total") + metric_of(b, "kvstash_cache_redis_errors_total"), 0);
-    // Restarted, empty: reuse resumes by itself.
+    EXPECT_GT(metric_of(b, "kvstash_cache_redis_errors_total"), 0);
+    EXPECT_EQ(metric_of(b, "kvstash_cache_redis_up"), 0);
+
+    // 3. Restarted, empty: reuse across replicas resumes by itself.
     redis.start();
     const std::string third = long_system_prompt(700, 3);
-    compute_on_a_until_written(front, a, third, metric_of(a, "kvstash_cache_redis_blocks_written_total"),
-                               system_tokens / 32 - 1);
+    const Reply third_on_a = serve_until_written(front, "a", a, third, blocks);
     const Reply resumed = chat_on(front, "b", third);
     ASSERT_EQ(resumed.status, 200) << resumed.text;
     EXPECT_GE(cached_tokens(resumed), system_tokens * 95 / 100);
+    EXPECT_EQ(content(resumed), content(third_on_a));
 
-    // 3. Every block of a fourth prompt corrupted in Redis: B refuses them and computes; same answer.
-    const std::string fourth = long_system_prompt(700, 4);
+    // 4. B offers the second prompt's blocks again (a RAM hit, now written); each is corrupted in Redis;
+    // A refuses them all and computes: the same answer B gave.
     const RedisReply before_keys = redis.command({"KEYS", "kvstash:blk:*"});
     const std::set<std::string> before(before_keys.strings.begin(), before_keys.strings.end());
-    const Reply reference = chat_on(front, "a", fourth);
-    compute_on_a_until_written(front, a, fourth, metric_of(a, "kvstash_cache_redis_blocks_written_total"),
-                               system_tokens / 32 - 1);
+    serve_until_written(front, "b", b, second, blocks);
     int corrupted = 0;
     for (const std::string& key : redis.command({"KEYS", "kvstash:blk:*"}).strings) {
         if (before.contains(key)) continue;
         std::string value = redis.command({"GET", key}).text;
-        value[value.size() - 7] = static_cast<char>(value[value.size() - 7] ^ 0x40);
+        value[value.size() - 7] = static_cast<char>(value[value.size() - 7] ^ 0x40);  // in V's last row
         ASSERT_TRUE(redis.command({"SET", key, value}).ok());
         ++corrupted;
     }
-    EXPECT_GT(corrupted, 0);
-    const Reply refused = chat_on(front, "b", fourth);
+    EXPECT_GE(corrupted, blocks);
+    const Reply refused = chat_on(front, "a", second);
     ASSERT_EQ(refused.status, 200) << refused.text;
-    EXPECT_EQ(cached_tokens(refused), 0);
-    EXPECT_EQ(content(refused), content(reference));
-    EXPECT_GT(metric_of(b, "kvstash_cache_redis_rejected_total"), 0);
+    EXPECT_LT(cached_tokens(refused), 32);  // at most the start it shares with A's other prompts, from RAM
+    EXPECT_EQ(content(refused), content(b_alone));
+    EXPECT_GT(metric_of(a, "kvstash_cache_redis_rejected_total"), 0);
 
     // 4. Named states: created on A, used on B; uploaded to A, used on B; deleted on B, gone on A.
     const json state_body{{"name", "shared-system"}, {"messages", {{{"role", "system"}, {"content", system}}}}};
