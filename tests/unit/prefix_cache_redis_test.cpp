@@ -240,7 +240,7 @@ TEST(PrefixCacheRedis, ASlowRedisCostsOneTimeoutThenNothing) {
     PrefixCache cache(*model, options);
     run_request(cache, model, tokens);  // connected, blocks written
     wait_written(cache, 3);
-    std::thread sleeper([&] { redis.command({"DEBUG", "SLEEP", "3"}); });
+    std::thread sleeper([&] { redis.command({"DEBUG", "SLEEP", "1"}); });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is asleep now
     PrefixCache other(*model, options);
     const auto elapsed_ms = [&](PrefixCache& c) {
