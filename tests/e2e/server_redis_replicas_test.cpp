@@ -9,7 +9,9 @@
 // nginx routes on an X-Replica header (a test-only map; the deployment guide's config is plain
 // round-robin) so the test knows which replica served what. Skips when redis-server or nginx is missing.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +35,23 @@ std::string nginx_binary() {
     return {};
 }
 
+// A port in 20000-31999 that nothing listens on now (below the ephemeral range, where the client ends
+// of connections live, as tests/reliability/proxy_probes.sh picks nginx's).
+int free_port_below_ephemeral() {
+    for (int i = 0; i < 200; ++i) {
+        const int port = 20000 + static_cast<int>((::getpid() * 7919 + i * 104729) % 12000);
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons(static_cast<uint16_t>(port));
+        const bool free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        if (fd >= 0) ::close(fd);
+        if (free) return port;
+    }
+    throw std::runtime_error("no free port for nginx");
+}
+
 // nginx in the foreground as this user, everything under a temp dir; stopped when destroyed.
 class Nginx {
 public:
@@ -40,7 +59,7 @@ public:
         char tmpl[] = "/tmp/kvstash_nginx_XXXXXX";
         if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
         dir_ = tmpl;
-        port_ = 20000 + static_cast<int>(::getpid() % 10000);
+        port_ = free_port_below_ephemeral();
         std::ofstream(dir_ + "/nginx.conf")
             << "daemon off;\nmaster_process off;\npid " << dir_ << "/nginx.pid;\nerror_log " << dir_ << "/error.log;\n"
             << "events { worker_connections 256; }\nhttp {\n    access_log off;\n"
