@@ -12,6 +12,7 @@
 #include "server/named_states.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
+#include "server/state_store.h"  // the default NamedStates (tests build it directly)
 
 namespace kvstash::server {
 
