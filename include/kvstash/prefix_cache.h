@@ -74,6 +74,20 @@ struct PrefixCacheOptions {
     // of a State under another set is rejected; a shared disk_dir keeps each set's blocks apart. Null =
     // the model alone (the fingerprint of a cache made before adapters existed).
     std::shared_ptr<const AdapterSet> adapters = nullptr;
+    // Redis tier, under RAM and disk (docs/deploy.md): when non-empty, a URL
+    // redis://[user:password@]host:port[/db] (the constructor throws Error(invalid_argument) on a bad one,
+    // never because Redis is down). Full blocks release() offers are written behind (a background
+    // thread, at most redis_queue_bytes of blocks waiting; more are dropped and counted) as values under
+    // "kvstash:blk:v1:<key hex>" holding a block file's bytes, verified on read like a file (another
+    // model's, a corrupt or a truncated value is refused, deleted and recomputed). Read by acquire() after
+    // RAM and disk; blocks found join RAM (and the disk tier). Every command waits at most the timeouts;
+    // when Redis is down or slow the tier backs off (no command is tried for 100 ms to 5 s) and lookups go
+    // on without it. Eviction is Redis's own (maxmemory + allkeys-lru); writes it refuses are counted.
+    // Recurrent checkpoints and partial-block matches stay in RAM and on disk.
+    std::string redis_url;
+    int redis_connect_timeout_ms = 100;
+    int redis_io_timeout_ms = 500;
+    uint64_t redis_queue_bytes = uint64_t{256} << 20;
 };
 
 // Counters since construction; the byte figures are current.
@@ -112,6 +126,17 @@ struct PrefixCacheStats {
     uint64_t disk_blocks_held = 0;   // block and checkpoint files under disk_dir now, as far as this process knows
     uint64_t disk_bytes_held = 0;    // their bytes and those of the next-block lists (the budget covers all)
     uint64_t disk_budget_bytes = 0;
+    // Redis tier (all zero without one).
+    uint64_t redis_hits = 0;            // blocks a lookup found in Redis (not in RAM or on disk) and used
+    uint64_t redis_misses = 0;          // lookups that asked Redis and found no further block
+    uint64_t redis_errors = 0;          // commands that failed or were skipped (down, timeout, backing off)
+    uint64_t redis_rejected = 0;        // values refused (other model, corrupt, truncated) and deleted
+    uint64_t redis_write_refused = 0;   // writes Redis answered with an error (OOM: maxmemory without eviction)
+    uint64_t redis_writes_dropped = 0;  // blocks not written: the write-behind queue was full, or Redis down
+    uint64_t redis_blocks_written = 0;  // values this cache wrote
+    uint64_t redis_bytes_written = 0;   // their bytes
+    uint64_t redis_bytes_read = 0;      // bytes of the values used (redis_hits)
+    uint64_t redis_connected = 0;       // 1 when the last command succeeded
 };
 
 // What acquire() hands back.

@@ -8,6 +8,7 @@
 #include "engine/prefix_cache_disk.h"
 #include "engine/prefix_cache_index.h"
 #include "engine/prefix_cache_key.h"
+#include "engine/prefix_cache_redis.h"
 #include "kvstash/error.h"
 #include "model/model_access.h"
 #include "state/adapter_fingerprint.h"
@@ -68,6 +69,11 @@ struct PrefixCache::Impl {
           cid_f32{id_f32, recurrent_shape} {
         if (!options.disk_dir.empty())
             disk = std::make_unique<PrefixDiskTier>(options.disk_dir, options.disk_budget_bytes);
+        if (!options.redis_url.empty()) {
+            redis = std::make_unique<PrefixRedisTier>(
+                options.redis_url, RedisTimeouts{options.redis_connect_timeout_ms, options.redis_io_timeout_ms},
+                options.redis_queue_bytes);
+        }
     }
 
     const PrefixKeyDomain& domain(KvType type) const { return type == KvType::f16 ? f16 : f32; }
@@ -85,9 +91,10 @@ struct PrefixCache::Impl {
     // `keys` are its full blocks' keys, `tokens` its evaluated tokens.
     void release_checkpoints(const State& state, std::span<const BlockKey> keys, std::span<const int32_t> tokens);
 
-    // Reads keys[first], keys[first + 1], ... from disk until one is missing; the blocks found.
-    std::vector<std::shared_ptr<KvBlock>> load_from_disk(KvType type, std::span<const BlockKey> keys, size_t first,
-                                                         std::span<const int32_t> tokens) const;
+    // Reads keys[first], keys[first + 1], ... from disk, else from Redis (then also writing it to disk),
+    // until one is missing; the blocks found.
+    std::vector<std::shared_ptr<KvBlock>> load_from_tiers(KvType type, std::span<const BlockKey> keys, size_t first,
+                                                          std::span<const int32_t> tokens) const;
     // `match` ends at a block boundary with room for more: reads from disk the block listed after its last
     // full block that shares the most leading tokens with the request, adds it to the index and looks up
     // again, so the match can end inside it as it would in RAM. `match` is left as it was otherwise.
@@ -102,21 +109,26 @@ struct PrefixCache::Impl {
     const BlockFileIdentity id_f16, id_f32;
     const RecurrentShape recurrent_shape;  // n_layer == 0: no recurrent layers
     const CheckpointFileIdentity cid_f16, cid_f32;
-    std::unique_ptr<PrefixDiskTier> disk;  // null without disk_dir; thread-safe on its own
+    std::unique_ptr<PrefixDiskTier> disk;    // null without disk_dir; thread-safe on its own
+    std::unique_ptr<PrefixRedisTier> redis;  // null without redis_url; thread-safe on its own
 
     mutable std::mutex mutex;
     PrefixIndex index;          // guarded by mutex
     PrefixCacheStats counters;  // guarded by mutex; the byte figures are filled in by stats()
 };
 
-std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_disk(KvType type, std::span<const BlockKey> keys,
-                                                                        size_t first,
-                                                                        std::span<const int32_t> tokens) const {
+std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_tiers(KvType type, std::span<const BlockKey> keys,
+                                                                         size_t first,
+                                                                         std::span<const int32_t> tokens) const {
     std::vector<std::shared_ptr<KvBlock>> blocks;
     for (size_t i = first; i < keys.size(); ++i) {
         const BlockFileName name{keys[i], i == 0 ? domain(type).root() : keys[i - 1],
                                  tokens.subspan(i * kv_block_tokens).first<kv_block_tokens>()};
-        std::shared_ptr<KvBlock> block = disk->load(name, file_id(type), shape(type));
+        std::shared_ptr<KvBlock> block = disk ? disk->load(name, file_id(type), shape(type)) : nullptr;
+        if (!block && redis) {
+            block = redis->load(name, file_id(type), shape(type));
+            if (block && disk) disk->store(name, file_id(type), *block);
+        }
         if (!block) break;
         blocks.push_back(std::move(block));
     }
@@ -278,7 +290,8 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
     const size_t ram_full = match.blocks.size() - (match.partial_block ? 1 : 0);
     const bool look_on_disk = impl_->disk && ram_full < keys.size();
     std::vector<std::shared_ptr<KvBlock>> from_disk;
-    if (look_on_disk) from_disk = impl_->load_from_disk(options.kv_type, keys, ram_full, tokens);
+    if (look_on_disk || (impl_->redis && ram_full < keys.size()))
+        from_disk = impl_->load_from_tiers(options.kv_type, keys, ram_full, tokens);
     {
         const std::lock_guard lock(impl_->mutex);
         PrefixCacheStats& c = impl_->counters;
@@ -373,13 +386,14 @@ void PrefixCache::release(const State& state) {
     }
     if (impl_->recurrent()) impl_->release_checkpoints(state, keys, tokens);
     // Write-through (see the header): `blocks` keeps each block alive and unchanged (shared, so
-    // copy-on-write) while it is written, even if the index evicted it just now.
-    if (!impl_->disk) return;
+    // copy-on-write) while it is written, even if the index evicted it just now. Redis: write-behind, the
+    // queue shares the blocks the same way.
     const KvType type = kv.kv_type();
     for (size_t b = 0; b < blocks.size(); ++b) {
         const BlockFileName name{keys[b], b == 0 ? domain.root() : keys[b - 1],
                                  tokens.subspan(b * kv_block_tokens).first<kv_block_tokens>()};
-        impl_->disk->store(name, impl_->file_id(type), *blocks[b]);
+        if (impl_->disk) impl_->disk->store(name, impl_->file_id(type), *blocks[b]);
+        if (impl_->redis) impl_->redis->store(name, impl_->file_id(type), blocks[b]);
     }
 }
 
@@ -393,6 +407,7 @@ PrefixCacheStats PrefixCache::stats() const {
     stats.checkpoint_bytes_held = impl_->index.checkpoint_bytes();
     stats.ram_budget_bytes = impl_->options.ram_budget_bytes;
     if (impl_->disk) impl_->disk->fill(stats);
+    if (impl_->redis) impl_->redis->fill(stats);
     return stats;
 }
 

@@ -127,4 +127,31 @@ BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block
     return BlockFileRead::ok;
 }
 
+std::string encode_block_bytes(const BlockFileName& block, const BlockFileIdentity& id, std::span<const uint8_t> k,
+                               std::span<const uint8_t> v) {
+    const uint64_t half = id.half_bytes();
+    if (k.size() != half || v.size() != half) return {};
+    const Header header = make_header(block, id, payload_checksum(k.data(), v.data(), half));
+    std::string out;
+    out.reserve(id.file_bytes());
+    out.append(reinterpret_cast<const char*>(header.data()), header.size());
+    out.append(reinterpret_cast<const char*>(k.data()), half);
+    out.append(reinterpret_cast<const char*>(v.data()), half);
+    return out;
+}
+
+BlockFileRead decode_block_bytes(std::string_view bytes, const BlockFileName& block, const BlockFileIdentity& id,
+                                 uint8_t* k, uint8_t* v) {
+    if (bytes.size() != id.file_bytes()) return BlockFileRead::rejected;
+    Header header{};
+    std::memcpy(header.data(), bytes.data(), header.size());
+    uint64_t stored_checksum = 0;
+    std::memcpy(&stored_checksum, header.data() + 224, 8);
+    if (header != make_header(block, id, stored_checksum)) return BlockFileRead::rejected;
+    const uint64_t half = id.half_bytes();
+    std::memcpy(k, bytes.data() + kBlockFileHeaderBytes, half);
+    std::memcpy(v, bytes.data() + kBlockFileHeaderBytes + half, half);
+    return payload_checksum(k, v, half) == stored_checksum ? BlockFileRead::ok : BlockFileRead::rejected;
+}
+
 }  // namespace kvstash

@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "engine/prefix_cache_key.h"
 #include "kv/kv_cache.h"
@@ -69,5 +70,13 @@ enum class BlockFileRead {
 // `block` and `id`, then the payload checksum. k and v are unspecified unless the result is ok.
 BlockFileRead read_block_file(const std::string& dir, const BlockFileName& block, const BlockFileIdentity& id,
                               uint8_t* k, uint8_t* v);
+
+// The same bytes as a block file, in memory (the Redis tier's values, prefix_cache_redis.h), and their
+// verification: every header field against `block` and `id`, the size, then the payload checksum into k
+// and v (id.half_bytes() each). decode answers ok or rejected, never missing.
+std::string encode_block_bytes(const BlockFileName& block, const BlockFileIdentity& id, std::span<const uint8_t> k,
+                               std::span<const uint8_t> v);
+BlockFileRead decode_block_bytes(std::string_view bytes, const BlockFileName& block, const BlockFileIdentity& id,
+                                 uint8_t* k, uint8_t* v);
 
 }  // namespace kvstash

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <httplib.h>
+#include <algorithm>
 #include <filesystem>
 
 #include "kvstash/chat.h"
@@ -11,6 +12,8 @@
 #include "server/connection_pool.h"
 #include "server/request_log.h"
 #include "server/routes.h"
+#include "server/state_store.h"
+#include "server/state_store_redis.h"
 
 namespace kvstash::server {
 namespace {
@@ -105,7 +108,14 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
         ctx.chat_template_error = std::string("this model has no chat template kvstash knows (") + e.what() +
                                   "); start the server with --chat-template or use /v1/completions";
     }
-    ctx.states = std::make_unique<StateStore>(*model, options.state_dir);
+    if (options.state_store.empty()) {
+        ctx.states = std::make_unique<StateStore>(*model, options.state_dir);
+    } else {
+        // Uploads and states are whole state files: give them more time than a cache block.
+        ctx.states = std::make_unique<RedisStateStore>(
+            *model, options.state_store,
+            RedisTimeouts{options.redis_connect_timeout_ms, std::max(options.redis_io_timeout_ms, 10000)});
+    }
     SchedulerOptions sched;
     sched.threads = options.threads;
     sched.parallel = options.parallel;
@@ -114,6 +124,9 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.step_tokens = options.step_tokens;
     sched.cache.ram_budget_bytes = options.cache_ram_mib << 20;
     sched.cache.disk_dir = options.cache_dir;
+    sched.cache.redis_url = options.cache_redis;
+    sched.cache.redis_connect_timeout_ms = options.redis_connect_timeout_ms;
+    sched.cache.redis_io_timeout_ms = options.redis_io_timeout_ms;
     sched.adapters = options.adapters;
     ctx.scheduler = std::make_unique<Scheduler>(model, sched, ctx.metrics);
 

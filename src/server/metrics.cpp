@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "server/redis_metrics.h"
+
 namespace kvstash::server {
 
 void Metrics::count_request(const std::string& route, int status) {
@@ -86,6 +88,7 @@ std::string Metrics::render(const PrefixCacheStats& cache, const StateStoreTotal
         << "kvstash_cache_budget_bytes{tier=\"ram\"} " << cache.ram_budget_bytes << '\n'
         << "kvstash_cache_budget_bytes{tier=\"disk\"} " << cache.disk_budget_bytes << '\n';
     metric("kvstash_cache_disk_hits_total", "counter", "Blocks read back from the disk tier.", cache.disk_hits);
+    write_redis_cache_metrics(out, cache);  // all zero without a Redis tier
     metric("kvstash_named_states", "gauge", "Named states (POST /v1/states, uploads).", states.states);
     metric("kvstash_named_states_bytes", "gauge", "KV bytes of named states held in memory.", states.bytes_in_memory);
     return out.str();

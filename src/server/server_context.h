@@ -9,9 +9,10 @@
 #include "kvstash/chat.h"
 #include "kvstash/model.h"
 #include "server/metrics.h"
+#include "server/named_states.h"
 #include "server/scheduler.h"
 #include "server/server_options.h"
-#include "server/state_store.h"
+#include "server/state_store.h"  // the default NamedStates (tests build it directly)
 
 namespace kvstash::server {
 
@@ -22,7 +23,7 @@ struct ServerContext {
     std::optional<ChatTemplate> chat_template;  // none: /v1/chat/completions answers 400 with why
     std::string chat_template_error;
     Metrics metrics;
-    std::unique_ptr<StateStore> states;
+    std::unique_ptr<NamedStates> states;   // StateStore, or RedisStateStore with --state-store
     std::unique_ptr<Scheduler> scheduler;  // last: its thread uses the members above
 };
 

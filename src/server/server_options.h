@@ -35,6 +35,13 @@ struct ServerOptions {
     int idle_timeout_s = 5;
     std::string log_format = "text";  // the per-request log line on stderr: text or json
     bool verbose = false;             // also log /health and /metrics, with client and body size
+
+    // Shared by replicas through Redis (docs/deploy.md): the prefix cache's Redis tier (--cache-redis) and
+    // the named states (--state-store, instead of state_dir), each a redis:// URL (empty: none).
+    std::string cache_redis;
+    std::string state_store;
+    int redis_connect_timeout_ms = 100;  // both: a connect, then each command, never waits longer
+    int redis_io_timeout_ms = 500;
 };
 
 }  // namespace kvstash::server

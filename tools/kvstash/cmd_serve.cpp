@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kvstash/adapter_flags.h"
+#include "kvstash/cache_flags.h"
 #include "kvstash/chat.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
@@ -131,8 +132,14 @@ void register_serve(CLI::App& root, Action& action) {
     cmd->add_option("--cache-dir", o.cache_dir,
                     "prefix cache disk tier: every full block is also written here once (write-through) and read "
                     "back when RAM no longer holds it, also by other kvstash processes");
+    add_redis_cache_flags(*cmd, o.cache_redis, o.redis_connect_timeout_ms, o.redis_io_timeout_ms);
+    auto* state_store =
+        cmd->add_option("--state-store", o.state_store,
+                        "keep named states in Redis, shared by every replica pointing at it: "
+                        "redis://[user:password@]host:port[/db] (instead of --state-dir; see docs/deploy.md)");
     cmd->add_option("--state-dir", o.state_dir,
-                    "keep named states as state files in this directory (found again at start)");
+                    "keep named states as state files in this directory (found again at start)")
+        ->excludes(state_store);
     cmd->add_option("--max-state-bytes", o.max_state_bytes, "largest uploaded state file in bytes (413 past it)")
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 40))
         ->capture_default_str();
