@@ -54,50 +54,44 @@ fi
 # tokenizer parity tests, from the llama-cpp-python source package on PyPI.
 "$ROOT/scripts/fetch_vocabs.sh"
 
-# The project venv: the `openai` package, a real client for the server's end-to-end tests
-# (tests/e2e/server_clients_test.cpp runs .venv/bin/python). Offline, this warns and goes on.
+# The project venv (.venv): `openai` (a real client for the server's end-to-end tests), `selenium` (drives
+# Debian's chromium in the web page's browser test, tests/e2e/webui/), nanobind + scikit-build-core (the
+# Python module's build), numpy and pytest (the Python package's tests). Offline, this warns and goes on.
 VENV="$ROOT/.venv"
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating the project venv in $VENV"
-  python3 -m venv "$VENV" || echo "setup.sh: warning: cannot create $VENV; the server's openai e2e test fails until it exists" >&2
+  python3 -m venv "$VENV" || echo "setup.sh: warning: cannot create $VENV; the Python-driven tests fail until it exists" >&2
 fi
-if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import openai" 2>/dev/null; then
-  say "installing the openai package into $VENV"
-  "$VENV/bin/pip" install -q openai ||
-    echo "setup.sh: warning: could not install openai (offline?); the server's openai e2e test fails until it is installed" >&2
-fi
-
-# selenium drives Debian's chromium (headless) in the web page's browser test (tests/e2e/webui/).
-if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import selenium" 2>/dev/null; then
-  say "installing the selenium package into $VENV"
-  "$VENV/bin/pip" install -q selenium ||
-    echo "setup.sh: warning: could not install selenium (offline?); the web page's browser test fails until it is installed" >&2
+if [ -x "$VENV/bin/python" ] &&
+   ! "$VENV/bin/python" -c "import openai, selenium, nanobind, scikit_build_core, numpy, pytest" 2>/dev/null; then
+  say "installing Python packages into $VENV (openai selenium nanobind scikit-build-core numpy pytest)"
+  "$VENV/bin/pip" install -q openai selenium nanobind scikit-build-core numpy pytest ||
+    echo "setup.sh: warning: could not install the venv's packages (offline?); the Python-driven tests fail until they are installed" >&2
 fi
 
-# 3. Build.
+# 3. Build: the CLI, the server, the tests, the benchmarks and the Python module kvstash._core, all in one
+# build directory, so the library is compiled once (python/CMakeLists.txt assembles the package in
+# $BUILD_DIR/python-pkg/kvstash). Without nanobind in the venv the Python module is left out.
 BUILD_DIR="${KVSTASH_BUILD_DIR:-$ROOT/build}"
+PYTHON_FLAGS=(-DKVSTASH_PYTHON=OFF)
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import nanobind" 2>/dev/null; then
+  PYTHON_FLAGS=(-DKVSTASH_PYTHON=ON "-DPython_EXECUTABLE=$VENV/bin/python")
+fi
 say "building kvstash (Release) in $BUILD_DIR"
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${PYTHON_FLAGS[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 
-# 4. The Python package kvstash (pyproject.toml: scikit-build-core + nanobind, built into build/python/)
-# installed into the project venv, with what its tests use (numpy, pytest). Skipped when the installed
-# package was built from the same sources (a hash of the tracked files it is built from, local changes
-# included). Offline, this warns and goes on (the Python tests then skip).
-if [ -x "$VENV/bin/python" ]; then
-  PY_SOURCES=(src include python pyproject.toml CMakeLists.txt)
-  PY_KEY="$( { git -C "$ROOT" ls-files -s -- "${PY_SOURCES[@]}"; git -C "$ROOT" diff HEAD -- "${PY_SOURCES[@]}"; } 2>/dev/null |
-             sha256sum | cut -c1-16)"
-  PY_STAMP="$VENV/kvstash-python.stamp"
-  if [ "$(cat "$PY_STAMP" 2>/dev/null)" != "$ROOT $PY_KEY" ] || ! "$VENV/bin/python" -c "import kvstash" 2>/dev/null; then
-    say "installing the Python package kvstash into $VENV"
-    if "$VENV/bin/pip" install -q scikit-build-core nanobind numpy pytest &&
-       CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$VENV/bin/pip" install -q --no-build-isolation "$ROOT"; then
-      echo "$ROOT $PY_KEY" > "$PY_STAMP"
-    else
-      echo "setup.sh: warning: could not install the Python package (offline?); tests/python will skip" >&2
-    fi
-  fi
+# 4. The Python package kvstash in the project venv: a .pth file puts $BUILD_DIR/python-pkg on its path (like
+# an editable install: every build refreshes it). A kvstash pip-installed there earlier would shadow it, so it
+# is removed. `pip install .` (pyproject.toml) remains the way to install the package anywhere else.
+if [ -x "$VENV/bin/python" ] && [ -d "$BUILD_DIR/python-pkg/kvstash" ]; then
+  SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  if "$VENV/bin/pip" show -q kvstash >/dev/null 2>&1; then "$VENV/bin/pip" uninstall -q -y kvstash; fi
+  echo "$BUILD_DIR/python-pkg" > "$SITE/kvstash-build.pth"
+  "$VENV/bin/python" -c "import kvstash" ||
+    echo "setup.sh: warning: the Python package kvstash does not import from $BUILD_DIR/python-pkg" >&2
+elif [ -x "$VENV/bin/python" ]; then
+  echo "setup.sh: warning: the Python module was not built (nanobind missing: offline?); tests/python will skip" >&2
 fi
 
 # 5. The main job.
