@@ -103,8 +103,9 @@ TEST(BatchInvariance, TinyModelF32Cache) {
 }
 
 // q8_0 caches: a row is quantized once, from itself alone, when its token is evaluated, so the bits do not
-// depend on the split either. The tiny models with head sizes that allow q8_0 (a multiple of 32), a long
-// context (many 256-key chunks, decode split over keys), Gemma 3's sliding layers, and SmolLM2.
+// depend on the split either. The tiny models with head sizes that allow q8_0 (a multiple of 32; token by
+// token among the splits), a long context (many 256-key chunks, decode split over keys), and SmolLM2.
+// (The tiny Gemma 3's head size is 16: q8_0's sliding-window attention is covered by the kernel tests.)
 TEST(BatchInvariance, TinyModelsQ8_0Cache) {
     int checked = 0;
     for (const auto& path : fixture_files("tiny", ".gguf")) {
@@ -120,13 +121,9 @@ TEST(BatchInvariance, LongContextTinyModelQ8_0Cache) {
     check_long_invariance(fixture_path("tiny/q_q8_0.gguf"), 1500, {{1499, 1}, {255, 2, 1}, {700, 257}}, KvType::q8_0);
 }
 
-TEST(BatchInvariance, Gemma3TinyQ8_0Cache) {
-    check_invariance(fixture_path("gemma3_tiny/gemma3_tiny_f32.gguf"), 150, KvType::q8_0);
-}
-
 TEST(BatchInvariance, SmolLM2Q8_0Cache) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
-    check_long_invariance(default_model_path(), 600, {{1}, {599, 1}, {300, 257}}, KvType::q8_0);
+    check_long_invariance(default_model_path(), 400, {{399, 1}, {200, 133}}, KvType::q8_0);
 }
 
 TEST(BatchInvariance, SmolLM2) {

@@ -141,10 +141,6 @@ TEST(StateExactness, TinyModelsQ8_0Cache) {
     EXPECT_GE(checked, 2);
 }
 
-TEST(StateExactness, Gemma3TinyQ8_0Cache) {
-    check_model(fixture_path("gemma3_tiny/gemma3_tiny_f32.gguf"), 45, 7, 12, KvType::q8_0);
-}
-
 TEST(StateExactness, SmolLM2Q8_0Cache) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     check_model(default_model_path(), 77, 9, 24, KvType::q8_0);

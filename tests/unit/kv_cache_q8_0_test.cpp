@@ -2,11 +2,16 @@
 // reference rounding, so that the bytes are ggml's (checked against gguf-py's quantizer on fixture rows,
 // tests/reference/make_kv_q8_0_fixture.py), and from that row alone (a layer-0 row of a q8_0 cache is the
 // quantization of the same row in an f32 cache, however the tokens were batched). Also: a State refuses
-// q8_0 for a head size that is not a multiple of 32; a q8_0 cache holds about 34/64 of f16's bytes.
+// q8_0 for a head size that is not a multiple of 32; a q8_0 cache holds about 34/64 of f16's bytes; the
+// prefix cache reuses q8_0 blocks for q8_0 requests only, exactly.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -16,6 +21,7 @@
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/prefix_cache.h"
 #include "state/state_access.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
@@ -83,6 +89,40 @@ TEST(KvCacheQ8_0, RowsAreTheQuantizedRowsOfTheirTokenOnly) {
     evaluator.eval(f16, tokens);
     EXPECT_EQ(StateAccess::kv(whole).bytes() * 64, StateAccess::kv(f16).bytes() * 34);
     EXPECT_EQ(KvType::q8_0, whole.kv_type());
+}
+
+// The prefix cache keeps q8_0 blocks in their own domain (in RAM and in block files): a q8_0 request reuses
+// only q8_0 blocks, an f16 request never does, and continuing from reused q8_0 blocks gives the one-pass bits.
+TEST(KvCacheQ8_0, PrefixCacheReusesQ8_0BlocksExactlyAndOnlyForQ8_0) {
+    auto model = Model::load(test::fixture_path("tiny/q_q8_0.gguf"));
+    Evaluator evaluator(model, 1);
+    const auto tokens = test::pseudo_random_tokens(100, model->n_vocab(), 9);
+    const StateOptions q8_options{.kv_type = KvType::q8_0};
+    State whole(*model, q8_options);
+    evaluator.eval(whole, tokens);
+    const auto dir = std::filesystem::temp_directory_path() / ("kvstash_q8_prefix_" + std::to_string(getpid()));
+    for (bool disk : {false, true}) {
+        SCOPED_TRACE(disk ? "disk tier" : "RAM");
+        std::filesystem::remove_all(dir);
+        PrefixCacheOptions options;
+        if (disk) options.disk_dir = dir.string();
+        auto cache = std::make_unique<PrefixCache>(*model, options);
+        State first(*model, q8_options);
+        evaluator.eval(first, std::span<const int32_t>(tokens.data(), 70));
+        cache->release(first);
+        // From disk: a new cache (empty RAM) over the same directory.
+        if (disk) cache = std::make_unique<PrefixCache>(*model, options);
+        EXPECT_EQ(0, cache->acquire(tokens, StateOptions{.kv_type = KvType::f16}).reused_tokens);
+        CachedPrefix hit = cache->acquire(tokens, q8_options);
+        ASSERT_EQ(64, hit.reused_tokens);
+        EXPECT_EQ(KvType::q8_0, hit.state.kv_type());
+        evaluator.eval(hit.state, std::span<const int32_t>(tokens).subspan(64));
+        const auto want = whole.last_logits();
+        const auto got = hit.state.last_logits();
+        ASSERT_EQ(want.size(), got.size());
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+    }
+    std::filesystem::remove_all(dir);
 }
 
 TEST(KvCacheQ8_0, StateRefusesAHeadSizeNotAMultipleOf32) {

@@ -74,7 +74,7 @@ int run_perplexity(const PerplexityOptions& o) {
     double nll_sum = 0.0;
     int64_t n_scored = 0;
     const KvType kv_type = parse_cache_kv_type(o.kv_type);
-    double kl_sum = 0.0;
+    double kl_sum = 0.0, nll_f16_sum = 0.0;
     std::vector<float> logits, logits_f16;
     const auto start = std::chrono::steady_clock::now();
     for (int64_t c = 0; c < n_chunks; ++c) {
@@ -89,8 +89,10 @@ int run_perplexity(const PerplexityOptions& o) {
             const std::span<const float> row(logits.data() + (j - 1) * n_vocab, static_cast<size_t>(n_vocab));
             nll_sum -= log_softmax_at(row, static_cast<size_t>(chunk[static_cast<size_t>(j)]));
             if (o.kl_vs_f16) {
-                kl_sum += kl_divergence(
-                    std::span<const float>(logits_f16.data() + (j - 1) * n_vocab, static_cast<size_t>(n_vocab)), row);
+                const std::span<const float> f16_row(logits_f16.data() + (j - 1) * n_vocab,
+                                                     static_cast<size_t>(n_vocab));
+                kl_sum += kl_divergence(f16_row, row);
+                nll_f16_sum -= log_softmax_at(f16_row, static_cast<size_t>(chunk[static_cast<size_t>(j)]));
             }
             ++n_scored;
         }
@@ -101,7 +103,10 @@ int run_perplexity(const PerplexityOptions& o) {
                      static_cast<double>((c + 1) * o.ctx) / seconds);
     }
     // The KL line comes first: the last line stays 'ppl = X'.
-    if (o.kl_vs_f16) std::printf("mean KL vs f16 = %.6g nats\n", kl_sum / static_cast<double>(n_scored));
+    if (o.kl_vs_f16) {
+        std::printf("ppl with the f16 cache = %.4f\n", std::exp(nll_f16_sum / static_cast<double>(n_scored)));
+        std::printf("mean KL vs f16 = %.6g nats\n", kl_sum / static_cast<double>(n_scored));
+    }
     std::printf("ppl = %.4f\n", std::exp(nll_sum / static_cast<double>(n_scored)));
     return 0;
 }
@@ -120,8 +125,8 @@ void register_perplexity(CLI::App& root, Action& action) {
     add_kv_type_option(*cmd, "--kv-type", o->kv_type, {KvType::f16, KvType::f32, KvType::q8_0}, "KV cache type")
         ->capture_default_str();
     cmd->add_flag("--kl-vs-f16", o->kl_vs_f16,
-                  "also evaluate each chunk with an f16 cache and print the mean KL divergence (nats) of the scored "
-                  "next-token distributions from the f16 ones");
+                  "also evaluate each chunk with an f16 cache and print its perplexity and the mean KL divergence "
+                  "(nats) of the scored next-token distributions from the f16 ones");
     add_adapter_flags(*cmd, o->adapters);
     cmd->callback([&action, o] { action = [o] { return run_perplexity(*o); }; });
 }
