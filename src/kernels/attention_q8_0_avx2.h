@@ -8,6 +8,7 @@
 #include <cstring>
 
 namespace kvstash::kernels {
+namespace {  // internal linkage: no weak symbol built for AVX2 (scripts/check_isa_symbols.sh)
 
 // Elements i..i+7 of the q8_0 row at `row` (i a multiple of 8: the 8 lie in one 32-value block).
 inline __m256 load8_q8_0(const uint8_t* row, int64_t i) {
@@ -19,4 +20,5 @@ inline __m256 load8_q8_0(const uint8_t* row, int64_t i) {
     return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
 }
 
+}  // namespace
 }  // namespace kvstash::kernels

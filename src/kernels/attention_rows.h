@@ -20,7 +20,10 @@ namespace kvstash::kernels {
 // A q8_0 row (ggml's block_q8_0: 34-byte blocks of an f16 scale d and 32 int8 q) is read as d * q in f32:
 // an f16 (11 significant bits) times an int8 (8 bits) is exact in f32, so every path (scalar, AVX2, the
 // group kernels) reads bitwise the same values, and from there does exactly its f32 arithmetic. A q8_0
-// row or head starts on a block boundary (head_dim a multiple of 32).
+// row or head starts on a block boundary (head_dim a multiple of 32). (Internal linkage: this header is
+// included by *_avx2.cpp / *_avx512.cpp files too, which must define no weak symbols.)
+namespace {
+
 inline constexpr int64_t kQ8_0BlockValues = 32;
 inline constexpr int64_t kQ8_0BlockBytes = 34;
 
@@ -40,6 +43,8 @@ inline uint64_t kv_row_offset(TensorType type, int64_t i) {
         default: return static_cast<uint64_t>(i) * 4;
     }
 }
+
+}  // namespace
 
 struct AttentionRowOps {
     float (*dot)(const float* q, const uint8_t* k_row, int64_t n, TensorType type);
