@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
     bool bandwidth = false, bandwidth_only = false, kernels = false;
     uint32_t seed = 42;
     std::string kv_type_name = "f16";
+    bool no_warmup = false;
     app.add_option("-m,--model", model_path, "GGUF model file");
     app.add_option("-t,--threads", threads, "worker threads (0 = one per hardware thread)")->check(CLI::Range(0, 1024));
     app.add_option("-r,--repeats", repeats, "measured repeats (after one warm-up)")->check(CLI::Range(1, 1000));
@@ -233,6 +234,8 @@ int main(int argc, char** argv) {
     app.add_option("-n,--decode", n_decode, "decoded tokens after the prompt")->check(CLI::Range(0, 1 << 20));
     app.add_option("--seed", seed, "seed of the random prompt");
     app.add_option("--kv-type", kv_type_name, "KV cache type: f16, f32 or q8_0")->capture_default_str();
+    app.add_flag("--no-warmup", no_warmup,
+                 "skip the warm-up run (long prompts on a loaded machine: the first repeat then includes page faults)");
     app.add_option("--checkpoint-interval", checkpoint_interval,
                    "recurrent models: keep a copy of the state every this many tokens (0 = none, as llama.cpp)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -288,9 +291,9 @@ int main(int argc, char** argv) {
 
             const std::optional<kvstash::KvType> kv_type = kvstash::parse_kv_type(kv_type_name);
             if (!kv_type) throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "--kv-type: f16, f32 or q8_0");
-            const Repeat warm =
+            if (!no_warmup) {
                 run_once(model, evaluator, prompt, std::min<int64_t>(n_decode, 8), checkpoint_interval, *kv_type);
-            (void)warm;
+            }
             std::vector<double> prefill, ttft, decode, prefill_cpu, decode_cpu;
             uint64_t hash = 0;
             bool deterministic = true;
