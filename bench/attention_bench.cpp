@@ -1,8 +1,9 @@
 // kvstash_attention_bench: the attention kernel alone at long context, in a model's shape (JSON on stdout).
 //
-//   kvstash_attention_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --context 4096 --context 8192
+//   kvstash_attention_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --context 4096 --context 8192 [--kv-type
+//   q8_0]
 //
-// For each context length C, a random f16 KV cache of C positions for every layer (separate memory per
+// For each context length C, a random f16 (or q8_0) KV cache of C positions for every layer (separate memory per
 // layer, 32-token blocks, as a State holds it) and random queries; then, timed (median of the repeats):
 //   decode:  one query row at position C - 1, every layer (what one decoded token costs in attention),
 //            with the kernel as the engine runs it (attention_with, a pool of -t threads);
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "format/quantize.h"
 #include "format/tensor_type.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
@@ -37,20 +39,30 @@ using kvstash::KvLayerView;
 
 constexpr int64_t kBlockTokens = 32;
 
-// One layer's K and V, in blocks of kBlockTokens rows of f16.
+// One layer's K and V, in blocks of kBlockTokens rows of f16 (or q8_0 with --kv-type q8_0).
 struct LayerCache {
     std::vector<std::vector<uint8_t>> k_blocks, v_blocks;
     std::vector<const uint8_t*> k_table, v_table;
     uint64_t row_bytes = 0;
+    kvstash::TensorType type;
 
-    LayerCache(int64_t n_pos, int64_t width, std::mt19937& rng) {
-        row_bytes = kvstash::tensor_row_bytes(kvstash::TensorType::F16, width);
+    LayerCache(int64_t n_pos, int64_t width, std::mt19937& rng, kvstash::TensorType t) : type(t) {
+        row_bytes = kvstash::tensor_row_bytes(type, width);
         std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> row(static_cast<size_t>(width));
         for (int64_t b = 0; b * kBlockTokens < n_pos; ++b) {
             for (auto* blocks : {&k_blocks, &v_blocks}) {
                 blocks->emplace_back(kBlockTokens * row_bytes);
-                auto* h = reinterpret_cast<uint16_t*>(blocks->back().data());
-                for (int64_t i = 0; i < kBlockTokens * width; ++i) h[i] = kvstash::fp32_to_fp16(normal(rng));
+                for (int64_t r = 0; r < kBlockTokens; ++r) {
+                    for (float& x : row) x = normal(rng);
+                    uint8_t* dst = blocks->back().data() + static_cast<uint64_t>(r) * row_bytes;
+                    if (type == kvstash::TensorType::Q8_0) {
+                        kvstash::quantize_row_q8_0(row.data(), dst, width);
+                    } else {
+                        auto* h = reinterpret_cast<uint16_t*>(dst);
+                        for (int64_t i = 0; i < width; ++i) h[i] = kvstash::fp32_to_fp16(row[static_cast<size_t>(i)]);
+                    }
+                }
             }
             k_table.push_back(k_blocks.back().data());
             v_table.push_back(v_blocks.back().data());
@@ -59,7 +71,7 @@ struct LayerCache {
 
     KvLayerView view() const {
         KvLayerView v;
-        v.type = kvstash::TensorType::F16;
+        v.type = type;
         v.block_tokens = kBlockTokens;
         v.row_bytes = row_bytes;
         v.k_blocks = k_table.data();
@@ -103,6 +115,10 @@ int main(int argc, char** argv) {
     app.add_option("-r,--repeats", repeats, "measured repeats")->check(CLI::Range(1, 1000));
     app.add_option("--context", contexts, "context lengths (repeatable)")->required();
     app.add_option("--prefill-rows", prefill_rows, "query rows of the prefill measurement (0: none)");
+    std::string kv_type = "f16";
+    app.add_option("--kv-type", kv_type, "KV type of the random cache: f16 or q8_0")
+        ->check(CLI::IsMember({"f16", "q8_0"}))
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
     const auto model = kvstash::Model::load(model_path);
@@ -121,13 +137,15 @@ int main(int argc, char** argv) {
     out["model"] = model_path;
     out["isa"] = kvstash::isa_name(isa);
     out["threads"] = threads;
+    out["kv_type"] = kv_type;
     out["n_layer"] = n_layer;
     out["shape"] = {{"n_head", shape.n_head}, {"n_head_kv", shape.n_head_kv}, {"head_dim", shape.head_dim}};
     for (int64_t ctx : contexts) {
         std::mt19937 rng(static_cast<uint32_t>(ctx));
         std::vector<std::unique_ptr<LayerCache>> layers;
         for (int64_t l = 0; l < n_layer; ++l)
-            layers.push_back(std::make_unique<LayerCache>(ctx, info.n_embd_kv(), rng));
+            layers.push_back(std::make_unique<LayerCache>(
+                ctx, info.n_embd_kv(), rng, kv_type == "q8_0" ? kvstash::TensorType::Q8_0 : kvstash::TensorType::F16));
         const int64_t rows = std::min(prefill_rows, ctx);
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> q(static_cast<size_t>(std::max<int64_t>(rows, 1) * q_width));

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include <random>
 #include <string>
@@ -57,10 +58,11 @@ struct Repeat {
 };
 
 Repeat run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Evaluator& evaluator,
-                const std::vector<int32_t>& prompt, int64_t n_decode, int64_t checkpoint_interval) {
+                const std::vector<int32_t>& prompt, int64_t n_decode, int64_t checkpoint_interval,
+                kvstash::KvType kv_type) {
     Repeat r;
     kvstash::StateOptions options;
-    options.kv_type = kvstash::KvType::f16;
+    options.kv_type = kv_type;
     options.n_ctx = static_cast<int64_t>(prompt.size()) + n_decode + 1;
     options.checkpoint_interval = checkpoint_interval;
     kvstash::State state(*model, options);
@@ -223,12 +225,17 @@ int main(int argc, char** argv) {
     int64_t checkpoint_interval = 0;
     bool bandwidth = false, bandwidth_only = false, kernels = false;
     uint32_t seed = 42;
+    std::string kv_type_name = "f16";
+    bool no_warmup = false;
     app.add_option("-m,--model", model_path, "GGUF model file");
     app.add_option("-t,--threads", threads, "worker threads (0 = one per hardware thread)")->check(CLI::Range(0, 1024));
     app.add_option("-r,--repeats", repeats, "measured repeats (after one warm-up)")->check(CLI::Range(1, 1000));
     app.add_option("-p,--prompt", n_prompt, "prompt tokens (prefill)")->check(CLI::Range(1, 1 << 20));
     app.add_option("-n,--decode", n_decode, "decoded tokens after the prompt")->check(CLI::Range(0, 1 << 20));
     app.add_option("--seed", seed, "seed of the random prompt");
+    app.add_option("--kv-type", kv_type_name, "KV cache type: f16, f32 or q8_0")->capture_default_str();
+    app.add_flag("--no-warmup", no_warmup,
+                 "skip the warm-up run (long prompts on a loaded machine: the first repeat then includes page faults)");
     app.add_option("--checkpoint-interval", checkpoint_interval,
                    "recurrent models: keep a copy of the state every this many tokens (0 = none, as llama.cpp)")
         ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -282,13 +289,16 @@ int main(int argc, char** argv) {
             std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
             for (int32_t& id : prompt) id = token(rng);
 
-            const Repeat warm = run_once(model, evaluator, prompt, std::min<int64_t>(n_decode, 8), checkpoint_interval);
-            (void)warm;
+            const std::optional<kvstash::KvType> kv_type = kvstash::parse_kv_type(kv_type_name);
+            if (!kv_type) throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "--kv-type: f16, f32 or q8_0");
+            if (!no_warmup) {
+                run_once(model, evaluator, prompt, std::min<int64_t>(n_decode, 8), checkpoint_interval, *kv_type);
+            }
             std::vector<double> prefill, ttft, decode, prefill_cpu, decode_cpu;
             uint64_t hash = 0;
             bool deterministic = true;
             for (int rep = 0; rep < repeats; ++rep) {
-                const Repeat r = run_once(model, evaluator, prompt, n_decode, checkpoint_interval);
+                const Repeat r = run_once(model, evaluator, prompt, n_decode, checkpoint_interval, *kv_type);
                 prefill.push_back(r.prefill_tok_s);
                 ttft.push_back(r.ttft_s);
                 decode.push_back(r.decode_tok_s);
@@ -309,6 +319,7 @@ int main(int argc, char** argv) {
             out["recurrent_state_bytes"] = info.recurrent_state_bytes;
             out["checkpoint_interval"] = checkpoint_interval;
             out["prompt_tokens"] = n_prompt;
+            out["kv_type"] = kv_type_name;
             out["decode_tokens"] = n_decode;
             out["repeats"] = repeats;
             out["prefill_tok_s"] = summary(prefill);

@@ -20,7 +20,7 @@ namespace kvstash {
 class AdapterSet;  // kvstash/adapter.h
 
 struct StateOptions {
-    KvType kv_type = KvType::f16;  // f16 or f32 (q8_0 is a state-file storage type only)
+    KvType kv_type = KvType::f16;  // f16, f32 or q8_0 (q8_0: head_dim a multiple of 32; docs/kv-cache.md)
     int64_t n_ctx = 0;             // maximum tokens; 0 = the model's training context length
     // Models with recurrent layers (Mamba, hybrids), whose state cannot be cut back: a copy of the
     // recurrent state is kept every checkpoint_interval tokens (and where checkpoint() is called), so
@@ -67,7 +67,7 @@ public:
 
     int64_t n_tokens() const;
     int64_t n_ctx() const;
-    KvType kv_type() const;  // the KV cache's element type: f16 or f32
+    KvType kv_type() const;  // the KV cache's element type: f16, f32 or q8_0
     // The adapter set it is computed under (StateOptions::adapters); null when none.
     const std::shared_ptr<const AdapterSet>& adapters() const;
     // Bytes of KV memory the state references (K + V of its blocks, shared ones included).

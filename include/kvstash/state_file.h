@@ -26,9 +26,9 @@ namespace kvstash {
 class AdapterSet;  // kvstash/adapter.h
 
 struct SaveOptions {
-    // The KV section's type in the file: empty or the State's own type (f16 or f32): continuation is
-    // bit-exact; KvType::q8_0: 8-bit blocks, about half of f16: smaller, but continuation is NOT
-    // bit-exact any more. Any other type is Error(invalid_argument).
+    // The KV section's type in the file: empty or the State's own type (f16, f32 or q8_0): continuation is
+    // bit-exact; KvType::q8_0 for an f16/f32 cache: 8-bit blocks, about half of f16: smaller, but
+    // continuation is NOT bit-exact any more. Any other type is Error(invalid_argument).
     std::optional<KvType> file_kv_type = std::nullopt;
     bool compress = false;  // zstd per section
 };
@@ -46,7 +46,8 @@ void save_state(const State& state, const std::string& path, const SaveOptions& 
 // message names the section); Error(invalid_argument) when it belongs to another model (message names
 // both fingerprints); Error(unsupported) for a newer format version or an unknown option; Error(io) when
 // the file cannot be opened or mapped. A file saved with file_kv_type = q8_0 loads into the State's own
-// f16/f32 cache type, with values within the q8_0 step of the originals.
+// f16/f32 cache type, with values within the q8_0 step of the originals. A State restores the file's
+// cache type (a q8_0 cache's file gives a q8_0 State, exactly: docs/kv-cache.md).
 State load_state(const Model& model, const std::string& path);
 // The same, and the file's 'session' section (checksum verified): nullopt when it has none.
 State load_state(const Model& model, const std::string& path, std::optional<std::string>* session);

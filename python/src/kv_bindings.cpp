@@ -29,6 +29,9 @@ nb::dlpack::dtype kv_dtype(KvType type) {
 // element type (f16 or f32), as kvstash computed it (post-RoPE keys, the GGUF rotation layout).
 nb::object export_half(const State& state, bool values) {
     const KvCache& kv = StateAccess::kv(state);
+    if (kv.kv_type() == KvType::q8_0) {  // 34-byte blocks: no numpy element type to give them
+        throw Error(ErrorCode::invalid_argument, "the KV of a q8_0 cache cannot be exported (f16 or f32 only)");
+    }
     // A sliding-window model's State keeps only the window for those layers (StateOptions::
     // trim_sliding_window): the older rows no longer exist to export.
     if (kv.n_trimmed_blocks() > 0) {

@@ -133,7 +133,9 @@ PyState* prefill(nb::object self, const nb::handle& prompt, int64_t n_ctx, const
     std::vector<int32_t> tokens = prompt_tokens(m.model(), prompt, true);
     if (tokens.empty()) throw Error(ErrorCode::invalid_argument, "prefill: the prompt has no tokens");
     std::optional<KvType> type = parse_kv_type(kv_type);
-    if (!type) throw Error(ErrorCode::invalid_argument, "kv_type must be \"f16\" or \"f32\", not \"" + kv_type + "\"");
+    if (!type)
+        throw Error(ErrorCode::invalid_argument,
+                    "kv_type must be \"f16\", \"f32\" or \"q8_0\", not \"" + kv_type + "\"");
     StateOptions options{.kv_type = *type, .n_ctx = n_ctx};
     std::optional<State> result;
     {

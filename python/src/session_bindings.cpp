@@ -81,8 +81,8 @@ private:
 
 KvType state_kv_type(const std::string& name) {
     std::optional<KvType> type = parse_kv_type(name);
-    if (!type || *type == KvType::q8_0) {
-        throw Error(ErrorCode::invalid_argument, "kv_type must be \"f16\" or \"f32\", not \"" + name + "\"");
+    if (!type) {
+        throw Error(ErrorCode::invalid_argument, "kv_type must be \"f16\", \"f32\" or \"q8_0\", not \"" + name + "\"");
     }
     return *type;
 }

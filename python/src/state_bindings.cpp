@@ -59,8 +59,9 @@ std::optional<KvType> parse_file_kv_type(const std::optional<std::string>& name)
 
 KvType parse_state_kv_type(const std::string& name) {
     std::optional<KvType> type = parse_kv_type(name);
-    if (!type || *type == KvType::q8_0) {
-        throw Error(ErrorCode::invalid_argument, "a State's kv_type must be \"f16\" or \"f32\", not \"" + name + "\"");
+    if (!type) {
+        throw Error(ErrorCode::invalid_argument,
+                    "a State's kv_type must be \"f16\", \"f32\" or \"q8_0\", not \"" + name + "\"");
     }
     return *type;
 }

@@ -19,6 +19,17 @@ namespace kvstash {
 
 namespace {
 
+template <typename T>
+const T& pick(KvType type, const T& f16, const T& f32, const T& q8_0) {
+    return type == KvType::f16 ? f16 : type == KvType::f32 ? f32 : q8_0;
+}
+
+// q8_0 where the model can have a q8_0 cache (head_dim a multiple of 32, state/state.cpp); else f16, a
+// stand-in never used (no State of that model has q8_0 blocks to cache).
+KvType q8_0_or_f16(const Model& model) {
+    return ModelAccess::impl(model).config.head_dim % 32 == 0 ? KvType::q8_0 : KvType::f16;
+}
+
 // An empty KvCache of the model's block shape for `type`: the disk tier forks it to allocate a block.
 KvCache block_shape(const Model& model, KvType type) {
     const ModelInfo& info = model.info();
@@ -66,7 +77,11 @@ struct PrefixCache::Impl {
           id_f32(file_identity(fingerprint, KvType::f32, shape_f32)),
           recurrent_shape(ModelAccess::impl(m).config.recurrent_shape()),
           cid_f16{id_f16, recurrent_shape},
-          cid_f32{id_f32, recurrent_shape} {
+          cid_f32{id_f32, recurrent_shape},
+          q8(fingerprint, KvType::q8_0, active_isa()),
+          shape_q8(block_shape(m, q8_0_or_f16(m))),
+          id_q8(file_identity(fingerprint, KvType::q8_0, shape_q8)),
+          cid_q8{id_q8, recurrent_shape} {
         if (!options.disk_dir.empty())
             disk = std::make_unique<PrefixDiskTier>(options.disk_dir, options.disk_budget_bytes);
         if (!options.redis_url.empty()) {
@@ -76,10 +91,10 @@ struct PrefixCache::Impl {
         }
     }
 
-    const PrefixKeyDomain& domain(KvType type) const { return type == KvType::f16 ? f16 : f32; }
-    const KvCache& shape(KvType type) const { return type == KvType::f16 ? shape_f16 : shape_f32; }
-    const BlockFileIdentity& file_id(KvType type) const { return type == KvType::f16 ? id_f16 : id_f32; }
-    const CheckpointFileIdentity& checkpoint_id(KvType type) const { return type == KvType::f16 ? cid_f16 : cid_f32; }
+    const PrefixKeyDomain& domain(KvType type) const { return pick(type, f16, f32, q8); }
+    const KvCache& shape(KvType type) const { return pick(type, shape_f16, shape_f32, shape_q8); }
+    const BlockFileIdentity& file_id(KvType type) const { return pick(type, id_f16, id_f32, id_q8); }
+    const CheckpointFileIdentity& checkpoint_id(KvType type) const { return pick(type, cid_f16, cid_f32, cid_q8); }
     bool recurrent() const { return recurrent_shape.n_layer > 0; }
 
     // The cached checkpoint at the largest position <= limit that `keys` (the request's matched full
@@ -109,6 +124,10 @@ struct PrefixCache::Impl {
     const BlockFileIdentity id_f16, id_f32;
     const RecurrentShape recurrent_shape;  // n_layer == 0: no recurrent layers
     const CheckpointFileIdentity cid_f16, cid_f32;
+    const PrefixKeyDomain q8;  // q8_0 blocks: their own keys and files
+    const KvCache shape_q8;
+    const BlockFileIdentity id_q8;
+    const CheckpointFileIdentity cid_q8;
     std::unique_ptr<PrefixDiskTier> disk;    // null without disk_dir; thread-safe on its own
     std::unique_ptr<PrefixRedisTier> redis;  // null without redis_url; thread-safe on its own
 

@@ -41,7 +41,9 @@ std::string BlockKey::hex() const {
     return text;
 }
 
-uint32_t kv_block_code(KvType kv_type) { return kv_type == KvType::f16 ? 0u : 1u; }
+uint32_t kv_block_code(KvType kv_type) {
+    return kv_type == KvType::f16 ? 0u : kv_type == KvType::f32 ? 1u : 8u;  // 8: q8_0, its ggml type
+}
 
 PrefixKeyDomain::PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, Isa isa) {
     uint8_t* out = header_.data();

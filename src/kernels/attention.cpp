@@ -24,7 +24,7 @@ inline int64_t first_key(const AttentionShape& s, int64_t pos) {
 }
 
 inline uint64_t head_offset(const AttentionShape& s, const KvLayerView& kv, int64_t kv_head) {
-    return static_cast<uint64_t>(kv_head * s.head_dim) * (kv.type == TensorType::F16 ? 2 : 4);
+    return kernels::kv_row_offset(kv.type, kv_head * s.head_dim);
 }
 
 // The partials of `n_heads` heads over one chunk, laid out as [max (n_heads)][sum (n_heads)][acc (n_heads ×
@@ -64,6 +64,11 @@ void chunk_partial_rows(const kernels::AttentionRowOps& ops, const AttentionShap
     *sum_out = sum;
 }
 
+// q8_0 caches are read by the AVX2 kernels on AVX-512 machines too: the AVX-512 attention kernels have no
+// q8_0 load (it could not be run where it was written, a CPU without AVX-512); every AVX-512 CPU runs AVX2.
+// Still one path per (ISA, KV type), so the output is the same whatever the batching or threads.
+Isa isa_for(Isa isa, TensorType type) { return isa == Isa::avx512 && type == TensorType::Q8_0 ? Isa::avx2 : isa; }
+
 bool group_kernel_supports(Isa isa, int64_t head_dim) {
     switch (isa) {
         case Isa::avx2: return kernels::attention_group_avx2_supports(head_dim);
@@ -77,6 +82,7 @@ bool group_kernel_supports(Isa isa, int64_t head_dim) {
 // kernel where it has one.
 void chunk_partial(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_row, int64_t pos,
                    int64_t h_begin, int64_t h_end, int64_t c, float* partial, std::vector<float>& scores) {
+    isa = isa_for(isa, kv.type);
     const int64_t group = s.n_head / s.n_head_kv;
     const int64_t kv_head = h_begin / group;
     const int64_t n_heads = h_end - h_begin;
@@ -227,7 +233,7 @@ void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView
 
 void attention_per_row_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q,
                             int64_t n_tokens, int64_t first_pos, float* out) {
-    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
+    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa_for(isa, kv.type));
     const int64_t q_width = shape.n_head * shape.head_dim;
     const int64_t group = shape.n_head / shape.n_head_kv;
     const int64_t stride = partial_floats(shape, 1);

@@ -9,7 +9,8 @@
 // combine_partials). Every step depends only on the query's absolute position, never on which other
 // queries share the batch, how the chunks were spread over threads, or how many threads ran: the output
 // is bitwise the same however the queries are batched and whichever threads compute it. K/V are read in
-// their stored type (f16 or f32). A single-chunk query (position < 256) gets exactly the plain one-pass
+// their stored type (f16, f32, or q8_0 dequantized on read as d * q, exact in f32: kernels/attention_rows.h;
+// q8_0 needs head_dim a multiple of 32). A single-chunk query (position < 256) gets exactly the plain one-pass
 // softmax (the combination multiplies by exp(0) == 1).
 #pragma once
 
@@ -25,7 +26,7 @@ class ThreadPool;
 // One layer's view of the cache: position j's key row (n_head_kv * head_dim elements of `type`) is at
 // k_blocks[j / block_tokens] + (j % block_tokens) * row_bytes; the same for values.
 struct KvLayerView {
-    TensorType type = TensorType::F16;  // F16 or F32
+    TensorType type = TensorType::F16;  // F16, F32 or Q8_0
     int64_t block_tokens = 0;
     uint64_t row_bytes = 0;
     const uint8_t* const* k_blocks = nullptr;

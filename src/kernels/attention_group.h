@@ -29,7 +29,7 @@ struct AttentionGroupArgs {
     uint64_t offset = 0;
     int64_t block_tokens = 0;
     uint64_t row_bytes = 0;
-    TensorType type = TensorType::F16;  // F16 or F32
+    TensorType type = TensorType::F16;  // F16, F32 or Q8_0 (attention_group_avx2 only; offset on a block boundary)
     float* scores = nullptr;            // scratch: n_heads * n_keys floats
     // The partial of each head h: max_score[h], sum[h] (of the numerators, in key order) and
     // acc[h * head_dim ..] (the numerator-weighted sum of values, not normalised).

@@ -1,12 +1,13 @@
 // AVX2 grouped-query attention of one query row over one key chunk (kernels/attention_group.h): the
 // per-row AVX2 path's arithmetic (attention_rows_avx2.cpp), bitwise, with each K/V row read and converted
-// once per group and no per-key call or reduction.
+// (from f16, or from q8_0 as d * q) once per group and no per-key call or reduction.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/attention_group.h"
+#include "kernels/attention_q8_0_avx2.h"
 #include "kernels/exp_f32.h"
 
 namespace kvstash::kernels {
@@ -37,10 +38,12 @@ struct RowCursor {
     }
 };
 
-template <bool F16>
+template <TensorType T>
 inline __m256 load8(const uint8_t* row, int64_t vec) {
-    if constexpr (F16) {
+    if constexpr (T == TensorType::F16) {
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * vec)));
+    } else if constexpr (T == TensorType::Q8_0) {
+        return load8_q8_0(row, 8 * vec);
     } else {
         return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + 8 * vec);
     }
@@ -70,7 +73,7 @@ inline __m256 hsum8(const __m256 (&v)[kKeys]) {
 
 // Scores of every head against every key of the chunk: (hsum(fma chain over the 8-element vectors) + 0)
 // * scale, as the per-row dot (whose tail term is 0.0f for whole vectors) times the scale.
-template <bool F16>
+template <TensorType T>
 void scores(const AttentionGroupArgs& a) {
     RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     const int64_t nv = a.head_dim / 8;
@@ -81,7 +84,7 @@ void scores(const AttentionGroupArgs& a) {
         const int n = static_cast<int>(std::min<int64_t>(kKeys, a.n_keys - j0));
         for (int k = 0; k < n; ++k) {
             const uint8_t* row = cursor.next();
-            for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(&tile[k][8 * c], load8<F16>(row, c));
+            for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(&tile[k][8 * c], load8<T>(row, c));
         }
         for (int k = n; k < kKeys; ++k) {
             for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(&tile[k][8 * c], zero);
@@ -128,7 +131,7 @@ void softmax_numerators(float* s, int64_t n, float* max_out, float* sum_out) {
 
 // acc[h][d] for d in [8 * v0, 8 * (v0 + SV)), HB heads from h0: fma(e_hj, v_jd, acc) over the keys in
 // order, from 0 (the per-row axpy's arithmetic), sharing each V load among the heads.
-template <int SV, int HB, bool F16>
+template <int SV, int HB, TensorType T>
 void values_slice(const AttentionGroupArgs& a, int64_t h0, int64_t v0) {
     RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     __m256 acc[HB][SV];
@@ -142,7 +145,7 @@ void values_slice(const AttentionGroupArgs& a, int64_t h0, int64_t v0) {
         __m256 w[HB];
         for (int i = 0; i < HB; ++i) w[i] = _mm256_broadcast_ss(e[i] + j);
         for (int c = 0; c < SV; ++c) {
-            const __m256 v = load8<F16>(row, v0 + c);
+            const __m256 v = load8<T>(row, v0 + c);
             for (int i = 0; i < HB; ++i) acc[i][c] = _mm256_fmadd_ps(w[i], v, acc[i][c]);
         }
     }
@@ -152,31 +155,31 @@ void values_slice(const AttentionGroupArgs& a, int64_t h0, int64_t v0) {
     }
 }
 
-template <int HB, bool F16>
+template <int HB, TensorType T>
 void values_heads(const AttentionGroupArgs& a, int64_t h0) {
     const int64_t nv = a.head_dim / 8;
     int64_t v0 = 0;
-    for (; v0 + 4 <= nv; v0 += 4) values_slice<4, HB, F16>(a, h0, v0);
+    for (; v0 + 4 <= nv; v0 += 4) values_slice<4, HB, T>(a, h0, v0);
     switch (nv - v0) {
-        case 3: values_slice<3, HB, F16>(a, h0, v0); break;
-        case 2: values_slice<2, HB, F16>(a, h0, v0); break;
-        case 1: values_slice<1, HB, F16>(a, h0, v0); break;
+        case 3: values_slice<3, HB, T>(a, h0, v0); break;
+        case 2: values_slice<2, HB, T>(a, h0, v0); break;
+        case 1: values_slice<1, HB, T>(a, h0, v0); break;
         default: break;
     }
 }
 
-template <bool F16>
+template <TensorType T>
 void attend(const AttentionGroupArgs& a) {
-    scores<F16>(a);
+    scores<T>(a);
     for (int64_t h = 0; h < a.n_heads; ++h) {
         softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h, a.sum + h);
     }
     // 3 heads × 4 vectors of accumulators + the V vector + 3 weights: the 16 AVX2 registers.
     int64_t h0 = 0;
-    for (; h0 + 3 <= a.n_heads; h0 += 3) values_heads<3, F16>(a, h0);
+    for (; h0 + 3 <= a.n_heads; h0 += 3) values_heads<3, T>(a, h0);
     switch (a.n_heads - h0) {
-        case 2: values_heads<2, F16>(a, h0); break;
-        case 1: values_heads<1, F16>(a, h0); break;
+        case 2: values_heads<2, T>(a, h0); break;
+        case 1: values_heads<1, T>(a, h0); break;
         default: break;
     }
 }
@@ -184,10 +187,10 @@ void attend(const AttentionGroupArgs& a) {
 }  // namespace
 
 void attention_group_avx2(const AttentionGroupArgs& args) {
-    if (args.type == TensorType::F16) {
-        attend<true>(args);
-    } else {
-        attend<false>(args);
+    switch (args.type) {
+        case TensorType::F16: attend<TensorType::F16>(args); break;
+        case TensorType::Q8_0: attend<TensorType::Q8_0>(args); break;
+        default: attend<TensorType::F32>(args); break;
     }
 }
 

@@ -1,6 +1,8 @@
-// AVX2 attention inner loops (8 lanes over the element index; f16 rows converted with F16C).
+// AVX2 attention inner loops (8 lanes over the element index; f16 rows converted with F16C; q8_0 rows
+// read as d * q, exact in f32: kernels/attention_rows.h).
 #include <immintrin.h>
 
+#include "kernels/attention_q8_0_avx2.h"
 #include "kernels/attention_rows.h"
 #include "kernels/exp_f32.h"
 
@@ -9,6 +11,7 @@ namespace {
 
 inline __m256 load8(const uint8_t* row, int64_t i, TensorType type) {
     if (type == TensorType::F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    if (type == TensorType::Q8_0) return load8_q8_0(row, i);
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
 }
 
@@ -26,7 +29,7 @@ float attention_dot_avx2(const float* q, const uint8_t* k_row, int64_t n, Tensor
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k_row, i, type), acc);
     float tail = 0.0f;
-    if (i < n) tail = reference::attention_dot(q + i, k_row + i * (type == TensorType::F16 ? 2 : 4), n - i, type);
+    if (i < n) tail = reference::attention_dot(q + i, k_row + kv_row_offset(type, i), n - i, type);
     return hsum(acc) + tail;
 }
 
@@ -36,7 +39,7 @@ void attention_axpy_avx2(float* out, float w, const uint8_t* v_row, int64_t n, T
     for (; i + 8 <= n; i += 8) {
         _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, load8(v_row, i, type), _mm256_loadu_ps(out + i)));
     }
-    if (i < n) reference::attention_axpy(out + i, w, v_row + i * (type == TensorType::F16 ? 2 : 4), n - i, type);
+    if (i < n) reference::attention_axpy(out + i, w, v_row + kv_row_offset(type, i), n - i, type);
 }
 
 }  // namespace kvstash::kernels

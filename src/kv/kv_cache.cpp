@@ -8,9 +8,6 @@
 namespace kvstash {
 
 KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type) : n_layer_(n_layer), n_embd_kv_(n_embd_kv) {
-    if (type != KvType::f16 && type != KvType::f32) {
-        throw Error(ErrorCode::invalid_argument, "KV cache type must be f16 or f32");
-    }
     type_ = tensor_type_of(type);
     row_bytes_ = tensor_row_bytes(type_, n_embd_kv);
     n_global_ = n_layer;

@@ -2,7 +2,9 @@
 // Blocks are shared by reference count between forks and copied on the first write (copy-on-write),
 // so fork() costs O(number of blocks) pointer copies, independent of the bytes stored.
 //
-// Block layout: K and V each [n_layer][kv_block_tokens][n_embd_kv] elements of the KV type (f16 or f32).
+// Block layout: K and V each [n_layer][kv_block_tokens][row_bytes]: a row is n_embd_kv elements of the KV
+// type (f16, f32, or q8_0: n_embd_kv / 32 ggml block_q8_0 of 34 bytes, quantized once when the row is
+// written, from that row alone: model/forward.cpp).
 //
 // Sliding-window layers (Gemma 3; set_sliding_layers): a block all of whose positions lie before every
 // position the sliding layers will read again can be trimmed (trim_sliding): it is replaced by a smaller
@@ -36,7 +38,7 @@ struct KvBlock {
 class KvCache {
 public:
     KvCache() = default;
-    // type: f16 or f32 (Error(invalid_argument) otherwise: q8_0 is a storage type of state files only).
+    // type: f16, f32 or q8_0 (q8_0: n_embd_kv a multiple of 32, else Error(invalid_argument)).
     KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type);
 
     KvType kv_type() const { return kv_type_of(type_); }

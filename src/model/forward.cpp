@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "format/quantize.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/thread_pool.h"
@@ -23,6 +24,8 @@ void store_rows(const float* src, int64_t n_tokens, int64_t width, bool keys, Kv
         const float* s = src + t * width;
         if (type == TensorType::F32) {
             std::memcpy(dst, s, static_cast<size_t>(width) * sizeof(float));
+        } else if (type == TensorType::Q8_0) {
+            quantize_row_q8_0(s, dst, width);  // ggml's reference rounding, from this row alone
         } else {
             auto* h = reinterpret_cast<uint16_t*>(dst);
             for (int64_t i = 0; i < width; ++i) h[i] = fp32_to_fp16(s[i]);

@@ -80,10 +80,10 @@ State::State() : impl_(std::make_unique<Impl>()) {}
 State::State(const Model& model, StateOptions options) : State() {
     const ModelInfo& info = model.info();
     if (options.n_ctx < 0) throw Error(ErrorCode::invalid_argument, "context size must not be negative");
-    if (options.kv_type != KvType::f16 && options.kv_type != KvType::f32) {
-        throw Error(ErrorCode::invalid_argument, "a State's KV cache type must be f16 or f32, not " +
-                                                     std::string(kv_type_name(options.kv_type)) +
-                                                     " (q8_0 is a storage type of state files only)");
+    if (options.kv_type == KvType::q8_0 && ModelAccess::impl(model).config.head_dim % 32 != 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    "a q8_0 KV cache needs a head size that is a multiple of 32; this model's is " +
+                        std::to_string(ModelAccess::impl(model).config.head_dim) + " (use f16 or f32)");
     }
     if (options.checkpoint_interval < 0)
         throw Error(ErrorCode::invalid_argument, "checkpoint interval must not be negative");

@@ -238,8 +238,8 @@ Meta Reader::read_meta() const {
         fail(ErrorCode::unsupported, "KV blocks of " + std::to_string(block_tokens) + " positions; this kvstash uses " +
                                          std::to_string(kv_block_tokens));
     }
-    if (m.cache_type != 0 && m.cache_type != 1)
-        corrupt("KV cache type " + std::to_string(m.cache_type) + " is not f32 (0) or f16 (1)");
+    if (m.cache_type != 0 && m.cache_type != 1 && m.cache_type != static_cast<uint32_t>(TensorType::Q8_0))
+        corrupt("KV cache type " + std::to_string(m.cache_type) + " is not f32 (0), f16 (1) or q8_0 (8)");
     if (m.kv_encoding != m.cache_type && m.kv_encoding != static_cast<uint32_t>(TensorType::Q8_0)) {
         corrupt("KV stored as type " + std::to_string(m.kv_encoding) + " for a " + tensor_type_name(m.cache_type) +
                 " cache (allowed: the cache type or q8_0)");

@@ -358,9 +358,12 @@ void encode_state(const State& state, const SaveOptions& options, ByteSink& sink
 
     const KvType file_kv_type = options.file_kv_type.value_or(kv.kv_type());
     if (file_kv_type != kv.kv_type() && file_kv_type != KvType::q8_0) {
-        throw Error(ErrorCode::invalid_argument, what + ": its " + std::string(kv_type_name(kv.kv_type())) +
-                                                     " KV can be stored as " + std::string(kv_type_name(kv.kv_type())) +
-                                                     " or q8_0, not " + std::string(kv_type_name(file_kv_type)));
+        // (A q8_0 cache is stored only as itself: q8_0.)
+        const std::string own(kv_type_name(kv.kv_type()));
+        throw Error(ErrorCode::invalid_argument,
+                    what + ": its " + own + " KV can be stored as " + own +
+                        (kv.kv_type() == KvType::q8_0 ? std::string() : std::string(" or q8_0")) + ", not " +
+                        std::string(kv_type_name(file_kv_type)));
     }
     const auto encoding = static_cast<uint32_t>(tensor_type_of(file_kv_type));
     const ModelFingerprint base = cached_model_fingerprint(*model);

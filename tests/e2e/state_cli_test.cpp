@@ -116,6 +116,30 @@ TEST_F(StateCli, Q8StateIsSmallerAndSaysItIsNotExact) {
     EXPECT_EQ(run_cli({"generate", "--state", path("q8.kvs"), "-p", suffix, "-n", "4"}).exit_code, 0);
 }
 
+// A q8_0 cache (--kv-type q8_0, docs/kv-cache.md): its state file is exact, so continuing it in a fresh
+// process gives the bits of the one-pass q8_0 run; `state info` says q8_0 and bit-exact; --kv-type is
+// refused beside --state (the file fixes the cache type: no silent conversion to f16).
+TEST_F(StateCli, Q8CacheStateContinuesBitIdentically) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    const auto prefill = run_cli({"prefill", "-p", prefix, "-o", path("q8cache.kvs"), "--kv-type", "q8_0"});
+    ASSERT_EQ(prefill.exit_code, 0) << prefill.err;
+    EXPECT_EQ(prefill.err.find("not bit-exactly"), std::string::npos) << prefill.err;
+    const auto info = run_cli({"state", "info", path("q8cache.kvs")});
+    EXPECT_NE(info.out.find("kv:            q8_0"), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("(bit-exact)"), std::string::npos) << info.out;
+    const auto full = run_cli({"generate", "-p", prefix + suffix, "-n", "16", "--temp", "0", "--kv-type", "q8_0",
+                               "--dump-logits", path("full.bin")});
+    const auto cont = run_cli({"generate", "--state", path("q8cache.kvs"), "-p", suffix, "-n", "16", "--temp", "0",
+                               "--dump-logits", path("cont.bin")});
+    ASSERT_EQ(full.exit_code, 0) << full.err;
+    ASSERT_EQ(cont.exit_code, 0) << cont.err;
+    EXPECT_EQ(full.out, cont.out);
+    EXPECT_TRUE(read_bytes(path("full.bin")) == read_bytes(path("cont.bin"))) << "q8_0 continuation not bit-exact";
+    const auto f16 = run_cli({"generate", "--state", path("q8cache.kvs"), "--kv-type", "f16", "-p", suffix});
+    EXPECT_NE(f16.exit_code, 0);
+    EXPECT_NE(f16.err.find("fixes its context and KV cache type"), std::string::npos) << f16.err;
+}
+
 TEST_F(StateCli, SaveAfterGenerationAndResumeTheSampler) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     // One run of 16 tokens vs 8 tokens, save, then 8 more with the saved sampler in a new process.

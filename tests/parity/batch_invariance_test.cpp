@@ -58,19 +58,18 @@ void check_invariance(const std::string& model_path, int64_t n_tokens, KvType kv
 // Long contexts: attention over many 256-key chunks (kernels/attention.h), split over keys as well as
 // heads when few rows are evaluated (decode), must still give the one-pass, one-thread bits.
 void check_long_invariance(const std::string& model_path, int64_t n_tokens,
-                           const std::vector<std::vector<int64_t>>& splits) {
+                           const std::vector<std::vector<int64_t>>& splits, KvType kv_type = KvType::f16) {
     auto model = Model::load(model_path);
     const auto tokens = pseudo_random_tokens(n_tokens, model->n_vocab(), 43);
-    const auto whole = eval_logits(model, tokens, {n_tokens}, 1, KvType::f16);
-    expect_bitwise_equal(whole, eval_logits(model, tokens, {n_tokens}, 2, KvType::f16), model->n_vocab(),
-                         "1 vs 2 threads");
+    const auto whole = eval_logits(model, tokens, {n_tokens}, 1, kv_type);
+    expect_bitwise_equal(whole, eval_logits(model, tokens, {n_tokens}, 2, kv_type), model->n_vocab(), "1 vs 2 threads");
     for (const auto& split : splits) {
         for (int threads : {1, 2}) {
             std::ostringstream name;
             name << "split";
             for (int64_t s : split) name << ' ' << s;
             name << ", " << threads << " threads";
-            expect_bitwise_equal(whole, eval_logits(model, tokens, split, threads, KvType::f16), model->n_vocab(),
+            expect_bitwise_equal(whole, eval_logits(model, tokens, split, threads, kv_type), model->n_vocab(),
                                  name.str());
         }
     }
@@ -101,6 +100,30 @@ TEST(BatchInvariance, TinyModelF32Cache) {
     const auto models = fixture_files("tiny", ".gguf");
     ASSERT_FALSE(models.empty());
     check_invariance(models.front(), 70, KvType::f32);
+}
+
+// q8_0 caches: a row is quantized once, from itself alone, when its token is evaluated, so the bits do not
+// depend on the split either. The tiny models with head sizes that allow q8_0 (a multiple of 32; token by
+// token among the splits), a long context (many 256-key chunks, decode split over keys), and SmolLM2.
+// (The tiny Gemma 3's head size is 16: q8_0's sliding-window attention is covered by the kernel tests.)
+TEST(BatchInvariance, TinyModelsQ8_0Cache) {
+    int checked = 0;
+    for (const auto& path : fixture_files("tiny", ".gguf")) {
+        if (Model::load(path)->info().head_dim % 32 != 0) continue;
+        SCOPED_TRACE(path);
+        check_invariance(path, 150, KvType::q8_0);
+        ++checked;
+    }
+    EXPECT_GE(checked, 2);
+}
+
+TEST(BatchInvariance, LongContextTinyModelQ8_0Cache) {
+    check_long_invariance(fixture_path("tiny/q_q8_0.gguf"), 1500, {{1499, 1}, {255, 2, 1}, {700, 257}}, KvType::q8_0);
+}
+
+TEST(BatchInvariance, SmolLM2Q8_0Cache) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    check_long_invariance(default_model_path(), 400, {{399, 1}, {200, 133}}, KvType::q8_0);
 }
 
 TEST(BatchInvariance, SmolLM2) {

@@ -51,7 +51,8 @@ std::string read_bytes(const std::string& path) {
     return {std::istreambuf_iterator<char>(in), {}};
 }
 
-void check_model(const std::string& model_path, int64_t prefix_len, int64_t suffix_len, int steps) {
+void check_model(const std::string& model_path, int64_t prefix_len, int64_t suffix_len, int steps,
+                 KvType kv_type = KvType::f16) {
     auto model = Model::load(model_path);
     Evaluator evaluator(model, 2);
     const auto all = pseudo_random_tokens(prefix_len + suffix_len, model->n_vocab(), 99);
@@ -69,12 +70,13 @@ void check_model(const std::string& model_path, int64_t prefix_len, int64_t suff
     for (const SamplerParams& params : {greedy, seeded}) {
         SCOPED_TRACE(params.temperature > 0 ? "seeded sampling" : "greedy");
         // (a) one pass
-        State full(*model);
+        const StateOptions options{.kv_type = kv_type};
+        State full(*model, options);
         evaluator.eval(full, all);
         const Trace want = continue_trace(evaluator, full, params, steps);
 
         // (b) prefix, then suffix
-        State base(*model);
+        State base(*model, options);
         evaluator.eval(base, prefix);
         State b = base.fork();
         evaluator.eval(b, suffix);
@@ -84,6 +86,10 @@ void check_model(const std::string& model_path, int64_t prefix_len, int64_t suff
         const std::string file = dir + "/prefix.kvs";
         save_state(base, file);
         State loaded = load_state(*model, file);
+        EXPECT_EQ(kv_type, loaded.kv_type());
+        const StateFileInfo info = inspect_state_file(file, Checksums::verify);
+        EXPECT_EQ(kv_type, info.kv_type);
+        EXPECT_FALSE(info.lossy_kv);
         save_state(loaded, dir + "/again.kvs");
         EXPECT_EQ(read_bytes(file), read_bytes(dir + "/again.kvs")) << "save -> load -> save changed the file";
         evaluator.eval(loaded, suffix);
@@ -120,6 +126,24 @@ TEST(StateExactness, TinyModels) {
         SCOPED_TRACE(path);
         check_model(path, 45, 7, 12);  // the prefix ends inside a 32-token KV block
     }
+}
+
+// A q8_0 cache (its rows quantized once, when written): saved and restored, forked, truncated, it continues
+// bitwise like the uninterrupted q8_0 run. Every tiny model whose head size allows q8_0 (a multiple of 32).
+TEST(StateExactness, TinyModelsQ8_0Cache) {
+    int checked = 0;
+    for (const auto& path : fixture_files("tiny", ".gguf")) {
+        if (Model::load(path)->info().head_dim % 32 != 0) continue;
+        SCOPED_TRACE(path);
+        check_model(path, 45, 7, 12, KvType::q8_0);
+        ++checked;
+    }
+    EXPECT_GE(checked, 2);
+}
+
+TEST(StateExactness, SmolLM2Q8_0Cache) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    check_model(default_model_path(), 77, 9, 24, KvType::q8_0);
 }
 
 TEST(StateExactness, SmolLM2) {

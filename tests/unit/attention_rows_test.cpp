@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "format/quantize.h"
 #include "kernels/attention_rows.h"
 
 namespace kvstash::kernels {
@@ -133,6 +134,43 @@ TEST(AttentionRows, EachIsaFollowsItsLaneOrderBitwise) {
                     modelled_axpy(lanes_of(isa), want_out.data() + offset, w, row, offset, n, type);
                     EXPECT_EQ(0, std::memcmp(got_out.data(), want_out.data(), 4 * got_out.size()));
                 }
+            }
+        }
+    }
+}
+
+// q8_0 rows are read as d * q, exact in f32 (kernels/attention_rows.h): on the scalar and AVX2 paths (AVX-512
+// machines read q8_0 with the AVX2 kernels, kernels/attention.cpp) dot and axpy over a q8_0 row give the bits
+// they give over the f32 row of its decoded values, for rows whose scales span the f16 range (subnormal
+// scales included) and for a head that starts at a later block of the row.
+TEST(AttentionRows, Q8_0ReadsExactlyItsDecodedValues) {
+    std::mt19937 rng(23);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (Isa isa : available_isas()) {
+        if (isa == Isa::avx512) continue;
+        const AttentionRowOps ops = attention_row_ops(isa);
+        for (float magnitude : {1.0f, 1e-6f, 3e4f}) {
+            for (int64_t n : {32, 64, 128, 256}) {
+                SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n) + " magnitude " +
+                             std::to_string(magnitude));
+                const int64_t first = 32;  // the head starts at the row's second block
+                std::vector<float> raw(static_cast<size_t>(first + n)), decoded(raw.size()), q(raw.size());
+                for (float& x : raw) x = normal(rng) * magnitude;
+                for (float& x : q) x = normal(rng);
+                std::vector<uint8_t> row(static_cast<size_t>((first + n) / 32 * 34));
+                quantize_row_q8_0(raw.data(), row.data(), first + n);
+                dequantize_row(TensorType::Q8_0, row.data(), decoded.data(), first + n);
+                const auto f32_row = make_row(decoded, TensorType::F32);
+                const uint8_t* q8_head = row.data() + kv_row_offset(TensorType::Q8_0, first);
+                const uint8_t* f32_head = f32_row.data() + kv_row_offset(TensorType::F32, first);
+                const float got = ops.dot(q.data(), q8_head, n, TensorType::Q8_0);
+                const float want = ops.dot(q.data(), f32_head, n, TensorType::F32);
+                EXPECT_EQ(0, std::memcmp(&got, &want, 4)) << got << " vs " << want;
+                std::vector<float> got_out(q.begin(), q.begin() + n), want_out = got_out;
+                const float w = normal(rng);
+                ops.axpy(got_out.data(), w, q8_head, n, TensorType::Q8_0);
+                ops.axpy(want_out.data(), w, f32_head, n, TensorType::F32);
+                EXPECT_EQ(0, std::memcmp(got_out.data(), want_out.data(), 4 * got_out.size()));
             }
         }
     }

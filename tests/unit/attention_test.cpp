@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "format/quantize.h"
 #include "format/tensor_type.h"
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
@@ -48,6 +49,12 @@ struct TestCache {
                 uint8_t* base = storage->back()->data();
                 for (int64_t r = 0; r < kBlockTokens; ++r) {
                     const int64_t pos = b * kBlockTokens + r;
+                    if (type == TensorType::Q8_0) {
+                        fill_q8_0_row(base + static_cast<uint64_t>(r) * row_bytes, pos, n_pos,
+                                      storage == &k_storage ? k_sigma : 1.0f, storage == &k_storage ? k : v, normal,
+                                      rng);
+                        continue;
+                    }
                     for (int64_t i = 0; i < width; ++i) {
                         const bool is_k = storage == &k_storage;
                         const float raw = pos < n_pos ? normal(rng) * (is_k ? k_sigma : 1.0f)
@@ -68,6 +75,22 @@ struct TestCache {
             k_table.push_back(k_storage.back()->data());
             v_table.push_back(v_storage.back()->data());
         }
+    }
+
+    // A q8_0 row quantized as the cache stores it (ggml's rounding) and its decoded values; past n_pos,
+    // every block's scale is an f16 NaN, so that every value read there is NaN.
+    void fill_q8_0_row(uint8_t* dst, int64_t pos, int64_t n_pos, float sigma, std::vector<float>& decoded,
+                       std::normal_distribution<float>& normal, std::mt19937& rng) {
+        std::vector<float> raw(static_cast<size_t>(width)), back(raw.size());
+        for (float& x : raw) x = normal(rng) * sigma;
+        quantize_row_q8_0(raw.data(), dst, width);
+        if (pos >= n_pos) {
+            const uint16_t nan16 = 0x7E00;
+            for (int64_t blk = 0; blk < width / 32; ++blk) std::memcpy(dst + 34 * blk, &nan16, 2);
+            return;
+        }
+        dequantize_row(TensorType::Q8_0, dst, back.data(), width);
+        std::copy(back.begin(), back.end(), decoded.begin() + pos * width);
     }
 
     KvLayerView view() const {
@@ -138,7 +161,10 @@ RefResult reference_one(const float* q, const TestCache& c, int64_t last, int64_
             mag += w * std::fabs(val);
         }
         r.out[static_cast<size_t>(d)] = acc;
-        r.tol[static_cast<size_t>(d)] = 2.0 * (2.0 * max_eps + static_cast<double>(2 * n_keys + 3) * kUnit) * mag;
+        // Plus an absolute 1e-30: weights below f32's range are 0 in the kernel; where the dominant keys' values
+        // are exactly 0 (q8_0 rounds small values to 0) those weights are the whole (tiny) reference output.
+        r.tol[static_cast<size_t>(d)] =
+            2.0 * (2.0 * max_eps + static_cast<double>(2 * n_keys + 3) * kUnit) * mag + 1e-30;
     }
     return r;
 }
@@ -257,7 +283,7 @@ TEST_P(AttentionTest, DefaultUsesTheActiveIsa) {
 
 std::string param_name(const ::testing::TestParamInfo<Params>& info) {
     const auto& [type, n_head_kv, head_dim, first_pos, n_tokens] = info.param;
-    return std::string(type == TensorType::F16 ? "f16" : "f32") + (n_head_kv == 6 ? "_mha" : "_gqa") + "_d" +
+    return std::string(tensor_type_name(static_cast<uint32_t>(type))) + (n_head_kv == 6 ? "_mha" : "_gqa") + "_d" +
            std::to_string(head_dim) + "_pos" + std::to_string(first_pos) + "_n" + std::to_string(n_tokens);
 }
 
@@ -271,6 +297,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                                             ::testing::Values(int64_t{1}, int64_t{5})),
                          param_name);
 
+// q8_0 caches (head_dim a multiple of 32: a head starts on a block boundary).
+INSTANTIATE_TEST_SUITE_P(Q8_0, AttentionTest,
+                         ::testing::Combine(::testing::Values(TensorType::Q8_0),
+                                            ::testing::Values(int64_t{2}, int64_t{6}),
+                                            ::testing::Values(int64_t{32}, int64_t{64}, int64_t{256}),
+                                            ::testing::Values(int64_t{0}, int64_t{253}, int64_t{700}),
+                                            ::testing::Values(int64_t{1}, int64_t{5})),
+                         param_name);
+
 // Long contexts, SmolLM2's and Gemma 3's head shapes, with and without a sliding window: every way of
 // running the rows (one call, row by row, no pool or a pool of 2 or 3 threads, which splits few rows over key chunks
 // and many rows over heads) gives the per-row definition's bits.
@@ -280,8 +315,9 @@ TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
     };
     const int64_t n_pos = 720;
     for (const Case c : {Case{9, 3, 64, 0}, Case{4, 1, 256, 0}, Case{4, 1, 256, 200}, Case{6, 2, 24, 0}}) {
-        for (TensorType type : {TensorType::F16, TensorType::F32}) {
+        for (TensorType type : {TensorType::F16, TensorType::F32, TensorType::Q8_0}) {
             if (type == TensorType::F32 && c.head_dim != 64) continue;  // (the f32 path is the same code)
+            if (type == TensorType::Q8_0 && c.head_dim % 32 != 0) continue;
             std::mt19937 rng(static_cast<uint32_t>(c.head_dim + c.window));
             const TestCache cache(type, n_pos, c.n_head_kv * c.head_dim, rng, 1.0f);
             AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
@@ -292,7 +328,7 @@ TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
             for (float& x : q) x = normal(rng);
             for (Isa isa : available_isas()) {
                 SCOPED_TRACE(std::string(isa_name(isa)) + " d" + std::to_string(c.head_dim) + " window " +
-                             std::to_string(c.window) + (type == TensorType::F16 ? " f16" : " f32"));
+                             std::to_string(c.window) + " " + tensor_type_name(static_cast<uint32_t>(type)));
                 // Rows first..n_pos-1 at once (many rows) and each of a few rows alone (decode).
                 const int64_t first = 500;
                 const int64_t n_rows = n_pos - first;

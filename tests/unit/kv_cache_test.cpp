@@ -71,13 +71,13 @@ TEST(KvCache, RowBytesAndBlockBytes) {
     EXPECT_EQ(f16.n_blocks(), 0);
 }
 
-TEST(KvCache, RejectsQuantizedTypes) {
-    try {
-        KvCache kv(kLayers, 32, KvType::q8_0);
-        FAIL() << "a q8_0 cache was accepted";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    }
+// q8_0 rows: 34 bytes per 32 values (ggml's block_q8_0); the State checks the head size (a multiple of 32).
+TEST(KvCache, Q8_0RowsAreBlocksOf34Bytes) {
+    const KvCache q8(kLayers, 64, KvType::q8_0);
+    EXPECT_EQ(q8.row_bytes(), 2u * 34u);
+    EXPECT_EQ(q8.block_bytes(), 2u * kLayers * B * 2 * 34);
+    EXPECT_EQ(q8.type(), TensorType::Q8_0);
+    EXPECT_EQ(q8.kv_type(), KvType::q8_0);
 }
 
 TEST(KvCache, GrowAndTruncateSizes) {

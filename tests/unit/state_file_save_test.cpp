@@ -73,7 +73,8 @@ TEST_F(StateFileTest, UnsaveableSamplerIsRefusedAtSave) {
 }
 
 // The file's KV type is the State's own (bit-exact) or q8_0 (lossy); anything else is refused before a
-// byte is written. A State's cache is never q8_0.
+// byte is written. A q8_0 cache needs a head size that is a multiple of 32 (this model's is 24), and is
+// stored only as itself.
 TEST_F(StateFileTest, FileKvTypeIsTheCacheTypeOrQ8_0) {
     auto model = Model::load(tiny("gqa_f16"));
     const State state = make_state(model, 5);  // f16 cache
@@ -88,7 +89,15 @@ TEST_F(StateFileTest, FileKvTypeIsTheCacheTypeOrQ8_0) {
         [&] {
             State(*model, StateOptions{KvType::q8_0, 64});
         },
-        ErrorCode::invalid_argument, "KV cache type must be f16 or f32, not q8_0");
+        ErrorCode::invalid_argument, "needs a head size that is a multiple of 32; this model's is 24");
+    auto q8_model = Model::load(tiny("llama3_rope_f32"));  // head_dim 32
+    const State q8 = make_state(q8_model, 40, KvType::q8_0);
+    expect_error([&] { save_state(q8, path("q8cache.kvs"), SaveOptions{.file_kv_type = KvType::f16}); },
+                 ErrorCode::invalid_argument, "its q8_0 KV can be stored as q8_0, not f16");
+    save_state(q8, path("q8cache.kvs"));
+    const StateFileInfo info = inspect_state_file(path("q8cache.kvs"), Checksums::verify);
+    EXPECT_EQ(KvType::q8_0, info.kv_type);
+    EXPECT_FALSE(info.lossy_kv);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kRefused{
     {"-ngl", kNoGpu},
     {"--n-gpu-layers", kNoGpu},
     {"--gpu-layers", kNoGpu},
-    {"-ctk", "the KV cache type is --kv-type (f16 or f32)"},
+    {"-ctk", "the KV cache type is --kv-type (f16, f32 or q8_0; one type for K and V)"},
 }};
 
 }  // namespace

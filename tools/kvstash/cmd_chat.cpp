@@ -39,6 +39,7 @@ struct ChatFlags {
     SamplingFlags sampling;
     int threads = 0;
     int64_t ctx = 0;
+    std::string kv_type = "f16";
     bool timings = false;
     std::string load_path;
     CacheFlags cache;
@@ -115,8 +116,8 @@ int run_chat(const ChatFlags& f) {
     Evaluator evaluator(model, f.threads);
     const std::shared_ptr<const AdapterSet> adapters = load_adapter_flags(*model, f.adapters);
     const std::unique_ptr<PrefixCache> cache = open_prefix_cache(*model, f.cache, adapters);
-    const SessionOptions session_options{StateOptions{.kv_type = KvType::f16, .n_ctx = f.ctx, .adapters = adapters},
-                                         cache.get()};
+    const SessionOptions session_options{
+        StateOptions{.kv_type = parse_cache_kv_type(f.kv_type), .n_ctx = f.ctx, .adapters = adapters}, cache.get()};
     const SamplerParams params = sampler_params(f.sampling);
     if (f.timings) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
     std::optional<Session> session;
@@ -238,6 +239,9 @@ void register_chat(CLI::App& root, Action& action) {
     add_chat_template_option(*cmd, f->chat_template);
     add_sampling_flags(*cmd, f->sampling);
     add_ctx_option(*cmd, f->ctx);
+    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
+                       "KV cache type of a new conversation (a --load / /load one keeps its own)")
+        ->capture_default_str();
     add_adapter_flags(*cmd, f->adapters);
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--timings", f->timings, "print tokens computed vs reused and speed per turn to stderr");

@@ -264,7 +264,8 @@ void register_generate(CLI::App& root, Action& action) {
         "write, for every generated token, its id (int32) and the logits it was sampled from (n_vocab float32)");
     add_ctx_option(*cmd, f->ctx);
     add_adapter_flags(*cmd, f->adapters);
-    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32}, "KV cache type")
+    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
+                       "KV cache type (q8_0: about half of f16's bytes, docs/kv-cache.md)")
         ->capture_default_str();
     add_threads_option(*cmd, f->threads);
     cmd->add_flag("--json", f->json,

@@ -5,6 +5,7 @@
 // dropping a final partial chunk; evaluate each chunk from an empty state; in each chunk score the
 // predictions of the tokens at positions ctx/2 .. ctx-1 (token j from the logits at j-1);
 // ppl = exp(mean negative log-likelihood, natural log).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/model.h"
+#include "kvstash/shared_flags.h"
 #include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
 #include "tokenizer/vocabulary.h"
@@ -30,8 +32,27 @@ struct PerplexityOptions {
     std::string file;
     int64_t ctx = 512;
     int threads = 0;
+    std::string kv_type = "f16";
+    bool kl_vs_f16 = false;
     AdapterFlags adapters;
 };
+
+// KL(p || q) in nats of two logit rows: p the reference distribution (softmax of `ref`), q the other's.
+double kl_divergence(std::span<const float> ref, std::span<const float> other) {
+    const auto log_sum_exp = [](std::span<const float> row) {
+        const double m = *std::max_element(row.begin(), row.end());
+        double s = 0.0;
+        for (float x : row) s += std::exp(static_cast<double>(x) - m);
+        return m + std::log(s);
+    };
+    const double lp = log_sum_exp(ref), lq = log_sum_exp(other);
+    double kl = 0.0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double log_p = ref[i] - lp;
+        kl += std::exp(log_p) * (log_p - (other[i] - lq));
+    }
+    return kl;
+}
 
 int run_perplexity(const PerplexityOptions& o) {
     auto model = load_model(o.model_path);
@@ -52,15 +73,27 @@ int run_perplexity(const PerplexityOptions& o) {
               << " threads\n";
     double nll_sum = 0.0;
     int64_t n_scored = 0;
-    std::vector<float> logits;
+    const KvType kv_type = parse_cache_kv_type(o.kv_type);
+    double kl_sum = 0.0, nll_f16_sum = 0.0;
+    std::vector<float> logits, logits_f16;
     const auto start = std::chrono::steady_clock::now();
     for (int64_t c = 0; c < n_chunks; ++c) {
-        State state(*model, StateOptions{.kv_type = KvType::f16, .n_ctx = o.ctx, .adapters = adapters});
+        State state(*model, StateOptions{.kv_type = kv_type, .n_ctx = o.ctx, .adapters = adapters});
         std::span<const int32_t> chunk(tokens.data() + c * o.ctx, static_cast<size_t>(o.ctx));
         evaluator.eval(state, chunk, &logits);
+        if (o.kl_vs_f16) {
+            State f16(*model, StateOptions{.kv_type = KvType::f16, .n_ctx = o.ctx, .adapters = adapters});
+            evaluator.eval(f16, chunk, &logits_f16);
+        }
         for (int64_t j = first; j < o.ctx; ++j) {
             const std::span<const float> row(logits.data() + (j - 1) * n_vocab, static_cast<size_t>(n_vocab));
             nll_sum -= log_softmax_at(row, static_cast<size_t>(chunk[static_cast<size_t>(j)]));
+            if (o.kl_vs_f16) {
+                const std::span<const float> f16_row(logits_f16.data() + (j - 1) * n_vocab,
+                                                     static_cast<size_t>(n_vocab));
+                kl_sum += kl_divergence(f16_row, row);
+                nll_f16_sum -= log_softmax_at(f16_row, static_cast<size_t>(chunk[static_cast<size_t>(j)]));
+            }
             ++n_scored;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -68,6 +101,11 @@ int run_perplexity(const PerplexityOptions& o) {
         std::fprintf(stderr, "[%lld/%lld] ppl so far %.4f (%.1f tok/s)\n", static_cast<long long>(c + 1),
                      static_cast<long long>(n_chunks), std::exp(nll_sum / static_cast<double>(n_scored)),
                      static_cast<double>((c + 1) * o.ctx) / seconds);
+    }
+    // The KL line comes first: the last line stays 'ppl = X'.
+    if (o.kl_vs_f16) {
+        std::printf("ppl with the f16 cache = %.4f\n", std::exp(nll_f16_sum / static_cast<double>(n_scored)));
+        std::printf("mean KL vs f16 = %.6g nats\n", kl_sum / static_cast<double>(n_scored));
     }
     std::printf("ppl = %.4f\n", std::exp(nll_sum / static_cast<double>(n_scored)));
     return 0;
@@ -84,6 +122,11 @@ void register_perplexity(CLI::App& root, Action& action) {
         ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
         ->capture_default_str();
     add_threads_option(*cmd, o->threads);
+    add_kv_type_option(*cmd, "--kv-type", o->kv_type, {KvType::f16, KvType::f32, KvType::q8_0}, "KV cache type")
+        ->capture_default_str();
+    cmd->add_flag("--kl-vs-f16", o->kl_vs_f16,
+                  "also evaluate each chunk with an f16 cache and print its perplexity and the mean KL divergence "
+                  "(nats) of the scored next-token distributions from the f16 ones");
     add_adapter_flags(*cmd, o->adapters);
     cmd->callback([&action, o] { action = [o] { return run_perplexity(*o); }; });
 }

@@ -65,7 +65,7 @@ int run_prefill(const PrefillFlags& f) {
                 f.output.c_str(), tokens.size(), static_cast<unsigned long long>(bytes),
                 static_cast<double>(bytes) / static_cast<double>(tokens.size()), eval_seconds,
                 static_cast<double>(tokens.size()) / eval_seconds, save_seconds);
-    if (options.file_kv_type == KvType::q8_0) {
+    if (options.file_kv_type == KvType::q8_0 && state.kv_type() != KvType::q8_0) {
         std::fprintf(
             stderr,
             "note: the KV cache is stored as q8_0: continuing from this file is close to, but not bit-exactly, "
@@ -82,12 +82,12 @@ void register_prefill(CLI::App& root, Action& action) {
     add_model_option(*cmd, f->model_path);
     const PromptFlags text = add_prompt_flags(*cmd, f->prompt, f->file);
     cmd->add_option("-o,--output", f->output, "state file to write")->required();
-    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32},
+    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
                        "KV cache type while prefilling (as for generate)")
         ->capture_default_str();
     add_kv_type_option(*cmd, "--file-kv-type", f->file_kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
                        "KV type in the file (default: the cache type, bit-exact; q8_0 is about half of f16, not "
-                       "bit-exact)");
+                       "bit-exact unless the cache is q8_0)");
     cmd->add_flag("--compress", f->compress, "compress the file with zstd");
     add_ctx_option(*cmd, f->ctx, "context size of the saved state (0 = the model's)");
     add_adapter_flags(*cmd, f->adapters);

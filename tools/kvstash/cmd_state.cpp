@@ -27,9 +27,10 @@ void register_state(CLI::App& root, Action& action) {
             std::printf("model:         %s (fingerprint %s)\n", i.model_name.c_str(), i.model_fingerprint.c_str());
             std::printf("tokens:        %lld (context %lld)\n", static_cast<long long>(i.n_tokens),
                         static_cast<long long>(i.n_ctx));
-            std::printf("kv:            %s, %llu bytes%s\n", std::string(kv_type_name(i.kv_type)).c_str(),
-                        static_cast<unsigned long long>(i.kv_bytes),
-                        i.kv_type == KvType::q8_0 ? " (quantized: continuation is not bit-exact)" : " (bit-exact)");
+            std::printf(
+                "kv:            %s, %llu bytes%s\n", std::string(kv_type_name(i.kv_type)).c_str(),
+                static_cast<unsigned long long>(i.kv_bytes),
+                i.lossy_kv ? " (quantized from the cache's type: continuation is not bit-exact)" : " (bit-exact)");
             std::printf("numerics:      %s%s\n", i.numerics.c_str(),
                         i.exact_here ? " (this process's: bit-exact here)"
                                      : (" (this process: " + process_numerics() +

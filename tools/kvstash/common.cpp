@@ -85,8 +85,8 @@ void require_valid_utf8(std::string_view text, const std::string& what) {
 
 KvType parse_cache_kv_type(const std::string& name) {
     const std::optional<KvType> type = parse_kv_type(name);
-    if (type == KvType::f16 || type == KvType::f32) return *type;
-    throw Error(ErrorCode::invalid_argument, "unknown KV cache type '" + name + "' (use f16 or f32)");
+    if (type) return *type;
+    throw Error(ErrorCode::invalid_argument, "unknown KV cache type '" + name + "' (use f16, f32 or q8_0)");
 }
 
 std::string join_names(const std::vector<std::string>& names) {

@@ -8,6 +8,7 @@ namespace reference {
 namespace {
 inline float load(const uint8_t* row, int64_t i, TensorType type) {
     if (type == TensorType::F16) return fp16_to_fp32(reinterpret_cast<const uint16_t*>(row)[i]);
+    if (type == TensorType::Q8_0) return q8_0_value(row, i);
     return reinterpret_cast<const float*>(row)[i];
 }
 }  // namespace
