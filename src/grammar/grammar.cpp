@@ -1,0 +1,67 @@
+// The public wrappers of kvstash/grammar.h over the parser and matcher.
+#include "kvstash/grammar.h"
+
+#include <cmath>
+#include <vector>
+
+#include "grammar/gbnf_parse.h"
+#include "grammar/grammar_matcher.h"
+#include "kvstash/tokenizer.h"
+#include "tokenizer/tokenizer_access.h"
+
+namespace kvstash {
+
+Grammar::Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed)
+    : gbnf_(std::move(gbnf)), parsed_(std::move(parsed)) {}
+
+std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf) {
+    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
+    return std::make_shared<const Grammar>(std::string(gbnf), std::move(parsed));
+}
+
+std::shared_ptr<const GrammarVocabulary> GrammarVocabulary::build(const Tokenizer& tokenizer) {
+    const Vocabulary& vocab = tokenizer_vocabulary(tokenizer);
+    const int32_t n = tokenizer.n_vocab();
+    std::vector<std::string> pieces(static_cast<size_t>(n));
+    std::vector<uint8_t> matchable(static_cast<size_t>(n), 1);
+    std::vector<int32_t> end_tokens;
+    for (int32_t id = 0; id < n; ++id) {
+        pieces[static_cast<size_t>(id)] = tokenizer.token_piece(id);
+        if (!vocab.token_types.empty()) {
+            const auto type = static_cast<TokenType>(vocab.token_types[static_cast<size_t>(id)]);
+            // Control tokens (<|im_start|>) stand for no text; unknown and unused ones never should be sampled.
+            if (type == TokenType::control || type == TokenType::unknown || type == TokenType::unused) {
+                matchable[static_cast<size_t>(id)] = 0;
+            }
+        }
+        if (tokenizer.is_eog(id)) end_tokens.push_back(id);
+    }
+    return std::make_shared<const GrammarVocabulary>(
+        std::make_shared<const grammar::TokenTrie>(std::move(pieces), matchable, std::move(end_tokens)));
+}
+
+GrammarVocabulary::GrammarVocabulary(std::shared_ptr<const grammar::TokenTrie> trie) : trie_(std::move(trie)) {}
+
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
+                                     std::shared_ptr<const GrammarVocabulary> vocabulary)
+    : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())) {}
+
+GrammarConstraint::~GrammarConstraint() = default;
+GrammarConstraint::GrammarConstraint(GrammarConstraint&&) noexcept = default;
+GrammarConstraint& GrammarConstraint::operator=(GrammarConstraint&&) noexcept = default;
+
+void GrammarConstraint::mask(std::span<float> logits) {
+    const std::vector<uint64_t>& allowed = matcher_->allowed_tokens();
+    const size_t n_allowed = allowed.size() * 64;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (i >= n_allowed || !((allowed[i / 64] >> (i % 64)) & 1)) logits[i] = -INFINITY;
+    }
+}
+
+bool GrammarConstraint::allows(int32_t token) { return matcher_->is_allowed(token); }
+void GrammarConstraint::accept(int32_t token) { matcher_->accept_token(token); }
+bool GrammarConstraint::accept_text(std::string_view text) { return matcher_->accept_bytes(text); }
+bool GrammarConstraint::can_end() const { return matcher_->can_end(); }
+bool GrammarConstraint::must_end() const { return matcher_->must_end(); }
+
+}  // namespace kvstash

@@ -1,0 +1,304 @@
+// The stack-set matcher and the trie walk of grammar_matcher.h.
+#include "grammar/grammar_matcher.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kvstash/error.h"
+
+namespace kvstash::grammar {
+
+namespace {
+
+constexpr size_t kMaxNodes = size_t{1} << 22;  // stack nodes kept before the caches are rebuilt
+constexpr size_t kMaxMasks = 512;              // cached token masks (n_vocab / 8 bytes each)
+
+bool ends_alternative(const Element& e) { return e.type == ElementType::end || e.type == ElementType::alt; }
+
+uint64_t key(int32_t a, uint32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | b; }
+
+}  // namespace
+
+TokenTrie::TokenTrie(std::vector<std::string> pieces, const std::vector<uint8_t>& matchable,
+                     std::vector<int32_t> end_tokens)
+    : pieces_(std::move(pieces)),
+      matchable_(matchable),
+      is_end_(pieces_.size(), 0),
+      end_tokens_(std::move(end_tokens)) {
+    matchable_.resize(pieces_.size(), 1);
+    for (const int32_t id : end_tokens_) {
+        if (id >= 0 && static_cast<size_t>(id) < pieces_.size()) is_end_[static_cast<size_t>(id)] = 1;
+    }
+    std::vector<int32_t> order;
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+        if (matchable_[i] && !is_end_[i] && !pieces_[i].empty()) order.push_back(static_cast<int32_t>(i));
+    }
+    std::stable_sort(order.begin(), order.end(), [this](int32_t a, int32_t b) { return pieces_[a] < pieces_[b]; });
+    build(order, 0, order.size(), 0);
+}
+
+int32_t TokenTrie::build(const std::vector<int32_t>& order, size_t lo, size_t hi, size_t depth) {
+    const auto index = static_cast<int32_t>(nodes.size());
+    nodes.emplace_back();
+    nodes[index].first_token = static_cast<int32_t>(tokens.size());
+    while (lo < hi && pieces_[order[lo]].size() == depth) tokens.push_back(order[lo++]);
+    nodes[index].n_tokens = static_cast<int32_t>(tokens.size()) - nodes[index].first_token;
+    // Children: runs of equal byte at `depth` (the range is sorted).
+    std::vector<size_t> run_starts;
+    for (size_t i = lo; i < hi; ++i) {
+        if (i == lo || pieces_[order[i]][depth] != pieces_[order[i - 1]][depth]) run_starts.push_back(i);
+    }
+    const auto first_child = static_cast<int32_t>(child_byte.size());
+    nodes[index].first_child = first_child;
+    nodes[index].n_children = static_cast<int32_t>(run_starts.size());
+    child_byte.resize(child_byte.size() + run_starts.size());
+    child_node.resize(child_node.size() + run_starts.size());
+    for (size_t r = 0; r < run_starts.size(); ++r) {
+        const size_t end = r + 1 < run_starts.size() ? run_starts[r + 1] : hi;
+        child_byte[first_child + r] = static_cast<uint8_t>(pieces_[order[run_starts[r]]][depth]);
+        const int32_t child = build(order, run_starts[r], end, depth + 1);
+        child_node[first_child + r] = child;
+    }
+    return index;
+}
+
+size_t GrammarMatcher::VectorHash::operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (const int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const ParsedGrammar> grammar, std::shared_ptr<const TokenTrie> trie)
+    : grammar_(std::move(grammar)), trie_(std::move(trie)) {
+    std::vector<int32_t> none;
+    intern_set(none);  // id 0: dead
+    std::vector<int32_t> start;
+    const auto& elements = grammar_->elements;
+    for (int32_t pos = grammar_->rule_start[grammar_->root];; ++pos) {
+        // pos: start of an alternative of root
+        if (ends_alternative(elements[pos])) {
+            start.push_back(-1);
+        } else {
+            expand(intern_node(pos, -1), start);
+            while (!ends_alternative(elements[pos])) ++pos;
+        }
+        if (elements[pos].type == ElementType::end) break;
+    }
+    state_.set = intern_set(start);
+}
+
+int32_t GrammarMatcher::intern_node(int32_t pos, int32_t parent) {
+    const uint64_t k = key(pos, static_cast<uint32_t>(parent));
+    const auto [it, inserted] = node_ids_.emplace(k, static_cast<int32_t>(nodes_.size()));
+    if (inserted) nodes_.push_back({pos, parent});
+    return it->second;
+}
+
+int32_t GrammarMatcher::intern_set(std::vector<int32_t>& stacks) {
+    std::sort(stacks.begin(), stacks.end());
+    stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+    const auto [it, inserted] = set_ids_.emplace(stacks, static_cast<int32_t>(sets_.size()));
+    if (inserted) sets_.push_back(stacks);
+    return it->second;
+}
+
+// Adds to `out` the stacks `stack` stands for once every rule reference on top is replaced by the
+// alternatives of its rule (recursively): stacks whose top is a character class, or -1 (empty).
+void GrammarMatcher::expand(int32_t stack, std::vector<int32_t>& out) {
+    if (stack < 0) {
+        out.push_back(-1);
+        return;
+    }
+    const auto [pos, parent] = nodes_[static_cast<size_t>(stack)];
+    const auto& elements = grammar_->elements;
+    if (elements[pos].type != ElementType::rule_ref) {
+        out.push_back(stack);
+        return;
+    }
+    const int32_t rest = ends_alternative(elements[pos + 1]) ? parent : intern_node(pos + 1, parent);
+    for (int32_t alt = grammar_->rule_start[elements[pos].value];; ++alt) {
+        if (ends_alternative(elements[alt])) {
+            expand(rest, out);
+        } else {
+            expand(intern_node(alt, rest), out);
+            while (!ends_alternative(elements[alt])) ++alt;
+        }
+        if (elements[alt].type == ElementType::end) break;
+    }
+}
+
+int32_t GrammarMatcher::transition(int32_t set, uint32_t code_point) {
+    const uint64_t k = key(set, code_point);
+    if (const auto it = transitions_.find(k); it != transitions_.end()) return it->second;
+    const auto& elements = grammar_->elements;
+    std::vector<int32_t> out;
+    const std::vector<int32_t> stacks = sets_[static_cast<size_t>(set)];
+    for (const int32_t s : stacks) {
+        if (s < 0) continue;
+        const auto [pos, parent] = nodes_[static_cast<size_t>(s)];
+        if (!class_matches(elements, pos, code_point)) continue;
+        const int32_t after = class_end(elements, pos);
+        expand(ends_alternative(elements[after]) ? parent : intern_node(after, parent), out);
+    }
+    const int32_t result = intern_set(out);
+    transitions_.emplace(k, result);
+    return result;
+}
+
+bool GrammarMatcher::partial_possible(int32_t set, uint32_t partial, uint32_t remaining) {
+    const uint64_t k = key(set, (remaining << 24) | partial);
+    if (const auto it = partials_.find(k); it != partials_.end()) return it->second;
+    const uint32_t lo = partial << (6 * remaining);
+    const uint32_t hi = lo | ((1u << (6 * remaining)) - 1);
+    bool possible = false;
+    for (const int32_t s : sets_[static_cast<size_t>(set)]) {
+        if (s >= 0 && class_intersects(grammar_->elements, nodes_[static_cast<size_t>(s)].first, lo, hi)) {
+            possible = true;
+            break;
+        }
+    }
+    partials_.emplace(k, possible);
+    return possible;
+}
+
+bool GrammarMatcher::step(State& state, uint8_t byte) {
+    uint32_t code_point;
+    if (state.remaining > 0) {
+        if ((byte & 0xC0) != 0x80) return false;
+        state.partial = (state.partial << 6) | (byte & 0x3F);
+        if (--state.remaining > 0) return partial_possible(state.set, state.partial, state.remaining);
+        code_point = state.partial;
+        state.partial = 0;
+    } else if (byte < 0x80) {
+        code_point = byte;
+    } else {
+        if (byte >= 0xC0 && byte < 0xE0) {
+            state.partial = byte & 0x1F;
+            state.remaining = 1;
+        } else if (byte >= 0xE0 && byte < 0xF0) {
+            state.partial = byte & 0x0F;
+            state.remaining = 2;
+        } else if (byte >= 0xF0 && byte < 0xF8) {
+            state.partial = byte & 0x07;
+            state.remaining = 3;
+        } else {
+            return false;  // a continuation byte or 0xF8.. cannot start a character
+        }
+        return partial_possible(state.set, state.partial, state.remaining);
+    }
+    state.set = transition(state.set, code_point);
+    return state.set != 0;
+}
+
+void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mask) {
+    const TokenTrie& trie = *trie_;
+    mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
+    auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
+    if (start.remaining == 0 && can_end()) {
+        for (const int32_t id : trie.end_tokens()) {
+            if (id >= 0 && id < trie.n_vocab()) allow(id);
+        }
+    }
+    struct Frame {
+        int32_t node;
+        State state;
+    };
+    std::vector<Frame> todo{{0, start}};
+    while (!todo.empty()) {
+        const Frame frame = todo.back();
+        todo.pop_back();
+        const TokenTrie::Node& node = trie.nodes[static_cast<size_t>(frame.node)];
+        for (int32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
+            State next = frame.state;
+            if (!step(next, trie.child_byte[static_cast<size_t>(c)])) continue;
+            const int32_t child = trie.child_node[static_cast<size_t>(c)];
+            const TokenTrie::Node& cn = trie.nodes[static_cast<size_t>(child)];
+            for (int32_t t = cn.first_token; t < cn.first_token + cn.n_tokens; ++t)
+                allow(trie.tokens[static_cast<size_t>(t)]);
+            if (cn.n_children > 0) todo.push_back({child, next});
+        }
+    }
+}
+
+const std::vector<uint64_t>& GrammarMatcher::allowed_tokens() {
+    compact_if_large();
+    const uint64_t k = key(state_.set, (state_.remaining << 24) | state_.partial);
+    if (const auto it = masks_.find(k); it != masks_.end()) return it->second;
+    if (masks_.size() >= kMaxMasks) masks_.clear();
+    compute_mask(state_, mask_);
+    return masks_.emplace(k, mask_).first->second;
+}
+
+bool GrammarMatcher::is_allowed(int32_t token) {
+    if (token < 0 || token >= trie_->n_vocab()) return false;
+    const auto& mask = allowed_tokens();
+    return (mask[static_cast<size_t>(token) / 64] >> (token % 64)) & 1;
+}
+
+void GrammarMatcher::accept_token(int32_t token) {
+    if (!is_allowed(token)) {
+        throw Error(ErrorCode::invalid_argument,
+                    "token " + std::to_string(token) + " is not allowed by the grammar here");
+    }
+    if (trie_->is_end_token(token)) {
+        std::vector<int32_t> ended{-1};
+        state_ = State{intern_set(ended), 0, 0};
+        return;
+    }
+    if (!accept_bytes(trie_->piece(token))) {
+        throw Error(ErrorCode::internal, "grammar: token " + std::to_string(token) + " was allowed but rejected");
+    }
+}
+
+bool GrammarMatcher::accept_bytes(std::string_view bytes) {
+    State next = state_;
+    for (const char b : bytes) {
+        if (!step(next, static_cast<uint8_t>(b))) return false;
+    }
+    state_ = next;
+    return true;
+}
+
+bool GrammarMatcher::can_end() const {
+    const auto& stacks = sets_[static_cast<size_t>(state_.set)];
+    return state_.remaining == 0 && !stacks.empty() && stacks.front() == -1;
+}
+
+bool GrammarMatcher::must_end() const { return can_end() && sets_[static_cast<size_t>(state_.set)].size() == 1; }
+
+bool GrammarMatcher::is_dead() const { return state_.set == 0; }
+
+// Every cache refers to node ids; when the node table has grown large (a long, deeply nested
+// generation), rebuild it from the current stacks alone.
+void GrammarMatcher::compact_if_large() {
+    if (nodes_.size() < kMaxNodes) return;
+    std::vector<std::vector<int32_t>> paths;  // each current stack as positions, bottom first
+    for (const int32_t s : sets_[static_cast<size_t>(state_.set)]) {
+        std::vector<int32_t> path;
+        for (int32_t n = s; n >= 0; n = nodes_[static_cast<size_t>(n)].second)
+            path.push_back(nodes_[static_cast<size_t>(n)].first);
+        std::reverse(path.begin(), path.end());
+        paths.push_back(std::move(path));
+    }
+    const bool had_empty =
+        !sets_[static_cast<size_t>(state_.set)].empty() && sets_[static_cast<size_t>(state_.set)].front() == -1;
+    nodes_.clear();
+    node_ids_.clear();
+    sets_.clear();
+    set_ids_.clear();
+    transitions_.clear();
+    partials_.clear();
+    masks_.clear();
+    std::vector<int32_t> none;
+    intern_set(none);
+    std::vector<int32_t> stacks;
+    for (const auto& path : paths) {
+        int32_t s = -1;
+        for (const int32_t pos : path) s = intern_node(pos, s);
+        if (!path.empty()) stacks.push_back(s);
+    }
+    if (had_empty) stacks.push_back(-1);
+    state_.set = intern_set(stacks);
+}
+
+}  // namespace kvstash::grammar
