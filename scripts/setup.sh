@@ -59,6 +59,13 @@ if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import openai" 2>/dev/n
   "$VENV/bin/pip" install -q openai ||
     echo "setup.sh: warning: could not install openai (offline?); the server's openai e2e test fails until it is installed" >&2
 fi
+# jsonschema: the constrained-output e2e test (tests/e2e/constrained_output_test.cpp) validates what the
+# model wrote under a JSON Schema with it, an implementation independent of kvstash's.
+if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import jsonschema" 2>/dev/null; then
+  say "installing the jsonschema package into $VENV"
+  "$VENV/bin/pip" install -q jsonschema ||
+    echo "setup.sh: warning: could not install jsonschema (offline?); the constrained-output e2e test fails until it is installed" >&2
+fi
 
 # 3. Build.
 BUILD_DIR="${KVSTASH_BUILD_DIR:-$ROOT/build}"

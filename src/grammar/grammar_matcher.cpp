@@ -145,17 +145,31 @@ int32_t GrammarMatcher::transition(int32_t set, uint32_t code_point) {
     return result;
 }
 
-bool GrammarMatcher::partial_possible(int32_t set, uint32_t partial, uint32_t remaining) {
-    const uint64_t k = key(set, (remaining << 24) | partial);
+uint64_t GrammarMatcher::state_key(const State& state) {
+    return key(state.set, (state.length << 28) | (state.remaining << 24) | state.partial);
+}
+
+// Whether some code point that starts with the unfinished character's bits, encoded in its length
+// without an overlong form, at most U+10FFFF and not a surrogate, can match some stack's top.
+bool GrammarMatcher::partial_possible(int32_t set, const State& state) {
+    const uint64_t k = state_key(State{set, state.partial, state.remaining, state.length});
     if (const auto it = partials_.find(k); it != partials_.end()) return it->second;
-    const uint32_t lo = partial << (6 * remaining);
-    const uint32_t hi = lo | ((1u << (6 * remaining)) - 1);
+    static constexpr uint32_t kMinByLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+    uint32_t lo = state.partial << (6 * state.remaining);
+    const uint32_t hi = std::min<uint32_t>(lo | ((1u << (6 * state.remaining)) - 1), 0x10FFFF);
+    lo = std::max(lo, kMinByLength[state.length]);
     bool possible = false;
+    // Surrogates (U+D800..U+DFFF) split the range in two.
+    const std::pair<uint32_t, uint32_t> ranges[2] = {{lo, std::min<uint32_t>(hi, 0xD7FF)},
+                                                     {std::max<uint32_t>(lo, 0xE000), hi}};
     for (const int32_t s : sets_[static_cast<size_t>(set)]) {
-        if (s >= 0 && class_intersects(grammar_->elements, nodes_[static_cast<size_t>(s)].first, lo, hi)) {
-            possible = true;
-            break;
+        if (s < 0) continue;
+        for (const auto& [a, b] : ranges) {
+            if (a <= b && class_intersects(grammar_->elements, nodes_[static_cast<size_t>(s)].first, a, b)) {
+                possible = true;
+            }
         }
+        if (possible) break;
     }
     partials_.emplace(k, possible);
     return possible;
@@ -166,9 +180,15 @@ bool GrammarMatcher::step(State& state, uint8_t byte) {
     if (state.remaining > 0) {
         if ((byte & 0xC0) != 0x80) return false;
         state.partial = (state.partial << 6) | (byte & 0x3F);
-        if (--state.remaining > 0) return partial_possible(state.set, state.partial, state.remaining);
+        if (--state.remaining > 0) return partial_possible(state.set, state);
         code_point = state.partial;
         state.partial = 0;
+        // Overlong forms, surrogates and values past U+10FFFF match nothing.
+        static constexpr uint32_t kMinByLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+        const bool valid = code_point >= kMinByLength[state.length] && code_point <= 0x10FFFF &&
+                           !(code_point >= 0xD800 && code_point <= 0xDFFF);
+        state.length = 0;
+        if (!valid) return false;
     } else if (byte < 0x80) {
         code_point = byte;
     } else {
@@ -184,7 +204,8 @@ bool GrammarMatcher::step(State& state, uint8_t byte) {
         } else {
             return false;  // a continuation byte or 0xF8.. cannot start a character
         }
-        return partial_possible(state.set, state.partial, state.remaining);
+        state.length = state.remaining + 1;
+        return partial_possible(state.set, state);
     }
     state.set = transition(state.set, code_point);
     return state.set != 0;
@@ -222,7 +243,7 @@ void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mas
 
 const std::vector<uint64_t>& GrammarMatcher::allowed_tokens() {
     compact_if_large();
-    const uint64_t k = key(state_.set, (state_.remaining << 24) | state_.partial);
+    const uint64_t k = state_key(state_);
     if (const auto it = masks_.find(k); it != masks_.end()) return it->second;
     if (masks_.size() >= kMaxMasks) masks_.clear();
     compute_mask(state_, mask_);
@@ -242,7 +263,7 @@ void GrammarMatcher::accept_token(int32_t token) {
     }
     if (trie_->is_end_token(token)) {
         std::vector<int32_t> ended{-1};
-        state_ = State{intern_set(ended), 0, 0};
+        state_ = State{intern_set(ended), 0, 0, 0};
         return;
     }
     if (!accept_bytes(trie_->piece(token))) {

@@ -77,14 +77,17 @@ private:
         int32_t set = 0;         // interned stack set
         uint32_t partial = 0;    // bits of an unfinished UTF-8 character
         uint32_t remaining = 0;  // its bytes still to come (0: none pending)
+        uint32_t length = 0;     // its length in bytes (2-4; 0: none pending)
     };
+    // A key for the caches: the set and the unfinished character.
+    static uint64_t state_key(const State& state);
     // Steps `state` over one byte; false when rejected.
     bool step(State& state, uint8_t byte);
     int32_t intern_node(int32_t pos, int32_t parent);
     int32_t intern_set(std::vector<int32_t>& stacks);  // sorts and deduplicates
     void expand(int32_t stack, std::vector<int32_t>& out);
     int32_t transition(int32_t set, uint32_t code_point);
-    bool partial_possible(int32_t set, uint32_t partial, uint32_t remaining);
+    bool partial_possible(int32_t set, const State& state);
     void compute_mask(const State& state, std::vector<uint64_t>& mask);
     void compact_if_large();
 

@@ -94,7 +94,12 @@ TEST(GrammarMatcher, SmallGrammars) {
     EXPECT_FALSE(accepts("root ::= [^a] .", "ab"));
     EXPECT_TRUE(accepts("root ::= \"é\" [一-龥]", "é中"));
     EXPECT_FALSE(accepts("root ::= \"é\" [一-龥]", "éa"));
-    EXPECT_FALSE(accepts("root ::= .", "\xff"));  // not UTF-8
+    EXPECT_FALSE(accepts("root ::= .", "\xff"));                 // not UTF-8
+    EXPECT_FALSE(accepts("root ::= \"a\"", "\xc1\xa1"));         // overlong 'a'
+    EXPECT_FALSE(accepts("root ::= \"a\"", "\xe0\x81\xa1"));     // overlong 'a'
+    EXPECT_FALSE(accepts("root ::= [^a]", "\xed\xa0\x80"));      // a surrogate
+    EXPECT_FALSE(accepts("root ::= [^a]", "\xf4\x90\x80\x80"));  // past U+10FFFF
+    EXPECT_TRUE(accepts("root ::= [^a]", "\xf4\x8f\xbf\xbf"));   // U+10FFFF
     EXPECT_TRUE(accepts("root ::= (\"a\" | \"b\" root)", "bbba"));
     EXPECT_TRUE(accepts("root ::= \"\" | \"a\"", ""));
 }
@@ -172,6 +177,16 @@ TEST(GrammarMatcher, MaskEqualsBruteForce) {
         check_mask_by_brute_force(test_grammars::kJson, extra, seed);
         check_mask_by_brute_force(test_grammars::kList, extra, seed);
     }
+}
+
+TEST(GrammarMatcher, NoTokenStartsAnOverlongForm) {
+    // 0xC1 0xA1 would be an overlong 'a'; 0xE0 0x81 0xA1 too: neither lead byte may start "a".
+    GrammarMatcher m(std::make_shared<ParsedGrammar>(parse_gbnf("root ::= \"a\" | \"é\"")), byte_trie());
+    EXPECT_TRUE(m.is_allowed('a'));
+    EXPECT_TRUE(m.is_allowed(0xC3));
+    EXPECT_FALSE(m.is_allowed(0xC1));
+    EXPECT_FALSE(m.is_allowed(0xE0));
+    EXPECT_FALSE(m.is_allowed(0xF0));
 }
 
 TEST(GrammarMatcher, EndTokenOnlyWhenComplete) {
