@@ -37,8 +37,14 @@ const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& p
          {"\"{\" space ( string \":\" space value (\",\" space string \":\" space value)* )? \"}\" space",
           {"string", "space", "value"}}},
         {"array", {"\"[\" space ( value (\",\" space value)* )? \"]\" space", {"value", "space"}}},
+        // A calendar date: years 0001-9999; February has 28 days (the 29th, valid only in leap years, is
+        // never generated: stricter than the format, so output always validates).
         {"date",
-         {"[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [1-2] [0-9] | \"3\" [0-1] )", {}}},
+         {"date-year \"-\" ( (\"0\" [13578] | \"1\" [02]) \"-\" (date-day | \"29\" | \"30\" | \"31\") | "
+          "(\"0\" [469] | \"11\") \"-\" (date-day | \"29\" | \"30\") | \"02\" \"-\" date-day )",
+          {"date-year", "date-day"}}},
+        {"date-year", {"[1-9] [0-9]{3} | \"0\" [1-9] [0-9]{2} | \"00\" [1-9] [0-9] | \"000\" [1-9]", {}}},
+        {"date-day", {"\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]", {}}},
         {"time",
          {"([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? ( \"Z\" | [+-] ([01] "
           "[0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] )",
@@ -318,7 +324,7 @@ std::string json_schema_to_gbnf(std::string_view schema_json) {
 std::string json_object_gbnf() {
     std::string out = "root ::= object\n";
     for (const auto& [name, rule] : primitives()) {
-        if (name == "date" || name == "time" || name == "uuid") continue;
+        if (name.starts_with("date") || name == "time" || name == "uuid") continue;
         out += name + " ::= " + rule.first + "\n";
     }
     return out;

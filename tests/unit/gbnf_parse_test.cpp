@@ -71,7 +71,8 @@ TEST(GbnfParse, MultiLineRulesAndGroups) {
 }
 
 TEST(GbnfParse, ErrorsNameLineAndColumn) {
-    EXPECT_NE(error_of("root ::= \"a\"\nfoo ::= [ab\n").find("line 2, column 12: unterminated character class"), std::string::npos);
+    EXPECT_NE(error_of("root ::= \"a\"\nfoo ::= [ab\n").find("line 2, column 12: unterminated character class"),
+              std::string::npos);
     EXPECT_NE(error_of("root ::= \"abc").find("line 1, column 14: unterminated string"), std::string::npos);
     EXPECT_NE(error_of("root := \"a\"").find("line 1, column 6: expected '::='"), std::string::npos);
     EXPECT_NE(error_of("root ::= \"a\" )").find("line 1, column 14: unexpected ')'"), std::string::npos);

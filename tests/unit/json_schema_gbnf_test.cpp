@@ -92,8 +92,12 @@ TEST(JsonSchemaGbnf, ArraysEnumsConstsRefs) {
 }
 
 TEST(JsonSchemaGbnf, StringFormatsAndLengths) {
-    EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"date"})", "\"2024-02-29\""));
+    EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"date"})", "\"2024-02-28\""));
     EXPECT_FALSE(schema_accepts(R"({"type":"string","format":"date"})", "\"2024-13-01\""));
+    EXPECT_FALSE(schema_accepts(R"({"type":"string","format":"date"})", "\"0000-01-01\""));  // no year 0
+    EXPECT_FALSE(schema_accepts(R"({"type":"string","format":"date"})", "\"2023-04-31\""));
+    EXPECT_FALSE(schema_accepts(R"({"type":"string","format":"date"})", "\"2023-02-29\""));  // never the 29th
+    EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"date"})", "\"2023-12-31\""));
     EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"uuid"})", "\"123e4567-e89b-12d3-a456-426614174000\""));
     EXPECT_FALSE(schema_accepts(R"({"type":"string","format":"uuid"})", "\"123e4567\""));
     EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"date-time"})", "\"2024-01-02T03:04:05Z\""));
