@@ -128,8 +128,28 @@ void GrammarMatcher::expand(int32_t stack, std::vector<int32_t>& out) {
 }
 
 int32_t GrammarMatcher::transition(int32_t set, uint32_t code_point) {
+    if (code_point < 128) {
+        if (ascii_transitions_.size() <= static_cast<size_t>(set)) {
+            std::array<int32_t, 128> unknown;
+            unknown.fill(-1);
+            ascii_transitions_.resize(sets_.size(), unknown);
+        }
+        int32_t& cached = ascii_transitions_[static_cast<size_t>(set)][code_point];
+        if (cached < 0) {
+            const int32_t next = compute_transition(set, code_point);
+            ascii_transitions_[static_cast<size_t>(set)][code_point] = next;  // (the vector may have grown)
+            return next;
+        }
+        return cached;
+    }
     const uint64_t k = key(set, code_point);
     if (const auto it = transitions_.find(k); it != transitions_.end()) return it->second;
+    const int32_t result = compute_transition(set, code_point);
+    transitions_.emplace(k, result);
+    return result;
+}
+
+int32_t GrammarMatcher::compute_transition(int32_t set, uint32_t code_point) {
     const auto& elements = grammar_->elements;
     std::vector<int32_t> out;
     const std::vector<int32_t> stacks = sets_[static_cast<size_t>(set)];
@@ -140,9 +160,7 @@ int32_t GrammarMatcher::transition(int32_t set, uint32_t code_point) {
         const int32_t after = class_end(elements, pos);
         expand(ends_alternative(elements[after]) ? parent : intern_node(after, parent), out);
     }
-    const int32_t result = intern_set(out);
-    transitions_.emplace(k, result);
-    return result;
+    return intern_set(out);
 }
 
 uint64_t GrammarMatcher::state_key(const State& state) {
@@ -308,6 +326,7 @@ void GrammarMatcher::compact_if_large() {
     sets_.clear();
     set_ids_.clear();
     transitions_.clear();
+    ascii_transitions_.clear();
     partials_.clear();
     masks_.clear();
     std::vector<int32_t> none;

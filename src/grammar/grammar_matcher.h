@@ -14,6 +14,7 @@
 // skipped as soon as its prefix is rejected.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -86,7 +87,8 @@ private:
     int32_t intern_node(int32_t pos, int32_t parent);
     int32_t intern_set(std::vector<int32_t>& stacks);  // sorts and deduplicates
     void expand(int32_t stack, std::vector<int32_t>& out);
-    int32_t transition(int32_t set, uint32_t code_point);
+    int32_t transition(int32_t set, uint32_t code_point);  // cached
+    int32_t compute_transition(int32_t set, uint32_t code_point);
     bool partial_possible(int32_t set, const State& state);
     void compute_mask(const State& state, std::vector<uint64_t>& mask);
     void compact_if_large();
@@ -103,6 +105,9 @@ private:
     std::vector<std::vector<int32_t>> sets_;  // sets_[0]: the empty (dead) set; -1 in a set: the empty stack
     std::unordered_map<std::vector<int32_t>, int32_t, VectorHash> set_ids_;
     std::unordered_map<uint64_t, int32_t> transitions_;
+    // transitions_ for ASCII code points as a table per set (-1: not computed yet): the trie walk's
+    // hot path, an array index instead of a hash lookup.
+    std::vector<std::array<int32_t, 128>> ascii_transitions_;
     std::unordered_map<uint64_t, bool> partials_;
     std::unordered_map<uint64_t, std::vector<uint64_t>> masks_;
     std::vector<uint64_t> mask_;
