@@ -249,7 +249,16 @@ void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mas
         const TokenTrie::Node& node = trie.nodes[static_cast<size_t>(frame.node)];
         for (int32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
             State next = frame.state;
-            if (!step(next, trie.child_byte[static_cast<size_t>(c)])) continue;
+            const uint8_t byte = trie.child_byte[static_cast<size_t>(c)];
+            if (next.remaining == 0 && byte < 0x80) {
+                // The hot path, step() inlined: an ASCII character from a set whose table row is filled.
+                const auto set = static_cast<size_t>(next.set);
+                const int32_t cached = set < ascii_transitions_.size() ? ascii_transitions_[set][byte] : -1;
+                next.set = cached >= 0 ? cached : transition(next.set, byte);
+                if (next.set == 0) continue;
+            } else if (!step(next, byte)) {
+                continue;
+            }
             const int32_t child = trie.child_node[static_cast<size_t>(c)];
             const TokenTrie::Node& cn = trie.nodes[static_cast<size_t>(child)];
             for (int32_t t = cn.first_token; t < cn.first_token + cn.n_tokens; ++t)

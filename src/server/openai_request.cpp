@@ -84,8 +84,20 @@ void reject_unsupported(const json& body) {
     if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
         throw bad_request("'best_of' is not supported (use n)", "best_of", "unsupported");
     }
-    if (const json* v = field(body, "tools"); v && !v->empty())
-        throw bad_request("'tools' are not supported", "tools", "unsupported");
+    if (const json* v = field(body, "tools"); v && !v->empty()) {
+        throw bad_request("'tools' are not supported yet (for JSON output use response_format json_schema)", "tools",
+                          "unsupported");
+    }
+    // The older spelling of tools, and a tool_choice that would force a tool call.
+    for (const char* name : {"functions", "function_call"}) {
+        if (const json* v = field(body, name); v && !v->empty()) {
+            throw bad_request(std::string("'") + name + "' is not supported", name, "unsupported");
+        }
+    }
+    if (const json* v = field(body, "tool_choice"); v && !(v->is_string() && (*v == "none" || *v == "auto"))) {
+        throw bad_request("'tool_choice' other than \"none\" or \"auto\" is not supported (no tools)", "tool_choice",
+                          "unsupported");
+    }
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string");
 }
 
