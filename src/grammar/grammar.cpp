@@ -1,4 +1,5 @@
-// The public wrappers of kvstash/grammar.h over the parser and matcher.
+// The public wrappers of kvstash/grammar.h over the parser and matcher (GrammarVocabulary::build, which
+// needs the tokenizer, is in grammar_vocabulary.cpp: this file links without it, e.g. in fuzz_request).
 #include "kvstash/grammar.h"
 
 #include <cmath>
@@ -6,8 +7,6 @@
 
 #include "grammar/gbnf_parse.h"
 #include "grammar/grammar_matcher.h"
-#include "kvstash/tokenizer.h"
-#include "tokenizer/tokenizer_access.h"
 
 namespace kvstash {
 
@@ -17,27 +16,6 @@ Grammar::Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar>
 std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf) {
     auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
     return std::make_shared<const Grammar>(std::string(gbnf), std::move(parsed));
-}
-
-std::shared_ptr<const GrammarVocabulary> GrammarVocabulary::build(const Tokenizer& tokenizer) {
-    const Vocabulary& vocab = tokenizer_vocabulary(tokenizer);
-    const int32_t n = tokenizer.n_vocab();
-    std::vector<std::string> pieces(static_cast<size_t>(n));
-    std::vector<uint8_t> matchable(static_cast<size_t>(n), 1);
-    std::vector<int32_t> end_tokens;
-    for (int32_t id = 0; id < n; ++id) {
-        pieces[static_cast<size_t>(id)] = tokenizer.token_piece(id);
-        if (!vocab.token_types.empty()) {
-            const auto type = static_cast<TokenType>(vocab.token_types[static_cast<size_t>(id)]);
-            // Control tokens (<|im_start|>) stand for no text; unknown and unused ones never should be sampled.
-            if (type == TokenType::control || type == TokenType::unknown || type == TokenType::unused) {
-                matchable[static_cast<size_t>(id)] = 0;
-            }
-        }
-        if (tokenizer.is_eog(id)) end_tokens.push_back(id);
-    }
-    return std::make_shared<const GrammarVocabulary>(
-        std::make_shared<const grammar::TokenTrie>(std::move(pieces), matchable, std::move(end_tokens)));
 }
 
 GrammarVocabulary::GrammarVocabulary(std::shared_ptr<const grammar::TokenTrie> trie) : trie_(std::move(trie)) {}
