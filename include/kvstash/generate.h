@@ -42,7 +42,8 @@ struct GenerateOptions {
     // Constrained output (grammar.h): before each step the tokens the grammar does not allow get
     // -INFINITY in a copy of the logits, which the sampler then sees (on_sample still gets the model's
     // logits); each sampled token advances the constraint; generation stops (end_of_generation) when
-    // the grammar is complete and nothing may follow. Empty: the logits go to the sampler untouched.
+    // the grammar is complete and nothing may follow; throws Error(invalid_argument) when the grammar
+    // allows no token of the vocabulary. Empty: the logits go to the sampler untouched.
     std::shared_ptr<GrammarConstraint> constraint;
 };
 

@@ -73,8 +73,9 @@ public:
     GrammarConstraint& operator=(GrammarConstraint&&) noexcept;
 
     // Sets logits[i] to -INFINITY for every token i that may not come next (ids past the vocabulary
-    // included). The mask of a state seen before is cached.
-    void mask(std::span<float> logits);
+    // included). The mask of a state seen before is cached. Returns false when no token at all may come
+    // next (the grammar needs a character no token of this vocabulary can spell here).
+    bool mask(std::span<float> logits);
     bool allows(int32_t token);
     // Moves past a token. Throws Error(invalid_argument) when it may not come next.
     void accept(int32_t token);

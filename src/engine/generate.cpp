@@ -72,7 +72,12 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
                         break;
                     }
                     masked.assign(logits.begin(), logits.end());
-                    options.constraint->mask(masked);
+                    if (!options.constraint->mask(masked)) {
+                        throw Error(ErrorCode::invalid_argument,
+                                    "the grammar allows no token of this model's vocabulary after the " +
+                                        std::to_string(result.tokens.size()) +
+                                        " tokens generated (it needs a character no token can spell here)");
+                    }
                     logits = masked;
                 }
                 const int32_t token = sampler.sample(logits, state.tokens());

@@ -28,12 +28,18 @@ GrammarConstraint::~GrammarConstraint() = default;
 GrammarConstraint::GrammarConstraint(GrammarConstraint&&) noexcept = default;
 GrammarConstraint& GrammarConstraint::operator=(GrammarConstraint&&) noexcept = default;
 
-void GrammarConstraint::mask(std::span<float> logits) {
+bool GrammarConstraint::mask(std::span<float> logits) {
     const std::vector<uint64_t>& allowed = matcher_->allowed_tokens();
     const size_t n_allowed = allowed.size() * 64;
+    bool any = false;
     for (size_t i = 0; i < logits.size(); ++i) {
-        if (i >= n_allowed || !((allowed[i / 64] >> (i % 64)) & 1)) logits[i] = -INFINITY;
+        if (i >= n_allowed || !((allowed[i / 64] >> (i % 64)) & 1)) {
+            logits[i] = -INFINITY;
+        } else {
+            any = true;
+        }
     }
+    return any;
 }
 
 bool GrammarConstraint::allows(int32_t token) { return matcher_->is_allowed(token); }

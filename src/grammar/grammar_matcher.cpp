@@ -10,7 +10,10 @@ namespace kvstash::grammar {
 
 namespace {
 
-constexpr size_t kMaxNodes = size_t{1} << 22;  // stack nodes kept before the caches are rebuilt
+// Past these sizes the caches are dropped and rebuilt from the current stacks (memory per matcher stays
+// below ~50 MB: a set costs its stacks plus a 512-byte ASCII transition row).
+constexpr size_t kMaxNodes = size_t{1} << 20;  // stack nodes
+constexpr size_t kMaxSets = size_t{1} << 16;   // interned stack sets
 constexpr size_t kMaxMasks = 512;              // cached token masks (n_vocab / 8 bytes each)
 
 bool ends_alternative(const Element& e) { return e.type == ElementType::end || e.type == ElementType::alt; }
@@ -69,7 +72,7 @@ size_t GrammarMatcher::VectorHash::operator()(const std::vector<int32_t>& v) con
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const ParsedGrammar> grammar, std::shared_ptr<const TokenTrie> trie)
-    : grammar_(std::move(grammar)), trie_(std::move(trie)) {
+    : grammar_(std::move(grammar)), trie_(std::move(trie)), max_nodes_(kMaxNodes), max_sets_(kMaxSets) {
     std::vector<int32_t> none;
     intern_set(none);  // id 0: dead
     std::vector<int32_t> start;
@@ -316,10 +319,15 @@ bool GrammarMatcher::must_end() const { return can_end() && sets_[static_cast<si
 
 bool GrammarMatcher::is_dead() const { return state_.set == 0; }
 
+void GrammarMatcher::set_cache_limits(size_t max_nodes, size_t max_sets) {
+    max_nodes_ = max_nodes;
+    max_sets_ = max_sets;
+}
+
 // Every cache refers to node ids; when the node table has grown large (a long, deeply nested
 // generation), rebuild it from the current stacks alone.
 void GrammarMatcher::compact_if_large() {
-    if (nodes_.size() < kMaxNodes) return;
+    if (nodes_.size() < max_nodes_ && sets_.size() < max_sets_ && transitions_.size() < max_nodes_) return;
     std::vector<std::vector<int32_t>> paths;  // each current stack as positions, bottom first
     for (const int32_t s : sets_[static_cast<size_t>(state_.set)]) {
         std::vector<int32_t> path;

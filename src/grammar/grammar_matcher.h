@@ -72,6 +72,9 @@ public:
     bool can_end() const;   // the whole input so far is a sentence of the grammar
     bool must_end() const;  // and nothing can follow it
     bool is_dead() const;   // no stack left (never after accept_* succeeded)
+    // Past these many stack nodes / stack sets the caches are dropped and rebuilt from the current stacks
+    // (defaults bound a matcher's memory; tests set small ones to exercise the rebuild).
+    void set_cache_limits(size_t max_nodes, size_t max_sets);
 
 private:
     struct State {
@@ -100,6 +103,7 @@ private:
     std::shared_ptr<const ParsedGrammar> grammar_;
     std::shared_ptr<const TokenTrie> trie_;
     State state_;
+    size_t max_nodes_, max_sets_;
     std::vector<std::pair<int32_t, int32_t>> nodes_;  // (grammar position, parent node or -1)
     std::unordered_map<uint64_t, int32_t> node_ids_;
     std::vector<std::vector<int32_t>> sets_;  // sets_[0]: the empty (dead) set; -1 in a set: the empty stack

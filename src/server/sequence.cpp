@@ -63,7 +63,12 @@ void sample_step(Sequence& seq) {
             return;
         }
         seq.masked_logits.assign(logits.begin(), logits.end());
-        seq.constraint->mask(seq.masked_logits);
+        // No token can continue the grammar (it needs a character this vocabulary cannot spell): the
+        // choice ends with what it has.
+        if (!seq.constraint->mask(seq.masked_logits)) {
+            finish(seq, "stop", seq.stream->take_rest());
+            return;
+        }
         logits = seq.masked_logits;
     }
     const int32_t token = seq.sampler->sample(logits, seq.state.tokens());

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar_matcher.h"
+#include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/grammar.h"
@@ -106,6 +108,35 @@ TEST(ConstrainedGenerate, StopsWhenTheGrammarIsComplete) {
     const GenerateResult r = run(Grammar::from_gbnf("root ::= \"ok\""), 1, 50);
     EXPECT_EQ(r.text, "ok");
     EXPECT_EQ(r.stop, StopReason::end_of_generation);
+}
+
+TEST(ConstrainedGenerate, AGrammarNoTokenCanFollowIsAnError) {
+    // A vocabulary in which only "a" is spelled (every other piece empty): the grammar wants "b".
+    auto model = tiny_model();
+    std::vector<std::string> pieces(static_cast<size_t>(model->n_vocab()));
+    const auto a = model->tokenizer().encode("a", AddSpecial::no, ParseSpecial::no);
+    ASSERT_EQ(a.size(), 1u);
+    pieces[static_cast<size_t>(a[0])] = "a";
+    const auto only_a = std::make_shared<const GrammarVocabulary>(
+        std::make_shared<const grammar::TokenTrie>(pieces, std::vector<uint8_t>{}, std::vector<int32_t>{}));
+    GrammarConstraint c(Grammar::from_gbnf("root ::= \"a\" \"b\""), only_a);
+    std::vector<float> logits(pieces.size(), 0.0f);
+    EXPECT_TRUE(c.mask(logits));
+    c.accept(a[0]);
+    EXPECT_FALSE(c.mask(logits));
+
+    Evaluator evaluator(model, 1);
+    State state(*model, StateOptions{});
+    evaluator.eval(state, a);
+    Sampler sampler(hot(1));
+    GenerateOptions options;
+    options.constraint = std::make_shared<GrammarConstraint>(Grammar::from_gbnf("root ::= \"a\" \"b\""), only_a);
+    try {
+        generate(evaluator, state, sampler, options);
+        ADD_FAILURE() << "generate() went on with no allowed token";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("allows no token"), std::string::npos) << e.what();
+    }
 }
 
 TEST(ConstrainedGenerate, UnconstrainedGenerationIsUntouched) {

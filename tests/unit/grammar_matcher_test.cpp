@@ -189,6 +189,23 @@ TEST(GrammarMatcher, NoTokenStartsAnOverlongForm) {
     EXPECT_FALSE(m.is_allowed(0xF0));
 }
 
+TEST(GrammarMatcher, CacheRebuildKeepsTheSameMasks) {
+    // Tiny cache limits: the matcher rebuilds its tables from the current stacks nearly every step; its
+    // masks and verdicts stay those of a matcher that never does.
+    const auto grammar = std::make_shared<ParsedGrammar>(parse_gbnf(test_grammars::kJson));
+    const auto trie = byte_trie({"{\"", "\": ", "[1", ", \"", "\"}", "]}"});
+    GrammarMatcher small(grammar, trie), plain(grammar, trie);
+    small.set_cache_limits(64, 16);
+    const std::string doc = "{\"a\": [1, {\"b\": [[2, \"x\"], null]}, true], \"c\": {\"d\": \"é\"}}";
+    for (const char ch : doc) {
+        ASSERT_EQ(small.allowed_tokens(), plain.allowed_tokens()) << "before '" << ch << "'";
+        ASSERT_TRUE(small.accept_bytes(std::string(1, ch)));
+        ASSERT_TRUE(plain.accept_bytes(std::string(1, ch)));
+    }
+    EXPECT_EQ(small.allowed_tokens(), plain.allowed_tokens());
+    EXPECT_TRUE(small.can_end());
+}
+
 TEST(GrammarMatcher, EndTokenOnlyWhenComplete) {
     GrammarMatcher m(std::make_shared<ParsedGrammar>(parse_gbnf("root ::= \"ab\"")), byte_trie({"ab"}));
     EXPECT_FALSE(m.is_allowed(256));
