@@ -13,8 +13,9 @@
 #   5 model      src/model/         config, weights, the forward pass (writes into KV caches passed in)
 #   6 state      src/state/         State, state files, fingerprints
 #   7 text       src/text/          chat templates
-#   8 engine     src/engine/        evaluator, generation, sampler, sessions, prefix cache
-#   9 frontends  src/server/ tools/ examples/ bench/
+#   8 grammar    src/grammar/       GBNF grammars, JSON Schema -> GBNF, the token-mask matcher
+#   9 engine     src/engine/        evaluator, generation, sampler, sessions, prefix cache
+#  10 frontends  src/server/ tools/ examples/ bench/
 # A public header belongs to the layer that implements it (PUBLIC_LAYER below); tests/ may include
 # anything. Every include is resolved as the compiler does for each target: "x" in the including file's
 # directory first, then (like <x>) in src/, tools/ (the CLI) and include/; "a/../b" is normalised. An
@@ -24,10 +25,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-LAYERS=(base format kernels kv tokenizer model state text engine frontends)
+LAYERS=(base format kernels kv tokenizer model state text grammar engine frontends)
 declare -A DIR_LAYER=(
     [src/base]=base [src/format]=format [src/kernels]=kernels [src/kv]=kv [src/tokenizer]=tokenizer
-    [src/model]=model [src/state]=state [src/text]=text [src/engine]=engine
+    [src/model]=model [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
     [src/server]=frontends [tools]=frontends [examples]=frontends [bench]=frontends
 )
 declare -A PUBLIC_LAYER=(
@@ -37,6 +38,7 @@ declare -A PUBLIC_LAYER=(
     [model.h]=model [adapter.h]=model
     [state.h]=state [state_file.h]=state [sampler_state.h]=state
     [chat.h]=text
+    [grammar.h]=grammar
     [evaluator.h]=engine [sampler.h]=engine [generate.h]=engine [session.h]=engine
     [prefix_cache.h]=engine [shared_prefix.h]=engine
 )

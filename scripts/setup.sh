@@ -68,6 +68,13 @@ if [ -x "$VENV/bin/python" ] &&
   "$VENV/bin/pip" install -q openai selenium nanobind scikit-build-core numpy pytest ||
     echo "setup.sh: warning: could not install the venv's packages (offline?); the Python-driven tests fail until they are installed" >&2
 fi
+# jsonschema: the constrained-output e2e test (tests/e2e/constrained_output_test.cpp) validates what the
+# model wrote under a JSON Schema with it, an implementation independent of kvstash's.
+if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import jsonschema" 2>/dev/null; then
+  say "installing the jsonschema package into $VENV"
+  "$VENV/bin/pip" install -q jsonschema ||
+    echo "setup.sh: warning: could not install jsonschema (offline?); the constrained-output e2e test fails until it is installed" >&2
+fi
 
 # 3. Build: the CLI, the server, the tests, the benchmarks and the Python module kvstash._core, all in one
 # build directory, so the library is compiled once (python/CMakeLists.txt assembles the package in

@@ -18,12 +18,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kvstash/evaluator.h"
+#include "kvstash/grammar.h"
 #include "kvstash/sampler.h"
 #include "kvstash/state.h"
 
@@ -37,6 +39,12 @@ struct GenerateOptions {
     // Called with the logits each token is sampled from and the token chosen (for tracing and for
     // checking that continuations are bit-identical). Empty = none.
     std::function<void(std::span<const float> logits, int32_t token)> on_sample;
+    // Constrained output (grammar.h): before each step the tokens the grammar does not allow get
+    // -INFINITY in a copy of the logits, which the sampler then sees (on_sample still gets the model's
+    // logits); each sampled token advances the constraint; generation stops (end_of_generation) when
+    // the grammar is complete and nothing may follow; throws Error(invalid_argument) when the grammar
+    // allows no token of the vocabulary. Empty: the logits go to the sampler untouched.
+    std::shared_ptr<GrammarConstraint> constraint;
 };
 
 enum class StopReason { end_of_generation, stop_string, max_tokens, callback, context_full };

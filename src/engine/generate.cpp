@@ -5,6 +5,7 @@
 #include <chrono>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "engine/text_stream.h"
 #include "kvstash/error.h"
@@ -56,6 +57,7 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
         return piece.empty() || !on_text || on_text(token, piece);
     };
     bool callback_stopped = false;
+    std::vector<float> masked;  // the logits with the grammar's disallowed tokens at -inf (constrained only)
     try {
         if (options.max_tokens == 0) {
             result.stop = StopReason::max_tokens;
@@ -63,7 +65,23 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
             result.stop = StopReason::context_full;
         } else {
             while (true) {
-                const int32_t token = sampler.sample(state.last_logits(), state.tokens());
+                std::span<const float> logits = state.last_logits();
+                if (options.constraint) {
+                    if (options.constraint->must_end()) {
+                        result.stop = StopReason::end_of_generation;
+                        break;
+                    }
+                    masked.assign(logits.begin(), logits.end());
+                    if (!options.constraint->mask(masked)) {
+                        throw Error(ErrorCode::invalid_argument,
+                                    "the grammar allows no token of this model's vocabulary after the " +
+                                        std::to_string(result.tokens.size()) +
+                                        " tokens generated (it needs a character no token can spell here)");
+                    }
+                    logits = masked;
+                }
+                const int32_t token = sampler.sample(logits, state.tokens());
+                if (options.constraint) options.constraint->accept(token);
                 if (options.on_sample) options.on_sample(state.last_logits(), token);
                 evaluator.eval(state, std::span<const int32_t>(&token, 1));
                 result.tokens.push_back(token);

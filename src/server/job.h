@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvstash/adapter.h"
+#include "kvstash/grammar.h"
 #include "kvstash/sampler.h"
 #include "kvstash/state.h"
 #include "server/channel.h"
@@ -26,6 +27,10 @@ struct GenerationJob {
     int64_t max_tokens = 16;
     std::vector<std::string> stop;
     int top_logprobs = -1;  // < 0: no logprobs; else the number of alternatives per token
+    // Constrained output (response_format json_object / json_schema, grammar): each choice gets its own
+    // GrammarConstraint over `grammar_vocabulary`. Null: unconstrained.
+    std::shared_ptr<const Grammar> grammar;
+    std::shared_ptr<const GrammarVocabulary> grammar_vocabulary;
     std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
 };
 

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include "kvstash/error.h"
 #include "server/api_error.h"
 #include "server/request_fields.h"
 #include "server/state_name.h"
@@ -83,9 +84,62 @@ void reject_unsupported(const json& body) {
     if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
         throw bad_request("'best_of' is not supported (use n)", "best_of", "unsupported");
     }
-    if (const json* v = field(body, "tools"); v && !v->empty())
-        throw bad_request("'tools' are not supported", "tools", "unsupported");
+    if (const json* v = field(body, "tools"); v && !v->empty()) {
+        throw bad_request("'tools' are not supported yet (for JSON output use response_format json_schema)", "tools",
+                          "unsupported");
+    }
+    // The older spelling of tools, and a tool_choice that would force a tool call.
+    for (const char* name : {"functions", "function_call"}) {
+        if (const json* v = field(body, name); v && !v->empty()) {
+            throw bad_request(std::string("'") + name + "' is not supported", name, "unsupported");
+        }
+    }
+    if (const json* v = field(body, "tool_choice"); v && !(v->is_string() && (*v == "none" || *v == "auto"))) {
+        throw bad_request("'tool_choice' other than \"none\" or \"auto\" is not supported (no tools)", "tool_choice",
+                          "unsupported");
+    }
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string");
+}
+
+// response_format and grammar -> a Grammar (400 naming the field for a bad one; unsupported JSON Schema
+// keywords are named in the message, code "unsupported").
+std::shared_ptr<const Grammar> parse_grammar(const json& body) {
+    const json* format = field(body, "response_format");
+    const json* gbnf = field(body, "grammar");
+    std::shared_ptr<const Grammar> grammar;
+    const char* param = "response_format";
+    try {
+        if (format) {
+            if (!format->is_object()) throw wrong_type("response_format", "an object");
+            const json* type = field(*format, "type");
+            if (!type || !type->is_string()) throw wrong_type("response_format.type", "a string");
+            const std::string t = type->get<std::string>();
+            if (t == "json_object") {
+                grammar = Grammar::json_object();
+            } else if (t == "json_schema") {
+                const json* spec = field(*format, "json_schema");
+                if (!spec || !spec->is_object()) throw wrong_type("response_format.json_schema", "an object");
+                const json* schema = field(*spec, "schema");
+                if (!schema)
+                    throw bad_request("'response_format.json_schema.schema' is required", "response_format",
+                                      "missing_field");
+                param = "response_format.json_schema.schema";
+                grammar = Grammar::from_json_schema(schema->dump());
+            } else if (t != "text") {
+                throw bad_request("response_format type '" + t + "' is not supported (text, json_object, json_schema)",
+                                  "response_format", "unsupported");
+            }
+        }
+        if (gbnf) {
+            if (grammar)
+                throw bad_request("give 'grammar' or a JSON response_format, not both", "grammar", "invalid_value");
+            param = "grammar";
+            grammar = Grammar::from_gbnf(get_string(*gbnf, "grammar"));
+        }
+    } catch (const Error& e) {
+        throw bad_request(e.what(), param, e.code() == ErrorCode::unsupported ? "unsupported" : "invalid_value");
+    }
+    return grammar;
 }
 
 // logprobs: a bool with top_logprobs for chat, the number of alternatives for text completions.
@@ -141,6 +195,7 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     if (const json* v = field(body, "stop")) out.stop = parse_stop(*v);
     out.sampling = parse_sampling(body, out.seed);
     parse_logprobs(body, out);
+    out.grammar = parse_grammar(body);
     if (const json* v = field(body, "adapter")) out.adapter = get_string(*v, "adapter");
     if (const json* v = field(body, "state")) {
         out.state = get_string(*v, "state");

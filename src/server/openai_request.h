@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvstash/chat.h"
+#include "kvstash/grammar.h"
 #include "kvstash/sampler.h"
 
 namespace kvstash::server {
@@ -41,6 +42,9 @@ struct CompletionRequest {
     std::vector<ChatMessage> messages;   // chat: non-empty
     std::optional<std::string> prompt;   // text: none only when continuing a state
     std::optional<int64_t> max_tokens;   // max_tokens or max_completion_tokens; none: OpenAI's default
+    // response_format {"type": "json_object"} / {"type": "json_schema", "json_schema": {"schema": ...}},
+    // or `grammar` (GBNF text); null: unconstrained ("type": "text" too).
+    std::shared_ptr<const Grammar> grammar;
 };
 
 // POST /v1/states: {"name", "prompt" | "messages", "add_generation_prompt", "replace"}.

@@ -115,6 +115,8 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
         request.seed ? *request.seed : std::random_device{}() * 0x9E3779B97F4A7C15ull + std::random_device{}();
     check_token_ids(job->sampling, *ctx.model);
     job->top_logprobs = request.top_logprobs;
+    job->grammar = request.grammar;
+    if (job->grammar) job->grammar_vocabulary = ctx.grammar_vocabulary();
 
     // The prompt, after a named state when there is one.
     job->adapters = find_adapter(request.adapter, ctx);

@@ -55,7 +55,24 @@ void sample_step(Sequence& seq) {
         finish(seq, "length", seq.stream->take_rest());
         return;
     }
-    const int32_t token = seq.sampler->sample(seq.state.last_logits(), seq.state.tokens());
+    std::span<const float> logits = seq.state.last_logits();
+    if (seq.constraint) {
+        // As generate(): the grammar is complete and nothing may follow, so the choice ends here.
+        if (seq.constraint->must_end()) {
+            finish(seq, "stop", seq.stream->take_rest());
+            return;
+        }
+        seq.masked_logits.assign(logits.begin(), logits.end());
+        // No token can continue the grammar (it needs a character this vocabulary cannot spell): the
+        // choice ends with what it has.
+        if (!seq.constraint->mask(seq.masked_logits)) {
+            finish(seq, "stop", seq.stream->take_rest());
+            return;
+        }
+        logits = seq.masked_logits;
+    }
+    const int32_t token = seq.sampler->sample(logits, seq.state.tokens());
+    if (seq.constraint) seq.constraint->accept(token);
     ++seq.generated;
     ++seq.job->usage.completion_tokens;
     const auto stop = seq.stream->push(token);

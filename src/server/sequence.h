@@ -9,6 +9,7 @@
 #include <span>
 
 #include "engine/text_stream.h"
+#include "kvstash/grammar.h"
 #include "kvstash/sampler.h"
 #include "kvstash/state.h"
 #include "server/job.h"
@@ -33,6 +34,8 @@ struct Sequence {
     // Generation phase:
     std::optional<Sampler> sampler;
     std::optional<TextStream> stream;
+    std::shared_ptr<GrammarConstraint> constraint;  // the job's grammar, this choice's position in it; null: none
+    std::vector<float> masked_logits;               // scratch: the logits with disallowed tokens at -inf
     int64_t generated = 0;
     std::optional<int32_t> next_token;  // sampled, to evaluate at the next step
     bool finished = false;

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
 #include "kvstash/chat.h"
+#include "kvstash/grammar.h"
 #include "kvstash/model.h"
 #include "server/metrics.h"
 #include "server/named_states.h"
@@ -25,6 +27,17 @@ struct ServerContext {
     Metrics metrics;
     std::unique_ptr<NamedStates> states;   // StateStore, or RedisStateStore with --state-store
     std::unique_ptr<Scheduler> scheduler;  // last: its thread uses the members above
+
+    // The vocabulary's byte trie for constrained output, built by the first request that needs it.
+    std::shared_ptr<const GrammarVocabulary> grammar_vocabulary() {
+        std::call_once(grammar_vocabulary_once_,
+                       [this] { grammar_vocabulary_ = GrammarVocabulary::build(model->tokenizer()); });
+        return grammar_vocabulary_;
+    }
+
+private:
+    std::once_flag grammar_vocabulary_once_;
+    std::shared_ptr<const GrammarVocabulary> grammar_vocabulary_;
 };
 
 }  // namespace kvstash::server

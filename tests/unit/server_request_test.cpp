@@ -109,6 +109,35 @@ TEST(ServerRequest, UnsupportedFieldsAreRefused) {
     expect_bad_request([] { text(R"({"prompt": "x", "best_of": 2})"); }, "best_of", "unsupported", "use n");
     expect_bad_request([] { chat(R"({"messages": [], "tools": [{"type": "function"}]})"); }, "tools", "unsupported",
                        "not supported");
+    expect_bad_request([] { chat(R"({"messages": [], "functions": [{"name": "f"}]})"); }, "functions", "unsupported",
+                       "not supported");
+    expect_bad_request([] { chat(R"({"messages": [], "tool_choice": "required"})"); }, "tool_choice", "unsupported",
+                       "not supported");
+}
+
+TEST(ServerRequest, ResponseFormatAndGrammar) {
+    EXPECT_EQ(text(R"({"prompt": "x"})").grammar, nullptr);
+    EXPECT_EQ(text(R"({"prompt": "x", "response_format": {"type": "text"}})").grammar, nullptr);
+    EXPECT_NE(text(R"({"prompt": "x", "response_format": {"type": "json_object"}})").grammar, nullptr);
+    const auto schema = text(R"({"prompt": "x", "response_format": {"type": "json_schema",
+        "json_schema": {"name": "n", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})");
+    ASSERT_NE(schema.grammar, nullptr);
+    EXPECT_NE(schema.grammar->gbnf().find("integer"), std::string::npos);
+    EXPECT_NE(text(R"({"prompt": "x", "grammar": "root ::= \"a\""})").grammar, nullptr);
+    expect_bad_request([] { text(R"({"prompt": "x", "grammar": "root ::= (\"a\""})"); }, "grammar", "invalid_value",
+                       "line 1, column");
+    expect_bad_request(
+        [] {
+            text(R"({"prompt": "x", "response_format": {"type": "json_schema",
+                "json_schema": {"schema": {"type": "string", "pattern": "a"}}}})");
+        },
+        "response_format.json_schema.schema", "unsupported", "/pattern");
+    expect_bad_request([] { text(R"({"prompt": "x", "response_format": {"type": "json_schema"}})"); },
+                       "response_format.json_schema", "invalid_type", "");
+    expect_bad_request([] { text(R"({"prompt": "x", "response_format": {"type": "xml"}})"); }, "response_format",
+                       "unsupported", "xml");
+    expect_bad_request([] { text(R"({"prompt": "x", "response_format": "json"})"); }, "response_format", "invalid_type",
+                       "");
 }
 
 TEST(ServerRequest, WrongTypesNameTheField) {

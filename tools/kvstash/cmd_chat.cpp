@@ -136,7 +136,9 @@ int run_chat(const ChatFlags& f) {
         session.emplace(evaluator, tmpl, f.system, session_options);
     }
     Sampler sampler = resumed_sampler(*session, params);
-    const GenerateOptions options = generate_options(f.sampling);
+    GenerateOptions options = generate_options(f.sampling);
+    const std::shared_ptr<const Grammar> grammar = grammar_from_flags(f.sampling);
+    const auto vocabulary = grammar ? GrammarVocabulary::build(model->tokenizer()) : nullptr;
     const bool interactive = isatty(STDIN_FILENO) != 0;
     if (interactive) std::fprintf(stderr, "kvstash chat (%s template). %s", tmpl.name().c_str(), chat_help);
 
@@ -185,6 +187,7 @@ int run_chat(const ChatFlags& f) {
                 PromptProgress progress(evaluator, "prompt");
                 const auto turn_start = std::chrono::steady_clock::now();
                 double first_token_seconds = -1.0;
+                options.constraint = make_constraint(grammar, vocabulary);  // each reply starts the grammar afresh
                 const GenerateResult result = [&] {
                     try {
                         return session->reply(line, sampler, options, [&](int32_t, std::string_view text) {

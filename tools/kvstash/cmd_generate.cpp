@@ -136,6 +136,8 @@ int run_generate(const GenerateFlags& f) {
     const SamplerParams params = sampler_params(f.sampling);
     if (f.timings && !f.resume_sampler) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
     GenerateOptions options = generate_options(f.sampling);
+    const std::shared_ptr<const Grammar> grammar = grammar_from_flags(f.sampling);
+    const auto vocabulary = grammar ? GrammarVocabulary::build(model->tokenizer()) : nullptr;
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> dump(nullptr, std::fclose);
     if (!f.dump_logits_path.empty()) {
         if (texts.size() > 1) throw Error(ErrorCode::invalid_argument, "--dump-logits needs a single prompt");
@@ -188,6 +190,7 @@ int run_generate(const GenerateFlags& f) {
         }
         // --resume-sampler: continue the saved sampler's parameters and random sequence exactly.
         Sampler sampler = f.resume_sampler ? Sampler(*state.sampler_state()) : Sampler(params);
+        options.constraint = make_constraint(grammar, vocabulary);  // each continuation starts the grammar afresh
         double first_token_seconds = -1.0;
         std::string generated_text;
         const GenerateResult result = generate(evaluator, state, sampler, options, [&](int32_t, std::string_view text) {

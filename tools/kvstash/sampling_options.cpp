@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 
+#include "kvstash/common.h"
 #include "kvstash/error.h"
 
 namespace kvstash::cli {
@@ -40,6 +41,12 @@ void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
                                    "random seed (same seed and state => same tokens); default: a random one per run, "
                                    "printed by --timings");
     app.add_option("--stop", f.stop, "stop before this text; repeatable");
+    auto* grammar = app.add_option("--grammar", f.grammar_path,
+                                   "constrain the output to this GBNF grammar file (llama.cpp syntax; "
+                                   "docs/constrained-output.md)");
+    app.add_option("--json-schema", f.json_schema_path,
+                   "constrain the output to JSON valid under this JSON Schema file (docs/constrained-output.md)")
+        ->excludes(grammar);
 }
 
 SamplerParams sampler_params(const SamplingFlags& f) {
@@ -87,6 +94,24 @@ GenerateOptions generate_options(const SamplingFlags& f) {
         o.stop_strings.push_back(s);
     }
     return o;
+}
+
+std::shared_ptr<const Grammar> grammar_from_flags(const SamplingFlags& f) {
+    const bool schema = !f.json_schema_path.empty();
+    if (f.grammar_path.empty() && !schema) return nullptr;
+    const std::string& path = schema ? f.json_schema_path : f.grammar_path;
+    const std::string text = read_text_file(path);
+    try {
+        return schema ? Grammar::from_json_schema(text) : Grammar::from_gbnf(text);
+    } catch (const Error& e) {
+        const ErrorCode code = e.code() == ErrorCode::invalid_argument ? ErrorCode::bad_format : e.code();
+        throw Error(code, "'" + path + "': " + e.what());
+    }
+}
+
+std::shared_ptr<GrammarConstraint> make_constraint(const std::shared_ptr<const Grammar>& grammar,
+                                                   const std::shared_ptr<const GrammarVocabulary>& vocabulary) {
+    return grammar ? std::make_shared<GrammarConstraint>(grammar, vocabulary) : nullptr;
 }
 
 }  // namespace kvstash::cli

@@ -1,0 +1,92 @@
+// Constrained output: a grammar that decides which tokens may be sampled next, so that the text
+// generated always matches it (llama.cpp's GBNF syntax; JSON Schema is converted to GBNF).
+//
+//   auto grammar = kvstash::Grammar::from_gbnf("root ::= \"yes\" | \"no\"");  // or from_json_schema(...)
+//   auto vocabulary = kvstash::GrammarVocabulary::build(model->tokenizer());   // once per model, shareable
+//   kvstash::GenerateOptions options;
+//   options.constraint = std::make_shared<kvstash::GrammarConstraint>(grammar, vocabulary);
+//   kvstash::generate(evaluator, state, sampler, options);
+//
+// A token may come next iff all its bytes can be matched (its last UTF-8 character may be unfinished
+// if some completion can match); the end-of-generation tokens iff the text so far is complete. Control
+// tokens never match text. generate() sets the logits of the other tokens to -INFINITY before the
+// sampler's own steps (sampler.h) and stops when the grammar is complete and nothing may follow.
+// See docs/constrained-output.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kvstash {
+
+class Tokenizer;
+namespace grammar {
+struct ParsedGrammar;
+class TokenTrie;
+class GrammarMatcher;
+}  // namespace grammar
+
+// A parsed grammar: immutable, shared by every generation that uses it.
+class Grammar {
+public:
+    // Throws Error(invalid_argument) for a syntax error ("grammar: line L, column C: ..."), an undefined
+    // rule, no `root` rule, or left recursion.
+    static std::shared_ptr<const Grammar> from_gbnf(std::string_view gbnf);
+    // A JSON Schema (the subset in docs/constrained-output.md) as JSON text. Throws
+    // Error(invalid_argument) for invalid JSON or a schema that contradicts itself, Error(unsupported)
+    // naming the keywords it does not support.
+    static std::shared_ptr<const Grammar> from_json_schema(std::string_view schema_json);
+    // Any JSON object (OpenAI's response_format {"type": "json_object"}).
+    static std::shared_ptr<const Grammar> json_object();
+
+    const std::string& gbnf() const { return gbnf_; }  // the GBNF text (converted, for a schema)
+    const std::shared_ptr<const grammar::ParsedGrammar>& parsed() const { return parsed_; }
+
+    Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed);
+
+private:
+    std::string gbnf_;
+    std::shared_ptr<const grammar::ParsedGrammar> parsed_;
+};
+
+// A tokenizer's vocabulary indexed for grammar matching (a byte trie of the token pieces): build once
+// per model and share; immutable.
+class GrammarVocabulary {
+public:
+    static std::shared_ptr<const GrammarVocabulary> build(const Tokenizer& tokenizer);
+    explicit GrammarVocabulary(std::shared_ptr<const grammar::TokenTrie> trie);
+    const std::shared_ptr<const grammar::TokenTrie>& trie() const { return trie_; }
+
+private:
+    std::shared_ptr<const grammar::TokenTrie> trie_;
+};
+
+// One generation's position in a grammar. Not thread-safe; one per sequence (fork a choice: a new one).
+class GrammarConstraint {
+public:
+    GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary);
+    ~GrammarConstraint();
+    GrammarConstraint(GrammarConstraint&&) noexcept;
+    GrammarConstraint& operator=(GrammarConstraint&&) noexcept;
+
+    // Sets logits[i] to -INFINITY for every token i that may not come next (ids past the vocabulary
+    // included). The mask of a state seen before is cached. Returns false when no token at all may come
+    // next (the grammar needs a character no token of this vocabulary can spell here).
+    bool mask(std::span<float> logits);
+    bool allows(int32_t token);
+    // Moves past a token. Throws Error(invalid_argument) when it may not come next.
+    void accept(int32_t token);
+    // Moves past text (e.g. an assistant prefix already in the prompt); false and no change when the
+    // grammar rejects it.
+    bool accept_text(std::string_view text);
+    bool can_end() const;   // the text so far is complete
+    bool must_end() const;  // complete, and nothing may follow: only an end-of-generation token
+
+private:
+    std::unique_ptr<grammar::GrammarMatcher> matcher_;
+};
+
+}  // namespace kvstash

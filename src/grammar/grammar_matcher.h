@@ -1,0 +1,121 @@
+// Matching a ParsedGrammar against UTF-8 bytes, and which vocabulary tokens may come next.
+//
+// The matcher keeps the set of parse stacks of a top-down (LL, backtracking-free) parse: each stack is
+// the list of grammar positions still to match, top first; a stack whose top is a character class
+// waits for a code point, the empty stack means the grammar has matched completely. Stacks are
+// hash-consed (a node = (position, parent) is stored once), so a stack is one int and equal stacks are
+// equal ints; a set of stacks is interned too. Transitions (set, code point) -> set are cached, and so
+// is the token mask of each state: generation keeps returning to the same few states (inside a JSON
+// string, after a comma), and those steps cost a lookup.
+//
+// A token may come next iff all its bytes can be consumed (its last character may be unfinished, if
+// some completion can match); the end-of-generation tokens iff the grammar can end here. The mask is
+// computed by walking the vocabulary's byte trie once, depth first, carrying the state: a subtree is
+// skipped as soon as its prefix is rejected.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/gbnf_parse.h"
+
+namespace kvstash::grammar {
+
+// The vocabulary's token byte strings as a trie (built once per tokenizer, shared by every matcher).
+class TokenTrie {
+public:
+    // pieces[i]: the bytes of token i. Tokens in `end_tokens` are allowed exactly when the grammar can
+    // end; tokens with matchable[i] == 0 (control tokens) or an empty piece are never allowed otherwise.
+    TokenTrie(std::vector<std::string> pieces, const std::vector<uint8_t>& matchable, std::vector<int32_t> end_tokens);
+
+    struct Node {
+        int32_t first_child = 0, n_children = 0;  // into child_byte / child_node
+        int32_t first_token = 0, n_tokens = 0;    // into tokens: ids whose piece ends here
+    };
+    int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
+    const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
+    bool is_end_token(int32_t id) const { return is_end_[static_cast<size_t>(id)] != 0; }
+    bool is_matchable(int32_t id) const { return matchable_[static_cast<size_t>(id)] != 0; }
+    const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
+
+    std::vector<Node> nodes;  // nodes[0]: the root (empty prefix)
+    std::vector<uint8_t> child_byte;
+    std::vector<int32_t> child_node;
+    std::vector<int32_t> tokens;
+
+private:
+    int32_t build(const std::vector<int32_t>& order, size_t lo, size_t hi, size_t depth);
+
+    std::vector<std::string> pieces_;
+    std::vector<uint8_t> matchable_;
+    std::vector<uint8_t> is_end_;
+    std::vector<int32_t> end_tokens_;
+};
+
+class GrammarMatcher {
+public:
+    GrammarMatcher(std::shared_ptr<const ParsedGrammar> grammar, std::shared_ptr<const TokenTrie> trie);
+
+    // Bit i (word i / 64, bit i % 64) set: token i may come next. Valid until the next call.
+    const std::vector<uint64_t>& allowed_tokens();
+    bool is_allowed(int32_t token);
+    // Advances over the token's bytes (an end token: the grammar must be able to end, and then only
+    // end tokens follow). Throws Error(invalid_argument) when the token is not allowed.
+    void accept_token(int32_t token);
+    // Advances over raw bytes; false (and no change) when they are rejected. For tests and prompts.
+    bool accept_bytes(std::string_view bytes);
+    bool can_end() const;   // the whole input so far is a sentence of the grammar
+    bool must_end() const;  // and nothing can follow it
+    bool is_dead() const;   // no stack left (never after accept_* succeeded)
+    // Past these many stack nodes / stack sets the caches are dropped and rebuilt from the current stacks
+    // (defaults bound a matcher's memory; tests set small ones to exercise the rebuild).
+    void set_cache_limits(size_t max_nodes, size_t max_sets);
+
+private:
+    struct State {
+        int32_t set = 0;         // interned stack set
+        uint32_t partial = 0;    // bits of an unfinished UTF-8 character
+        uint32_t remaining = 0;  // its bytes still to come (0: none pending)
+        uint32_t length = 0;     // its length in bytes (2-4; 0: none pending)
+    };
+    // A key for the caches: the set and the unfinished character.
+    static uint64_t state_key(const State& state);
+    // Steps `state` over one byte; false when rejected.
+    bool step(State& state, uint8_t byte);
+    int32_t intern_node(int32_t pos, int32_t parent);
+    int32_t intern_set(std::vector<int32_t>& stacks);  // sorts and deduplicates
+    void expand(int32_t stack, std::vector<int32_t>& out);
+    int32_t transition(int32_t set, uint32_t code_point);  // cached
+    int32_t compute_transition(int32_t set, uint32_t code_point);
+    bool partial_possible(int32_t set, const State& state);
+    void compute_mask(const State& state, std::vector<uint64_t>& mask);
+    void compact_if_large();
+
+    struct VectorHash {
+        size_t operator()(const std::vector<int32_t>& v) const;
+    };
+
+    std::shared_ptr<const ParsedGrammar> grammar_;
+    std::shared_ptr<const TokenTrie> trie_;
+    State state_;
+    size_t max_nodes_, max_sets_;
+    std::vector<std::pair<int32_t, int32_t>> nodes_;  // (grammar position, parent node or -1)
+    std::unordered_map<uint64_t, int32_t> node_ids_;
+    std::vector<std::vector<int32_t>> sets_;  // sets_[0]: the empty (dead) set; -1 in a set: the empty stack
+    std::unordered_map<std::vector<int32_t>, int32_t, VectorHash> set_ids_;
+    std::unordered_map<uint64_t, int32_t> transitions_;
+    // transitions_ for ASCII code points as a table per set (-1: not computed yet): the trie walk's
+    // hot path, an array index instead of a hash lookup.
+    std::vector<std::array<int32_t, 128>> ascii_transitions_;
+    std::unordered_map<uint64_t, bool> partials_;
+    std::unordered_map<uint64_t, std::vector<uint64_t>> masks_;
+    std::vector<uint64_t> mask_;
+    std::vector<int32_t> scratch_;
+};
+
+}  // namespace kvstash::grammar

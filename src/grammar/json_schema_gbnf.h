@@ -1,0 +1,27 @@
+// JSON Schema (the subset people use for structured output) -> GBNF text for the grammar matcher.
+//
+// Supported: type (object, array, string, number, integer, boolean, null, or a list of them),
+// properties, required, additionalProperties (false; or a schema / true for an object without
+// properties: a map), items, minItems, maxItems, enum, const, anyOf, $ref to #/$defs/... or
+// #/definitions/... (recursion allowed), string minLength / maxLength, string format date, time,
+// date-time, uuid; annotations (title, description, default, examples, $schema, $id, $comment, ...) are
+// ignored. Properties are generated in the schema's order; an object with properties but no
+// additionalProperties gets no other keys (stricter than JSON Schema, so output always validates).
+// Whitespace between tokens is limited (a space, or a newline and up to 20 spaces/tabs) so that a model
+// cannot pad forever.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace kvstash::grammar {
+
+// Throws Error(invalid_argument) for text that is not JSON or a schema that is not an object/boolean
+// or is inconsistent (a $ref to nothing, minItems > maxItems), Error(unsupported) naming every
+// unsupported keyword (or format) found.
+std::string json_schema_to_gbnf(std::string_view schema_json);
+
+// Any JSON object, with the same primitive rules.
+std::string json_object_gbnf();
+
+}  // namespace kvstash::grammar
