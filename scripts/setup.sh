@@ -56,26 +56,19 @@ fi
 
 # The project venv (.venv): `openai` (a real client for the server's end-to-end tests), `selenium` (drives
 # Debian's chromium in the web page's browser test, tests/e2e/webui/), nanobind + scikit-build-core (the
-# Python module's build), numpy and pytest (the Python package's tests). Offline, this warns and goes on.
+# Python module's build), numpy and pytest (the Python package's tests), jsonschema (the constrained-output
+# e2e test validates what the model wrote with it, independently of kvstash). Offline, this warns and goes on.
 VENV="$ROOT/.venv"
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating the project venv in $VENV"
   python3 -m venv "$VENV" || echo "setup.sh: warning: cannot create $VENV; the Python-driven tests fail until it exists" >&2
 fi
 if [ -x "$VENV/bin/python" ] &&
-   ! "$VENV/bin/python" -c "import openai, selenium, nanobind, scikit_build_core, numpy, pytest" 2>/dev/null; then
-  say "installing Python packages into $VENV (openai selenium nanobind scikit-build-core numpy pytest)"
-  "$VENV/bin/pip" install -q openai selenium nanobind scikit-build-core numpy pytest ||
+   ! "$VENV/bin/python" -c "import openai, selenium, nanobind, scikit_build_core, numpy, pytest, jsonschema" 2>/dev/null; then
+  say "installing Python packages into $VENV (openai selenium nanobind scikit-build-core numpy pytest jsonschema)"
+  "$VENV/bin/pip" install -q openai selenium nanobind scikit-build-core numpy pytest jsonschema ||
     echo "setup.sh: warning: could not install the venv's packages (offline?); the Python-driven tests fail until they are installed" >&2
 fi
-# jsonschema: the constrained-output e2e test (tests/e2e/constrained_output_test.cpp) validates what the
-# model wrote under a JSON Schema with it, an implementation independent of kvstash's.
-if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c "import jsonschema" 2>/dev/null; then
-  say "installing the jsonschema package into $VENV"
-  "$VENV/bin/pip" install -q jsonschema ||
-    echo "setup.sh: warning: could not install jsonschema (offline?); the constrained-output e2e test fails until it is installed" >&2
-fi
-
 # 3. Build: the CLI, the server, the tests, the benchmarks and the Python module kvstash._core, all in one
 # build directory, so the library is compiled once (python/CMakeLists.txt assembles the package in
 # $BUILD_DIR/python-pkg/kvstash). Without nanobind in the venv the Python module is left out.
