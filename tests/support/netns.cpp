@@ -20,14 +20,18 @@ bool ip(std::vector<std::string> args) {
     return run_process(args).exit_code == 0;
 }
 
-// Namespaces named kvstash<pid>_<index> whose pid is gone (a test killed before its destructors ran).
+// Namespaces named kvstash<pid>_<index> whose pid is gone (a test killed before its destructors ran), and
+// the servers it left running in them (they would keep the namespace alive).
 void delete_stale_namespaces() {
     std::istringstream list(run_process({kIp, "netns", "list"}).out);
     for (std::string line; std::getline(list, line);) {
         const std::string name = line.substr(0, line.find(' '));
         if (name.rfind(kPrefix, 0) != 0 || name.find('_') == std::string::npos) continue;
         const long pid = std::atol(name.c_str() + std::char_traits<char>::length(kPrefix));
-        if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ip({"netns", "del", name});
+        if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+        std::istringstream inside(run_process({kIp, "netns", "pids", name}).out);
+        for (long orphan = 0; inside >> orphan;) ::kill(static_cast<pid_t>(orphan), SIGKILL);
+        ip({"netns", "del", name});
     }
 }
 
