@@ -7,8 +7,8 @@
 //     it), with the same answer;
 //   - Redis killed mid-test: requests keep succeeding; restarted (empty): reuse across replicas resumes;
 //   - values corrupted in Redis: refused (counted in /metrics), recomputed, the same answer;
-// Four prompts of ~730 tokens are computed in all (SmolLM2-135M): about 20 s on a quiet 2-core machine.
 //   - a named state created on A is used on B; one uploaded to A is used on B; deleted on B, gone on A.
+// Four prompts of ~730 tokens are computed in all (SmolLM2-135M): about 20 s on a quiet 2-core machine.
 // nginx routes on an X-Replica header (a test-only map; the deployment guide's config is plain
 // round-robin) so the test knows which replica served what. Skips when redis-server or nginx is missing.
 #include <gtest/gtest.h>
