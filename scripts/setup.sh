@@ -22,7 +22,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip python3-venv unzip curl
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libutf8proc-dev libedit-dev clang-format
-          nginx-light redis-server libhiredis-dev chromium chromium-driver python3-dev)
+          nginx-light redis-server libhiredis-dev chromium chromium-driver python3-dev iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

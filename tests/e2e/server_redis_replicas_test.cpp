@@ -1,11 +1,14 @@
-// Two `kvstash serve` replicas sharing one redis-server (--cache-redis, --state-store) behind nginx, all
-// on loopback ports this test picks, starts and stops (issue 17):
+// Two `kvstash serve` replicas sharing one redis-server (--cache-redis, --state-store) behind nginx, which
+// this test starts and stops (issue 17). As root, each replica is a separate host: its own network
+// namespace, joined to this one by a veth pair (tests/support/netns.h), Redis and nginx on this side;
+// otherwise (or with KVSTASH_TEST_NO_NETNS=1) all run on loopback ports. The test prints which mode ran
+// and records it as the property replica_mode (netns / ports).
 //   - a long system prompt computed through replica A is reused by replica B (cached_tokens >= 95% of
 //     it), with the same answer;
 //   - Redis killed mid-test: requests keep succeeding; restarted (empty): reuse across replicas resumes;
 //   - values corrupted in Redis: refused (counted in /metrics), recomputed, the same answer;
-// Four prompts of ~730 tokens are computed in all (SmolLM2-135M): about 20 s on a quiet 2-core machine.
 //   - a named state created on A is used on B; one uploaded to A is used on B; deleted on B, gone on A.
+// Four prompts of ~730 tokens are computed in all (SmolLM2-135M): about 20 s on a quiet 2-core machine.
 // nginx routes on an X-Replica header (a test-only map; the deployment guide's config is plain
 // round-robin) so the test knows which replica served what. Skips when redis-server or nginx is missing.
 #include <gtest/gtest.h>
@@ -18,10 +21,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <set>
 #include <thread>
 
 #include "e2e/server/http_client.h"
+#include "support/netns.h"
 #include "support/redis_server.h"
 
 namespace kvstash::test {
@@ -55,7 +61,8 @@ int free_port_below_ephemeral() {
 // nginx in the foreground as this user, everything under a temp dir; stopped when destroyed.
 class Nginx {
 public:
-    Nginx(int port_a, int port_b) {
+    // `a`, `b`: the replicas' "host:port".
+    Nginx(const std::string& a, const std::string& b) {
         char tmpl[] = "/tmp/kvstash_nginx_XXXXXX";
         if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
         dir_ = tmpl;
@@ -67,9 +74,9 @@ public:
             << "/proxy;\n    fastcgi_temp_path " << dir_ << "/fcgi; uwsgi_temp_path " << dir_
             << "/uwsgi; scgi_temp_path " << dir_ << "/scgi;\n"
             << "    client_max_body_size 256m;\n"
-            << "    upstream kvstash { server 127.0.0.1:" << port_a << "; server 127.0.0.1:" << port_b << "; }\n"
-            << "    upstream replica_a { server 127.0.0.1:" << port_a << "; }\n"
-            << "    upstream replica_b { server 127.0.0.1:" << port_b << "; }\n"
+            << "    upstream kvstash { server " << a << "; server " << b << "; }\n"
+            << "    upstream replica_a { server " << a << "; }\n"
+            << "    upstream replica_b { server " << b << "; }\n"
             << "    map $http_x_replica $backend { a replica_a; b replica_b; "
                "default kvstash; }\n"
             << "    server {\n        listen 127.0.0.1:" << port_
@@ -164,10 +171,28 @@ TEST(ServerRedisReplicas, ReplicasShareBlocksAndStatesThroughRedis) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     if (!RedisServer::installed()) GTEST_SKIP() << RedisServer::kSkipMessage;
     if (nginx_binary().empty()) GTEST_SKIP() << "nginx is not installed (Debian nginx-light; scripts/setup.sh)";
-    RedisServer redis({"--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"});
-    const std::vector<std::string> args{"-t", "2", "--cache-redis", redis.url(), "--state-store", redis.url()};
-    ServerProcess a(args), b(args);
-    Nginx nginx(a.port(), b.port());
+    // Declared first, destroyed last: the processes inside are stopped before the namespaces go.
+    std::unique_ptr<NetnsHost> ns_a = NetnsHost::create(0);
+    std::unique_ptr<NetnsHost> ns_b = ns_a ? NetnsHost::create(1) : nullptr;
+    if (!ns_b) ns_a.reset();
+    const bool separate_hosts = ns_b != nullptr;
+    RecordProperty("replica_mode", separate_hosts ? "netns" : "ports");
+    std::cout << "[ INFO     ] replicas run "
+              << (separate_hosts ? "as separate hosts (network namespaces, veth)" : "on loopback ports") << std::endl;
+    std::vector<std::string> redis_args{"--maxmemory", "512mb", "--maxmemory-policy", "allkeys-lru"};
+    if (separate_hosts)  // also on this host's veth ends (no password: reachable from the namespaces only)
+        redis_args.insert(redis_args.end(), {"--bind", "127.0.0.1", ns_a->host_address(), ns_b->host_address(),
+                                             "--protected-mode", "no"});
+    RedisServer redis(redis_args);
+    auto replica = [&](const NetnsHost* ns) {
+        const std::string url = ns ? "redis://" + ns->host_address() + ":" + std::to_string(redis.port()) : redis.url();
+        const std::vector<std::string> args{"-t", "2", "--cache-redis", url, "--state-store", url};
+        return std::make_unique<ServerProcess>(args, "",
+                                               ns ? ServerPlace{ns->inner_address(), ns->launcher()} : ServerPlace{});
+    };
+    const std::unique_ptr<ServerProcess> a_process = replica(ns_a.get()), b_process = replica(ns_b.get());
+    const ServerProcess &a = *a_process, &b = *b_process;
+    Nginx nginx(a.host() + ":" + std::to_string(a.port()), b.host() + ":" + std::to_string(b.port()));
     httplib::Client front = nginx.client();
 
     // 1. Computed through A, reused by B.

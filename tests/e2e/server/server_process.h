@@ -23,14 +23,24 @@ extern char** environ;
 
 namespace kvstash::test {
 
+// Where a server runs: the address it listens on, and a launcher put before its command line that execs
+// it (e.g. {"/usr/sbin/ip", "netns", "exec", NS}: the pid stays the server's).
+struct ServerPlace {
+    std::string host = "127.0.0.1";
+    std::vector<std::string> launcher;
+};
+
 class ServerProcess {
 public:
-    // `args` after `kvstash serve --host 127.0.0.1 --port 0`. Throws std::runtime_error (with what the
+    // `args` after `kvstash serve --host HOST --port 0`. Throws std::runtime_error (with what the
     // server printed) when it does not come up within a minute. A non-empty `stderr_path` receives the
     // server's stderr (its request log), else it goes to the test's.
-    explicit ServerProcess(const std::vector<std::string>& args, const std::string& stderr_path = {}) {
+    explicit ServerProcess(const std::vector<std::string>& args, const std::string& stderr_path = {},
+                           const ServerPlace& place = {})
+        : host_(place.host) {
         std::signal(SIGPIPE, SIG_IGN);
-        std::vector<std::string> argv{cli_path(), "serve", "--host", "127.0.0.1", "--port", "0"};
+        std::vector<std::string> argv = place.launcher;
+        argv.insert(argv.end(), {cli_path(), "serve", "--host", host_, "--port", "0"});
         argv.insert(argv.end(), args.begin(), args.end());
         int out[2];
         if (pipe(out)) throw std::runtime_error("pipe failed");
@@ -64,13 +74,14 @@ public:
             printed.append(buffer, static_cast<size_t>(n));
         }
         close(out[0]);
-        const auto at = printed.find("http://127.0.0.1:");
+        const std::string listening = "http://" + host_ + ":";
+        const auto at = printed.find(listening);
         if (at == std::string::npos) {
             stop();
             throw std::runtime_error("kvstash serve did not start; it printed: " + printed);
         }
-        port_ = std::stoi(printed.substr(at + 17));
-        httplib::Client client("127.0.0.1", port_);
+        port_ = std::stoi(printed.substr(at + listening.size()));
+        httplib::Client client(host_, port_);
         for (int i = 0; i < 300; ++i) {
             if (auto res = client.Get("/health"); res && res->status == 200) return;
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -83,9 +94,10 @@ public:
     ServerProcess& operator=(const ServerProcess&) = delete;
 
     int port() const { return port_; }
-    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+    const std::string& host() const { return host_; }
+    std::string url() const { return "http://" + host_ + ":" + std::to_string(port_); }
     httplib::Client client() const {
-        httplib::Client c("127.0.0.1", port_);
+        httplib::Client c(host_, port_);
         c.set_read_timeout(120, 0);
         return c;
     }
@@ -101,6 +113,7 @@ public:
     }
 
 private:
+    std::string host_;
     pid_t pid_ = -1;
     int port_ = 0;
 };
