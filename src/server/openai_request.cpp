@@ -296,8 +296,10 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     out.sampling = parse_sampling(body, out.seed);
     parse_logprobs(body, out);
     out.grammar = parse_grammar(body);
-    if (const json* tools = field(body, "tools")) {
-        if (!chat) throw bad_request("'tools' need the chat endpoint (/v1/chat/completions)", "tools", "unsupported");
+    if (const json* tools = field(body, "tools"); tools && (chat || !tools->empty())) {
+        if (!chat) {
+            throw bad_request("'tools' need the chat endpoint (/v1/chat/completions)", "tools", "unsupported");
+        }
         nlohmann::ordered_json ordered;
         if (raw_body) {
             try {

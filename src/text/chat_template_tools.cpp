@@ -68,9 +68,16 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, std::spa
     for (const ChatMessage& message : messages) tool_messages |= message.role == "tool" || !message.tool_calls.empty();
     if (tools.empty() && !tool_messages) return render(messages, add_generation_prompt);  // the plain template
     if (tool_call_format_ == ToolCallFormat::none) {
-        throw Error(ErrorCode::unsupported, "the chat template '" + name_ +
-                                                "' defines no tools (tool calling needs Qwen 2.5's or Llama "
-                                                "3.1/3.2's template)");
+        const std::string why = "the chat template '" + name_ +
+                                "' defines no tools (tool calling needs Qwen 2.5's or Llama 3.1/3.2's template)";
+        if (!tools.empty()) throw Error(ErrorCode::unsupported, why);
+        for (size_t i = 0; i < messages.size(); ++i) {
+            if (messages[i].role == "tool" || !messages[i].tool_calls.empty()) {
+                throw Error(ErrorCode::invalid_argument,
+                            "message " + std::to_string(i) + " has the role \"" + messages[i].role + "\"" +
+                                (messages[i].tool_calls.empty() ? "" : " with tool_calls") + "; " + why);
+            }
+        }
     }
     check_roles(messages);
     return tool_call_format_ == ToolCallFormat::qwen ? render_qwen_tools(messages, tools, add_generation_prompt)
