@@ -30,10 +30,25 @@ class Model;
 // message (no).
 enum class AddGenerationPrompt : bool { no, yes };
 
-struct ChatMessage {
-    std::string role;  // "system", "user" or "assistant"
-    std::string content;
+// A function call an assistant message made (OpenAI's tool_calls[i]).
+struct ToolCall {
+    std::string id;
+    std::string name;
+    std::string arguments;  // JSON text of an object, as OpenAI sends it
 };
+
+struct ChatMessage {
+    std::string role;  // "system", "user", "assistant"; "tool" (a call's result) where tool_call_format() != none
+    std::string content;
+    std::vector<ToolCall> tool_calls{};  // assistant only: the calls it made (content may then be empty)
+    std::string tool_call_id{};          // tool only: the call this result answers (no template writes it)
+};
+
+// How a template's model writes tool calls (ChatTemplate::tool_call_format()).
+//   none     the template defines no tools
+//   qwen     Qwen 2.5: "<tool_call>\n{\"name\": NAME, \"arguments\": {...}}\n</tool_call>", one or more
+//   llama3   Llama 3.1/3.2: the whole reply is {"name": NAME, "parameters": {...}}, one call
+enum class ToolCallFormat { none, qwen, llama3 };
 
 class ChatTemplate {
 public:
@@ -52,6 +67,17 @@ public:
     // Throws Error(invalid_argument) for an unknown role or an empty conversation (transformers refuses
     // that too). llama3 trims each message's content (Python str.strip()), as its template does.
     std::string render(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const;
+    // With tool definitions, as transformers' apply_chat_template(messages, tools=...): each of `tools` is
+    // the JSON text of one tool object as the client sent it ({"type": "function", "function": {...}}),
+    // written back as the template's `tojson` does (keys in the given order). Messages may then hold
+    // tool_calls (their arguments are parsed and written as JSON, as llama.cpp's server does) and tool
+    // results. Throws Error(unsupported) when tool_call_format() is none and tools or tool messages are
+    // given, Error(invalid_argument) where the template raises (Llama 3.1: more than one call in a
+    // message, tools without a user message).
+    std::string render(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                       AddGenerationPrompt add_generation_prompt) const;
+    ToolCallFormat tool_call_format() const { return tool_call_format_; }
+    void set_tool_call_format(ToolCallFormat format) { tool_call_format_ = format; }
     // The same for a braced list, as in the example above (a std::span cannot be built from one in C++20).
     std::string render(std::initializer_list<ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const {
         return render(std::span<const ChatMessage>(messages.begin(), messages.size()), add_generation_prompt);
@@ -78,6 +104,10 @@ public:
 private:
     enum class Kind { chatml, llama3, llama3_0, gemma };
     static std::string render_gemma(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt);
+    std::string render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                  AddGenerationPrompt add_generation_prompt) const;
+    std::string render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                    AddGenerationPrompt add_generation_prompt) const;
 
     std::string name_;
     Kind kind_ = Kind::chatml;
@@ -85,6 +115,7 @@ private:
     bool has_default_system_ = false;
     std::string default_system_;
     std::string date_string_ = "26 Jul 2024";  // llama3
+    ToolCallFormat tool_call_format_ = ToolCallFormat::none;
 };
 
 }  // namespace kvstash

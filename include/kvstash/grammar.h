@@ -20,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "kvstash/chat.h"
+
 namespace kvstash {
 
 class Tokenizer;
@@ -28,6 +30,23 @@ struct ParsedGrammar;
 class TokenTrie;
 class GrammarMatcher;
 }  // namespace grammar
+
+// A tool a model may call: its name and its parameters' JSON Schema as JSON text (a tool that takes no
+// parameters: {"type": "object", "properties": {}}, which allows only {}).
+struct ToolSchema {
+    std::string name;
+    std::string parameters;
+};
+
+// Lazy constraint (tool_choice "auto"): the output is free until `text` appears in it (at_start: only as
+// the start of the output, after optional whitespace), then it follows the grammar from the trigger's
+// first character on. Qwen 2.5: "<tool_call>" anywhere; Llama 3.1: "{\"name\"" at the start.
+struct GrammarTrigger {
+    std::string text;
+    bool at_start = false;
+};
+// The trigger of a tool-call format (none: an empty text).
+GrammarTrigger tool_call_trigger(ToolCallFormat format);
 
 // A parsed grammar: immutable, shared by every generation that uses it.
 class Grammar {
@@ -41,6 +60,11 @@ public:
     static std::shared_ptr<const Grammar> from_json_schema(std::string_view schema_json);
     // Any JSON object (OpenAI's response_format {"type": "json_object"}).
     static std::shared_ptr<const Grammar> json_object();
+    // The text of tool calls in `format` (not none) to one of `tools`, arguments valid under the tool's
+    // parameters schema; one call, or one or more with `parallel`. Throws as from_json_schema, naming
+    // the tool (docs/constrained-output.md, "Tool calling").
+    static std::shared_ptr<const Grammar> for_tool_calls(ToolCallFormat format, std::span<const ToolSchema> tools,
+                                                         bool parallel);
 
     const std::string& gbnf() const { return gbnf_; }  // the GBNF text (converted, for a schema)
     const std::shared_ptr<const grammar::ParsedGrammar>& parsed() const { return parsed_; }
@@ -68,6 +92,11 @@ private:
 class GrammarConstraint {
 public:
     GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary);
+    // Lazy: no token is masked until the trigger appears in the accepted tokens' text; then the grammar
+    // is fed the text from the trigger on (if it rejects that text the constraint stays off for good) and
+    // constrains every later token. Before that, can_end() is true and must_end() false.
+    GrammarConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const GrammarVocabulary> vocabulary,
+                      GrammarTrigger trigger);
     ~GrammarConstraint();
     GrammarConstraint(GrammarConstraint&&) noexcept;
     GrammarConstraint& operator=(GrammarConstraint&&) noexcept;
@@ -82,11 +111,19 @@ public:
     // Moves past text (e.g. an assistant prefix already in the prompt); false and no change when the
     // grammar rejects it.
     bool accept_text(std::string_view text);
-    bool can_end() const;   // the text so far is complete
-    bool must_end() const;  // complete, and nothing may follow: only an end-of-generation token
+    bool can_end() const;                    // the text so far is complete
+    bool must_end() const;                   // complete, and nothing may follow: only an end-of-generation token
+    bool active() const { return active_; }  // false: a lazy constraint before its trigger (or given up)
 
 private:
+    void watch_for_trigger(int32_t token);
+
     std::unique_ptr<grammar::GrammarMatcher> matcher_;
+    std::shared_ptr<const GrammarVocabulary> vocabulary_;
+    GrammarTrigger trigger_;
+    bool active_ = true;
+    bool given_up_ = false;
+    std::string pending_;  // lazy: the text so far (at_start), or its last trigger.size() - 1 bytes
 };
 
 }  // namespace kvstash

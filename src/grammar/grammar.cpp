@@ -24,11 +24,63 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const GrammarVocabulary> vocabulary)
     : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())) {}
 
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
+                                     std::shared_ptr<const GrammarVocabulary> vocabulary, GrammarTrigger trigger)
+    : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())),
+      vocabulary_(std::move(vocabulary)),
+      trigger_(std::move(trigger)),
+      active_(trigger_.text.empty()) {}
+
+GrammarTrigger tool_call_trigger(ToolCallFormat format) {
+    switch (format) {
+        case ToolCallFormat::qwen: return {"<tool_call>", false};
+        case ToolCallFormat::llama3: return {"{\"name\"", true};
+        case ToolCallFormat::none: break;
+    }
+    return {};
+}
+
+void GrammarConstraint::watch_for_trigger(int32_t token) {
+    const grammar::TokenTrie& trie = *vocabulary_->trie();
+    // Control tokens (<|im_end|>) stand for no text; ids past the vocabulary neither.
+    if (token < 0 || token >= trie.n_vocab() || !trie.is_matchable(token) || trie.is_end_token(token)) return;
+    pending_ += trie.piece(token);
+    const std::string& t = trigger_.text;
+    size_t start;
+    if (trigger_.at_start) {
+        start = pending_.find_first_not_of(" \t\r\n");
+        if (start == std::string::npos) return;
+        const std::string_view rest = std::string_view(pending_).substr(start);
+        if (rest.size() < t.size()) {
+            if (!std::string_view(t).starts_with(rest)) given_up_ = true;  // the output starts otherwise
+            return;
+        }
+        if (!rest.starts_with(t)) {
+            given_up_ = true;
+            return;
+        }
+    } else {
+        start = pending_.find(t);
+        if (start == std::string::npos) {
+            // Keep only what could be the start of a trigger split across tokens.
+            if (pending_.size() >= t.size()) pending_.erase(0, pending_.size() - (t.size() - 1));
+            return;
+        }
+    }
+    if (matcher_->accept_bytes(std::string_view(pending_).substr(start))) {
+        active_ = true;
+    } else {
+        given_up_ = true;  // text the grammar rejects (a malformed call): left as it is
+    }
+    pending_.clear();
+}
+
 GrammarConstraint::~GrammarConstraint() = default;
 GrammarConstraint::GrammarConstraint(GrammarConstraint&&) noexcept = default;
 GrammarConstraint& GrammarConstraint::operator=(GrammarConstraint&&) noexcept = default;
 
 bool GrammarConstraint::mask(std::span<float> logits) {
+    if (!active_) return true;  // lazy, before the trigger: the logits are not touched
     const std::vector<uint64_t>& allowed = matcher_->allowed_tokens();
     const size_t n_allowed = allowed.size() * 64;
     bool any = false;
@@ -42,10 +94,19 @@ bool GrammarConstraint::mask(std::span<float> logits) {
     return any;
 }
 
-bool GrammarConstraint::allows(int32_t token) { return matcher_->is_allowed(token); }
-void GrammarConstraint::accept(int32_t token) { matcher_->accept_token(token); }
-bool GrammarConstraint::accept_text(std::string_view text) { return matcher_->accept_bytes(text); }
-bool GrammarConstraint::can_end() const { return matcher_->can_end(); }
-bool GrammarConstraint::must_end() const { return matcher_->must_end(); }
+bool GrammarConstraint::allows(int32_t token) { return !active_ || matcher_->is_allowed(token); }
+
+void GrammarConstraint::accept(int32_t token) {
+    if (active_) {
+        matcher_->accept_token(token);
+    } else if (!given_up_) {
+        watch_for_trigger(token);
+    }
+}
+
+// A lazy constraint before its trigger takes any text (it constrains nothing yet).
+bool GrammarConstraint::accept_text(std::string_view text) { return !active_ || matcher_->accept_bytes(text); }
+bool GrammarConstraint::can_end() const { return !active_ || matcher_->can_end(); }
+bool GrammarConstraint::must_end() const { return active_ && matcher_->must_end(); }
 
 }  // namespace kvstash

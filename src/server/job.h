@@ -31,6 +31,10 @@ struct GenerationJob {
     // GrammarConstraint over `grammar_vocabulary`. Null: unconstrained.
     std::shared_ptr<const Grammar> grammar;
     std::shared_ptr<const GrammarVocabulary> grammar_vocabulary;
+    // Non-empty text: the grammar is lazy, off until this trigger appears (tool_choice "auto").
+    GrammarTrigger grammar_trigger;
+    // With tools (tool_choice other than none): how the replies' calls are read (server/openai_response.h).
+    ToolCallFormat tool_call_format = ToolCallFormat::none;
     std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
 };
 

@@ -1,5 +1,8 @@
 #include "server/openai_request.h"
 
+#include <cctype>
+
+#include "grammar/json_schema_gbnf.h"
 #include "kvstash/error.h"
 #include "server/api_error.h"
 #include "server/request_fields.h"
@@ -84,19 +87,12 @@ void reject_unsupported(const json& body) {
     if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
         throw bad_request("'best_of' is not supported (use n)", "best_of", "unsupported");
     }
-    if (const json* v = field(body, "tools"); v && !v->empty()) {
-        throw bad_request("'tools' are not supported yet (for JSON output use response_format json_schema)", "tools",
-                          "unsupported");
-    }
-    // The older spelling of tools, and a tool_choice that would force a tool call.
+    // The older spelling of tools.
     for (const char* name : {"functions", "function_call"}) {
         if (const json* v = field(body, name); v && !v->empty()) {
-            throw bad_request(std::string("'") + name + "' is not supported", name, "unsupported");
+            throw bad_request(std::string("'") + name + "' is not supported (use tools and tool_choice)", name,
+                              "unsupported");
         }
-    }
-    if (const json* v = field(body, "tool_choice"); v && !(v->is_string() && (*v == "none" || *v == "auto"))) {
-        throw bad_request("'tool_choice' other than \"none\" or \"auto\" is not supported (no tools)", "tool_choice",
-                          "unsupported");
     }
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string");
 }
@@ -159,6 +155,109 @@ void parse_logprobs(const json& body, CompletionRequest& out) {
     }
 }
 
+bool valid_tool_name(const std::string& name) {
+    if (name.empty() || name.size() > 64) return false;
+    for (const char c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+    }
+    return true;
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}], read from
+// `tools` (an ordered_json: keys as the client wrote them).
+void parse_tools(const nlohmann::ordered_json& tools, ToolRequest& out) {
+    if (!tools.is_array()) throw wrong_type("tools", "an array of {\"type\": \"function\", \"function\": {...}}");
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const std::string at = "tools[" + std::to_string(i) + "]";
+        const auto& tool = tools[i];
+        if (!tool.is_object()) throw bad_request(at + " must be an object", "tools", "invalid_type");
+        if (!tool.contains("type") || tool["type"] != "function") {
+            throw bad_request(at + ": only tools of type \"function\" are supported", "tools", "unsupported");
+        }
+        if (!tool.contains("function") || !tool["function"].is_object()) {
+            throw bad_request(at + ".function must be an object", "tools", "invalid_type");
+        }
+        const auto& function = tool["function"];
+        if (!function.contains("name") || !function["name"].is_string() ||
+            !valid_tool_name(function["name"].get<std::string>())) {
+            throw bad_request(at + ".function.name must be 1 to 64 of a-z A-Z 0-9 _ -", "tools", "invalid_value");
+        }
+        const std::string name = function["name"].get<std::string>();
+        for (const ToolSchema& other : out.schemas) {
+            if (other.name == name) throw bad_request("two tools are named '" + name + "'", "tools", "invalid_value");
+        }
+        if (function.contains("description") && !function["description"].is_string() &&
+            !function["description"].is_null()) {
+            throw bad_request(at + ".function.description must be a string", "tools", "invalid_type");
+        }
+        std::string parameters = R"({"type": "object", "properties": {}})";
+        if (function.contains("parameters") && !function["parameters"].is_null()) {
+            if (!function["parameters"].is_object()) {
+                throw bad_request(at + ".function.parameters must be a JSON Schema object", "tools", "invalid_type");
+            }
+            parameters = function["parameters"].dump();
+            try {
+                (void)grammar::json_schema_to_gbnf(parameters);
+            } catch (const Error& e) {
+                throw bad_request(at + ".function.parameters: " + e.what(), "tools",
+                                  e.code() == ErrorCode::unsupported ? "unsupported" : "invalid_value");
+            }
+        }
+        out.definitions.push_back(tool.dump());
+        out.schemas.push_back({name, std::move(parameters)});
+    }
+}
+
+void parse_tool_choice(const json& body, ToolRequest& out) {
+    if (const json* v = field(body, "parallel_tool_calls")) out.parallel = get_bool(*v, "parallel_tool_calls");
+    const json* choice = field(body, "tool_choice");
+    if (!choice) {
+        out.choice = out.definitions.empty() ? ToolChoice::none : ToolChoice::automatic;
+        return;
+    }
+    if (choice->is_string()) {
+        const std::string c = choice->get<std::string>();
+        if (c == "none") {
+            out.choice = ToolChoice::none;
+        } else if (c == "auto") {
+            out.choice = out.definitions.empty() ? ToolChoice::none : ToolChoice::automatic;
+        } else if (c == "required") {
+            out.choice = ToolChoice::required;
+        } else {
+            throw bad_request("tool_choice '" + c + "' is not one of none, auto, required", "tool_choice",
+                              "invalid_value");
+        }
+    } else if (choice->is_object()) {
+        const json* type = field(*choice, "type");
+        const json* function = field(*choice, "function");
+        if (!type || *type != "function" || !function || !function->is_object() || !field(*function, "name") ||
+            !(*function)["name"].is_string()) {
+            throw bad_request(
+                "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+                "{\"name\": ...}}",
+                "tool_choice", "invalid_value");
+        }
+        out.choice = ToolChoice::named;
+        out.name = (*function)["name"].get<std::string>();
+    } else {
+        throw wrong_type("tool_choice", "a string or an object");
+    }
+    if (out.choice == ToolChoice::required || out.choice == ToolChoice::named) {
+        if (out.definitions.empty()) {
+            throw bad_request("tool_choice asks for a tool call but no 'tools' are given", "tool_choice",
+                              "invalid_value");
+        }
+    }
+    if (out.choice == ToolChoice::named) {
+        bool found = false;
+        for (const ToolSchema& s : out.schemas) found |= s.name == out.name;
+        if (!found) {
+            throw bad_request("tool_choice names '" + out.name + "', which is not among the tools", "tool_choice",
+                              "invalid_value");
+        }
+    }
+}
+
 }  // namespace
 
 void require_state_name(const std::string& name, const char* param) {
@@ -180,7 +279,8 @@ json parse_json_body(const std::string& body) {
     return value;
 }
 
-CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, const RequestLimits& limits) {
+CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, const RequestLimits& limits,
+                                           const std::string* raw_body) {
     const bool chat = endpoint == Endpoint::chat;
     reject_unsupported(body);
     CompletionRequest out;
@@ -196,6 +296,27 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     out.sampling = parse_sampling(body, out.seed);
     parse_logprobs(body, out);
     out.grammar = parse_grammar(body);
+    if (const json* tools = field(body, "tools"); tools && (chat || !tools->empty())) {
+        if (!chat) {
+            throw bad_request("'tools' need the chat endpoint (/v1/chat/completions)", "tools", "unsupported");
+        }
+        nlohmann::ordered_json ordered;
+        if (raw_body) {
+            try {
+                ordered = nlohmann::ordered_json::parse(*raw_body).at("tools");
+            } catch (const nlohmann::json::exception&) {
+                ordered = nlohmann::ordered_json::parse(tools->dump());
+            }
+        } else {
+            ordered = nlohmann::ordered_json::parse(tools->dump());
+        }
+        parse_tools(ordered, out.tools);
+    }
+    parse_tool_choice(body, out.tools);
+    if (out.grammar && out.tools.choice != ToolChoice::none) {
+        throw bad_request("give 'tools' or a grammar / JSON response_format, not both (or tool_choice \"none\")",
+                          "tools", "invalid_value");
+    }
     if (const json* v = field(body, "adapter")) out.adapter = get_string(*v, "adapter");
     if (const json* v = field(body, "state")) {
         out.state = get_string(*v, "state");

@@ -2,7 +2,7 @@
 // with the field as `param`). Pure: no model, tokenizer or scheduler is needed (the fuzz target
 // tests/fuzz/request_fuzz.cpp drives these); server/request_job.h turns a request into a job.
 // Unknown fields are ignored, as OpenAI's clients send fields a server may not know; a few known ones
-// kvstash does not implement (echo, suffix, best_of > 1, tools) are refused instead.
+// kvstash does not implement (echo, suffix, best_of > 1, functions) are refused instead.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,20 @@ namespace kvstash::server {
 // What the parser needs to know of the server's settings.
 struct RequestLimits {
     int max_n = 1;  // most choices per request (--parallel)
+};
+
+// tool_choice: "none" (tools are shown to the model, calls are not read), "auto" (the default with tools:
+// the model may call; a call, once begun, is constrained), "required" (a call to one of the tools is
+// forced), or {"type": "function", "function": {"name": N}} (a call to N is forced).
+enum class ToolChoice { none, automatic, required, named };
+
+// `tools` (OpenAI's function tools), `tool_choice`, `parallel_tool_calls`.
+struct ToolRequest {
+    std::vector<std::string> definitions;  // each tool object's JSON text (rendered into the prompt); empty: none
+    std::vector<ToolSchema> schemas;       // name and parameters schema of each
+    ToolChoice choice = ToolChoice::automatic;
+    std::string name;      // choice == named
+    bool parallel = true;  // more than one call in a reply (Qwen 2.5; Llama 3.1 makes one)
 };
 
 // Which completion endpoint a request came to: POST /v1/completions (text) or /v1/chat/completions (chat).
@@ -45,6 +59,7 @@ struct CompletionRequest {
     // response_format {"type": "json_object"} / {"type": "json_schema", "json_schema": {"schema": ...}},
     // or `grammar` (GBNF text); null: unconstrained ("type": "text" too).
     std::shared_ptr<const Grammar> grammar;
+    ToolRequest tools;  // chat only
 };
 
 // POST /v1/states: {"name", "prompt" | "messages", "add_generation_prompt", "replace"}.
@@ -62,7 +77,10 @@ nlohmann::json parse_json_body(const std::string& body);
 
 // Throw ApiError (400) for a bad field. A few fields read with json::value() may throw json::exception
 // for a value of the wrong type; the routes answer that with 400 "bad JSON value" too.
-CompletionRequest parse_completion_request(const nlohmann::json& body, Endpoint endpoint, const RequestLimits& limits);
+// `raw_body`, when given, is the body's text: tools are read from it in their keys' order (nlohmann::json
+// sorts keys), so that they reach the prompt as the client wrote them, as transformers renders them.
+CompletionRequest parse_completion_request(const nlohmann::json& body, Endpoint endpoint, const RequestLimits& limits,
+                                           const std::string* raw_body = nullptr);
 PrefillRequest parse_prefill_request(const nlohmann::json& body);
 
 // 400 unless `name` is a valid state name (server/state_name.h).

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "text/tool_call_parse.h"
 
 using nlohmann::json;
 
@@ -25,10 +26,23 @@ json bytes_json(const std::string& s) {
     return out;
 }
 
+// OpenAI's tool_calls entries (with `index` for a stream's delta).
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        json call = {{"id", random_id("call_")},
+                     {"type", "function"},
+                     {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+        if (with_index) call["index"] = i;
+        out.push_back(std::move(call));
+    }
+    return out;
+}
+
 }  // namespace
 
 CompletionFormatter::CompletionFormatter(bool chat, std::string model_id, const Tokenizer& tokenizer, int n_choices,
-                                         bool logprobs)
+                                         bool logprobs, ToolCallFormat tool_format)
     : chat_(chat),
       model_id_(std::move(model_id)),
       tokenizer_(tokenizer),
@@ -36,7 +50,35 @@ CompletionFormatter::CompletionFormatter(bool chat, std::string model_id, const 
       id_(random_id(chat ? "chatcmpl-" : "cmpl-")),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
-      choices_(static_cast<size_t>(n_choices)) {}
+      choices_(static_cast<size_t>(n_choices)),
+      tool_format_(chat ? tool_format : ToolCallFormat::none) {}
+
+json CompletionFormatter::chunk_json(const json& choice_json) const {
+    json chunk = envelope();
+    chunk["object"] = chat_ ? "chat.completion.chunk" : "text_completion";
+    chunk["choices"] = json::array({choice_json});
+    return chunk;
+}
+
+std::string CompletionFormatter::tool_chunks(Choice& choice, const ChannelEvent& finish) {
+    const ParsedToolCalls parsed = parse_tool_calls(tool_format_, choice.text);
+    json c = {{"index", finish.choice}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+    std::string out;
+    std::string finish_reason = finish.finish_reason;
+    if (!parsed.calls.empty()) {
+        c["delta"] = {{"tool_calls", tool_calls_json(parsed.calls, true)}};
+        if (finish_reason == "stop") finish_reason = "tool_calls";
+    } else {
+        c["delta"] = {{"content", choice.text.substr(std::min(choice.sent, choice.text.size()))}};
+    }
+    if (!choice.started) c["delta"]["role"] = "assistant";
+    choice.started = true;
+    choice.sent = choice.text.size();
+    out = "data: " + dump_json(chunk_json(c)) + "\n\n";
+    json f = {
+        {"index", finish.choice}, {"finish_reason", finish_reason}, {"delta", json::object()}, {"logprobs", nullptr}};
+    return out + "data: " + dump_json(chunk_json(f)) + "\n\n";
+}
 
 json CompletionFormatter::envelope() const {
     return {{"id", id_}, {"created", created_}, {"model", model_id_}, {"system_fingerprint", nullptr}};
@@ -83,6 +125,8 @@ json CompletionFormatter::logprobs_json(const std::vector<TokenLogprob>& tokens,
 std::string CompletionFormatter::sse_chunk(const ChannelEvent& event) {
     Choice& choice = choices_.at(static_cast<size_t>(event.choice));
     json c = {{"index", event.choice}, {"finish_reason", nullptr}};
+    const bool tools = tool_format_ != ToolCallFormat::none;
+    if (tools && event.kind == ChannelEvent::Kind::finish) return tool_chunks(choice, event);
     if (event.kind == ChannelEvent::Kind::finish) {
         c["finish_reason"] = event.finish_reason;
         if (chat_)
@@ -93,14 +137,24 @@ std::string CompletionFormatter::sse_chunk(const ChannelEvent& event) {
         std::vector<TokenLogprob> lps;
         std::vector<size_t> offsets{choice.text.size()};
         if (event.logprob) lps.push_back(*event.logprob);
-        if (chat_) {
+        if (tools) {
+            // Content only up to where a call may begin; the rest waits for the reply's end.
+            choice.text += event.text;
+            const size_t free = std::max(choice.sent, tool_call_free_prefix(tool_format_, choice.text));
+            const std::string content = choice.text.substr(choice.sent, free - choice.sent);
+            choice.sent = free;
+            if (content.empty() && !event.logprob) return {};
+            c["delta"] = {{"content", content}};
+            if (!choice.started) c["delta"]["role"] = "assistant";
+            choice.started = true;
+        } else if (chat_) {
             c["delta"] = {{"content", event.text}};
             if (!choice.started) c["delta"]["role"] = "assistant";
             choice.started = true;
         } else {
             c["text"] = event.text;
         }
-        choice.text += event.text;
+        if (!tools) choice.text += event.text;
         c["logprobs"] = logprobs_ && event.logprob ? logprobs_json(lps, offsets) : json(nullptr);
     } else {
         return {};
@@ -140,7 +194,14 @@ json CompletionFormatter::response(const Usage& usage) const {
     for (size_t i = 0; i < choices_.size(); ++i) {
         const Choice& choice = choices_[i];
         json c = {{"index", i}, {"finish_reason", choice.finish_reason}};
-        if (chat_)
+        const ParsedToolCalls parsed =
+            tool_format_ != ToolCallFormat::none ? parse_tool_calls(tool_format_, choice.text) : ParsedToolCalls{};
+        if (!parsed.calls.empty()) {
+            c["message"] = {{"role", "assistant"},
+                            {"content", parsed.content.empty() ? json(nullptr) : json(parsed.content)},
+                            {"tool_calls", tool_calls_json(parsed.calls, false)}};
+            if (choice.finish_reason == "stop") c["finish_reason"] = "tool_calls";
+        } else if (chat_)
             c["message"] = {{"role", "assistant"}, {"content", choice.text}};
         else
             c["text"] = choice.text;

@@ -125,11 +125,11 @@ void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> cha
 void handle_completion(const httplib::Request& req, httplib::Response& res, ServerContext& ctx, Endpoint endpoint) {
     require_body_size(req, ctx);
     const CompletionRequest request =
-        parse_completion_request(parse_json_body(req.body), endpoint, request_limits(ctx));
+        parse_completion_request(parse_json_body(req.body), endpoint, request_limits(ctx), &req.body);
     std::unique_ptr<GenerationJob> job = build_completion_job(request, ctx);
     auto channel = job->channel;
     auto formatter = std::make_shared<CompletionFormatter>(request.chat, ctx.model_id, ctx.model->tokenizer(), job->n,
-                                                           request.logprobs);
+                                                           request.logprobs, job->tool_call_format);
     if (!ctx.scheduler->submit(std::move(job))) throw queue_full(ctx);
     if (request.stream) {
         stream_response(res, channel, formatter, request.include_usage);

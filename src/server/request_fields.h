@@ -24,7 +24,8 @@ double get_number(const nlohmann::json& value, const char* name, double min, dou
 bool get_bool(const nlohmann::json& value, const char* name);
 std::string get_string(const nlohmann::json& value, const char* name);
 
-// `messages`: a non-empty array of {role: system|user|assistant, content: string | [text parts]}.
+// `messages`: a non-empty array of {role: system|user|assistant|tool, content: string | [text parts]}; an
+// assistant message may carry tool_calls (then content may be null), a tool message a tool_call_id.
 std::vector<ChatMessage> get_messages(const nlohmann::json& value);
 
 }  // namespace kvstash::server

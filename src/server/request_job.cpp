@@ -11,10 +11,10 @@ namespace kvstash::server {
 namespace {
 
 std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages, AddGenerationPrompt add_generation_prompt,
-                                 ServerContext& ctx) {
+                                 ServerContext& ctx, const std::vector<std::string>& tools = {}) {
     if (!ctx.chat_template) throw bad_request(ctx.chat_template_error, "messages", "no_chat_template");
     try {
-        const std::string text = ctx.chat_template->render(messages, add_generation_prompt);
+        const std::string text = ctx.chat_template->render(messages, tools, add_generation_prompt);
         return ctx.model->tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
     } catch (const Error& e) {
         throw request_error(e, "messages", "invalid_value");
@@ -90,6 +90,36 @@ void fit_context(const CompletionRequest& request, GenerationJob& job, int64_t n
     }
 }
 
+// tools / tool_choice -> the job's grammar: forced (required, named), lazy (auto) or none. 400 naming
+// `tools` when the model's template defines none.
+void set_tool_grammar(const CompletionRequest& request, GenerationJob& job, ServerContext& ctx) {
+    const ToolRequest& tools = request.tools;
+    const bool has_tool_messages = std::any_of(request.messages.begin(), request.messages.end(),
+                                               [](const auto& m) { return m.role == "tool" || !m.tool_calls.empty(); });
+    if (tools.definitions.empty() && !has_tool_messages) return;
+    if (!ctx.chat_template) throw bad_request(ctx.chat_template_error, "tools", "no_chat_template");
+    const ToolCallFormat format = ctx.chat_template->tool_call_format();
+    if (format == ToolCallFormat::none) {
+        throw bad_request("the model's chat template '" + ctx.chat_template->name() +
+                              "' defines no tools; tool calling needs a model with Qwen 2.5's or Llama 3.1/3.2's "
+                              "template",
+                          tools.definitions.empty() ? "messages" : "tools", "unsupported");
+    }
+    if (tools.choice == ToolChoice::none) return;
+    std::vector<ToolSchema> callable;
+    for (const ToolSchema& s : tools.schemas) {
+        if (tools.choice != ToolChoice::named || s.name == tools.name) callable.push_back(s);
+    }
+    try {
+        job.grammar = Grammar::for_tool_calls(format, callable, tools.parallel);
+    } catch (const Error& e) {
+        throw request_error(e, "tools", "invalid_value");
+    }
+    if (tools.choice == ToolChoice::automatic) job.grammar_trigger = tool_call_trigger(format);
+    job.grammar_vocabulary = ctx.grammar_vocabulary();
+    job.tool_call_format = format;
+}
+
 }  // namespace
 
 // The adapter set a request names; 400 naming it when the server has none of that name.
@@ -131,7 +161,8 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
                           "adapter", "state_adapter_mismatch");
     }
     if (request.chat) {
-        job->prompt = chat_tokens(request.messages, AddGenerationPrompt::yes, ctx);
+        set_tool_grammar(request, *job, ctx);
+        job->prompt = chat_tokens(request.messages, AddGenerationPrompt::yes, ctx, request.tools.definitions);
         if (job->base) drop_state_tokens(*job->base, job->prompt);
     } else {
         // A continued state already has its BOS.

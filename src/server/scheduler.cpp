@@ -297,7 +297,8 @@ void Scheduler::after_prefill(size_t index) {
             params.seed += static_cast<uint64_t>(c);
             choice->sampler.emplace(params);
             if (job.grammar)
-                choice->constraint = std::make_shared<GrammarConstraint>(job.grammar, job.grammar_vocabulary);
+                choice->constraint =
+                    std::make_shared<GrammarConstraint>(job.grammar, job.grammar_vocabulary, job.grammar_trigger);
             choice->stream.emplace(model_->tokenizer(), job.stop, StopAtEndOfGeneration::yes);
             sample_step(*choice);
             sequences_.push_back(std::move(choice));

@@ -18,39 +18,14 @@
 #include <string_view>
 #include <vector>
 
-#include "base/utf8.h"
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
 #include "model/model_access.h"
 #include "text/chat_template_detect.h"
+#include "text/python_strip.h"
 
 namespace kvstash {
 namespace {
-
-// Python's str.isspace(), what Jinja's trim filter (str.strip()) removes: the code points of bidirectional type
-// WS, B or S or category Zs (this list is Python 3.11's, all code points checked). Not U+200B, U+FEFF, U+180E.
-bool is_python_space(char32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// Jinja's `trim` filter: Python's str.strip() with no argument.
-std::string_view python_strip(std::string_view s) {
-    char32_t c;
-    while (!s.empty()) {
-        const size_t n = utf8::decode(s, 0, &c);
-        if (n == 0 || !is_python_space(c)) break;
-        s.remove_prefix(n);
-    }
-    while (!s.empty()) {
-        size_t start = s.size() - 1;  // the last code point starts at most 3 continuation bytes back
-        while (start > 0 && s.size() - start < 4 && utf8::is_continuation(s[start])) --start;
-        const size_t n = utf8::decode(s, start, &c);  // malformed bytes (0) are never whitespace
-        if (n != s.size() - start || !is_python_space(c)) break;
-        s.remove_suffix(n);
-    }
-    return s;
-}
 
 std::string choices() {
     std::string out;
@@ -84,6 +59,7 @@ ChatTemplate ChatTemplate::named(std::string_view name) {
         tmpl.kind_ = Kind::chatml;
     } else if (name == "llama3") {
         tmpl.kind_ = Kind::llama3;
+        tmpl.tool_call_format_ = ToolCallFormat::llama3;
     } else if (name == "llama3.0") {
         tmpl.kind_ = Kind::llama3_0;
     } else if (name == "gemma") {
@@ -104,6 +80,9 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  AddGenerationPrompt add_generation_prompt) const {
     if (messages.empty()) {
         throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
+    }
+    for (const ChatMessage& message : messages) {
+        if (message.role == "tool" || !message.tool_calls.empty()) return render(messages, {}, add_generation_prompt);
     }
     for (size_t i = 0; i < messages.size(); ++i) {
         const std::string& role = messages[i].role;

@@ -78,6 +78,7 @@ ChatTemplate detect_chat_template(std::string_view template_text) {
         if (!match) continue;
         ChatTemplate tmpl = ChatTemplate::named(known.name);
         if (match->has_default_system) tmpl.set_default_system_prompt(match->default_system);
+        tmpl.set_tool_call_format(known.tools);
         return tmpl;
     }
     std::string choices;

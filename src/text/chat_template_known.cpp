@@ -76,7 +76,8 @@ constexpr KnownChatTemplate kKnown[] = {
 {%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
-)tpl"},
+)tpl",
+     ToolCallFormat::qwen},
     // Llama 3 (3.0) Instruct
     {"llama3.0",
      "{% set loop_messages = messages %}{% for message in loop_messages %}"
@@ -195,7 +196,8 @@ constexpr KnownChatTemplate kKnown[] = {
 {%- if add_generation_prompt %}
     {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
 {%- endif %}
-)tpl"},
+)tpl",
+     ToolCallFormat::llama3},
     // Llama 3.2 Instruct
     {"llama3", R"tpl({{- bos_token }}
 {%- if custom_tools is defined %}
@@ -290,7 +292,8 @@ constexpr KnownChatTemplate kKnown[] = {
 {%- if add_generation_prompt %}
     {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
 {%- endif %}
-)tpl"},
+)tpl",
+     ToolCallFormat::llama3},
     // Gemma 3 (google/gemma-3-*-it tokenizer_config.json; the system message becomes the first user turn's prefix)
     {"gemma", R"tpl({{ bos_token }}
 {%- if messages[0]['role'] == 'system' -%}

@@ -6,6 +6,8 @@
 #include <span>
 #include <string_view>
 
+#include "kvstash/chat.h"
+
 namespace kvstash {
 
 // Stands for the default system prompt in a known text (SmolLM2, Qwen2, Qwen2.5 write theirs into the template):
@@ -15,6 +17,7 @@ inline constexpr std::string_view kDefaultSystemMarker = "@DEFAULT_SYSTEM@";
 struct KnownChatTemplate {
     std::string_view name;  // the ChatTemplate::named() template it renders like
     std::string_view text;  // the Jinja text; kDefaultSystemMarker where a default system prompt goes
+    ToolCallFormat tools = ToolCallFormat::none;  // how the template writes tools and calls
 };
 
 std::span<const KnownChatTemplate> known_chat_templates();

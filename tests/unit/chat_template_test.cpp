@@ -64,9 +64,10 @@ TEST(ChatTemplate, UnknownNameIsInvalidArgument) {
 TEST(ChatTemplate, UnknownRoleIsInvalidArgument) {
     for (const std::string& name : ChatTemplate::names()) {
         const ChatTemplate tmpl = ChatTemplate::named(name);
-        const Messages messages = {{"user", "hi"}, {"tool", "42"}};
+        // ("tool" is a role where the template defines tools: tests/unit/chat_tools_test.cpp.)
+        const Messages messages = {{"user", "hi"}, {"function", "42"}};
         expect_error([&] { tmpl.render(messages, AddGenerationPrompt::yes); }, ErrorCode::invalid_argument,
-                     {"message 1", "\"tool\""});
+                     {"message 1", "\"function\""});
         const Messages capitalised = {{"User", "hi"}};
         expect_error([&] { tmpl.render(capitalised, AddGenerationPrompt::no); }, ErrorCode::invalid_argument,
                      {"\"User\""});

@@ -107,12 +107,47 @@ TEST(ServerRequest, UnsupportedFieldsAreRefused) {
     expect_bad_request([] { text(R"({"prompt": "x", "echo": true})"); }, "echo", "unsupported", "not supported");
     expect_bad_request([] { text(R"({"prompt": "x", "suffix": "y"})"); }, "suffix", "unsupported", "not supported");
     expect_bad_request([] { text(R"({"prompt": "x", "best_of": 2})"); }, "best_of", "unsupported", "use n");
-    expect_bad_request([] { chat(R"({"messages": [], "tools": [{"type": "function"}]})"); }, "tools", "unsupported",
-                       "not supported");
+    expect_bad_request([] { chat(R"({"messages": [], "tools": [{"type": "retrieval"}]})"); }, "tools", "unsupported",
+                       "only tools of type");
+    expect_bad_request([] { chat(R"({"messages": [], "tools": [{"type": "function"}]})"); }, "tools", "invalid_type",
+                       "function must be an object");
     expect_bad_request([] { chat(R"({"messages": [], "functions": [{"name": "f"}]})"); }, "functions", "unsupported",
                        "not supported");
-    expect_bad_request([] { chat(R"({"messages": [], "tool_choice": "required"})"); }, "tool_choice", "unsupported",
-                       "not supported");
+    expect_bad_request([] { chat(R"({"messages": [], "tool_choice": "required"})"); }, "tool_choice", "invalid_value",
+                       "no 'tools'");
+}
+
+TEST(ServerRequest, ToolsAndToolMessages) {
+    // Tools keep the client's key order when the raw body is given (nlohmann::json sorts keys).
+    const std::string raw = R"({"messages": [{"role": "user", "content": "x"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+          "function": {"name": "f", "arguments": "{\"b\": 1}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+          "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}}}],
+        "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": false})";
+    const CompletionRequest r =
+        parse_completion_request(nlohmann::json::parse(raw), Endpoint::chat, RequestLimits{4}, &raw);
+    ASSERT_EQ(r.tools.definitions.size(), 1u);
+    EXPECT_EQ(r.tools.definitions[0].find("\"type\":\"function\""), 1u) << r.tools.definitions[0];
+    EXPECT_LT(r.tools.definitions[0].find("\"z\""), r.tools.definitions[0].find("\"a\""));
+    EXPECT_EQ(r.tools.choice, ToolChoice::named);
+    EXPECT_EQ(r.tools.name, "f");
+    EXPECT_FALSE(r.tools.parallel);
+    ASSERT_EQ(r.messages.size(), 3u);
+    ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+    EXPECT_EQ(r.messages[1].tool_calls[0].arguments, "{\"b\": 1}");
+    EXPECT_EQ(r.messages[2].tool_call_id, "c1");
+    EXPECT_EQ(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function",
+        "function": {"name": "f"}}]})")
+                  .tools.choice,
+              ToolChoice::automatic);
+    expect_bad_request(
+        [] {
+            chat(
+                R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]})");
+        },
+        "messages", "invalid_value", "must be a JSON object");
 }
 
 TEST(ServerRequest, ResponseFormatAndGrammar) {
@@ -229,14 +264,14 @@ TEST(ServerRequest, ChatReadsMessagesAndBooleanLogprobs) {
     expect_bad_request([] { chat(R"({"messages": ["hi"]})"); }, "messages", "invalid_type", "{role, content}");
     expect_bad_request([] { chat(R"({"messages": [{"content": "x"}]})"); }, "messages", "invalid_type",
                        "string 'role'");
-    expect_bad_request([] { chat(R"({"messages": [{"role": "tool", "content": "x"}]})"); }, "messages", "invalid_value",
-                       "unsupported message role 'tool'");
-    // Null content is OpenAI's for assistant tool calls only; kvstash has no tools (issue 19).
+    expect_bad_request([] { chat(R"({"messages": [{"role": "robot", "content": "x"}]})"); }, "messages",
+                       "invalid_value", "unsupported message role 'robot'");
+    // Null content is OpenAI's for assistant messages with tool calls only.
     expect_bad_request(
         [] { chat(R"({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": null}]})"); },
         "messages", "invalid_value", "messages[1].content is null");
     expect_bad_request([] { chat(R"({"messages": [{"role": "assistant", "content": null}]})"); }, "messages",
-                       "invalid_value", "tool calls");
+                       "invalid_value", "tool_calls");
     expect_bad_request([] { chat(R"({"messages": [{"role": "user"}]})"); }, "messages", "invalid_value",
                        "messages[0].content is missing");
     expect_bad_request([] { chat(R"({"messages": [{"role": "user", "content": 3}]})"); }, "messages", "invalid_type",
