@@ -42,16 +42,13 @@ void append_float(std::string& out, double v) {
     char buf[64];
     const auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
     std::string_view sci(buf, static_cast<size_t>(res.ptr - buf));  // [-]d[.ddd]e[+-]XX
-    std::string sign;
-    if (sci.front() == '-') {
-        sign = "-";
-        sci.remove_prefix(1);
-    }
+    const bool negative = sci.front() == '-';
+    if (negative) sci.remove_prefix(1);
     const size_t e = sci.find('e');
     std::string digits(sci.substr(0, e));
     if (digits.size() > 1) digits.erase(1, 1);  // drop the point
     const int exp10 = std::stoi(std::string(sci.substr(e + 1)));
-    out += sign;
+    if (negative) out += '-';
     if (exp10 < -4 || exp10 >= 16) {
         out += digits.substr(0, 1);
         if (digits.size() > 1) out.append(".").append(digits, 1);
