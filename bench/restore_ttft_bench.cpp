@@ -10,11 +10,13 @@
 // ids[n, n + suffix)), the same sampler (defaults, seed 42), the state file in the page cache. Per repeat:
 //   load_s    load_state(file) (every check of the file included);
 //   suffix_s  eval(suffix) on the restored state + sampling the first token;
-//   ttft_s    the two together.
+//   ttft_s    the two together;
+//   load_cpu_s, suffix_cpu_s  the CPU time of the process's threads in each part.
 // Only that, so that it takes seconds once the file exists: the prefix is prefilled and saved (minutes for
 // 8K tokens on 2 cores) only when --state does not already hold exactly these tokens. The logits after the
 // suffix are hashed (FNV-1a of the f32 bits) and must be the same on every repeat (checked).
 // Self-contained (public headers only) so that older commits can be measured with the same program.
+#include <time.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -44,6 +46,14 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// CPU time of all the process's threads (the pool's waits included): on a shared machine it does not count
+// the time the threads waited for a core, as wall time does.
+double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 json summary(std::vector<double> values) {
     json runs = values;
@@ -145,18 +155,22 @@ int main(int argc, char** argv) {
             evaluator.eval(s, suffix);
         }
 
-        std::vector<double> load_s, suffix_s, ttft_s;
+        std::vector<double> load_s, suffix_s, ttft_s, load_cpu_s, suffix_cpu_s;
         std::string hash;
         int32_t token = -1;
         bool same = true;
         for (int i = 0; i < repeats; ++i) {
+            const double cpu0 = process_cpu_seconds();
             const auto start = Clock::now();
             kvstash::State s = kvstash::load_state(*model, state_path);
             const double loaded = seconds_since(start);
+            const double cpu1 = process_cpu_seconds();
             evaluator.eval(s, suffix);
             kvstash::Sampler sampler(sampler_params());
             const int32_t tok = sampler.sample(s.last_logits(), s.tokens());
             const double total = seconds_since(start);
+            load_cpu_s.push_back(cpu1 - cpu0);
+            suffix_cpu_s.push_back(process_cpu_seconds() - cpu1);
             load_s.push_back(loaded);
             suffix_s.push_back(total - loaded);
             ttft_s.push_back(total);
@@ -171,6 +185,8 @@ int main(int argc, char** argv) {
         out["load_s"] = summary(load_s);
         out["suffix_s"] = summary(suffix_s);
         out["ttft_s"] = summary(ttft_s);
+        out["load_cpu_s"] = summary(load_cpu_s);
+        out["suffix_cpu_s"] = summary(suffix_cpu_s);
         out["first_token"] = token;
         out["logits_fnv1a"] = hash;
         out["same_every_repeat"] = same;
