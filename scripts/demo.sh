@@ -48,12 +48,13 @@ n_question=$(sed -n 's/^tokens: .* reused from the state, \([0-9]*\) computed$/\
 awk -v t0="$t0" -v t1="$t1" -v t2="$t2" -v t3="$t3" -v t4="$t4" -v full="$full_ttft" -v load="$load_s" \
   -v suffix="$suffix_s" -v n="$n_state" -v nq="$n_question" 'BEGIN {
   pre = t1 - t0; full_p = t3 - t2; st_p = t4 - t3; restore = load + suffix
-  printf "prefill + save, once:                       %7.3f s\n", pre
-  printf "first token, recomputing all %d tokens:    %7.3f s\n", n + nq, full
-  printf "first token after restoring the saved state: %7.3f s (load %.3f s + %d-token question %.3f s)\n", \
-    restore, load, nq, suffix
-  printf "speed-up:                                   %7.1fx\n", full / restore
-  printf "(each a new process: %.2f s vs %.2f s with start-up and model load, %.1fx)\n", full_p, st_p, full_p / st_p }'
+  printf "%-46s %7.3f s\n", "prefill + save, once:", pre
+  printf "%-46s %7.3f s\n", sprintf("first token, recomputing all %d tokens:", n + nq), full
+  printf "%-46s %7.3f s (load %.3f s + %d-token question %.3f s)\n", \
+    "first token after restoring the saved state:", restore, load, nq, suffix
+  printf "%-46s %7.1fx\n", "speed-up:", full / restore
+  printf "(each in a new process, start-up and model load included: %.2f s vs %.2f s, %.1fx)\n", full_p, st_p, \
+    full_p / st_p }'
 
 step kvstash perplexity -f tests/fixtures/text/persuasion_ch1-2.txt --ctx 256
 "$KVSTASH" perplexity -f "$TEXT" --ctx 256 | tail -n 3
