@@ -77,17 +77,13 @@ bool group_kernel_supports(Isa isa, int64_t head_dim) {
     }
 }
 
-// Heads [h_begin, h_end) (one KV head) of the query at `pos`, chunk `c`: the partials into `partial`
-// (partial_floats(h_end - h_begin) floats), bitwise chunk_partial_rows for each head, by the ISA's group
-// kernel where it has one.
-void chunk_partial(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_row, int64_t pos,
-                   int64_t h_begin, int64_t h_end, int64_t c, float* partial, std::vector<float>& scores) {
+// `n_heads` heads that read KV head `kv_head` (their query vectors consecutive at q_heads), keys
+// k_first.. (n_keys of them): the partials into `partial` (partial_floats(n_heads) floats), bitwise
+// chunk_partial_rows for each head, by the ISA's group kernel where it has one. Each head's partial depends
+// only on its own query vector and the keys, never on how many heads share the call.
+void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_heads, int64_t n_heads,
+                         int64_t kv_head, int64_t k_first, int64_t n_keys, float* partial, std::vector<float>& scores) {
     isa = isa_for(isa, kv.type);
-    const int64_t group = s.n_head / s.n_head_kv;
-    const int64_t kv_head = h_begin / group;
-    const int64_t n_heads = h_end - h_begin;
-    int64_t k_first = 0, n_keys = 0;
-    chunk_keys(s, pos, c, &k_first, &n_keys);
     scores.resize(static_cast<size_t>(n_heads * kChunk));
     float* max_score = partial;
     float* sum = partial + n_heads;
@@ -95,7 +91,7 @@ void chunk_partial(Isa isa, const AttentionShape& s, const KvLayerView& kv, cons
     const kernels::KernelTable& table = kernels::kernel_table(isa);
     if (table.attention_group != nullptr && group_kernel_supports(isa, s.head_dim)) {
         kernels::AttentionGroupArgs args;
-        args.q = q_row + h_begin * s.head_dim;
+        args.q = q_heads;
         args.n_heads = n_heads;
         args.head_dim = s.head_dim;
         args.first_key = k_first;
@@ -116,9 +112,20 @@ void chunk_partial(Isa isa, const AttentionShape& s, const KvLayerView& kv, cons
     }
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
     for (int64_t i = 0; i < n_heads; ++i) {
-        chunk_partial_rows(ops, s, kv, q_row + (h_begin + i) * s.head_dim, kv_head, k_first, n_keys, scores.data(),
-                           max_score + i, sum + i, acc + i * s.head_dim);
+        chunk_partial_rows(ops, s, kv, q_heads + i * s.head_dim, kv_head, k_first, n_keys, scores.data(), max_score + i,
+                           sum + i, acc + i * s.head_dim);
     }
+}
+
+// Heads [h_begin, h_end) (one KV head) of the query at `pos`, chunk `c`: the partials into `partial`
+// (partial_floats(h_end - h_begin) floats).
+void chunk_partial(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_row, int64_t pos,
+                   int64_t h_begin, int64_t h_end, int64_t c, float* partial, std::vector<float>& scores) {
+    const int64_t group = s.n_head / s.n_head_kv;
+    int64_t k_first = 0, n_keys = 0;
+    chunk_keys(s, pos, c, &k_first, &n_keys);
+    chunk_partial_heads(isa, s, kv, q_row + h_begin * s.head_dim, h_end - h_begin, h_begin / group, k_first, n_keys,
+                        partial, scores);
 }
 
 // Head i's output from the partials of its chunks (chunk k's block at partials + k * stride, holding
@@ -219,6 +226,171 @@ void split_over_chunks(Isa isa, const AttentionShape& s, const AttentionRows& ro
     });
 }
 
+// Prefill: query rows in tiles of up to kTileRows consecutive rows of one cache, so that each K/V chunk is
+// read (and converted from f16) once for every row of the tile and every head of a GQA group.
+constexpr int64_t kTileRows = 8;
+
+struct RowTile {
+    int64_t first_row = 0;
+    int64_t n_rows = 0;
+    int64_t c_lo = 0;  // the chunks any of its rows attends to: [c_lo, c_lo + span)
+    int64_t span = 0;
+    int64_t first_partial = 0;  // its (KV head, row, chunk) partial blocks in a shared buffer start here
+};
+
+// Runs of consecutive rows of the same view, cut every kTileRows rows.
+void make_tiles(const AttentionShape& s, const AttentionRows& rows, std::vector<RowTile>& tiles) {
+    tiles.clear();
+    int64_t next_partial = 0;
+    for (int64_t r = 0; r < rows.n_rows;) {
+        RowTile t;
+        t.first_row = r;
+        int64_t c_lo = first_chunk(s, rows.row_pos[r]), c_hi = rows.row_pos[r] / kChunk;
+        for (++r; r < rows.n_rows && r - t.first_row < kTileRows && rows.row_view[r] == rows.row_view[t.first_row];
+             ++r) {
+            c_lo = std::min(c_lo, first_chunk(s, rows.row_pos[r]));
+            c_hi = std::max(c_hi, rows.row_pos[r] / kChunk);
+        }
+        t.n_rows = r - t.first_row;
+        t.c_lo = c_lo;
+        t.span = c_hi - c_lo + 1;
+        t.first_partial = next_partial;
+        next_partial += s.n_head_kv * t.n_rows * t.span;
+        tiles.push_back(t);
+    }
+}
+
+// Scratch of one tile-chunk step: the gathered query vectors, the partials of the call, the scores.
+struct TileScratch {
+    std::vector<float> q, partial, scores;
+};
+
+// Chunk c of KV head `kv_head` for the rows of `tile` that attend to it. Row i's partial (partial_floats(group)
+// floats, as chunk_partial writes it) goes to base + (i * tile.span + c - first_chunk(row's pos)) * stride, so
+// that each row's chunks are consecutive from its first. Consecutive rows that see the same keys of this
+// chunk (all of them below the last rows' chunk) share one call: their heads' query vectors are gathered
+// and each head's partial is bitwise what a call of its own gives.
+void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, const RowTile& tile,
+                int64_t kv_head, int64_t c, float* base, TileScratch& scratch) {
+    const int64_t group = s.n_head / s.n_head_kv;
+    const int64_t q_width = s.n_head * s.head_dim;
+    const int64_t stride = partial_floats(s, group);
+    const KvLayerView& kv = rows.views[rows.row_view[tile.first_row]];
+    for (int64_t i = 0; i < tile.n_rows;) {
+        const int64_t pos = rows.row_pos[tile.first_row + i];
+        if (c < first_chunk(s, pos) || c > pos / kChunk) {
+            ++i;
+            continue;
+        }
+        int64_t k_first = 0, n_keys = 0;
+        chunk_keys(s, pos, c, &k_first, &n_keys);
+        int64_t m = 1;  // rows i..i+m-1 see keys [k_first, k_first + n_keys)
+        for (; i + m < tile.n_rows; ++m) {
+            const int64_t p = rows.row_pos[tile.first_row + i + m];
+            if (c < first_chunk(s, p) || c > p / kChunk) break;
+            int64_t f = 0, n = 0;
+            chunk_keys(s, p, c, &f, &n);
+            if (f != k_first || n != n_keys) break;
+        }
+        const int64_t n_heads = m * group;
+        scratch.q.resize(static_cast<size_t>(n_heads * s.head_dim));
+        scratch.partial.resize(static_cast<size_t>(partial_floats(s, n_heads)));
+        for (int64_t j = 0; j < m; ++j) {
+            const float* src = q + (tile.first_row + i + j) * q_width + kv_head * group * s.head_dim;
+            std::copy(src, src + group * s.head_dim, scratch.q.data() + j * group * s.head_dim);
+        }
+        chunk_partial_heads(isa, s, kv, scratch.q.data(), n_heads, kv_head, k_first, n_keys, scratch.partial.data(),
+                            scratch.scores);
+        const float* p = scratch.partial.data();
+        for (int64_t j = 0; j < m; ++j) {
+            const int64_t row_pos = rows.row_pos[tile.first_row + i + j];
+            float* dst = base + ((i + j) * tile.span + c - first_chunk(s, row_pos)) * stride;
+            for (int64_t g = 0; g < group; ++g) {
+                dst[g] = p[j * group + g];
+                dst[group + g] = p[n_heads + j * group + g];
+            }
+            const float* acc = p + 2 * n_heads + j * group * s.head_dim;
+            std::copy(acc, acc + group * s.head_dim, dst + 2 * group);
+        }
+        i += m;
+    }
+}
+
+// Every row of the tile, heads of KV head `kv_head`, from the partials at base (laid out as tile_chunk
+// writes them): combine_partials in chunk order, as row_heads_all_chunks does.
+void tile_combine(const AttentionShape& s, const AttentionRows& rows, const RowTile& tile, int64_t kv_head,
+                  const float* base, float* out) {
+    const int64_t group = s.n_head / s.n_head_kv;
+    const int64_t q_width = s.n_head * s.head_dim;
+    const int64_t stride = partial_floats(s, group);
+    for (int64_t i = 0; i < tile.n_rows; ++i) {
+        const int64_t r = tile.first_row + i;
+        const float* row_base = base + i * tile.span * stride;
+        for (int64_t g = 0; g < group; ++g) {
+            combine_partials(s, row_base, n_chunks_of(s, rows.row_pos[r]), stride, group, g,
+                             out + r * q_width + (kv_head * group + g) * s.head_dim);
+        }
+    }
+}
+
+// Tiles of rows. With enough (tile, KV head) tasks each walks its chunks with its partials in a buffer of its
+// own; with few (a short suffix after a restore: 8 rows at 8K keys are one tile, 3 tasks on SmolLM2), the
+// tasks are (tile, KV head, chunk) writing to a shared buffer, then (tile, KV head) tasks combine.
+void tiled_rows(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, float* out,
+                ThreadPool* pool) {
+    thread_local std::vector<RowTile> tiles_buffer;
+    thread_local std::vector<float> partials_buffer;
+    std::vector<RowTile>& tiles = tiles_buffer;  // shared with the workers by reference
+    std::vector<float>& partials = partials_buffer;
+    make_tiles(s, rows, tiles);
+    const int64_t stride = partial_floats(s, s.n_head / s.n_head_kv);
+    const int64_t n_tile_tasks = static_cast<int64_t>(tiles.size()) * s.n_head_kv;
+    const int n_threads = pool ? pool->n_threads() : 1;
+    if (pool == nullptr || n_tile_tasks >= 4 * static_cast<int64_t>(n_threads)) {
+        auto task = [&](int64_t index) {
+            thread_local std::vector<float> own;
+            thread_local TileScratch scratch;
+            const RowTile& tile = tiles[static_cast<size_t>(index / s.n_head_kv)];
+            const int64_t kv_head = index % s.n_head_kv;
+            own.resize(static_cast<size_t>(tile.n_rows * tile.span * stride));
+            for (int64_t c = tile.c_lo; c < tile.c_lo + tile.span; ++c) {
+                tile_chunk(isa, s, rows, q, tile, kv_head, c, own.data(), scratch);
+            }
+            tile_combine(s, rows, tile, kv_head, own.data(), out);
+        };
+        if (pool) {
+            pool->run(n_tile_tasks, task);
+        } else {
+            for (int64_t i = 0; i < n_tile_tasks; ++i) task(i);
+        }
+        return;
+    }
+    // (tile, KV head, chunk) tasks: tile t's tasks from task_base[t], KV head-major, then chunks.
+    thread_local std::vector<int64_t> task_base_buffer;
+    std::vector<int64_t>& task_base = task_base_buffer;
+    task_base.assign(1, 0);
+    for (const RowTile& t : tiles) task_base.push_back(task_base.back() + s.n_head_kv * t.span);
+    const RowTile& last = tiles.back();
+    partials.resize(static_cast<size_t>((last.first_partial + s.n_head_kv * last.n_rows * last.span) * stride));
+    auto tile_base = [&](const RowTile& t, int64_t kv_head) {
+        return partials.data() + (t.first_partial + kv_head * t.n_rows * t.span) * stride;
+    };
+    pool->run(task_base.back(), [&](int64_t task) {
+        thread_local TileScratch scratch;
+        size_t t = 0;
+        while (task_base[t + 1] <= task) ++t;
+        const RowTile& tile = tiles[t];
+        const int64_t local = task - task_base[t];
+        const int64_t kv_head = local / tile.span;
+        tile_chunk(isa, s, rows, q, tile, kv_head, tile.c_lo + local % tile.span, tile_base(tile, kv_head), scratch);
+    });
+    pool->run(n_tile_tasks, [&](int64_t index) {
+        const RowTile& tile = tiles[static_cast<size_t>(index / s.n_head_kv)];
+        const int64_t kv_head = index % s.n_head_kv;
+        tile_combine(s, rows, tile, kv_head, tile_base(tile, kv_head), out);
+    });
+}
+
 }  // namespace
 
 void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens, int64_t first_pos,
@@ -263,6 +435,14 @@ void attention_rows_with(Isa isa, const AttentionShape& shape, const AttentionRo
     // Too few (row, KV head) tasks to keep every thread busy, and chunks to split: split over keys too.
     if (pool != nullptr && n_threads > 1 && max_chunks > 1 && rows.n_rows * shape.n_head_kv < 4 * n_threads) {
         split_over_chunks(isa, shape, rows, q, out, *pool);
+        return;
+    }
+    // Several rows that can share K/V chunk reads (a tile of rows, per KV head, has at least one chunk per
+    // thread to split): tiles. Otherwise (few rows at short context) rows × heads tasks.
+    if (rows.n_rows > 1 &&
+        (pool == nullptr || (rows.n_rows + kTileRows - 1) / kTileRows * shape.n_head_kv * max_chunks >=
+                                2 * static_cast<int64_t>(n_threads))) {
+        tiled_rows(isa, shape, rows, q, out, pool);
         return;
     }
     const int64_t q_width = shape.n_head * shape.head_dim;

@@ -361,6 +361,80 @@ TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
     }
 }
 
+// Tiles of rows (kernels/attention.cpp, tiled_rows): the rows of a tile share each K/V chunk read, and the
+// chunk tasks are split over threads when the tiles are few (a short suffix after restoring a long state).
+// Suffixes of 2..17 rows, starting below, at and across chunk boundaries, with and without a sliding window;
+// and rows of two caches interleaved (tiles break where the cache changes): the per-row definition's bits
+// with 0, 2 and 3 threads.
+TEST(AttentionChunks, TiledRowsEqualDefinitionBitwise) {
+    struct Case {
+        int64_t n_head, n_head_kv, head_dim, window;
+    };
+    const int64_t n_pos = 1100;
+    // (first row, rows): below, at and across chunk boundaries (256, 512, 768, 1024)
+    const std::pair<int64_t, int64_t> kSuffixes[] = {{1080, 8}, {508, 8}, {250, 17}, {1020, 9}, {767, 2}};
+    // 20 rows: 6 of cache a, 3 of b, 1 of a, 10 of b, at scattered positions.
+    const int64_t kMixedRows = 20;
+    auto kMixedView = [](int64_t i) -> int64_t { return i < 6 || i == 9 ? 0 : 1; };
+    auto kMixedPos = [](int64_t i) { return i < 10 ? 1090 + i : 500 + 3 * i; };
+    for (const Case c : {Case{9, 3, 64, 0}, Case{4, 1, 256, 300}, Case{6, 2, 24, 0}}) {
+        for (TensorType type : {TensorType::F16, TensorType::Q8_0}) {
+            if (type == TensorType::Q8_0 && c.head_dim % 32 != 0) continue;
+            std::mt19937 rng(static_cast<uint32_t>(7 * c.head_dim + c.window));
+            const TestCache a(type, n_pos, c.n_head_kv * c.head_dim, rng, 1.0f);
+            const TestCache b(type, n_pos, c.n_head_kv * c.head_dim, rng, 1.0f);
+            AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                                 c.window};
+            const int64_t q_width = c.n_head * c.head_dim;
+            std::normal_distribution<float> normal(0.0f, 2.0f);
+            std::vector<float> q(static_cast<size_t>(n_pos * q_width));
+            for (float& x : q) x = normal(rng);
+            for (Isa isa : available_isas()) {
+                SCOPED_TRACE(std::string(isa_name(isa)) + " d" + std::to_string(c.head_dim) + " window " +
+                             std::to_string(c.window) + " " + tensor_type_name(static_cast<uint32_t>(type)));
+                // The definition of just the rows the calls below compute.
+                std::vector<float> def_a(q.size()), def_b(q.size());
+                auto define = [&](const TestCache& cache, std::vector<float>& def, int64_t first, int64_t n) {
+                    attention_per_row_with(isa, shape, cache.view(), q.data() + first * q_width, n, first,
+                                           def.data() + first * q_width);
+                };
+                for (const auto& [first, n] : kSuffixes) define(a, def_a, first, n);
+                for (int64_t i = 0; i < kMixedRows; ++i)
+                    define(kMixedView(i) == 0 ? a : b, kMixedView(i) == 0 ? def_a : def_b, kMixedPos(i), 1);
+                for (int threads : {0, 2, 3}) {
+                    std::unique_ptr<ThreadPool> pool = threads > 0 ? std::make_unique<ThreadPool>(threads) : nullptr;
+                    for (const auto& [first, n] : kSuffixes) {
+                        std::vector<float> out(static_cast<size_t>(n * q_width));
+                        attention_with(isa, shape, a.view(), q.data() + first * q_width, n, first, out.data(),
+                                       pool.get());
+                        ASSERT_EQ(0,
+                                  std::memcmp(out.data(), def_a.data() + first * q_width, out.size() * sizeof(float)))
+                            << threads << " threads, rows " << first << ".." << first + n - 1;
+                    }
+                    const KvLayerView views[2] = {a.view(), b.view()};
+                    std::vector<int64_t> row_view, row_pos;
+                    for (int64_t i = 0; i < kMixedRows; ++i) {
+                        row_view.push_back(kMixedView(i));
+                        row_pos.push_back(kMixedPos(i));
+                    }
+                    std::vector<float> rq(static_cast<size_t>(kMixedRows * q_width)), out(rq.size());
+                    for (int64_t i = 0; i < kMixedRows; ++i) {
+                        std::copy_n(q.data() + row_pos[i] * q_width, q_width, rq.data() + i * q_width);
+                    }
+                    const AttentionRows rows{kMixedRows, views, row_view.data(), row_pos.data()};
+                    attention_rows_with(isa, shape, rows, rq.data(), out.data(), pool.get());
+                    for (int64_t i = 0; i < kMixedRows; ++i) {
+                        const std::vector<float>& def = row_view[i] == 0 ? def_a : def_b;
+                        ASSERT_EQ(0, std::memcmp(out.data() + i * q_width, def.data() + row_pos[i] * q_width,
+                                                 q_width * sizeof(float)))
+                            << threads << " threads, mixed rows, row " << i;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // The one key a query at position 0 sees: the output is exactly that key's value row (weight 1).
 TEST(AttentionSingleKey, OutputIsTheOnlyValueRow) {
     std::mt19937 rng(3);
