@@ -113,10 +113,22 @@ struct Tile {
     int32_t* mins;
 };
 
-void unpack_tile(const MatmulArgs& a, int64_t r0, int nr, const Tile& t) {
+// Least software-prefetch distance, bytes (as the q8_0 few-token kernel's, matmul_int8_avx2.cpp): decode is
+// bound by reading the weights from memory, and the hardware prefetchers alone fall behind.
+constexpr int64_t kPrefetchBytes = 16384;
+
+// Unpacks rows [r0, r0 + nr) and prefetches the bytes [prefetch_begin, prefetch_end) (a later tile of the
+// same row range), one prefetch per 64-byte line, spread over the 8 rows.
+void unpack_tile(const MatmulArgs& a, int64_t r0, int nr, const Tile& t, const uint8_t* prefetch_begin,
+                 const uint8_t* prefetch_end) {
     const int64_t n_blocks = a.cols / 256;
     const uint64_t bytes = tensor_type_traits(a.type).type_size;
+    const int64_t pf_step = ((prefetch_end - prefetch_begin) / kRows + 63) / 64 * 64;
+    const uint8_t* pf = prefetch_begin;
     for (int r = 0; r < kRows; ++r) {  // missing rows repeat the last one (their lanes are never stored)
+        for (const uint8_t* pf_stop = std::min(pf + pf_step, prefetch_end); pf < pf_stop; pf += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
+        }
         const uint8_t* w = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
         for (int64_t b = 0; b < n_blocks; ++b) {
             int32_t mins[8] = {};
@@ -206,9 +218,13 @@ void matmul_int8_rows_kquant_avx2(const MatmulArgs& a, int64_t row_begin, int64_
                     mins_buf.ints(static_cast<size_t>(n_blocks * 8 * kRows))};
     const bool six = a.type == TensorType::Q6_K;
     alignas(32) float out[kRows];
+    const auto tile_bytes = static_cast<int64_t>(kRows * a.row_bytes);
+    const int64_t ahead = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
+    const uint8_t* range_end = a.W + static_cast<uint64_t>(row_end) * a.row_bytes;
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r0));
-        unpack_tile(a, r0, nr, tile);
+        const uint8_t* pf_begin = std::min(a.W + static_cast<uint64_t>(r0) * a.row_bytes + ahead, range_end);
+        unpack_tile(a, r0, nr, tile, pf_begin, std::min(pf_begin + tile_bytes, range_end));
         for (int64_t t = 0; t < a.n_tokens; ++t) {
             if (six) {
                 tile_token<true>(tile, a.cols, *a.xq, t, out);
