@@ -214,6 +214,29 @@ json kernel_speed(kvstash::TensorType type, int64_t rows, int64_t cols, int64_t 
             {"gflop_s", 2.0 * static_cast<double>(rows * cols * n_tokens) / s / 1e9}};
 }
 
+// --kernel-shape TYPE:ROWS:COLS:TOKENS: one kernel_speed shape.
+json one_kernel_shape(const std::string& spec, int threads, int repeats) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t colon = spec.find(':'); colon != std::string::npos; colon = spec.find(':', start)) {
+        parts.push_back(spec.substr(start, colon - start));
+        start = colon + 1;
+    }
+    parts.push_back(spec.substr(start));
+    if (parts.size() != 4) {
+        throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "--kernel-shape: TYPE:ROWS:COLS:TOKENS");
+    }
+    using kvstash::TensorType;
+    for (TensorType type :
+         {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+        if (kvstash::tensor_type_name(static_cast<uint32_t>(type)) == parts[0]) {
+            return kernel_speed(type, std::stoll(parts[1]), std::stoll(parts[2]), std::stoll(parts[3]), threads,
+                                repeats);
+        }
+    }
+    throw kvstash::Error(kvstash::ErrorCode::invalid_argument, "--kernel-shape: unknown type " + parts[0]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -242,6 +265,9 @@ int main(int argc, char** argv) {
     app.add_flag("--bandwidth", bandwidth, "also measure memory read bandwidth");
     app.add_flag("--bandwidth-only", bandwidth_only, "only measure memory read bandwidth (no model)");
     app.add_flag("--kernels", kernels, "only time the matmul kernels on random weights (no model)");
+    std::string kernel_shape;
+    app.add_option("--kernel-shape", kernel_shape,
+                   "with --kernels: only this shape, TYPE:ROWS:COLS:TOKENS (e.g. q8_0:262144:640:1, Gemma 3's output)");
     app.add_option("--bandwidth-mib", bandwidth_mib, "buffer size of the bandwidth test")
         ->check(CLI::Range(64, 1 << 16));
     CLI11_PARSE(app, argc, argv);
@@ -254,7 +280,10 @@ int main(int argc, char** argv) {
         if (kernels) {
             json k = json::array();
             using kvstash::TensorType;
-            for (TensorType type : {TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K}) {
+            const std::vector<TensorType> all_types = {TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
+                                                       TensorType::Q6_K};
+            if (!kernel_shape.empty()) k.push_back(one_kernel_shape(kernel_shape, threads, repeats));
+            for (TensorType type : kernel_shape.empty() ? all_types : std::vector<TensorType>{}) {
                 const int64_t small_cols = kvstash::tensor_type_traits(type).block_size == 256 ? 512 : 576;
                 for (int64_t n_tokens : {int64_t{1}, int64_t{128}}) {
                     // 5632 × 2048 (a big FFN matrix: beyond the L2, within the L3) and 1536 × 576 (SmolLM2's

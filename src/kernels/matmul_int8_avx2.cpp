@@ -14,8 +14,9 @@
 // no horizontal reduction. Register tiles of 2 such row tiles × kTokenTile tokens: each loaded weight
 // vector serves 3 tokens, each broadcast activation pair 16 rows.
 // Few tokens (decode, up to kFewTokensMax): no unpacked copy. Per row and block, vpmaddwd of the sign-extended weights
-// with the token's activations leaves 8 partial sums; 8 rows' are reduced together (vphaddd tree) into one vector of
-// the 8 rows' S_b.
+// with the token's activations leaves 8 partial sums; 8 rows' are reduced together (vphaddd tree, built as the rows
+// are read so that nothing spills) into one vector of the 8 rows' S_b. The pass is bound by reading the weights
+// from memory: a tile's 8 rows are contiguous, so it prefetches the tile ahead once, one prefetch per 64-byte line.
 //
 // q5_0 (kept as stored on this path: model/weights.cpp repacks it to q8_0 only where no kernel reads it)
 // runs the same kernels: each block's 32 values q - 16 are rebuilt as int8 (nibbles | fifth bit << 4, minus
@@ -221,67 +222,131 @@ void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 
 // ---- few tokens ----
 
-// Lane i of the result: the sum of the 8 lanes of p[i] (exact int32).
-__m256i sum_lanes_8x8(const __m256i p[8]) {
-    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
-    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
-    // Per 128-bit half: [p0, p1, p2, p3] partial sums (low half: lanes 0-3 of each p, high: lanes 4-7).
-    const __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+// Least software-prefetch distance of the few-token kernel, bytes. Measured on the output matrix of Gemma 3
+// (262,144 × 640 q8_0, 1 token, 1 thread; docs/benchmarks.md): 4-32 KiB alike, no software prefetch
+// (the hardware prefetchers alone, 8 streams) half the speed.
+constexpr int64_t kFewPrefetchBytes = 16384;
+
+// Full tiles: 8 rows `stride` bytes apart from `base`. Tails (fewer than 8 rows): 8 row pointers, the missing
+// rows repeating the last one (their lanes are never stored).
+struct StridedRows {
+    const uint8_t* base;
+    int64_t stride;
+    const uint8_t* row(int r) const { return base + r * stride; }
+};
+struct ListedRows {
+    const uint8_t* const* w;
+    const uint8_t* row(int r) const { return w[r]; }
+};
+
+// The fp16 scales of block b of 8 rows as f32 (F16C: exact, the bits of fp16_to_fp32 except that a
+// signalling NaN comes back quiet, which the definition's first use of d, the product d·dx, does anyway).
+// Built in a register (no store-to-load round trip).
+template <class Block, class Rows>
+__m256 row_scales_reg(const Rows& rows, int64_t b) {
+    __m128i h = _mm_cvtsi32_si128(load_i32(rows.row(0) + b * Block::kBytes));
+    h = _mm_insert_epi16(h, load_i32(rows.row(1) + b * Block::kBytes), 1);
+    h = _mm_insert_epi16(h, load_i32(rows.row(2) + b * Block::kBytes), 2);
+    h = _mm_insert_epi16(h, load_i32(rows.row(3) + b * Block::kBytes), 3);
+    h = _mm_insert_epi16(h, load_i32(rows.row(4) + b * Block::kBytes), 4);
+    h = _mm_insert_epi16(h, load_i32(rows.row(5) + b * Block::kBytes), 5);
+    h = _mm_insert_epi16(h, load_i32(rows.row(6) + b * Block::kBytes), 6);
+    h = _mm_insert_epi16(h, load_i32(rows.row(7) + b * Block::kBytes), 7);
+    return _mm256_cvtph_ps(h);
 }
 
-// One token against 8 rows (w[r]): out[r] = Y of (row r, token t). The first token's pass converts the
-// rows' scales (into d, n_blocks × 8) and prefetches the weight stream `ahead` bytes on (the next row
-// tiles: the pass is bound by reading the weights from memory); later tokens reuse d and the cached rows.
-template <class Block, bool kFirst>
-void few_tokens_row_tile(const uint8_t* const w[kRows], int64_t n_blocks, int64_t ahead, const QuantizedActivations& xa,
-                         int64_t t, float* d, float* out) {
+// Row r's 8 partial sums of block b (int32 lanes; their total is S_b, exact).
+template <class Block, class Rows>
+__m256i block_partials(const Rows& rows, int r, int64_t b, __m256i x0, __m256i x1) {
+    __m256i lo, hi;
+    Block::load(rows.row(r) + b * Block::kBytes, lo, hi);
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
+}
+
+// One token against 8 rows: out[r] = Y of (row r, token t). The 8 rows' S_b are reduced pairwise as they
+// are made (a vphaddd tree, at most 3 partial vectors live), so the loop keeps x0, x1, acc and the tree in
+// registers. The first token's pass converts the rows' scales (into d, n_blocks × 8) and, the pass being
+// bound by reading the weights from memory, prefetches the tile `ahead` bytes on, one prefetch per 64-byte
+// line (the tile's 8 rows are contiguous: 8 × row_bytes bytes from rows.row(0)); later tokens reuse d and
+// the cached rows.
+template <class Block, bool kFirst, class Rows>
+void few_tokens_row_tile(const Rows& rows, int64_t n_blocks, const uint8_t* prefetch_begin, const uint8_t* prefetch_end,
+                         const QuantizedActivations& xa, int64_t t, float* d, float* out) {
     const int16_t* xq = xa.q_row(t);
     const float* dx = xa.d_row(t);
+    // Lines to prefetch per block: the tile's bytes spread evenly over its blocks.
+    const int64_t pf_step = n_blocks > 0 ? ((prefetch_end - prefetch_begin) / n_blocks + 63) / 64 * 64 : 0;
+    const uint8_t* pf = prefetch_begin;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
-        const __m256i x0 = load256(xq + 32 * b), x1 = load256(xq + 32 * b + 16);
-        __m256i p[kRows];
-        for (int r = 0; r < kRows; ++r) {
-            const uint8_t* blk = w[r] + b * Block::kBytes;
-            if (kFirst) _mm_prefetch(reinterpret_cast<const char*>(blk) + ahead, _MM_HINT_T1);
-            __m256i lo, hi;
-            Block::load(blk, lo, hi);
-            p[r] = _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
+        if (kFirst) {
+            const uint8_t* pf_stop = std::min(pf + pf_step, prefetch_end);
+            for (; pf < pf_stop; pf += 64) _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
         }
+        const __m256i x0 = load256(xq + 32 * b), x1 = load256(xq + 32 * b + 16);
+        const __m256i h01 =
+            _mm256_hadd_epi32(block_partials<Block>(rows, 0, b, x0, x1), block_partials<Block>(rows, 1, b, x0, x1));
+        const __m256i h23 =
+            _mm256_hadd_epi32(block_partials<Block>(rows, 2, b, x0, x1), block_partials<Block>(rows, 3, b, x0, x1));
+        const __m256i h0123 = _mm256_hadd_epi32(h01, h23);  // per 128-bit half: rows 0-3 (lanes 0-3 | 4-7)
+        const __m256i h45 =
+            _mm256_hadd_epi32(block_partials<Block>(rows, 4, b, x0, x1), block_partials<Block>(rows, 5, b, x0, x1));
+        const __m256i h67 =
+            _mm256_hadd_epi32(block_partials<Block>(rows, 6, b, x0, x1), block_partials<Block>(rows, 7, b, x0, x1));
+        const __m256i h4567 = _mm256_hadd_epi32(h45, h67);
+        const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                           _mm256_permute2x128_si256(h0123, h4567, 0x31));
         __m256 db;
         if (kFirst) {
-            db = row_scales<Block>(w, b);
+            db = row_scales_reg<Block>(rows, b);
             _mm256_storeu_ps(d + b * kRows, db);
         } else {
             db = _mm256_loadu_ps(d + b * kRows);
         }
         const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx + b));
-        acc = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(sum_lanes_8x8(p)), acc);
+        acc = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s), acc);
     }
     _mm256_store_ps(out, acc);
 }
 
+template <class Block, class Rows>
+void few_tokens_tile(const MatmulArgs& a, const Rows& rows, int64_t r0, int nr, const uint8_t* pf_begin,
+                     const uint8_t* pf_end, float* d, float* out) {
+    const int64_t n_blocks = a.cols / 32;
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+        if (t == 0) {
+            few_tokens_row_tile<Block, true>(rows, n_blocks, pf_begin, pf_end, *a.xq, t, d, out);
+        } else {
+            few_tokens_row_tile<Block, false>(rows, n_blocks, pf_begin, pf_end, *a.xq, t, d, out);
+        }
+        store_tile(a, r0, nr, t, 1, out);
+    }
+}
+
 template <class Block>
 void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    constexpr int64_t kPrefetchBytes = 16384;  // least prefetch distance, as the f32 fused tile's
     thread_local ScratchArray d_buf;
     const int64_t n_blocks = a.cols / 32;
-    const int64_t ahead = std::max<int64_t>(kPrefetchBytes, static_cast<int64_t>(kRows * a.row_bytes));
+    const auto rb = static_cast<int64_t>(a.row_bytes);
+    const int64_t tile_bytes = kRows * rb;
+    // Prefetch distance: at least kFewPrefetchBytes, whole tiles (the tile `ahead` on is prefetched while this
+    // one is read); never past the range's last row.
+    const int64_t ahead = std::max<int64_t>(1, (kFewPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
+    const uint8_t* range_end = a.W + static_cast<uint64_t>(row_end) * a.row_bytes;
     float* d = d_buf.floats(static_cast<size_t>(n_blocks * kRows));
     alignas(32) float out[kRows];
-    for (int64_t r0 = row_begin; r0 < row_end; r0 += kRows) {
-        const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r0));
+    int64_t r0 = row_begin;
+    for (; r0 + kRows <= row_end; r0 += kRows) {
+        const StridedRows rows{a.W + static_cast<uint64_t>(r0) * a.row_bytes, rb};
+        const uint8_t* pf_begin = std::min(rows.base + ahead, range_end);
+        const uint8_t* pf_end = std::min(pf_begin + tile_bytes, range_end);
+        few_tokens_tile<Block>(a, rows, r0, kRows, pf_begin, pf_end, d, out);
+    }
+    if (r0 < row_end) {
+        const int nr = static_cast<int>(row_end - r0);
         const uint8_t* w[kRows];
         for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
-        for (int64_t t = 0; t < a.n_tokens; ++t) {
-            if (t == 0) {
-                few_tokens_row_tile<Block, true>(w, n_blocks, ahead, *a.xq, t, d, out);
-            } else {
-                few_tokens_row_tile<Block, false>(w, n_blocks, ahead, *a.xq, t, d, out);
-            }
-            store_tile(a, r0, nr, t, 1, out);
-        }
+        few_tokens_tile<Block>(a, ListedRows{w}, r0, nr, range_end, range_end, d, out);
     }
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/tensor_type.h"
@@ -124,6 +125,32 @@ TEST_P(MatmulInt8Avx2, BatchInvariant) {
             for (size_t i = 0; i < three.size(); ++i) {
                 ASSERT_EQ(0, std::memcmp(&full[static_cast<size_t>(t * rows) + i], &three[i], 4))
                     << "3 tokens from " << t << ", " << where(rows, cols, 3, i);
+            }
+        }
+    }
+}
+
+// The few-token kernel at Gemma 3's width (640 columns: 20 blocks, 680-byte q8_0 rows) over row ranges that
+// start and end mid-tile: full 8-row tiles (strided rows, prefetching tiles ahead, clamped at the range's end)
+// and the tail tile, against the scalar definition over the same range, 1..6 tokens.
+TEST_P(MatmulInt8Avx2, FewTokensOverRowRangesAtGemmaWidth) {
+    const TensorType type = GetParam();
+    if (type != TensorType::Q8_0) GTEST_SKIP() << "the q8_0 few-token kernel";
+    const int64_t rows = 77, cols = 640;
+    const kernels::MatmulRowsFn avx2 = kernels::kernel_table(Isa::avx2).matmul_int8_rows;
+    const std::vector<uint8_t> W = random_weights(type, rows, cols, 640);
+    for (int64_t n_tokens = 1; n_tokens <= 6; ++n_tokens) {
+        const std::vector<float> X = random_activations(n_tokens * cols, 641 + static_cast<uint32_t>(n_tokens));
+        for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 77}, {3, 77}, {5, 44}, {9, 10}, {1, 17}}) {
+            const std::vector<float> want = run_rows(kernels::reference::matmul_int8_rows_scalar, type, W, rows, cols,
+                                                     X.data(), n_tokens, begin, end);
+            const std::vector<float> got = run_rows(avx2, type, W, rows, cols, X.data(), n_tokens, begin, end);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                for (int64_t r = begin; r < end; ++r) {
+                    const size_t i = static_cast<size_t>(t * rows + r);
+                    ASSERT_EQ(0, std::memcmp(&got[i], &want[i], 4))
+                        << "rows " << begin << ".." << end << ", " << where(rows, cols, n_tokens, i);
+                }
             }
         }
     }
