@@ -21,7 +21,9 @@ echo "==> Python package tests (tests/python, examples/python)" >&2
 "$ROOT/.venv/bin/python" -m pytest -q "$ROOT/tests/python"
 
 echo "==> unit tests under ASan + UBSan" >&2
-cmake -S "$ROOT" -B "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSTASH_SANITIZE=ON >/dev/null
+# -O1 -g1 (line tables: sanitizer reports still name file:line) compiles about twice as fast as -O2 -g.
+cmake -S "$ROOT" -B "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DKVSTASH_SANITIZE=ON >/dev/null
 cmake --build "$ROOT/build-asan" -j"$JOBS" --target unit_tests
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j"$JOBS" -L unit --timeout 1200
