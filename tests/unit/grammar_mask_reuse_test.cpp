@@ -76,7 +76,7 @@ std::string random_item(std::mt19937& rng, int depth) {
 // Walks `steps` random allowed tokens, comparing the masks of a reusing matcher, a second reusing one
 // (which finds the first one's masks in the shared cache) and the plain one at every step.
 void compare_masks(const std::string& gbnf, const std::shared_ptr<const TokenTrie>& trie, std::mt19937& rng, int steps,
-                   GrammarMatcher::MaskStats* stats = nullptr) {
+                   GrammarMatcher::MaskStats* stats = nullptr, GrammarMatcher::MaskStats* second_stats = nullptr) {
     auto parsed = std::make_shared<ParsedGrammar>(parse_gbnf(gbnf));
     for (int pass = 0; pass < 2; ++pass) {
         GrammarMatcher fast(parsed, trie);
@@ -98,6 +98,7 @@ void compare_masks(const std::string& gbnf, const std::shared_ptr<const TokenTri
             if (trie->is_end_token(token)) break;
         }
         if (stats != nullptr && pass == 0) *stats = fast.mask_stats();
+        if (second_stats != nullptr && pass == 1) *second_stats = fast.mask_stats();
     }
 }
 
@@ -124,12 +125,13 @@ TEST(GrammarMaskReuse, RandomCountedRepetitionsGiveThePlainWalksMasks) {
 TEST(GrammarMaskReuse, BoundedListCollapsesCountsAndPrunesTheWalk) {
     std::mt19937 rng(7);
     const auto trie = random_trie(rng, 300, 16);  // longest token 16 bytes: counts above 20 collapse
-    GrammarMatcher::MaskStats stats;
-    compare_masks("root ::= (\"- \" [^\\n]{1,60} \"\\n\"){1,8}", trie, rng, 120, &stats);
+    GrammarMatcher::MaskStats stats, second;
+    compare_masks("root ::= (\"- \" [^\\n]{1,60} \"\\n\"){1,8}", trie, rng, 120, &stats, &second);
     // Without reuse every step of a line is a new state; with it most states share a mask or are a
     // walk of the few long tokens.
     EXPECT_LT(stats.full_walks, 40u);
     EXPECT_GT(stats.pruned_walks, 0u);
+    EXPECT_GT(second.shared_hits, 0u);  // the second matcher of the same grammar finds the first one's masks
     std::printf("full walks %zu, pruned walks %zu, shared hits %zu\n", stats.full_walks, stats.pruned_walks,
                 stats.shared_hits);
 }
