@@ -2,19 +2,20 @@
 // before is reused instead of walked again.
 //
 // Counted repetitions. x{m,n} leaves rules R_k = "at most k more x" (gbnf_parse.h), and a stack node
-// inside R_k differs from the same node in R_j only in how many more x may follow. Every non-empty x is
-// at least one code point, so R_k and R_j accept the same strings of up to min(k, j) - 2 code points
-// (k - 1 further copies after the current one). A stack's language is the concatenation of its nodes'
-// suffixes and a set's is the union of its stacks', so rewriting nodes R_k -> R_j keeps every string of
-// up to min(k, j) - 2 code points accepted or rejected alike. A token of b bytes tests strings of at most
-// b + 2 code points (a character left unfinished from before, and one completing its last character).
-// Hence:
-//   exact: counts above cap = (longest token in bytes) + 4 are rewritten to cap before the cache
-//          lookup: those states have the same mask, so one is computed for them all;
-//   loose: the mask of a state whose counts are >= kLooseMin is computed from the mask of the state with
-//          those counts raised to their chain's top (one shared "base" per line of a list, say): a trie
-//          subtree whose tokens are at most budget - 4 bytes takes the base's bits, only the longer
-//          tokens are walked.
+// inside R_k differs from the same node in R_j only in how many more x may follow. A node's suffix is
+// (rest of this x) x^0..(k-1); when every non-empty x is at least q code points, a string of up to
+// (k - 1) * q - 1 code points holds at most k - 2 whole copies plus a started one, so R_k and R_j accept
+// the same strings of up to (min(k, j) - 1) * q - 1 code points. A stack's language is the concatenation
+// of its nodes' suffixes and a set's the union of its stacks', so rewriting nodes R_k -> R_j keeps every
+// such string accepted or rejected alike. A token of b bytes tests strings of at most b + 2 code points
+// (a character left unfinished from before, and one completing its last character), so tokens of up to
+// (min(k, j) - 1) * q - 3 bytes are allowed alike. Hence, per chain with target t (the least count for
+// which that covers the longest token, at most the chain's top; set_chain_targets):
+//   exact: counts above t are rewritten to t before the cache lookup: those states have the same mask,
+//          so one is computed for them all;
+//   loose: the mask of a state with counts below t is computed from the mask of the state with those
+//          counts raised to t (one shared "base" for a whole line of a list, say): a trie subtree whose
+//          tokens are all short enough takes the base's bits, only the longer tokens are walked.
 // Shared: a mask not in this matcher's cache is looked up in the process-wide MaskCache (mask_cache.h)
 // by the state written as grammar positions, and a computed one is stored there.
 #include <algorithm>
@@ -29,8 +30,8 @@ namespace kvstash::grammar {
 
 namespace {
 
-constexpr size_t kMaxMasks = 512;  // cached token masks per matcher (n_vocab / 8 bytes each)
-constexpr int32_t kLooseMin = 8;   // loose reuse for counts from here (the walk skips tokens <= 4 bytes)
+constexpr size_t kMaxMasks = 512;      // cached token masks per matcher (n_vocab / 8 bytes each)
+constexpr int32_t kLooseMinBytes = 4;  // loose reuse when it spares the walk at least the tokens of <= 4 bytes
 
 }  // namespace
 
@@ -87,14 +88,16 @@ int32_t GrammarMatcher::map_position(int32_t pos, bool loose, int32_t& budget) c
     const auto rule = static_cast<size_t>(pos_rule_[static_cast<size_t>(pos)]);
     const int32_t chain = grammar_->rule_chain[rule];
     if (chain < 0) return pos;
-    const auto& rules = grammar_->repeat_chains[static_cast<size_t>(chain)];
+    const auto c = static_cast<size_t>(chain);
     const int32_t k = grammar_->rule_count[rule];
-    const int32_t target = std::min(static_cast<int32_t>(rules.size()), cap_);  // R_1 differs in layout: >= 2
-    if (target < 2) return pos;
-    const bool rewrite = loose ? (k >= kLooseMin && k < target) : k > target;
+    const int32_t target = chain_target_[c];
+    if (target < 2) return pos;  // R_1 differs from the others in layout (no reference)
+    // Tokens of up to `bytes` bytes are allowed alike from counts k and target (see the top).
+    const int32_t bytes = (std::min(k, target) - 1) * chain_item_min_[c] - 3;
+    const bool rewrite = loose ? (k < target && bytes >= kLooseMinBytes) : k > target;
     if (!rewrite) return pos;
-    budget = std::min(budget, std::min(k, target));
-    const int32_t to_rule = rules[static_cast<size_t>(target - 1)];
+    budget = std::min(budget, bytes);
+    const int32_t to_rule = grammar_->repeat_chains[c][static_cast<size_t>(target - 1)];
     return grammar_->rule_start[static_cast<size_t>(to_rule)] + (pos - grammar_->rule_start[rule]);
 }
 
@@ -168,7 +171,7 @@ const std::vector<uint64_t>& GrammarMatcher::mask_of(const State& state) {
         return masks_.emplace(k, *found).first->second;
     }
     const Canonical loose = canonical(state.set, true);
-    const int32_t prune = loose.budget == INT32_MAX ? 0 : loose.budget - 4;
+    const int32_t prune = loose.budget == INT32_MAX ? 0 : loose.budget;
     if (loose.set != state.set && prune >= 1) {
         State base_state = state;
         base_state.set = loose.set;

@@ -98,7 +98,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const ParsedGrammar> grammar, std
         if (elements[pos].type == ElementType::end) break;
     }
     state_.set = intern_set(start);
-    cap_ = trie_->max_token_bytes() + 4;
+    set_chain_targets();
     for (size_t r = 0; r < grammar_->rule_start.size(); ++r) {
         const size_t end =
             r + 1 < grammar_->rule_start.size() ? static_cast<size_t>(grammar_->rule_start[r + 1]) : elements.size();
@@ -114,6 +114,53 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const ParsedGrammar> grammar, std
         put(e.value);
     }
     space_ = MaskCache::instance().space(trie_->fingerprint(), grammar_key);
+}
+
+// The fewest code points each rule matches (a fixpoint over the rules), then per repetition chain the
+// fewest a non-empty item matches (at least 1) and the collapse target (grammar_mask.cpp): the smallest t
+// with (t - 1) * item_min - 3 >= the longest token, at most the chain's top count.
+void GrammarMatcher::set_chain_targets() {
+    const auto& elements = grammar_->elements;
+    constexpr int32_t kInf = 1 << 20;
+    auto sequence_min = [&](std::vector<int32_t>& rule_min, int32_t pos) {  // from pos to its alternative's end
+        int32_t total = 0;
+        while (!ends_alternative(elements[static_cast<size_t>(pos)])) {
+            if (elements[static_cast<size_t>(pos)].type == ElementType::rule_ref) {
+                total += rule_min[elements[static_cast<size_t>(pos)].value];
+                ++pos;
+            } else {
+                total += 1;
+                pos = class_end(elements, pos);
+            }
+            total = std::min(total, kInf);
+        }
+        return std::pair{total, pos};
+    };
+    std::vector<int32_t> rule_min(grammar_->rule_start.size(), kInf);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < rule_min.size(); ++r) {
+            int32_t best = kInf;
+            for (int32_t pos = grammar_->rule_start[r];; ++pos) {
+                const auto [n, end] = sequence_min(rule_min, pos);
+                best = std::min(best, n);
+                pos = end;
+                if (elements[static_cast<size_t>(pos)].type == ElementType::end) break;
+            }
+            if (best < rule_min[r]) {
+                rule_min[r] = best;
+                changed = true;
+            }
+        }
+    }
+    const int32_t longest = trie_->max_token_bytes();
+    for (const auto& chain : grammar_->repeat_chains) {
+        // R_1's first alternative is the item.
+        const int32_t item_min = std::max(1, sequence_min(rule_min, grammar_->rule_start[chain.front()]).first);
+        const int32_t needed = (longest + 3 + item_min - 1) / item_min + 1;
+        chain_item_min_.push_back(item_min);
+        chain_target_.push_back(std::min(static_cast<int32_t>(chain.size()), needed));
+    }
 }
 
 int32_t GrammarMatcher::intern_node(int32_t pos, int32_t parent) {

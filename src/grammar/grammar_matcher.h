@@ -117,8 +117,8 @@ private:
     void compact_if_large();
 
     // Mask reuse (grammar_mask.cpp). A stack set with counted-repetition nodes R_k rewritten to another
-    // count; budget: the smallest count changed (strings of up to budget - 2 code points are accepted
-    // alike), INT32_MAX when nothing changed.
+    // count; budget: tokens of up to this many bytes are allowed alike from both (the least over the
+    // nodes changed), INT32_MAX when nothing changed.
     struct Canonical {
         int32_t set = -1;
         int32_t budget = 0;
@@ -126,6 +126,7 @@ private:
     Canonical canonical(int32_t set, bool loose);
     int32_t map_stack(int32_t stack, bool loose, int32_t& budget);
     int32_t map_position(int32_t pos, bool loose, int32_t& budget) const;
+    void set_chain_targets();
     const std::vector<uint64_t>& mask_of(const State& state);  // state: exact-canonical
     std::string shared_key(const State& state) const;
 
@@ -151,7 +152,9 @@ private:
     std::vector<int32_t> scratch_;
 
     bool reuse_ = true;
-    int32_t cap_ = 0;                                   // counts above it collapse: max token bytes + 4
+    // Per repetition chain: the count above which counts collapse (grammar_mask.cpp), and the fewest
+    // code points a non-empty item matches.
+    std::vector<int32_t> chain_target_, chain_item_min_;
     std::vector<int32_t> pos_rule_;                     // grammar position -> its rule
     std::vector<Canonical> exact_canon_, loose_canon_;  // by set id (set -1: not computed)
     MaskStats stats_;
