@@ -7,6 +7,10 @@
 
 namespace kvstash::grammar {
 
+namespace {
+constexpr size_t kMaxSpaces = 1024;  // (vocabulary, grammar) ids remembered; each holds the grammar's key
+}  // namespace
+
 MaskCache& MaskCache::instance() {
     static MaskCache cache;
     return cache;
@@ -17,7 +21,12 @@ uint64_t MaskCache::space(uint64_t vocabulary_fingerprint, const std::string& gr
     std::memcpy(k.data(), &vocabulary_fingerprint, sizeof vocabulary_fingerprint);
     k += grammar_key;
     const std::lock_guard lock(mutex_);
-    return spaces_.emplace(std::move(k), spaces_.size()).first->second;
+    // Ids are never reused, so forgetting the table (many distinct grammars) is safe: a grammar seen
+    // again gets a new id, and the old id's masks age out of the LRU.
+    if (spaces_.size() >= kMaxSpaces) spaces_.clear();
+    const auto [it, inserted] = spaces_.emplace(std::move(k), next_space_);
+    if (inserted) ++next_space_;
+    return it->second;
 }
 
 size_t MaskCache::cost(const std::string& key, const Mask& mask) {

@@ -49,7 +49,8 @@ private:
     size_t bytes_ = 0;
     std::list<std::string> lru_;  // most recent first
     std::unordered_map<std::string, Entry> entries_;
-    std::unordered_map<std::string, uint64_t> spaces_;  // fingerprint + grammar key -> id (small, kept)
+    std::unordered_map<std::string, uint64_t> spaces_;  // fingerprint + grammar key -> id
+    uint64_t next_space_ = 0;
 };
 
 }  // namespace kvstash::grammar

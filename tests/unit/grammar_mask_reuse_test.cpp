@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grammar/gbnf_parse.h"
@@ -160,6 +161,23 @@ TEST(GrammarMaskReuse, SharedCacheIsBoundedAndCanBeDisabled) {
     EXPECT_EQ(kvstash::grammar_mask_cache_stats().entries, 0u);
     compare_masks("root ::= ([ab]{0,30} \"\\n\"){1,5}", trie, rng, 60);
     kvstash::set_grammar_mask_cache_capacity(saved);
+}
+
+TEST(GrammarMaskReuse, MatchersInParallelThreadsShareTheCache) {
+    std::mt19937 rng(11);
+    const auto trie = random_trie(rng, 300, 10);
+    const std::string gbnf = "root ::= (\"- \" [^\\n]{1,40} \"\\n\"){1,6}";
+    std::vector<std::thread> threads;
+    std::vector<int> failures(4, 0);
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            std::mt19937 local(static_cast<uint32_t>(t));
+            compare_masks(gbnf, trie, local, 80);
+            failures[static_cast<size_t>(t)] = ::testing::Test::HasFailure() ? 1 : 0;
+        });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(failures, std::vector<int>(4, 0));
 }
 
 }  // namespace
