@@ -14,6 +14,7 @@
 // See docs/constrained-output.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -125,5 +126,17 @@ private:
     bool given_up_ = false;
     std::string pending_;  // lazy: the text so far (at_start), or its last trigger.size() - 1 bytes
 };
+
+// The process-wide cache of token masks shared by the generations that use the same grammar on the same
+// vocabulary (docs/constrained-output.md, "Performance"): least recently used masks are evicted past
+// `capacity` bytes (default 64 MiB; 0 disables it). Thread-safe.
+struct GrammarMaskCacheStats {
+    size_t bytes = 0;
+    size_t entries = 0;
+    size_t capacity = 0;
+};
+GrammarMaskCacheStats grammar_mask_cache_stats();
+void set_grammar_mask_cache_capacity(size_t bytes);
+void clear_grammar_mask_cache();
 
 }  // namespace kvstash

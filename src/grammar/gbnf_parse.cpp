@@ -38,6 +38,15 @@ public:
         }
         g.rule_names = names_;
         g.root = root->second;
+        g.rule_chain.assign(rules_.size(), -1);
+        g.rule_count.assign(rules_.size(), 0);
+        for (size_t c = 0; c < chains_.size(); ++c) {
+            for (size_t k = 0; k < chains_[c].size(); ++k) {
+                g.rule_chain[static_cast<size_t>(chains_[c][k])] = static_cast<int32_t>(c);
+                g.rule_count[static_cast<size_t>(chains_[c][k])] = static_cast<int32_t>(k + 1);
+            }
+        }
+        g.repeat_chains = std::move(chains_);
         check_left_recursion(g);
         return g;
     }
@@ -213,8 +222,10 @@ private:
             return;
         }
         int32_t inner = -1;  // R_k ::= item R_{k-1} | (empty), innermost first
+        if (max > min) chains_.emplace_back();
         for (int64_t i = min; i < max; ++i) {
             const int32_t r = generated_symbol(rule_name);
+            chains_.back().push_back(r);
             std::vector<Element> rule = item;
             if (inner >= 0) rule.push_back({ElementType::rule_ref, static_cast<uint32_t>(inner)});
             rule.push_back({ElementType::alt, 0});
@@ -384,6 +395,7 @@ private:
     std::vector<bool> defined_;
     std::vector<size_t> first_use_;
     std::map<std::string, int32_t> ids_;
+    std::vector<std::vector<int32_t>> chains_;  // ParsedGrammar::repeat_chains
 };
 
 // Calls f(lo, hi) for each range of the class at elements[pos] (not chr_any); returns the position after it.

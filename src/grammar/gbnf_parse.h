@@ -43,6 +43,14 @@ struct ParsedGrammar {
     std::vector<int32_t> rule_start;
     std::vector<std::string> rule_names;  // generated rules: "<name>_<n>"
     int32_t root = -1;
+    // Counted repetitions: x{m,n} is m copies of x then R_(n-m), where R_k ::= x R_(k-1) | (empty) and
+    // R_1 ::= x | (empty) (each R_k has the same elements as every other but the reference), so R_k is
+    // "at most k more x". repeat_chains[c][k - 1]: the rule id of R_k of chain c; rule_chain[r] = c and
+    // rule_count[r] = k for R_k (-1 and 0 for other rules). The matcher uses it to share masks between
+    // states that differ only in a count (grammar_matcher.h).
+    std::vector<std::vector<int32_t>> repeat_chains;
+    std::vector<int32_t> rule_chain;
+    std::vector<int32_t> rule_count;
 };
 
 // Parses GBNF text. The start rule is `root`. Throws Error(invalid_argument) with "line L, column C: "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "grammar/mask_cache.h"
 #include "kvstash/error.h"
 
 namespace kvstash::grammar {
@@ -14,7 +15,6 @@ namespace {
 // below ~50 MB: a set costs its stacks plus a 512-byte ASCII transition row).
 constexpr size_t kMaxNodes = size_t{1} << 20;  // stack nodes
 constexpr size_t kMaxSets = size_t{1} << 16;   // interned stack sets
-constexpr size_t kMaxMasks = 512;              // cached token masks (n_vocab / 8 bytes each)
 
 bool ends_alternative(const Element& e) { return e.type == ElementType::end || e.type == ElementType::alt; }
 
@@ -38,6 +38,13 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces, const std::vector<uint8_t>
     }
     std::stable_sort(order.begin(), order.end(), [this](int32_t a, int32_t b) { return pieces_[a] < pieces_[b]; });
     build(order, 0, order.size(), 0);
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t x) { h = (h ^ x) * 1099511628211ull; };
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+        for (const char c : pieces_[i]) mix(static_cast<uint8_t>(c));
+        mix(0x100u | (static_cast<uint64_t>(matchable_[i]) << 9) | (static_cast<uint64_t>(is_end_[i]) << 10));
+    }
+    fingerprint_ = h;
 }
 
 int32_t TokenTrie::build(const std::vector<int32_t>& order, size_t lo, size_t hi, size_t depth) {
@@ -61,7 +68,10 @@ int32_t TokenTrie::build(const std::vector<int32_t>& order, size_t lo, size_t hi
         child_byte[first_child + r] = static_cast<uint8_t>(pieces_[order[run_starts[r]]][depth]);
         const int32_t child = build(order, run_starts[r], end, depth + 1);
         child_node[first_child + r] = child;
+        nodes[index].height = std::max(nodes[index].height, nodes[static_cast<size_t>(child)].height + 1);
     }
+    nodes[index].depth = static_cast<int32_t>(depth);
+    nodes[index].subtree_token_end = static_cast<int32_t>(tokens.size());
     return index;
 }
 
@@ -88,6 +98,69 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const ParsedGrammar> grammar, std
         if (elements[pos].type == ElementType::end) break;
     }
     state_.set = intern_set(start);
+    set_chain_targets();
+    for (size_t r = 0; r < grammar_->rule_start.size(); ++r) {
+        const size_t end =
+            r + 1 < grammar_->rule_start.size() ? static_cast<size_t>(grammar_->rule_start[r + 1]) : elements.size();
+        pos_rule_.resize(end, static_cast<int32_t>(r));
+    }
+    // The grammar as it was parsed (not its text: equal up to spacing and comments) keys the shared cache.
+    std::string grammar_key;
+    auto put = [&grammar_key](uint32_t v) { grammar_key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(static_cast<uint32_t>(grammar_->root));
+    for (const int32_t r : grammar_->rule_start) put(static_cast<uint32_t>(r));
+    for (const Element& e : elements) {
+        put(static_cast<uint32_t>(e.type));
+        put(e.value);
+    }
+    space_ = MaskCache::instance().space(trie_->fingerprint(), grammar_key);
+}
+
+// The fewest code points each rule matches (a fixpoint over the rules), then per repetition chain the
+// fewest a non-empty item matches (at least 1) and the collapse target (grammar_mask.cpp): the smallest t
+// with (t - 1) * item_min - 3 >= the longest token, at most the chain's top count.
+void GrammarMatcher::set_chain_targets() {
+    const auto& elements = grammar_->elements;
+    constexpr int32_t kInf = 1 << 20;
+    auto sequence_min = [&](std::vector<int32_t>& rule_min, int32_t pos) {  // from pos to its alternative's end
+        int32_t total = 0;
+        while (!ends_alternative(elements[static_cast<size_t>(pos)])) {
+            if (elements[static_cast<size_t>(pos)].type == ElementType::rule_ref) {
+                total += rule_min[elements[static_cast<size_t>(pos)].value];
+                ++pos;
+            } else {
+                total += 1;
+                pos = class_end(elements, pos);
+            }
+            total = std::min(total, kInf);
+        }
+        return std::pair{total, pos};
+    };
+    std::vector<int32_t> rule_min(grammar_->rule_start.size(), kInf);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < rule_min.size(); ++r) {
+            int32_t best = kInf;
+            for (int32_t pos = grammar_->rule_start[r];; ++pos) {
+                const auto [n, end] = sequence_min(rule_min, pos);
+                best = std::min(best, n);
+                pos = end;
+                if (elements[static_cast<size_t>(pos)].type == ElementType::end) break;
+            }
+            if (best < rule_min[r]) {
+                rule_min[r] = best;
+                changed = true;
+            }
+        }
+    }
+    const int32_t longest = trie_->max_token_bytes();
+    for (const auto& chain : grammar_->repeat_chains) {
+        // R_1's first alternative is the item.
+        const int32_t item_min = std::max(1, sequence_min(rule_min, grammar_->rule_start[chain.front()]).first);
+        const int32_t needed = (longest + 3 + item_min - 1) / item_min + 1;
+        chain_item_min_.push_back(item_min);
+        chain_target_.push_back(std::min(static_cast<int32_t>(chain.size()), needed));
+    }
 }
 
 int32_t GrammarMatcher::intern_node(int32_t pos, int32_t parent) {
@@ -232,54 +305,6 @@ bool GrammarMatcher::step(State& state, uint8_t byte) {
     return state.set != 0;
 }
 
-void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mask) {
-    const TokenTrie& trie = *trie_;
-    mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
-    auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
-    if (start.remaining == 0 && can_end()) {
-        for (const int32_t id : trie.end_tokens()) {
-            if (id >= 0 && id < trie.n_vocab()) allow(id);
-        }
-    }
-    struct Frame {
-        int32_t node;
-        State state;
-    };
-    std::vector<Frame> todo{{0, start}};
-    while (!todo.empty()) {
-        const Frame frame = todo.back();
-        todo.pop_back();
-        const TokenTrie::Node& node = trie.nodes[static_cast<size_t>(frame.node)];
-        for (int32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
-            State next = frame.state;
-            const uint8_t byte = trie.child_byte[static_cast<size_t>(c)];
-            if (next.remaining == 0 && byte < 0x80) {
-                // The hot path, step() inlined: an ASCII character from a set whose table row is filled.
-                const auto set = static_cast<size_t>(next.set);
-                const int32_t cached = set < ascii_transitions_.size() ? ascii_transitions_[set][byte] : -1;
-                next.set = cached >= 0 ? cached : transition(next.set, byte);
-                if (next.set == 0) continue;
-            } else if (!step(next, byte)) {
-                continue;
-            }
-            const int32_t child = trie.child_node[static_cast<size_t>(c)];
-            const TokenTrie::Node& cn = trie.nodes[static_cast<size_t>(child)];
-            for (int32_t t = cn.first_token; t < cn.first_token + cn.n_tokens; ++t)
-                allow(trie.tokens[static_cast<size_t>(t)]);
-            if (cn.n_children > 0) todo.push_back({child, next});
-        }
-    }
-}
-
-const std::vector<uint64_t>& GrammarMatcher::allowed_tokens() {
-    compact_if_large();
-    const uint64_t k = state_key(state_);
-    if (const auto it = masks_.find(k); it != masks_.end()) return it->second;
-    if (masks_.size() >= kMaxMasks) masks_.clear();
-    compute_mask(state_, mask_);
-    return masks_.emplace(k, mask_).first->second;
-}
-
 bool GrammarMatcher::is_allowed(int32_t token) {
     if (token < 0 || token >= trie_->n_vocab()) return false;
     const auto& mask = allowed_tokens();
@@ -346,6 +371,8 @@ void GrammarMatcher::compact_if_large() {
     ascii_transitions_.clear();
     partials_.clear();
     masks_.clear();
+    exact_canon_.clear();
+    loose_canon_.clear();
     std::vector<int32_t> none;
     intern_set(none);
     std::vector<int32_t> stacks;

@@ -36,12 +36,18 @@ public:
     struct Node {
         int32_t first_child = 0, n_children = 0;  // into child_byte / child_node
         int32_t first_token = 0, n_tokens = 0;    // into tokens: ids whose piece ends here
+        int32_t subtree_token_end = 0;            // tokens[first_token .. this): every id in the subtree (depth first)
+        int32_t depth = 0;                        // bytes of the prefix
+        int32_t height = 0;                       // the longest token in the subtree is depth + height bytes
     };
     int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
     const std::string& piece(int32_t id) const { return pieces_[static_cast<size_t>(id)]; }
     bool is_end_token(int32_t id) const { return is_end_[static_cast<size_t>(id)] != 0; }
     bool is_matchable(int32_t id) const { return matchable_[static_cast<size_t>(id)] != 0; }
     const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
+    int32_t max_token_bytes() const { return nodes[0].height; }  // of the tokens in the trie
+    // A hash of the pieces, which are matchable and the end tokens: equal vocabularies, equal masks.
+    uint64_t fingerprint() const { return fingerprint_; }
 
     std::vector<Node> nodes;  // nodes[0]: the root (empty prefix)
     std::vector<uint8_t> child_byte;
@@ -55,6 +61,7 @@ private:
     std::vector<uint8_t> matchable_;
     std::vector<uint8_t> is_end_;
     std::vector<int32_t> end_tokens_;
+    uint64_t fingerprint_ = 0;
 };
 
 class GrammarMatcher {
@@ -75,6 +82,15 @@ public:
     // Past these many stack nodes / stack sets the caches are dropped and rebuilt from the current stacks
     // (defaults bound a matcher's memory; tests set small ones to exercise the rebuild).
     void set_cache_limits(size_t max_nodes, size_t max_sets);
+    // false: every new state's mask by a full trie walk, no count collapse, no shared cache (the plain
+    // reference the tests compare the fast path with). Set before the first mask.
+    void set_mask_reuse(bool reuse) { reuse_ = reuse; }
+    // How the masks this matcher needed were found (tests, bench): trie walks of the whole trie, walks of
+    // the long tokens only over a base mask, masks taken from the shared cache.
+    struct MaskStats {
+        size_t full_walks = 0, pruned_walks = 0, shared_hits = 0;
+    };
+    const MaskStats& mask_stats() const { return stats_; }
 
 private:
     struct State {
@@ -93,8 +109,26 @@ private:
     int32_t transition(int32_t set, uint32_t code_point);  // cached
     int32_t compute_transition(int32_t set, uint32_t code_point);
     bool partial_possible(int32_t set, const State& state);
-    void compute_mask(const State& state, std::vector<uint64_t>& mask);
+    // The trie walk from `start`. With `base`: the mask of a state that accepts the same strings of up to
+    // `prune` + 4 code points (grammar_mask.cpp), so a subtree whose tokens are at most `prune` bytes
+    // long takes base's bits instead of being walked.
+    void compute_mask(const State& start, std::vector<uint64_t>& mask, const std::vector<uint64_t>* base,
+                      int32_t prune);
     void compact_if_large();
+
+    // Mask reuse (grammar_mask.cpp). A stack set with counted-repetition nodes R_k rewritten to another
+    // count; budget: tokens of up to this many bytes are allowed alike from both (the least over the
+    // nodes changed), INT32_MAX when nothing changed.
+    struct Canonical {
+        int32_t set = -1;
+        int32_t budget = 0;
+    };
+    Canonical canonical(int32_t set, bool loose);
+    int32_t map_stack(int32_t stack, bool loose, int32_t& budget);
+    int32_t map_position(int32_t pos, bool loose, int32_t& budget) const;
+    void set_chain_targets();
+    const std::vector<uint64_t>& mask_of(const State& state);  // state: exact-canonical
+    std::string shared_key(const State& state) const;
 
     struct VectorHash {
         size_t operator()(const std::vector<int32_t>& v) const;
@@ -116,6 +150,15 @@ private:
     std::unordered_map<uint64_t, std::vector<uint64_t>> masks_;
     std::vector<uint64_t> mask_;
     std::vector<int32_t> scratch_;
+
+    bool reuse_ = true;
+    // Per repetition chain: the count above which counts collapse (grammar_mask.cpp), and the fewest
+    // code points a non-empty item matches.
+    std::vector<int32_t> chain_target_, chain_item_min_;
+    std::vector<int32_t> pos_rule_;                     // grammar position -> its rule
+    std::vector<Canonical> exact_canon_, loose_canon_;  // by set id (set -1: not computed)
+    MaskStats stats_;
+    uint64_t space_ = 0;  // this grammar + vocabulary in MaskCache
 };
 
 }  // namespace kvstash::grammar

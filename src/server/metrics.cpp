@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "kvstash/grammar.h"
 #include "server/redis_metrics.h"
 
 namespace kvstash::server {
@@ -91,6 +92,11 @@ std::string Metrics::render(const PrefixCacheStats& cache, const StateStoreTotal
     write_redis_cache_metrics(out, cache);  // all zero without a Redis tier
     metric("kvstash_named_states", "gauge", "Named states (POST /v1/states, uploads).", states.states);
     metric("kvstash_named_states_bytes", "gauge", "KV bytes of named states held in memory.", states.bytes_in_memory);
+    const GrammarMaskCacheStats masks = grammar_mask_cache_stats();
+    metric("kvstash_grammar_mask_cache_bytes", "gauge", "Bytes of token masks shared between constrained requests.",
+           masks.bytes);
+    metric("kvstash_grammar_mask_cache_entries", "gauge", "Token masks shared between constrained requests.",
+           masks.entries);
     return out.str();
 }
 
