@@ -42,7 +42,7 @@ ModelFingerprint fingerprint_of(const Model& m) { return compute_model_fingerpri
 
 TEST(HfDir, FixturesArePresent) {
     const auto names = fixture_names();
-    EXPECT_EQ(names.size(), 5u) << "expected the fixtures of tests/reference/make_hf_checkpoints.py";
+    EXPECT_EQ(names.size(), 6u) << "expected the fixtures of tests/reference/make_hf_checkpoints.py";
     EXPECT_TRUE(fs::exists(fixture_path("hf/qwen2_f32_sharded/model.safetensors.index.json")));
 }
 
