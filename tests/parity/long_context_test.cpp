@@ -91,10 +91,11 @@ TEST_F(LongContext, ModelIsLlama31Shaped) {
     EXPECT_EQ(prefix_->n_tokens(), 32768 - kSuffix);
 }
 
-// The tolerance of the other llama.cpp parity tests, (K + 8·T)·u of max|ref| per position (K: the longest dot
-// product, T: the position), ×4 (llama.cpp sums in another order, with its own exp and rope tables), plus 2^-10:
-// with f16 weights llama.cpp rounds each matmul's input activations to f16 (2^-11 relative), kvstash does not
-// (measured: 3e-4 to 5e-4 at every position, the first included).
+// Tolerance per position, relative to max|ref|: 4·K·u (K = 384, the longest dot product) + 2^-9. With f16 weights
+// llama.cpp rounds each matmul's input activations to f16 (2^-11 relative), kvstash does not: measured 3e-4 to 5e-4
+// at every position, the first included, so 2^-9 is ~4× that. The short-context tests' extra 8·T·u term (summation
+// over T keys, worst case) would be 0.06 at 32K, no sharper than dropping the llama3 rope factors altogether
+// (0.025 to 0.10 at these positions), so it is left out: the error does not grow with the position here.
 TEST_F(LongContext, FarPositionsMatchLlamaCpp) {
     const auto& ref = fixture_->at("logits");
     const auto positions = fixture_->at("positions").get<std::vector<int64_t>>();
@@ -119,7 +120,7 @@ TEST_F(LongContext, FarPositionsMatchLlamaCpp) {
             scale = std::max(scale, std::fabs(r));
             diff = std::max(diff, std::fabs(r - ours[v]));
         }
-        const double bound = 4.0 * (384.0 + 8.0 * static_cast<double>(p + 1)) * kUnit + 0x1p-10;
+        const double bound = 4.0 * 384.0 * kUnit + 0x1p-9;
         std::printf("position %lld: max |ours - llama.cpp| / max|ref| = %.3g (bound %.3g)\n", static_cast<long long>(p),
                     diff / scale, bound);
         EXPECT_LE(diff / scale, bound);
