@@ -1,10 +1,13 @@
 #include "model/hf_config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "kvstash/error.h"
+#include "model/hf_rope_scaling.h"
 
 namespace kvstash {
 namespace {
@@ -131,13 +134,33 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
     const json rope = rope_parameters(config);
     const json& full = rope.contains("full_attention") ? rope["full_attention"] : rope;
     const std::string rope_type = full.value("rope_type", std::string("default"));
+    std::string rope_type_lower = rope_type;
+    for (char& ch : rope_type_lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (rope_type == "linear") {
         m.emplace_back(a + "rope.scaling.type", gguf::string_value("linear"));
         put_f32("rope.scaling.factor", full.value("factor", 1.0));
+    } else if (rope_type_lower == "llama3" && s.architecture == "llama") {
+        // LlamaModel.generate_extra_tensors: no metadata key, a rope_freqs.weight tensor (hf_rope_scaling.h).
+        auto number = [&](const char* key, double fallback) {
+            auto it = full.find(key);
+            if (it == full.end() || it->is_null()) return fallback;
+            if (!it->is_number()) r.fail(std::string("rope scaling '") + key + "' must be a number");
+            return it->get<double>();
+        };
+        Llama3RopeScaling p;
+        p.rope_theta = number("rope_theta", 10000.0);
+        const auto head_dim = r.get_int({"head_dim"});
+        p.dim = head_dim ? *head_dim : r.require_int({"hidden_size"}) / std::max<int64_t>(1, s.n_head);
+        p.factor = number("factor", 8.0);
+        p.low_freq_factor = number("low_freq_factor", 1.0);
+        p.high_freq_factor = number("high_freq_factor", 4.0);
+        p.original_max_position_embeddings = number("original_max_position_embeddings", 8192.0);
+        s.rope_freq_factors = llama3_rope_freq_factors(p);
     } else if (rope_type != "default") {
-        throw Error(ErrorCode::unsupported, path + ": rope_type '" + rope_type +
-                                                "' is not supported in a model directory yet (supported: default, "
-                                                "linear); convert the model to GGUF with llama.cpp instead");
+        throw Error(ErrorCode::unsupported,
+                    path + ": rope_type '" + rope_type +
+                        "' is not supported in a model directory yet (supported: default, linear, and llama3 for "
+                        "LlamaForCausalLM); convert the model to GGUF with llama.cpp instead");
     }
     if (auto theta = full.find("rope_theta"); theta != full.end() && theta->is_number()) {
         put_f32("rope.freq_base", theta->get<double>());

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -24,6 +25,8 @@ struct HfModelSpec {
     bool transpose_conv1d = false;
     // gemma3: RMSNorm weights w are used as 1 + w; the converter stores 1 + w.
     bool norm_plus_one = false;
+    // llama with rope_type llama3: the rope_freqs.weight tensor the converter adds (n_rot / 2 floats), else empty.
+    std::vector<float> rope_freq_factors;
     gguf::Metadata metadata;  // general.architecture and the <arch>.* keys
 };
 

@@ -243,6 +243,22 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
         infos.push_back(std::move(info));
         bytes.push_back(data);
     }
+    if (!spec.rope_freq_factors.empty()) {
+        // Llama 3.1 rope scaling: the tensor the converter generates (hf_rope_scaling.h), F32 as it writes it.
+        const size_t n = spec.rope_freq_factors.size();
+        std::vector<uint8_t> out(n * sizeof(float));
+        std::memcpy(out.data(), spec.rope_freq_factors.data(), out.size());
+        storage->owned.push_back(std::move(out));
+        gguf::TensorInfo info;
+        info.name = "rope_freqs.weight";
+        info.dims = {static_cast<int64_t>(n)};
+        info.type = TensorType::F32;
+        info.raw_type = static_cast<uint32_t>(TensorType::F32);
+        info.offset = 0;
+        info.n_bytes = n * sizeof(float);
+        infos.push_back(std::move(info));
+        bytes.push_back(storage->owned.back().data());
+    }
     return gguf::File::assemble(dir, std::move(metadata), std::move(infos), std::move(bytes), storage, total_size);
 }
 

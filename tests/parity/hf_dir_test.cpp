@@ -1,5 +1,6 @@
 // `-m DIR`: tiny Hugging Face model directories (tests/fixtures/hf/, made by tests/reference/make_hf_checkpoints.py:
-// llama f32 and f16, qwen2 f32 sharded into three files, gpt2 f32, gemma3 bf16) against
+// llama f32 and f16, llama f32 with Llama 3.1 rope scaling, qwen2 f32 sharded into three files, gpt2 f32, gemma3 bf16)
+// against
 // - transformers fp32 logits of the same directory (the tolerance of the GGUF parity tests: (K + 8·T)·u of
 //   max|ref| per position, ×4 as for the Gemma 3 fixtures);
 // - the GGUF llama.cpp's converter made of the same directory (--outtype the directory's dtype): the logits
@@ -42,7 +43,7 @@ ModelFingerprint fingerprint_of(const Model& m) { return compute_model_fingerpri
 
 TEST(HfDir, FixturesArePresent) {
     const auto names = fixture_names();
-    EXPECT_EQ(names.size(), 5u) << "expected the fixtures of tests/reference/make_hf_checkpoints.py";
+    EXPECT_EQ(names.size(), 6u) << "expected the fixtures of tests/reference/make_hf_checkpoints.py";
     EXPECT_TRUE(fs::exists(fixture_path("hf/qwen2_f32_sharded/model.safetensors.index.json")));
 }
 

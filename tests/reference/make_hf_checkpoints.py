@@ -6,6 +6,7 @@ For every variant this writes
   tests/fixtures/hf/<name>/            -- the directory as save_pretrained writes it: config.json,
                                           model.safetensors (or model-0000x-of-0000y.safetensors + index),
                                           tokenizer.json, tokenizer_config.json (generation_config.json dropped)
+  (llama3_rope_f32: Llama 3.1 "llama3" rope scaling, a 160-token sequence past original_max_position_embeddings 64)
   tests/fixtures/hf/<name>.gguf        -- convert_hf_to_gguf.py <dir> --outtype <dtype of the dir> (f32, f16, bf16)
   tests/fixtures/hf/llama_f32.q8_0.gguf -- the same converter with --outtype q8_0 (for `--quantize q8_0`)
   tests/fixtures/hf/<name>.json        -- transformers fp32 logits for the token sequences below, the converter's
@@ -66,6 +67,19 @@ def llama_config():
                        bos_token_id=0, eos_token_id=0)
 
 
+def llama3_rope_config():
+    # Llama 3.1 "llama3" rope scaling shrunk to the tiny model: head_dim 16 (8 frequencies, wavelengths 2*pi*10000^(i/8):
+    # 6.3, 19.9, 62.8, ...), original context 64, so frequency 0 keeps factor 1, 1 and 2 are in the smooth band and the
+    # rest get `factor`; the long sequence goes past position 64.
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5,
+                       rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": 64},
+                       tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+
+
 def qwen2_config():
     from transformers import Qwen2Config
     return Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -101,6 +115,9 @@ VARIANTS = [
          seed=503, shard=None),
     dict(name="gemma3_bf16", make_config=gemma3_config, cls="Gemma3ForCausalLM", dtype="bf16", pre="gpt-2",
          regex=None, seed=504, shard=None),
+    dict(name="llama3_rope_f32", make_config=llama3_rope_config, cls="LlamaForCausalLM", dtype="f32",
+         pre="llama-bpe", regex=LLAMA3_REGEX, seed=506, shard=None,
+         sequences=[SEQUENCES[0], [int(t) for t in np.random.default_rng(506).integers(0, VOCAB, 160)]]),
     dict(name="llama_f16", make_config=llama_config, cls="LlamaForCausalLM", dtype="f16", pre="llama-bpe",
          regex=LLAMA3_REGEX, seed=505, shard=None),
 ]
@@ -152,13 +169,13 @@ def save_dir(v, base_tok, model_dir):
 
 
 @torch.no_grad()
-def reference_logits(v, model_dir):
+def reference_logits(v, model_dir, sequences):
     import transformers
     model = getattr(transformers, v["cls"]).from_pretrained(model_dir, dtype=torch.float32,
                                                             attn_implementation="eager")
     model.eval()
     out = []
-    for seq in SEQUENCES:
+    for seq in sequences:
         logits = model(torch.tensor([seq]), use_cache=False).logits[0].float().numpy()
         out.append(refutil.f32_rows(logits))
     return out
@@ -172,7 +189,8 @@ def build(v, base_tok, conv):
     from transformers import AutoTokenizer
     hf_tok = AutoTokenizer.from_pretrained(model_dir)
     token_ids = {t: hf_tok.encode(t, add_special_tokens=False) for t in TEXTS}
-    logits = reference_logits(v, model_dir)
+    sequences = v.get("sequences", SEQUENCES)
+    logits = reference_logits(v, model_dir, sequences)
     gguf_path = os.path.join(OUT, name + ".gguf")
     with tempfile.TemporaryDirectory(prefix="kvstash_hf_") as tmp:
         # The converter writes general.name from the folder name; convert a copy so no __pycache__ etc. lands.
@@ -188,7 +206,7 @@ def build(v, base_tok, conv):
         "method": "transformers from_pretrained(dir, dtype=float32, eager), one forward per sequence, "
                   "use_cache=False; GGUF by convert_hf_to_gguf.py --outtype " + v["dtype"],
         "class": v["cls"], "dtype": v["dtype"], "pre": v["pre"], "sharded": bool(v["shard"]),
-        "sequences": SEQUENCES, "logits": logits, "texts": TEXTS,
+        "sequences": sequences, "logits": logits, "texts": TEXTS,
         "token_ids": [token_ids[t] for t in TEXTS],
     })
     print(f"{name}: {sorted(os.listdir(model_dir))}", file=sys.stderr)
