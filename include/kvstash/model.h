@@ -41,9 +41,11 @@ struct ModelInfo {
     int64_t n_embd_kv() const { return n_head_kv * head_dim; }  // K or V width per token and layer
 };
 
-// Weights quantized at load, for a Hugging Face model directory (a GGUF keeps its own types): none, or q8_0 as
-// llama.cpp's converter's --outtype q8_0 (matrices whose rows are not whole 32-blocks become f16, as there).
-enum class LoadQuantization { none, q8_0 };
+// Weights quantized at load, for a Hugging Face model directory (a GGUF keeps its own types): none; q8_0 as
+// llama.cpp's converter's --outtype q8_0 (matrices whose rows are not whole 32-blocks become f16, as there); q4_K
+// with ggml's q4_K quantizer (the bytes of llama-quantize without an importance matrix) for every matrix whose
+// rows are whole 256-blocks, the q8_0 rule for the others (llama-quantize would pick q5_0 there).
+enum class LoadQuantization { none, q8_0, q4_K };
 
 struct ModelLoadOptions {
     LoadQuantization quantize = LoadQuantization::none;

@@ -206,13 +206,14 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
             data = storage->owned.back().data();
             type = TensorType::F32;
         }
-        if (!to_f32 && quantize == LoadQuantization::q8_0) {
-            // gguf-py's q8_0 is ggml's reference quantizer (quantize_row_q8_0 follows it); a row that is not
-            // whole blocks falls back to f16 in the converter, and here.
+        if (!to_f32 && quantize != LoadQuantization::none) {
+            // q8_0: gguf-py's q8_0 is ggml's reference quantizer (quantize_row_q8_0 follows it); a row that is not
+            // whole blocks falls back to f16 in the converter, and here. q4_K: ggml's quantize_row_q4_K_ref for rows
+            // of whole 256-blocks; other rows take the q8_0 rule.
             const int64_t row_len = shape.back();
             const int64_t n_rows = n / row_len;
-            const bool blocks = row_len % 32 == 0;
-            const TensorType out_type = blocks ? TensorType::Q8_0 : TensorType::F16;
+            TensorType out_type = row_len % 32 == 0 ? TensorType::Q8_0 : TensorType::F16;
+            if (quantize == LoadQuantization::q4_K && row_len % 256 == 0) out_type = TensorType::Q4_K;
             const uint64_t out_row = tensor_row_bytes(out_type, row_len);
             std::vector<uint8_t> out(static_cast<size_t>(out_row * static_cast<uint64_t>(n_rows)));
             std::vector<float> row(static_cast<size_t>(row_len));
@@ -220,7 +221,9 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
             for (int64_t r = 0; r < n_rows; ++r) {
                 dequantize_row(type, data + static_cast<uint64_t>(r) * in_row, row.data(), row_len);
                 uint8_t* dst = out.data() + static_cast<uint64_t>(r) * out_row;
-                if (blocks) {
+                if (out_type == TensorType::Q4_K) {
+                    quantize_row_q4_K(row.data(), dst, row_len);
+                } else if (out_type == TensorType::Q8_0) {
                     quantize_row_q8_0(row.data(), dst, row_len);
                 } else {
                     for (int64_t i = 0; i < row_len; ++i) {

@@ -35,15 +35,17 @@ void add_model_option(CLI::App& app, std::string& model_path) {
                    "(default: $KVSTASH_MODEL or the model installed by scripts/setup.sh)")
         ->capture_default_str();
     app.add_option("--quantize", g_quantize,
-                   "quantize a model directory's weights at load: none or q8_0 (as convert_hf_to_gguf.py "
-                   "--outtype q8_0; a GGUF keeps its own types)")
-        ->check(CLI::IsMember({"none", "q8_0"}))
+                   "quantize a model directory's weights at load: none, q8_0 (as convert_hf_to_gguf.py "
+                   "--outtype q8_0) or q4_K (ggml's q4_K for matrices whose rows are whole 256-blocks, q8_0 for "
+                   "the others); a GGUF keeps its own types")
+        ->check(CLI::IsMember({"none", "q8_0", "q4_K"}))
         ->capture_default_str();
 }
 
 std::shared_ptr<const Model> load_model(const std::string& path) {
     ModelLoadOptions options;
     if (g_quantize == "q8_0") options.quantize = LoadQuantization::q8_0;
+    if (g_quantize == "q4_K") options.quantize = LoadQuantization::q4_K;
     return Model::load(path, options);
 }
 
