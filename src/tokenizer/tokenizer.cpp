@@ -12,12 +12,14 @@
 #include "tokenizer/byte_unicode.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/spm.h"
+#include "tokenizer/spm_hf.h"
 #include "tokenizer/unicode_nfc.h"
 
 namespace kvstash {
 namespace {
 
 using tokenization::BytePairEncoder;
+using tokenization::HfBpeEncoder;
 using tokenization::PreTokenizer;
 using tokenization::SentencePieceEncoder;
 
@@ -146,6 +148,7 @@ struct Tokenizer::Impl {
     std::unique_ptr<PreTokenizer> pre_tokenizer;         // byte-level only
     std::optional<BytePairEncoder> byte_pair;            // byte-level only
     std::optional<SentencePieceEncoder> sentence_piece;  // SentencePiece only
+    std::optional<HfBpeEncoder> hf_bpe;                  // SentencePiece merged by rank (vocab.hf_merge_by_rank)
     SpecialTokenMatcher specials;
     std::vector<std::string> pieces;  // token id -> decoded bytes
     std::vector<bool> end_of_generation;
@@ -174,7 +177,10 @@ struct Tokenizer::Impl {
             byte_pair.emplace(vocab, pre_tokenizer->ignore_merges());
         } else if (vocab.model == "llama") {
             sentencepiece = true;
-            sentence_piece.emplace(vocab);
+            if (vocab.hf_merge_by_rank)
+                hf_bpe.emplace(vocab);
+            else
+                sentence_piece.emplace(vocab);
         } else {
             throw Error(ErrorCode::unsupported, "unknown tokenizer model '" + vocab.model +
                                                     "' (tokenizer.ggml.model); kvstash knows: gpt2 (byte-level "
@@ -190,7 +196,9 @@ struct Tokenizer::Impl {
             const bool special = type == TokenType::control || type == TokenType::unknown;
             if (special || type == TokenType::user_defined) {
                 specials.add(text, id, special);
-                pieces[i] = text;  // written out as its own text, so that parsed specials round-trip
+                // Written out as its own text, so that parsed specials round-trip; tokenizers' decoder turns
+                // '▁' into a space in these too.
+                pieces[i] = vocab.hf_merge_by_rank ? replace_all(text, kSpaceMark, " ") : text;
             } else if (sentencepiece) {
                 const int byte = type == TokenType::byte ? SentencePieceEncoder::parse_byte_token(text) : -1;
                 pieces[i] = byte >= 0 ? std::string(1, static_cast<char>(byte)) : replace_all(text, kSpaceMark, " ");
@@ -213,13 +221,34 @@ struct Tokenizer::Impl {
         }
     }
 
-    void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& ids) const {
+    // `text` is a piece between special tokens; `at_start`: it begins the whole text.
+    void encode_text(std::string_view text, bool after_special, bool at_start, std::vector<int32_t>& ids) const {
         if (sentencepiece) {
-            // llama.cpp (and SentencePiece run on each piece between specials): a space before the
+            std::string escaped = replace_all(text, " ", kSpaceMark);
+            bool prefix = vocab.add_space_prefix && after_special;
+            if (vocab.hf_metaspace == "always" || vocab.hf_metaspace == "first") {
+                // tokenizers' Metaspace: no '▁' before a piece that starts with one, and with "first" only
+                // before the piece that begins the text.
+                prefix = prefix && !escaped.starts_with(kSpaceMark) && (vocab.hf_metaspace == "always" || at_start);
+            }
+            // Otherwise llama.cpp (and SentencePiece run on each piece between specials): a space before the
             // text at the start and after every special token.
-            std::string escaped = vocab.add_space_prefix && after_special ? std::string(kSpaceMark) : std::string();
-            escaped += replace_all(text, " ", kSpaceMark);
-            sentence_piece->encode(escaped, ids);
+            if (prefix) escaped.insert(0, kSpaceMark);
+            if (!hf_bpe) {
+                sentence_piece->encode(escaped, ids);
+            } else if (!vocab.hf_metaspace_split) {
+                hf_bpe->encode(escaped, ids);
+            } else {
+                // Metaspace split: a word starts at each '▁' (merged with what follows it).
+                const std::string_view all = escaped;
+                size_t begin = 0;
+                for (size_t hit = all.find(kSpaceMark, 1); hit != std::string_view::npos;
+                     hit = all.find(kSpaceMark, hit + kSpaceMark.size())) {
+                    if (hit > begin) hf_bpe->encode(all.substr(begin, hit - begin), ids);
+                    begin = hit;
+                }
+                if (begin < all.size()) hf_bpe->encode(all.substr(begin), ids);
+            }
             return;
         }
         std::string normalized;
@@ -256,7 +285,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, AddSpecial add_spe
     size_t text_start = 0;
     const auto flush = [&](size_t end) {
         if (end > text_start) {
-            im.encode_text(text.substr(text_start, end - text_start), after_special, ids);
+            im.encode_text(text.substr(text_start, end - text_start), after_special, text_start == 0, ids);
             after_special = false;
         }
     };
@@ -285,8 +314,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, AddSpecial add_spe
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
     const Impl& im = *impl_;
-    // SentencePiece: drop the space encode() put at the start and after each token matched as special.
-    const bool spaced = im.sentencepiece && im.vocab.add_space_prefix;
+    // SentencePiece: drop the space encode() put at the start and after each token matched as special;
+    // tokenizers' Strip decoder: only the one at the start of the output.
+    const bool hf = im.vocab.hf_merge_by_rank;
+    const bool spaced = im.sentencepiece && (hf ? im.vocab.hf_decode_strip_space : im.vocab.add_space_prefix);
     bool strip_space = spaced;
     std::string out;
     for (int32_t id : ids) {
@@ -295,7 +326,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
         const TokenType type = type_of(im.vocab, id);
         if (type == TokenType::control || type == TokenType::unknown || type == TokenType::user_defined) {
             out += piece;
-            strip_space = spaced;
+            strip_space = spaced && !hf;
             continue;
         }
         if (strip_space && !piece.empty() && piece[0] == ' ') {

@@ -37,6 +37,16 @@ struct Vocabulary {
     // AddedToken rstrip). No GGUF key holds this: vocabulary_from_gguf sets it as llama.cpp does
     // (Phi-3, by general.name: <|user|>, <|end|>, <|assistant|>, ..., </s>).
     std::vector<int32_t> rstrip_ids;
+    // A SentencePiece-style tokenizer.json (model directory) works as Hugging Face tokenizers' BPE model, which no
+    // llama.cpp key describes; vocabulary_hf.cpp writes these as tokenizer.ggml.hf_* keys (fingerprinted):
+    // merge by `merges` rank (leftmost on ties) instead of by score; the Metaspace pre-tokenizer's space prefix
+    // ("always": before each piece of text that does not start with a space; "first": only at the text's start;
+    // "never"; empty: no Metaspace, add_space_prefix as llama.cpp) and split (merges stop before each '▁'); decode
+    // strips one space at the start of the output only (a Strip decoder), not after each special token.
+    bool hf_merge_by_rank = false;
+    std::string hf_metaspace;
+    bool hf_metaspace_split = false;
+    bool hf_decode_strip_space = false;
 };
 
 // Reads `tokenizer.ggml.*` from a GGUF. Missing optional keys take llama.cpp's defaults for the

@@ -98,6 +98,10 @@ Vocabulary vocabulary_from_gguf(const gguf::File& file) {
     vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(sentencepiece || llama3);
     vocab.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
     vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(sentencepiece);
+    vocab.hf_merge_by_rank = file.get_bool("tokenizer.ggml.hf_merge_by_rank").value_or(false);
+    vocab.hf_metaspace = file.get_string("tokenizer.ggml.hf_metaspace").value_or("");
+    vocab.hf_metaspace_split = file.get_bool("tokenizer.ggml.hf_metaspace_split").value_or(false);
+    vocab.hf_decode_strip_space = file.get_bool("tokenizer.ggml.hf_decode_strip_space").value_or(false);
 
     // Per-token attributes GGUF does not store, set by model name as llama.cpp's llama_vocab::load
     // does. Phi-3's tokenizer_config.json has rstrip on </s> and on every special token but <unk>, <s>

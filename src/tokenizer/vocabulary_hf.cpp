@@ -5,7 +5,9 @@
 #include <vector>
 
 #include "kvstash/error.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/vocabulary.h"
+#include "tokenizer/vocabulary_hf_spm.h"
 
 namespace kvstash {
 namespace {
@@ -70,22 +72,20 @@ struct AddedToken {
     bool special;
 };
 
-}  // namespace
-
-gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, const json& config,
-                                          const std::optional<std::string>& chat_template_jinja,
-                                          const std::string& path) {
+gguf::Metadata metadata_from_hf(const json& tok, const json* tcfg, const json& config,
+                                const std::optional<std::string>& chat_template_jinja, const std::string& path) {
     auto bad = [&](const std::string& what) { return Error(ErrorCode::bad_format, path + ": tokenizer.json " + what); };
     if (!tok.is_object() || !tok.contains("model") || !tok["model"].is_object()) throw bad("has no 'model' object");
     const json& model = tok["model"];
-    if (model.value("type", "") != "BPE" || model.value("byte_fallback", false)) {
-        throw Error(ErrorCode::unsupported,
-                    path + ": tokenizer.json model '" + model.value("type", "?") +
-                        (model.value("byte_fallback", false) ? " with byte fallback" : "") +
-                        "' is not supported in a model directory yet (byte-level BPE only); convert it to GGUF");
+    const bool sentencepiece = is_sentencepiece_bpe(model);
+    if (model.value("type", "") != "BPE") {
+        throw Error(ErrorCode::unsupported, path + ": tokenizer.json model '" + model.value("type", "?") +
+                                                "' is not supported in a model directory (BPE only: byte-level, or "
+                                                "SentencePiece-style with byte fallback); convert it to GGUF");
     }
     if (!model.contains("vocab") || !model["vocab"].is_object()) throw bad("model has no 'vocab' object");
-    const std::string pre = pre_tokenizer_name(tok.contains("pre_tokenizer") ? tok["pre_tokenizer"] : json(), path);
+    const std::string pre =
+        sentencepiece ? "" : pre_tokenizer_name(tok.contains("pre_tokenizer") ? tok["pre_tokenizer"] : json(), path);
 
     std::map<int64_t, std::string> by_id;
     for (const auto& [text, id] : model["vocab"].items()) {
@@ -112,7 +112,10 @@ gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, con
         n_vocab = v->get<int64_t>();
     }
     if (n_vocab <= 0 || n_vocab > (int64_t{1} << 24)) throw bad("has no tokens or too many");
-    std::vector<gguf::Value> tokens, types;
+    const std::string unk =
+        model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>() : "";
+    std::vector<std::string> texts;
+    std::vector<gguf::Value> types;
     for (int64_t i = 0; i < n_vocab; ++i) {
         auto it = by_id.find(i);
         std::string text;
@@ -122,7 +125,16 @@ gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, con
             type = TokenType::unused;
         } else {
             text = it->second;
-            if (auto a = added_by_content.find(text); a != added_by_content.end()) {
+            const auto a = added_by_content.find(text);
+            if (sentencepiece) {
+                // tokenizers matches every added token in the text (special ones too) and only added ones.
+                if (a != added_by_content.end()) {
+                    type = text == unk ? TokenType::unknown
+                                       : (a->second->special ? TokenType::control : TokenType::user_defined);
+                } else if (tokenization::SentencePieceEncoder::parse_byte_token(text) >= 0) {
+                    type = TokenType::byte;
+                }
+            } else if (a != added_by_content.end()) {
                 if (a->second->special || looks_special(text)) {
                     type = TokenType::control;
                 } else {
@@ -131,18 +143,23 @@ gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, con
                 }
             }
         }
-        tokens.push_back(gguf::string_value(std::move(text)));
+        texts.push_back(std::move(text));
         types.push_back(gguf::i32_value(static_cast<int32_t>(type)));
     }
 
     gguf::Metadata m;
-    m.emplace_back("tokenizer.ggml.model", gguf::string_value("gpt2"));
-    m.emplace_back("tokenizer.ggml.pre", gguf::string_value(pre));
+    if (sentencepiece) m = sentencepiece_keys_from_hf(tok, texts, path);
+    std::vector<gguf::Value> tokens;
+    for (std::string& text : texts) tokens.push_back(gguf::string_value(std::move(text)));
+    if (!sentencepiece) {
+        m.emplace_back("tokenizer.ggml.model", gguf::string_value("gpt2"));
+        m.emplace_back("tokenizer.ggml.pre", gguf::string_value(pre));
+    }
     m.emplace_back("tokenizer.ggml.tokens", gguf::array_value(gguf::ValueType::STRING, std::move(tokens)));
     m.emplace_back("tokenizer.ggml.token_type", gguf::array_value(gguf::ValueType::INT32, std::move(types)));
 
     std::vector<gguf::Value> merges;
-    if (model.contains("merges") && model["merges"].is_array()) {
+    if (!sentencepiece && model.contains("merges") && model["merges"].is_array()) {
         for (const json& mg : model["merges"]) {
             if (mg.is_string()) {
                 merges.push_back(gguf::string_value(mg.get<std::string>()));
@@ -193,8 +210,26 @@ gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, con
                     }
                     return std::nullopt;
                 };
-                if (auto first = special_id(single.front())) add["bos"] = bos && *first == *bos;
-                if (auto last = special_id(single.back())) add["eos"] = eos && *last == *eos;
+                if (sentencepiece) {
+                    // tokenizers adds the template's own tokens, whatever tokenizer_config.json names.
+                    const auto id_of = [&](const std::string& text) -> std::optional<int64_t> {
+                        for (const auto& [id, t] : by_id) {
+                            if (t == text && id < n_vocab) return id;
+                        }
+                        return std::nullopt;
+                    };
+                    if (auto first = special_id(single.front()); first && id_of(*first)) {
+                        add["bos"] = true;
+                        ids["bos"] = *id_of(*first);
+                    }
+                    if (auto last = special_id(single.back()); last && id_of(*last)) {
+                        add["eos"] = true;
+                        ids["eos"] = *id_of(*last);
+                    }
+                } else {
+                    if (auto first = special_id(single.front())) add["bos"] = bos && *first == *bos;
+                    if (auto last = special_id(single.back())) add["eos"] = eos && *last == *eos;
+                }
             } else if (type == "RobertaProcessing") {
                 throw Error(ErrorCode::unsupported, path + ": RobertaProcessing tokenizers are not supported");
             }
@@ -224,6 +259,18 @@ gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, con
         if (v && v->is_number_integer() && v->get<int64_t>() >= 0 && v->get<int64_t>() < n_vocab)
             ids.emplace(t, v->get<int64_t>());
     }
+    if (sentencepiece) {
+        // vocabulary_from_gguf's SentencePiece defaults (unk 0, bos 1, eos 2, add_bos) are llama.cpp's, not
+        // tokenizers': unk is the model's, and a BOS/EOS is added only where the post-processor says.
+        for (const auto& [id, text] : by_id) {
+            if (!unk.empty() && text == unk && id < n_vocab) {
+                ids.emplace("unk", id);
+                break;
+            }
+        }
+        add.emplace("bos", false);
+        add.emplace("eos", false);
+    }
     for (const auto& [typ, key] : kSpecial) {
         if (auto it = ids.find(typ); it != ids.end()) {
             m.emplace_back(std::string("tokenizer.ggml.") + key, gguf::u32_value(static_cast<uint32_t>(it->second)));
@@ -247,6 +294,19 @@ gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, con
     }
     if (chat_template) m.emplace_back("tokenizer.chat_template", gguf::string_value(*chat_template));
     return m;
+}
+
+}  // namespace
+
+gguf::Metadata tokenizer_metadata_from_hf(const json& tok, const json* tcfg, const json& config,
+                                          const std::optional<std::string>& chat_template_jinja,
+                                          const std::string& path) {
+    try {
+        return metadata_from_hf(tok, tcfg, config, chat_template_jinja, path);
+    } catch (const json::exception& e) {
+        // A field of an unexpected JSON type (json::value and get throw on those).
+        throw Error(ErrorCode::bad_format, path + ": tokenizer.json or tokenizer_config.json: " + e.what());
+    }
 }
 
 }  // namespace kvstash

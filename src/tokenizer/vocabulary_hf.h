@@ -4,7 +4,9 @@
 // else USER_DEFINED), merges "a b", special ids, add_bos/add_eos, the chat template. The pre-tokenizer name is
 // chosen from the pre-tokenizer's regex (the converter hashes the tokenizer's output instead; the names are the
 // same for the families kvstash knows). vocabulary_from_gguf then reads it like any GGUF's.
-// Byte-level BPE only (gpt2, llama 3, qwen2 families); SentencePiece-style tokenizer.json (Gemma) is refused.
+// Byte-level BPE (gpt2, llama 3, qwen2 families) here; SentencePiece-style BPE with byte fallback (Gemma, Llama 2,
+// Mistral) in vocabulary_hf_spm.h, read so that it tokenizes as Hugging Face tokenizers does rather than as a
+// converted GGUF (whose scores come from tokenizer.model, which a tokenizer.json lacks).
 #pragma once
 
 #include <optional>
@@ -17,7 +19,8 @@
 namespace kvstash {
 
 // `tokenizer_config` and `chat_template_jinja` may be null / nullopt (files absent). Throws Error(unsupported)
-// for a tokenizer kind or pre-tokenizer kvstash does not read, Error(bad_format) for malformed JSON contents.
+// for a tokenizer kind, normalizer, pre-tokenizer or decoder kvstash does not read (naming it), Error(bad_format)
+// for malformed JSON contents.
 gguf::Metadata tokenizer_metadata_from_hf(const nlohmann::json& tokenizer, const nlohmann::json* tokenizer_config,
                                           const nlohmann::json& config,
                                           const std::optional<std::string>& chat_template_jinja,
