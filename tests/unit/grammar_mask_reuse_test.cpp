@@ -86,6 +86,10 @@ void compare_masks(const std::string& gbnf, const std::shared_ptr<const TokenTri
         for (int step = 0; step < steps; ++step) {
             const auto& expected = plain.allowed_tokens();
             ASSERT_EQ(fast.allowed_tokens(), expected) << gbnf << "\npass " << pass << ", step " << step;
+            for (int32_t id = 0; id < trie->n_vocab(); ++id) {  // one token's bit without the mask
+                ASSERT_EQ(fast.is_allowed(id), ((expected[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) != 0)
+                    << gbnf << "\npass " << pass << ", step " << step << ", token " << id;
+            }
             std::vector<int32_t> allowed;  // the end token only when nothing else may come (long walks)
             for (int32_t id = 0; id < trie->n_vocab(); ++id) {
                 if ((expected[static_cast<size_t>(id) / 64] >> (id % 64)) & 1 && !trie->is_end_token(id))
