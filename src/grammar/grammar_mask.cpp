@@ -95,6 +95,7 @@ void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mas
             if (skip_closed && next.remaining == 0 && cn.subtree_token_end - cn.first_token >= kClosedMinTokens &&
                 closed_under(next.set, child)) {
                 // Every token below steps `next` back to itself (an accepting, live set): all allowed.
+                ++stats_.closed_subtrees;
                 for (int32_t t = cn.first_token; t < cn.subtree_token_end; ++t)
                     allow(trie.tokens[static_cast<size_t>(t)]);
                 continue;

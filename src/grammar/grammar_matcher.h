@@ -95,6 +95,7 @@ public:
     // the long tokens only over a base mask, masks taken from the shared cache.
     struct MaskStats {
         size_t full_walks = 0, pruned_walks = 0, shared_hits = 0;
+        size_t closed_subtrees = 0;  // trie subtrees allowed whole (every byte below loops back to the state)
     };
     const MaskStats& mask_stats() const { return stats_; }
 

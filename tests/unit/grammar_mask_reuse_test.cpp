@@ -127,6 +127,27 @@ TEST(GrammarMaskReuse, RandomCountedRepetitionsGiveThePlainWalksMasks) {
     EXPECT_GT(grammars, 60);
 }
 
+// States that loop on most ASCII bytes (free text, a JSON string): trie subtrees whose every byte leads
+// back to the state are allowed whole; the masks must still be the plain walk's.
+TEST(GrammarMaskReuse, ClosedSubtreesGiveThePlainWalksMasks) {
+    const std::vector<std::string> grammars = {
+        "root ::= [^\\n]* \"\\n\"",
+        "root ::= (\"\\\"\" [^\"\\\\]* \"\\\"\" [ ]?)+",
+        "root ::= [ab -]* (\"1\" [ab]*)* \"\\n\"?",
+        "root ::= ([a-b ]* \"é\")+ | [^a]+",
+    };
+    std::mt19937 rng(11);
+    size_t closed = 0;
+    for (int round = 0; round < 16; ++round) {
+        const auto trie = random_trie(rng, 1500, 2 + round % 7);
+        GrammarMatcher::MaskStats stats;
+        compare_masks(grammars[static_cast<size_t>(round) % grammars.size()], trie, rng, 40, &stats);
+        if (HasFatalFailure()) return;
+        closed += stats.closed_subtrees;
+    }
+    EXPECT_GT(closed, 100u);  // the shortcut was taken
+}
+
 TEST(GrammarMaskReuse, BoundedListCollapsesCountsAndPrunesTheWalk) {
     std::mt19937 rng(7);
     const auto trie = random_trie(rng, 300, 16);  // longest token 16 bytes: counts above 20 collapse
