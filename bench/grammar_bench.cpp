@@ -111,7 +111,10 @@ bool replay_lazy(Case& c, int mode, uint64_t seed, const std::shared_ptr<const G
     double fallbacks = 0;
     for (size_t i = 0; i < tokens.size(); ++i) {
         Sampler probe = sampler;
-        if (!probe.sample_allowed(logits[i], history, [&](int32_t id) { return constraint.allows(id); })) ++fallbacks;
+        if (constraint.mask_is_cached() ||
+            !probe.sample_allowed(
+                logits[i], history, [&](int32_t id) { return constraint.allows(id); }, kConstrainedMaxAsked))
+            ++fallbacks;
         std::vector<float> scratch_logits;
         sample_constrained(sampler, constraint, logits[i], history, scratch_logits);
         constraint.accept(tokens[i]);

@@ -5,6 +5,7 @@
 // sample() over the masked logits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -15,7 +16,13 @@
 
 namespace kvstash {
 
-// nullopt: the grammar allows no token of the vocabulary here. `masked` is scratch (n_vocab floats when
+// Tokens asked before the full mask is computed instead: a state that allows few tokens (few enough that
+// the top k allowed lie past this many candidates) has a cheap mask walk (most of the trie is cut at its
+// first byte), and a state that allows many settles within a few dozen.
+inline constexpr size_t kConstrainedMaxAsked = 1024;
+
+// A cached mask (GrammarConstraint::mask_is_cached) is used as it is: a copy is cheaper than asking tokens
+// one by one. nullopt: the grammar allows no token of the vocabulary here. `masked` is scratch (n_vocab floats when
 // the full mask is needed). Throws as Sampler::sample.
 std::optional<int32_t> sample_constrained(Sampler& sampler, GrammarConstraint& constraint,
                                           std::span<const float> logits, std::span<const int32_t> history,

@@ -210,6 +210,24 @@ const std::vector<uint64_t>& GrammarMatcher::mask_of(const State& state) {
     return masks_.emplace(k, mask_).first->second;
 }
 
+const std::vector<uint64_t>* GrammarMatcher::cached_mask() {
+    compact_if_large();
+    if (!reuse_) {
+        const auto it = masks_.find(state_key(state_));
+        return it == masks_.end() ? nullptr : &it->second;
+    }
+    State canonical_state = state_;
+    canonical_state.set = canonical(state_.set, false).set;
+    const uint64_t k = state_key(canonical_state);
+    if (const auto it = masks_.find(k); it != masks_.end()) return &it->second;
+    if (auto found = MaskCache::instance().find(shared_key(canonical_state))) {
+        ++stats_.shared_hits;
+        if (masks_.size() >= kMaxMasks) masks_.clear();
+        return &masks_.emplace(k, *found).first->second;
+    }
+    return nullptr;
+}
+
 const std::vector<uint64_t>& GrammarMatcher::allowed_tokens() {
     compact_if_large();
     if (!reuse_) {

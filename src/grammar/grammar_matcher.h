@@ -75,6 +75,8 @@ public:
 
     // Bit i (word i / 64, bit i % 64) set: token i may come next. Valid until the next call.
     const std::vector<uint64_t>& allowed_tokens();
+    // allowed_tokens() when it is at hand (this matcher's cache or the shared one), else null: computes none.
+    const std::vector<uint64_t>* cached_mask();
     // Whether token's bit in allowed_tokens() is set, found by stepping its bytes alone (no mask).
     bool is_allowed(int32_t token);
     // Advances over the token's bytes (an end token: the grammar must be able to end, and then only
