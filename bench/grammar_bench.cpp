@@ -12,7 +12,13 @@
 //   plain: a matcher without mask reuse (every new state walks the whole trie: the code before reuse),
 //   cold:  a fresh GrammarConstraint with the process-wide mask cache emptied (a server's first request),
 //   warm:  another fresh GrammarConstraint right after (a repeated request: the shared cache is filled).
-// Also the one-time vocabulary trie build.
+// Also the one-time vocabulary trie build. Then the lazy path (sample_constrained, what generate() and
+// the server run): per grammar a generation with the default sampling (top-k 40, top-p 0.95, min-p 0.05,
+// temperature 0.8) and a greedy one, their logits recorded; replayed through sample_constrained + accept
+// (cold: fresh constraint, shared cache emptied; warm: right after) and through the plain sampler alone,
+// alternately; reported: the difference (what constraining adds to sampling), thread CPU ms per token and
+// as a share of the unconstrained decode, and how many steps fell back to the full mask. The replay
+// checks that every token equals the generation's (the lazy path is exact).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "engine/constrained_sample.h"
 #include "grammar/grammar_matcher.h"
 #include "kvstash/chat.h"
 #include "kvstash/evaluator.h"
@@ -49,7 +56,74 @@ struct Case {
     std::vector<double> decode_ms;
     std::vector<double> wall[3], cpu[3];  // plain, cold, warm
     std::vector<double> tokens;
+    // The lazy path, by sampling (0: default, 1: greedy): thread CPU ms/token of sample_constrained +
+    // accept minus the plain sampler's, cold and warm; tokens; steps that needed the full mask.
+    std::vector<double> lazy_cpu[2][2], lazy_tokens[2], lazy_fallbacks[2];
 };
+
+SamplerParams sampling(int mode, uint64_t seed) {
+    SamplerParams params;  // the defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05
+    params.seed = seed;
+    if (mode == 1) params.temperature = 0.0f;
+    return params;
+}
+
+// The lazy path replayed over a generation's recorded logits (see the top); false when a token differs.
+bool replay_lazy(Case& c, int mode, uint64_t seed, const std::shared_ptr<const GrammarVocabulary>& vocabulary,
+                 const std::vector<int32_t>& prompt, const std::vector<std::vector<float>>& logits,
+                 const std::vector<int32_t>& tokens) {
+    const double n = static_cast<double>(std::max<size_t>(tokens.size(), 1));
+    double sampler_only = 0.0;
+    std::vector<float> scratch;
+    for (int way = 0; way < 3; ++way) {  // 0: cold, 1: warm, 2: the sampler alone
+        if (way == 0) clear_grammar_mask_cache();
+        GrammarConstraint constraint(c.grammar, vocabulary);
+        Sampler sampler(sampling(mode, seed));
+        std::vector<int32_t> history = prompt;
+        history.reserve(prompt.size() + tokens.size());
+        const double cpu_start = bench::thread_cpu_seconds();
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            if (way == 2) {
+                sampler.sample(logits[i], history);
+            } else {
+                const auto token = sample_constrained(sampler, constraint, logits[i], history, scratch);
+                if (token != tokens[i]) {
+                    std::fprintf(stderr, "%s: the replay's token %zu differs from the generation's\n", c.name.c_str(),
+                                 i);
+                    return false;
+                }
+                constraint.accept(tokens[i]);
+            }
+            history.push_back(tokens[i]);
+        }
+        const double cpu = 1e3 * (bench::thread_cpu_seconds() - cpu_start) / n;
+        if (way == 2) {
+            sampler_only = cpu;
+        } else {
+            c.lazy_cpu[mode][way].push_back(cpu);
+        }
+    }
+    for (int way = 0; way < 2; ++way) c.lazy_cpu[mode][way].back() -= sampler_only;
+    // Untimed: the steps the lazy path could not decide alone.
+    GrammarConstraint constraint(c.grammar, vocabulary);
+    Sampler sampler(sampling(mode, seed));
+    std::vector<int32_t> history = prompt;
+    double fallbacks = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        Sampler probe = sampler;
+        if (constraint.mask_is_cached() ||
+            !probe.sample_allowed(
+                logits[i], history, [&](int32_t id) { return constraint.allows(id); }, kConstrainedMaxAsked))
+            ++fallbacks;
+        std::vector<float> scratch_logits;
+        sample_constrained(sampler, constraint, logits[i], history, scratch_logits);
+        constraint.accept(tokens[i]);
+        history.push_back(tokens[i]);
+    }
+    c.lazy_tokens[mode].push_back(n);
+    c.lazy_fallbacks[mode].push_back(fallbacks);
+    return true;
+}
 
 }  // namespace
 
@@ -103,6 +177,20 @@ int main(int argc, char** argv) {
             c.decode_ms.push_back(1e3 * r.seconds / n);
             c.tokens.push_back(n);
             if (!c.grammar) continue;
+            for (int mode = 0; mode < 2; ++mode) {  // the lazy path: default sampling, greedy
+                State lazy_state = prefilled.fork();
+                Sampler lazy_sampler(sampling(mode, static_cast<uint64_t>(round + 1)));
+                GenerateOptions lazy_options;
+                lazy_options.max_tokens = tokens;
+                lazy_options.constraint = std::make_shared<GrammarConstraint>(c.grammar, vocabulary);
+                std::vector<std::vector<float>> seen;
+                lazy_options.on_sample = [&seen](std::span<const float> l, int32_t) {
+                    seen.emplace_back(l.begin(), l.end());
+                };
+                const GenerateResult g = generate(evaluator, lazy_state, lazy_sampler, lazy_options);
+                if (!replay_lazy(c, mode, static_cast<uint64_t>(round + 1), vocabulary, prompt, seen, g.tokens))
+                    return 1;
+            }
             // The masking alone, replayed: plain (no reuse), cold (fresh, shared cache emptied), warm.
             std::vector<float> logits(static_cast<size_t>(model->n_vocab()));
             for (int way = 0; way < 3; ++way) {
@@ -148,6 +236,22 @@ int main(int argc, char** argv) {
         std::printf("| %s | %.0f | %.2f | %.3f / %.3f / %.3f | %.3f / %.3f / %.3f | %.1f%% / %.1f%% / %.1f%% |\n",
                     c.name.c_str(), median(c.tokens), median(c.decode_ms), w[0], w[1], w[2], u[0], u[1], u[2],
                     100.0 * w[0] / base, 100.0 * w[1] / base, 100.0 * w[2] / base);
+    }
+    std::printf(
+        "\nThe lazy path (sample_constrained + accept, minus the sampler alone), thread CPU ms/token and share of "
+        "the unconstrained decode:\n\n");
+    std::printf(
+        "| case | sampling | tokens (median) | cold ms | warm ms | cold / decode | warm / decode | full-mask steps "
+        "|\n");
+    std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const Case& c : cases) {
+        if (!c.grammar) continue;
+        for (int mode = 0; mode < 2; ++mode) {
+            const double cold = median(c.lazy_cpu[mode][0]), warm = median(c.lazy_cpu[mode][1]);
+            std::printf("| %s | %s | %.0f | %.3f | %.3f | %.1f%% | %.1f%% | %.0f |\n", c.name.c_str(),
+                        mode == 0 ? "default (top-k 40)" : "greedy", median(c.lazy_tokens[mode]), cold, warm,
+                        100.0 * cold / base, 100.0 * warm / base, median(c.lazy_fallbacks[mode]));
+        }
     }
     const GrammarMaskCacheStats stats = grammar_mask_cache_stats();
     std::printf("\nshared mask cache at the end: %zu masks, %.1f MiB (capacity %.0f MiB)\n", stats.entries,

@@ -41,9 +41,11 @@ struct GenerateOptions {
     std::function<void(std::span<const float> logits, int32_t token)> on_sample;
     // Constrained output (grammar.h): before each step the tokens the grammar does not allow get
     // -INFINITY in a copy of the logits, which the sampler then sees (on_sample still gets the model's
-    // logits); each sampled token advances the constraint; generation stops (end_of_generation) when
-    // the grammar is complete and nothing may follow; throws Error(invalid_argument) when the grammar
-    // allows no token of the vocabulary. Empty: the logits go to the sampler untouched.
+    // logits; greedy and top-k sampling get the same token and RNG state without the whole mask, asking
+    // about the likeliest tokens one at a time: Sampler::sample_allowed); each sampled token advances the
+    // constraint; generation stops (end_of_generation) when the grammar is complete and nothing may
+    // follow; throws Error(invalid_argument) when the grammar allows no token of the vocabulary. Empty:
+    // the logits go to the sampler untouched.
     std::shared_ptr<GrammarConstraint> constraint;
 };
 

@@ -106,7 +106,10 @@ public:
     // included). The mask of a state seen before is cached. Returns false when no token at all may come
     // next (the grammar needs a character no token of this vocabulary can spell here).
     bool mask(std::span<float> logits);
-    bool allows(int32_t token);
+    bool allows(int32_t token);  // one token's verdict, by stepping its bytes (no mask computed)
+    // Whether mask() would find this state's mask cached (here or in the process-wide cache): then it
+    // costs a copy, not a walk of the vocabulary.
+    bool mask_is_cached();
     // Moves past a token. Throws Error(invalid_argument) when it may not come next.
     void accept(int32_t token);
     // Moves past text (e.g. an assistant prefix already in the prompt); false and no change when the

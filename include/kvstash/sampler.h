@@ -30,6 +30,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -63,6 +65,15 @@ public:
     // random number. Greedy: the argmax alone, probability 1.
     std::vector<TokenProbability> distribution(std::span<const float> logits, std::span<const int32_t> history) const;
 
+    // sample() over `logits` with every token that `allowed` rejects at -INFINITY (a grammar's mask), found
+    // by asking `allowed` about single tokens in step 4's order instead of masking the whole vocabulary:
+    // greedy stops at the first allowed one, top-k at the k-th. The same token and the same RNG state as
+    // sample() over the masked logits. nullopt, drawing no random number, when that would need every
+    // allowed token (top_k <= 0 sampling), more than `max_asked` tokens asked, or when sample() over the
+    // masked logits could throw (a NaN or +inf logit, no allowed token): then mask and call sample().
+    std::optional<int32_t> sample_allowed(std::span<const float> logits, std::span<const int32_t> history,
+                                          const std::function<bool(int32_t)>& allowed, size_t max_asked = 4096);
+
     SamplerState state() const;
     const SamplerParams& params() const;
 
@@ -71,6 +82,7 @@ private:
     std::vector<float> scratch_logits_;  // (n_vocab) logits after bias and penalties
     std::vector<int32_t> scratch_ids_;   // the penalty window, then the candidate ids in sampling order
     std::vector<double> scratch_probs_;  // probabilities of scratch_ids_, same order
+    std::vector<int32_t> scratch_heap_;  // sample_allowed: the next batch of candidates
 };
 
 }  // namespace kvstash

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/constrained_sample.h"
 #include "engine/text_stream.h"
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
@@ -57,7 +58,7 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
         return piece.empty() || !on_text || on_text(token, piece);
     };
     bool callback_stopped = false;
-    std::vector<float> masked;  // the logits with the grammar's disallowed tokens at -inf (constrained only)
+    std::vector<float> masked;  // scratch: the logits with the grammar's disallowed tokens at -inf
     try {
         if (options.max_tokens == 0) {
             result.stop = StopReason::max_tokens;
@@ -65,22 +66,25 @@ GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, co
             result.stop = StopReason::context_full;
         } else {
             while (true) {
-                std::span<const float> logits = state.last_logits();
+                const std::span<const float> logits = state.last_logits();
+                int32_t token;
                 if (options.constraint) {
                     if (options.constraint->must_end()) {
                         result.stop = StopReason::end_of_generation;
                         break;
                     }
-                    masked.assign(logits.begin(), logits.end());
-                    if (!options.constraint->mask(masked)) {
+                    const auto allowed =
+                        sample_constrained(sampler, *options.constraint, logits, state.tokens(), masked);
+                    if (!allowed) {
                         throw Error(ErrorCode::invalid_argument,
                                     "the grammar allows no token of this model's vocabulary after the " +
                                         std::to_string(result.tokens.size()) +
                                         " tokens generated (it needs a character no token can spell here)");
                     }
-                    logits = masked;
+                    token = *allowed;
+                } else {
+                    token = sampler.sample(logits, state.tokens());
                 }
-                const int32_t token = sampler.sample(logits, state.tokens());
                 if (options.constraint) options.constraint->accept(token);
                 if (options.on_sample) options.on_sample(state.last_logits(), token);
                 evaluator.eval(state, std::span<const int32_t>(&token, 1));

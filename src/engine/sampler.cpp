@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -98,30 +100,23 @@ int32_t argmax(const std::vector<float>& adjusted) {
     return static_cast<int32_t>(best);
 }
 
-// Steps 4-8 up to the draw: fills `ids` (sampling order) and `probs` (their unnormalised weights
-// exp((logit - max) / T)) with the kept candidates, all of weight > 0, and returns how many there are
-// and, through `total`, the sum of their weights in that order.
-size_t filter_candidates(const SamplerParams& p, const std::vector<float>& adjusted, std::vector<int32_t>& ids,
-                         std::vector<double>& probs, double& total) {
-    ids.clear();
-    float max_logit = -INFINITY;
-    for (size_t i = 0; i < adjusted.size(); ++i) {
-        if (adjusted[i] == -INFINITY) continue;
-        ids.push_back(static_cast<int32_t>(i));
-        max_logit = std::max(max_logit, adjusted[i]);
-    }
-    if (ids.empty()) invalid("every token is banned (all logits are -inf after bias and penalties)");
-    // A strict total order (ids are distinct), so any sorting algorithm gives the same sequence.
-    const auto before = [&adjusted](int32_t a, int32_t b) {
-        const float la = adjusted[static_cast<size_t>(a)], lb = adjusted[static_cast<size_t>(b)];
+// The sampling order of step 4: logit descending, ids ascending on ties. A strict total order (ids are
+// distinct), so any sorting algorithm gives the same sequence.
+struct SamplingOrder {
+    const std::vector<float>* adjusted;
+    bool operator()(int32_t a, int32_t b) const {
+        const float la = (*adjusted)[static_cast<size_t>(a)], lb = (*adjusted)[static_cast<size_t>(b)];
         return la > lb || (la == lb && a < b);
-    };
-    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < ids.size()) {
-        std::nth_element(ids.begin(), ids.begin() + p.top_k, ids.end(), before);
-        ids.resize(static_cast<size_t>(p.top_k));
-        std::sort(ids.begin(), ids.end());  // back to id order for the sum below
     }
+};
 
+// Steps 5-8 up to the draw, over the candidates `ids` (id order, the top-k cut made) whose largest logit
+// is `max_logit`: keeps in `ids` (sampling order) and `probs` (their unnormalised weights
+// exp((logit - max) / T)) the candidates that survive min-p and top-p, all of weight > 0, and returns how
+// many there are and, through `total`, the sum of their weights in that order.
+size_t weigh_candidates(const SamplerParams& p, const std::vector<float>& adjusted, float max_logit,
+                        std::vector<int32_t>& ids, std::vector<double>& probs, double& total) {
+    const SamplingOrder before{&adjusted};
     // Softmax weights in (0, 1], the top one exactly exp(0) = 1; the normalising sum in id order.
     const double temperature = p.temperature;
     const auto weight = [&](int32_t id) {
@@ -162,6 +157,87 @@ size_t filter_candidates(const SamplerParams& p, const std::vector<float>& adjus
     return kept;
 }
 
+// Steps 4-8 up to the draw: fills `ids` (sampling order) and `probs` (their unnormalised weights) with the
+// kept candidates, all of weight > 0, and returns how many there are and, through `total`, the sum of
+// their weights in that order.
+size_t filter_candidates(const SamplerParams& p, const std::vector<float>& adjusted, std::vector<int32_t>& ids,
+                         std::vector<double>& probs, double& total) {
+    ids.clear();
+    float max_logit = -INFINITY;
+    for (size_t i = 0; i < adjusted.size(); ++i) {
+        if (adjusted[i] == -INFINITY) continue;
+        ids.push_back(static_cast<int32_t>(i));
+        max_logit = std::max(max_logit, adjusted[i]);
+    }
+    if (ids.empty()) invalid("every token is banned (all logits are -inf after bias and penalties)");
+    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < ids.size()) {
+        std::nth_element(ids.begin(), ids.begin() + p.top_k, ids.end(), SamplingOrder{&adjusted});
+        ids.resize(static_cast<size_t>(p.top_k));
+        std::sort(ids.begin(), ids.end());  // back to id order for the sum below
+    }
+    return weigh_candidates(p, adjusted, max_logit, ids, probs, total);
+}
+
+// Step 8's draw: one uniform from the RNG in `rng_state` (advanced), the first of the `kept` candidates at
+// which the cumulative weight exceeds u × total.
+int32_t draw(std::array<uint64_t, 4>& rng_state, const std::vector<int32_t>& ids, const std::vector<double>& probs,
+             size_t kept, double total) {
+    Rng rng(rng_state);
+    const double u = rng.uniform_float();
+    rng_state = rng.state();
+    // u <= 1 - 2^-24 and `total` is summed in this same order, so u × total < the final cumulative sum:
+    // the loop always returns; the fallback only guards the invariant.
+    const double target = u * total;
+    double cumulative = 0.0;
+    for (size_t i = 0; i < kept; ++i) {
+        cumulative += probs[i];
+        if (cumulative > target) return ids[i];
+    }
+    return ids[kept - 1];
+}
+
+enum class Walk { stopped, exhausted, limit };
+
+// Calls visit(id) on the candidates (tokens whose adjusted logit is not -inf) in the sampling order until
+// it returns false (stopped), every candidate was visited (exhausted) or `limit` were (limit). In batches
+// of `first`, 16 × first, 256 × first ... tokens: each batch is the best tokens after the last one
+// visited, found by one pass over the vocabulary with a bounded heap (`heap` is scratch), so a walk that
+// stops in its first batch costs about one argmax pass.
+template <typename Visit>
+Walk walk_candidates(const std::vector<float>& adjusted, size_t first, size_t limit, std::vector<int32_t>& heap,
+                     Visit&& visit) {
+    const SamplingOrder before{&adjusted};
+    const auto n = static_cast<int32_t>(adjusted.size());
+    size_t visited = 0, batch = first;
+    int32_t last = -1;  // the last token visited; -1: none yet
+    while (true) {
+        const size_t size = std::min(batch, limit - visited);
+        if (size == 0) return Walk::limit;
+        heap.clear();
+        size_t remaining = 0;  // candidates not visited yet
+        for (int32_t id = 0; id < n; ++id) {
+            if (adjusted[static_cast<size_t>(id)] == -INFINITY || (last >= 0 && !before(last, id))) continue;
+            ++remaining;
+            if (heap.size() < size) {
+                heap.push_back(id);
+                std::push_heap(heap.begin(), heap.end(), before);  // front: the last in sampling order
+            } else if (before(id, heap.front())) {
+                std::pop_heap(heap.begin(), heap.end(), before);
+                heap.back() = id;
+                std::push_heap(heap.begin(), heap.end(), before);
+            }
+        }
+        std::sort_heap(heap.begin(), heap.end(), before);
+        for (const int32_t id : heap) {
+            ++visited;
+            if (!visit(id)) return Walk::stopped;
+        }
+        if (heap.size() == remaining) return Walk::exhausted;
+        last = heap.back();
+        batch *= 16;
+    }
+}
+
 }  // namespace
 
 Sampler::Sampler(const SamplerParams& params) {
@@ -186,18 +262,40 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     if (p.temperature <= 0.0f) return argmax(scratch_logits_);
     double total = 0.0;
     const size_t kept = filter_candidates(p, scratch_logits_, scratch_ids_, scratch_probs_, total);
-    Rng rng(state_.rng);
-    const double u = rng.uniform_float();
-    state_.rng = rng.state();
-    // u <= 1 - 2^-24 and `total` is summed in this same order, so u × total < the final cumulative sum:
-    // the loop always returns; the fallback only guards the invariant.
-    const double target = u * total;
-    double cumulative = 0.0;
-    for (size_t i = 0; i < kept; ++i) {
-        cumulative += scratch_probs_[i];
-        if (cumulative > target) return scratch_ids_[i];
+    return draw(state_.rng, scratch_ids_, scratch_probs_, kept, total);
+}
+
+// The masked logits' candidates are the allowed tokens among these candidates, in the same order with the
+// same adjusted logits (bias and penalties act on each token alone; a disallowed token at -inf stays -inf).
+// Greedy: the argmax over them is the first allowed one. Top-k: the k first allowed ones are the masked
+// top-k set, and steps 5-8 look at nothing else (max_logit is its first one's).
+std::optional<int32_t> Sampler::sample_allowed(std::span<const float> logits, std::span<const int32_t> history,
+                                               const std::function<bool(int32_t)>& allowed, size_t max_asked) {
+    const SamplerParams& p = state_.params;
+    const bool greedy = p.temperature <= 0.0f;
+    if (!greedy && p.top_k <= 0) return std::nullopt;  // the normalising sum needs every allowed token
+    try {
+        adjust_logits(p, logits, history, scratch_logits_, scratch_ids_);
+    } catch (const Error&) {
+        // A NaN or +inf on a token the mask would have set to -inf is no error there: let the masked
+        // path decide (it throws exactly when sample() over the masked logits does).
+        return std::nullopt;
     }
-    return scratch_ids_[kept - 1];
+    std::vector<int32_t>& ids = scratch_ids_;
+    ids.clear();
+    const size_t wanted = greedy ? 1 : static_cast<size_t>(p.top_k);
+    const Walk walk = walk_candidates(scratch_logits_, wanted, max_asked, scratch_heap_, [&](int32_t id) {
+        if (allowed(id)) ids.push_back(id);
+        return ids.size() < wanted;
+    });
+    // limit: more allowed tokens may follow; none: sample() throws, or the mask allows nothing.
+    if (walk == Walk::limit || ids.empty()) return std::nullopt;
+    if (greedy) return ids.front();
+    const float max_logit = scratch_logits_[static_cast<size_t>(ids.front())];
+    std::sort(ids.begin(), ids.end());  // id order, as filter_candidates leaves them
+    double total = 0.0;
+    const size_t kept = weigh_candidates(p, scratch_logits_, max_logit, ids, scratch_probs_, total);
+    return draw(state_.rng, scratch_ids_, scratch_probs_, kept, total);
 }
 
 std::vector<TokenProbability> Sampler::distribution(std::span<const float> logits,

@@ -96,6 +96,8 @@ bool GrammarConstraint::mask(std::span<float> logits) {
 
 bool GrammarConstraint::allows(int32_t token) { return !active_ || matcher_->is_allowed(token); }
 
+bool GrammarConstraint::mask_is_cached() { return !active_ || matcher_->cached_mask() != nullptr; }
+
 void GrammarConstraint::accept(int32_t token) {
     if (active_) {
         matcher_->accept_token(token);

@@ -32,11 +32,26 @@ namespace {
 
 constexpr size_t kMaxMasks = 512;      // cached token masks per matcher (n_vocab / 8 bytes each)
 constexpr int32_t kLooseMinBytes = 4;  // loose reuse when it spares the walk at least the tokens of <= 4 bytes
+// A closed subtree (every byte below leads the state back to itself) is allowed whole when it holds at
+// least this many tokens; smaller ones are walked (checking the bytes would cost about as much).
+constexpr int32_t kClosedMinTokens = 8;
 
 }  // namespace
 
+bool GrammarMatcher::closed_under(int32_t set, int32_t node) {
+    const TokenTrie& trie = *trie_;
+    if (trie.below_non_ascii[static_cast<size_t>(node)]) return false;
+    for (size_t w = 0; w < 2; ++w) {
+        for (uint64_t bits = trie.below_bytes[static_cast<size_t>(node)][w]; bits != 0; bits &= bits - 1) {
+            const auto byte = static_cast<uint32_t>(64 * w + static_cast<size_t>(__builtin_ctzll(bits)));
+            if (transition(set, byte) != set) return false;
+        }
+    }
+    return true;
+}
+
 void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mask, const std::vector<uint64_t>* base,
-                                  int32_t prune) {
+                                  int32_t prune, bool skip_closed) {
     const TokenTrie& trie = *trie_;
     mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
     auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
@@ -75,6 +90,14 @@ void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mas
                 next.set = cached >= 0 ? cached : transition(next.set, byte);
                 if (next.set == 0) continue;
             } else if (!step(next, byte)) {
+                continue;
+            }
+            if (skip_closed && next.remaining == 0 && cn.subtree_token_end - cn.first_token >= kClosedMinTokens &&
+                closed_under(next.set, child)) {
+                // Every token below steps `next` back to itself (an accepting, live set): all allowed.
+                ++stats_.closed_subtrees;
+                for (int32_t t = cn.first_token; t < cn.subtree_token_end; ++t)
+                    allow(trie.tokens[static_cast<size_t>(t)]);
                 continue;
             }
             for (int32_t t = cn.first_token; t < cn.first_token + cn.n_tokens; ++t)
@@ -176,15 +199,33 @@ const std::vector<uint64_t>& GrammarMatcher::mask_of(const State& state) {
         State base_state = state;
         base_state.set = loose.set;
         const std::vector<uint64_t> base = mask_of(base_state);  // a copy: the cache may be cleared below
-        compute_mask(state, mask_, &base, prune);
+        compute_mask(state, mask_, &base, prune, true);
         ++stats_.pruned_walks;
     } else {
-        compute_mask(state, mask_, nullptr, 0);
+        compute_mask(state, mask_, nullptr, 0, true);
         ++stats_.full_walks;
     }
     shared.insert(key, std::make_shared<const Mask>(mask_));
     if (masks_.size() >= kMaxMasks) masks_.clear();
     return masks_.emplace(k, mask_).first->second;
+}
+
+const std::vector<uint64_t>* GrammarMatcher::cached_mask() {
+    compact_if_large();
+    if (!reuse_) {
+        const auto it = masks_.find(state_key(state_));
+        return it == masks_.end() ? nullptr : &it->second;
+    }
+    State canonical_state = state_;
+    canonical_state.set = canonical(state_.set, false).set;
+    const uint64_t k = state_key(canonical_state);
+    if (const auto it = masks_.find(k); it != masks_.end()) return &it->second;
+    if (auto found = MaskCache::instance().find(shared_key(canonical_state))) {
+        ++stats_.shared_hits;
+        if (masks_.size() >= kMaxMasks) masks_.clear();
+        return &masks_.emplace(k, *found).first->second;
+    }
+    return nullptr;
 }
 
 const std::vector<uint64_t>& GrammarMatcher::allowed_tokens() {
@@ -193,7 +234,7 @@ const std::vector<uint64_t>& GrammarMatcher::allowed_tokens() {
         const uint64_t k = state_key(state_);
         if (const auto it = masks_.find(k); it != masks_.end()) return it->second;
         if (masks_.size() >= kMaxMasks) masks_.clear();
-        compute_mask(state_, mask_, nullptr, 0);
+        compute_mask(state_, mask_, nullptr, 0, false);  // the plain reference: no shortcut
         ++stats_.full_walks;
         return masks_.emplace(k, mask_).first->second;
     }

@@ -50,6 +50,8 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces, const std::vector<uint8_t>
 int32_t TokenTrie::build(const std::vector<int32_t>& order, size_t lo, size_t hi, size_t depth) {
     const auto index = static_cast<int32_t>(nodes.size());
     nodes.emplace_back();
+    below_bytes.emplace_back();
+    below_non_ascii.push_back(0);
     nodes[index].first_token = static_cast<int32_t>(tokens.size());
     while (lo < hi && pieces_[order[lo]].size() == depth) tokens.push_back(order[lo++]);
     nodes[index].n_tokens = static_cast<int32_t>(tokens.size()) - nodes[index].first_token;
@@ -68,6 +70,16 @@ int32_t TokenTrie::build(const std::vector<int32_t>& order, size_t lo, size_t hi
         child_byte[first_child + r] = static_cast<uint8_t>(pieces_[order[run_starts[r]]][depth]);
         const int32_t child = build(order, run_starts[r], end, depth + 1);
         child_node[first_child + r] = child;
+        const uint8_t byte = child_byte[first_child + r];
+        const auto i = static_cast<size_t>(index), c = static_cast<size_t>(child);
+        if (byte >= 0x80) {
+            below_non_ascii[i] = 1;
+        } else {
+            below_bytes[i][byte / 64] |= uint64_t{1} << (byte % 64);
+        }
+        below_non_ascii[i] |= below_non_ascii[c];
+        below_bytes[i][0] |= below_bytes[c][0];
+        below_bytes[i][1] |= below_bytes[c][1];
         nodes[index].height = std::max(nodes[index].height, nodes[static_cast<size_t>(child)].height + 1);
     }
     nodes[index].depth = static_cast<int32_t>(depth);
@@ -305,10 +317,19 @@ bool GrammarMatcher::step(State& state, uint8_t byte) {
     return state.set != 0;
 }
 
+// One token's bit of the mask without the mask: its bytes stepped from the current state (the path the
+// trie walk takes to it; a token in no trie node is never allowed), end tokens iff the grammar can end.
 bool GrammarMatcher::is_allowed(int32_t token) {
     if (token < 0 || token >= trie_->n_vocab()) return false;
-    const auto& mask = allowed_tokens();
-    return (mask[static_cast<size_t>(token) / 64] >> (token % 64)) & 1;
+    if (trie_->is_end_token(token)) return can_end();
+    const std::string& piece = trie_->piece(token);
+    if (!trie_->is_matchable(token) || piece.empty()) return false;
+    compact_if_large();
+    State next = state_;
+    for (const char b : piece) {
+        if (!step(next, static_cast<uint8_t>(b))) return false;
+    }
+    return true;
 }
 
 void GrammarMatcher::accept_token(int32_t token) {

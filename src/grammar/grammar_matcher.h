@@ -53,6 +53,11 @@ public:
     std::vector<uint8_t> child_byte;
     std::vector<int32_t> child_node;
     std::vector<int32_t> tokens;
+    // Per node: the ASCII bytes on the edges below it (bit b of word b / 64), and whether a byte >= 0x80 is
+    // (then below_bytes is not used). A state whose every one of those bytes leads back to itself accepts
+    // the whole subtree (grammar_mask.cpp).
+    std::vector<std::array<uint64_t, 2>> below_bytes;
+    std::vector<uint8_t> below_non_ascii;
 
 private:
     int32_t build(const std::vector<int32_t>& order, size_t lo, size_t hi, size_t depth);
@@ -70,6 +75,9 @@ public:
 
     // Bit i (word i / 64, bit i % 64) set: token i may come next. Valid until the next call.
     const std::vector<uint64_t>& allowed_tokens();
+    // allowed_tokens() when it is at hand (this matcher's cache or the shared one), else null: computes none.
+    const std::vector<uint64_t>* cached_mask();
+    // Whether token's bit in allowed_tokens() is set, found by stepping its bytes alone (no mask).
     bool is_allowed(int32_t token);
     // Advances over the token's bytes (an end token: the grammar must be able to end, and then only
     // end tokens follow). Throws Error(invalid_argument) when the token is not allowed.
@@ -89,6 +97,7 @@ public:
     // the long tokens only over a base mask, masks taken from the shared cache.
     struct MaskStats {
         size_t full_walks = 0, pruned_walks = 0, shared_hits = 0;
+        size_t closed_subtrees = 0;  // trie subtrees allowed whole (every byte below loops back to the state)
     };
     const MaskStats& mask_stats() const { return stats_; }
 
@@ -112,8 +121,10 @@ private:
     // The trie walk from `start`. With `base`: the mask of a state that accepts the same strings of up to
     // `prune` + 4 code points (grammar_mask.cpp), so a subtree whose tokens are at most `prune` bytes
     // long takes base's bits instead of being walked.
-    void compute_mask(const State& start, std::vector<uint64_t>& mask, const std::vector<uint64_t>* base,
-                      int32_t prune);
+    // skip_closed: a subtree whose bytes all lead the state back to itself is allowed without walking it.
+    void compute_mask(const State& start, std::vector<uint64_t>& mask, const std::vector<uint64_t>* base, int32_t prune,
+                      bool skip_closed);
+    bool closed_under(int32_t set, int32_t node);  // every byte below `node` leads `set` back to itself
     void compact_if_large();
 
     // Mask reuse (grammar_mask.cpp). A stack set with counted-repetition nodes R_k rewritten to another

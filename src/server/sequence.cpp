@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "engine/constrained_sample.h"
 #include "engine/log_softmax.h"
 #include "kvstash/tokenizer.h"
 
@@ -55,23 +56,26 @@ void sample_step(Sequence& seq) {
         finish(seq, "length", seq.stream->take_rest());
         return;
     }
-    std::span<const float> logits = seq.state.last_logits();
+    const std::span<const float> logits = seq.state.last_logits();
+    int32_t token;
     if (seq.constraint) {
         // As generate(): the grammar is complete and nothing may follow, so the choice ends here.
         if (seq.constraint->must_end()) {
             finish(seq, "stop", seq.stream->take_rest());
             return;
         }
-        seq.masked_logits.assign(logits.begin(), logits.end());
+        const auto allowed =
+            sample_constrained(*seq.sampler, *seq.constraint, logits, seq.state.tokens(), seq.masked_logits);
         // No token can continue the grammar (it needs a character this vocabulary cannot spell): the
         // choice ends with what it has.
-        if (!seq.constraint->mask(seq.masked_logits)) {
+        if (!allowed) {
             finish(seq, "stop", seq.stream->take_rest());
             return;
         }
-        logits = seq.masked_logits;
+        token = *allowed;
+    } else {
+        token = seq.sampler->sample(logits, seq.state.tokens());
     }
-    const int32_t token = seq.sampler->sample(logits, seq.state.tokens());
     if (seq.constraint) seq.constraint->accept(token);
     ++seq.generated;
     ++seq.job->usage.completion_tokens;

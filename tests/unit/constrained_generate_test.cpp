@@ -159,6 +159,45 @@ TEST(ConstrainedGenerate, UnconstrainedGenerationIsUntouched) {
     }
 }
 
+TEST(ConstrainedGenerate, GreedyAndTopKGiveTheFullMaskLoopsTokens) {
+    // generate() settles greedy and top-k steps without the whole mask (Sampler::sample_allowed): the
+    // tokens and the sampler's final state must be those of a plain loop that masks every step.
+    auto model = tiny_model();
+    const auto vocabulary = GrammarVocabulary::build(model->tokenizer());
+    const auto grammar = Grammar::json_object();
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+        SamplerParams params;  // the defaults: top-k 40, top-p 0.95, min-p 0.05, temperature 0.8
+        params.seed = seed;
+        params.temperature = seed % 3 == 0 ? 0.0f : 0.8f + 0.2f * static_cast<float>(seed);
+        params.repeat_penalty = seed % 2 == 0 ? 1.0f : 1.3f;
+        Evaluator evaluator(model, 1);
+        State state(*model, StateOptions{});
+        const auto prompt = model->tokenizer().encode("hi", AddSpecial::no, ParseSpecial::no);
+        evaluator.eval(state, prompt);
+        State reference_state = state.fork();
+        Sampler sampler(params);
+        GenerateOptions options;
+        options.max_tokens = 60;
+        options.constraint = std::make_shared<GrammarConstraint>(grammar, vocabulary);
+        const GenerateResult r = generate(evaluator, state, sampler, options);
+
+        Sampler reference(params);
+        GrammarConstraint constraint(grammar, vocabulary);
+        std::vector<int32_t> tokens;
+        while (static_cast<int64_t>(tokens.size()) < options.max_tokens && !constraint.must_end()) {
+            std::vector<float> masked(reference_state.last_logits().begin(), reference_state.last_logits().end());
+            ASSERT_TRUE(constraint.mask(masked));
+            const int32_t token = reference.sample(masked, reference_state.tokens());
+            constraint.accept(token);
+            tokens.push_back(token);
+            evaluator.eval(reference_state, std::span<const int32_t>(&token, 1));
+            if (model->tokenizer().is_eog(token)) break;
+        }
+        EXPECT_EQ(r.tokens, tokens) << "seed " << seed;
+        EXPECT_EQ(sampler.state().rng, reference.state().rng) << "seed " << seed;
+    }
+}
+
 TEST(ConstrainedGenerate, MaskedTokensGetMinusInfinityOthersKeepTheirBits) {
     auto model = tiny_model();
     GrammarConstraint c(Grammar::from_gbnf("root ::= \"{\""), GrammarVocabulary::build(model->tokenizer()));

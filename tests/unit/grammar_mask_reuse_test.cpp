@@ -86,6 +86,10 @@ void compare_masks(const std::string& gbnf, const std::shared_ptr<const TokenTri
         for (int step = 0; step < steps; ++step) {
             const auto& expected = plain.allowed_tokens();
             ASSERT_EQ(fast.allowed_tokens(), expected) << gbnf << "\npass " << pass << ", step " << step;
+            for (int32_t id = 0; id < trie->n_vocab(); ++id) {  // one token's bit without the mask
+                ASSERT_EQ(fast.is_allowed(id), ((expected[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) != 0)
+                    << gbnf << "\npass " << pass << ", step " << step << ", token " << id;
+            }
             std::vector<int32_t> allowed;  // the end token only when nothing else may come (long walks)
             for (int32_t id = 0; id < trie->n_vocab(); ++id) {
                 if ((expected[static_cast<size_t>(id) / 64] >> (id % 64)) & 1 && !trie->is_end_token(id))
@@ -121,6 +125,27 @@ TEST(GrammarMaskReuse, RandomCountedRepetitionsGiveThePlainWalksMasks) {
         if (HasFatalFailure()) return;
     }
     EXPECT_GT(grammars, 60);
+}
+
+// States that loop on most ASCII bytes (free text, a JSON string): trie subtrees whose every byte leads
+// back to the state are allowed whole; the masks must still be the plain walk's.
+TEST(GrammarMaskReuse, ClosedSubtreesGiveThePlainWalksMasks) {
+    const std::vector<std::string> grammars = {
+        "root ::= [^\\n]* \"\\n\"",
+        "root ::= (\"\\\"\" [^\"\\\\]* \"\\\"\" [ ]?)+",
+        "root ::= [ab -]* (\"1\" [ab]*)* \"\\n\"?",
+        "root ::= ([a-b ]* \"é\")+ | [^a]+",
+    };
+    std::mt19937 rng(11);
+    size_t closed = 0;
+    for (int round = 0; round < 16; ++round) {
+        const auto trie = random_trie(rng, 1500, 2 + round % 7);
+        GrammarMatcher::MaskStats stats;
+        compare_masks(grammars[static_cast<size_t>(round) % grammars.size()], trie, rng, 40, &stats);
+        if (HasFatalFailure()) return;
+        closed += stats.closed_subtrees;
+    }
+    EXPECT_GT(closed, 100u);  // the shortcut was taken
 }
 
 TEST(GrammarMaskReuse, BoundedListCollapsesCountsAndPrunesTheWalk) {
