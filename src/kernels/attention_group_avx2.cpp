@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/attention.h"
 #include "kernels/attention_group.h"
 #include "kernels/attention_q8_0_avx2.h"
 #include "kernels/exp_f32.h"
@@ -15,7 +16,8 @@ namespace {
 
 constexpr int kKeys = 8;         // keys per score tile
 constexpr int kMaxVectors = 64;  // head_dim / 8 at most (head_dim <= 512)
-constexpr int kMaxKeys = 256;    // keys per chunk at most (kAttentionChunkKeys)
+constexpr int kMaxKeys = 256;    // keys per chunk at most
+static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
 
 // Walks one KV head's rows in key order, block by block, from absolute position `first`.
 struct RowCursor {
