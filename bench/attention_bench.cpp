@@ -3,8 +3,9 @@
 //   kvstash_attention_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --context 4096 --context 8192 [--kv-type
 //   q8_0]
 //
-// For each context length C, a random f16 (or q8_0) KV cache of C positions for every layer (separate memory per
-// layer, 32-token blocks, as a State holds it) and random queries; then, timed (median of the repeats):
+// For each context length C, a random f16 (or q8_0) KV cache of C positions for every layer (32-token blocks
+// from the KV block pool, every layer's rows in one block, as a State holds it) and random queries; then, timed (median
+// of the repeats):
 //   decode:  one query row at position C - 1, every layer (what one decoded token costs in attention),
 //            with the kernel as the engine runs it (attention_with, a pool of -t threads);
 //   decode_per_row_definition: the same row through attention_per_row_with (one thread, per head, the
@@ -30,6 +31,7 @@
 #include "kernels/attention.h"
 #include "kernels/dispatch.h"
 #include "kernels/thread_pool.h"
+#include "kv/kv_block_buffer.h"
 #include "kvstash/model.h"
 
 namespace {
@@ -39,21 +41,26 @@ using kvstash::KvLayerView;
 
 constexpr int64_t kBlockTokens = 32;
 
-// One layer's K and V, in blocks of kBlockTokens rows of f16 (or q8_0 with --kv-type q8_0).
-struct LayerCache {
-    std::vector<std::vector<uint8_t>> k_blocks, v_blocks;
-    std::vector<const uint8_t*> k_table, v_table;
+// Every layer's K and V of n_pos random positions laid out as a State holds them (kv/kv_cache.h): per
+// 32-token block one K and one V buffer from the KV block pool (huge pages), each holding the block's rows
+// of every layer, layer after layer; f16, or q8_0 with --kv-type q8_0.
+struct ModelCache {
+    std::vector<kvstash::KvBlockBuffer> k_blocks, v_blocks;
+    std::vector<std::vector<const uint8_t*>> k_tables, v_tables;  // (layer, block)
     uint64_t row_bytes = 0;
     kvstash::TensorType type;
 
-    LayerCache(int64_t n_pos, int64_t width, std::mt19937& rng, kvstash::TensorType t) : type(t) {
+    ModelCache(int64_t n_layer, int64_t n_pos, int64_t width, std::mt19937& rng, kvstash::TensorType t) : type(t) {
         row_bytes = kvstash::tensor_row_bytes(type, width);
+        const uint64_t layer_bytes = kBlockTokens * row_bytes;
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> row(static_cast<size_t>(width));
+        k_tables.resize(static_cast<size_t>(n_layer));
+        v_tables.resize(static_cast<size_t>(n_layer));
         for (int64_t b = 0; b * kBlockTokens < n_pos; ++b) {
             for (auto* blocks : {&k_blocks, &v_blocks}) {
-                blocks->emplace_back(kBlockTokens * row_bytes);
-                for (int64_t r = 0; r < kBlockTokens; ++r) {
+                blocks->emplace_back(static_cast<size_t>(n_layer) * layer_bytes);
+                for (int64_t r = 0; r < n_layer * kBlockTokens; ++r) {
                     for (float& x : row) x = normal(rng);
                     uint8_t* dst = blocks->back().data() + static_cast<uint64_t>(r) * row_bytes;
                     if (type == kvstash::TensorType::Q8_0) {
@@ -64,18 +71,22 @@ struct LayerCache {
                     }
                 }
             }
-            k_table.push_back(k_blocks.back().data());
-            v_table.push_back(v_blocks.back().data());
+            for (int64_t l = 0; l < n_layer; ++l) {
+                k_tables[static_cast<size_t>(l)].push_back(k_blocks.back().data() +
+                                                           static_cast<uint64_t>(l) * layer_bytes);
+                v_tables[static_cast<size_t>(l)].push_back(v_blocks.back().data() +
+                                                           static_cast<uint64_t>(l) * layer_bytes);
+            }
         }
     }
 
-    KvLayerView view() const {
+    KvLayerView view(int64_t layer) const {
         KvLayerView v;
         v.type = type;
         v.block_tokens = kBlockTokens;
         v.row_bytes = row_bytes;
-        v.k_blocks = k_table.data();
-        v.v_blocks = v_table.data();
+        v.k_blocks = k_tables[static_cast<size_t>(layer)].data();
+        v.v_blocks = v_tables[static_cast<size_t>(layer)].data();
         return v;
     }
 };
@@ -142,10 +153,8 @@ int main(int argc, char** argv) {
     out["shape"] = {{"n_head", shape.n_head}, {"n_head_kv", shape.n_head_kv}, {"head_dim", shape.head_dim}};
     for (int64_t ctx : contexts) {
         std::mt19937 rng(static_cast<uint32_t>(ctx));
-        std::vector<std::unique_ptr<LayerCache>> layers;
-        for (int64_t l = 0; l < n_layer; ++l)
-            layers.push_back(std::make_unique<LayerCache>(
-                ctx, info.n_embd_kv(), rng, kv_type == "q8_0" ? kvstash::TensorType::Q8_0 : kvstash::TensorType::F16));
+        const ModelCache cache(n_layer, ctx, info.n_embd_kv(), rng,
+                               kv_type == "q8_0" ? kvstash::TensorType::Q8_0 : kvstash::TensorType::F16);
         const int64_t rows = std::min(prefill_rows, ctx);
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> q(static_cast<size_t>(std::max<int64_t>(rows, 1) * q_width));
@@ -153,27 +162,27 @@ int main(int argc, char** argv) {
         std::vector<float> o(q.size());
         nlohmann::json r;
         r["context"] = ctx;
-        const double kv_bytes = 2.0 * static_cast<double>(n_layer * ctx) * static_cast<double>(layers[0]->row_bytes);
+        const double kv_bytes = 2.0 * static_cast<double>(n_layer * ctx) * static_cast<double>(cache.row_bytes);
         r["kv_bytes_per_token"] = kv_bytes;
         const Timing decode = median_ms(repeats, [&] {
-            for (const auto& layer : layers) {
-                kvstash::attention_with(isa, shape, layer->view(), q.data(), 1, ctx - 1, o.data(), &pool);
+            for (int64_t l = 0; l < n_layer; ++l) {
+                kvstash::attention_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data(), &pool);
             }
         });
         r["decode_ms_per_token"] = decode.wall_ms;
         r["decode_cpu_ms_per_token"] = decode.cpu_ms;
         r["decode_kv_gb_s"] = kv_bytes / decode.wall_ms / 1e6;
         const Timing definition = median_ms(std::min(repeats, 3), [&] {
-            for (const auto& layer : layers) {
-                kvstash::attention_per_row_with(isa, shape, layer->view(), q.data(), 1, ctx - 1, o.data());
+            for (int64_t l = 0; l < n_layer; ++l) {
+                kvstash::attention_per_row_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data());
             }
         });
         r["decode_per_row_definition_ms"] = definition.wall_ms;
         r["decode_per_row_definition_cpu_ms"] = definition.cpu_ms;
         if (rows > 0) {
             const Timing prefill = median_ms(std::min(repeats, 3), [&] {
-                for (const auto& layer : layers) {
-                    kvstash::attention_with(isa, shape, layer->view(), q.data(), rows, ctx - rows, o.data(), &pool);
+                for (int64_t l = 0; l < n_layer; ++l) {
+                    kvstash::attention_with(isa, shape, cache.view(l), q.data(), rows, ctx - rows, o.data(), &pool);
                 }
             });
             r["prefill_rows"] = rows;

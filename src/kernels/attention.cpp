@@ -183,42 +183,65 @@ int64_t heads_per_task(const AttentionShape& shape, int64_t n_rows, int n_thread
 }
 
 // Few rows (decode): tasks of (row, KV head, chunk) write their partials to a shared buffer, then tasks of
-// (row, KV head) combine them. The same partials and the same combination as row_heads_all_chunks.
+// (row, KV head) combine them. The same partials and the same combination as row_heads_all_chunks. With
+// chunks enough to keep every thread busy (4K keys: 16 per row), a task takes one chunk of a row for every
+// KV head in turn: it reads whole K/V rows of the chunk (n_head_kv * head_dim values, contiguous within a
+// 32-token block) rather than a 1/n_head_kv slice of each, and there are n_head_kv times fewer tasks to hand
+// out (docs/benchmarks.md, "Where long-context decode time goes").
 void split_over_chunks(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, float* out,
                        ThreadPool& pool) {
     // The caller's buffers, shared with the workers through these references (a thread_local named inside
     // the task lambdas would be each worker's own).
-    thread_local std::vector<int64_t> row_first_task_buffer;  // (n_rows + 1) prefix sums of tasks per row
+    thread_local std::vector<int64_t> row_first_partial_buffer;  // (n_rows + 1) prefix sums of partials per row
+    thread_local std::vector<int64_t> row_first_chunk_buffer;    // (n_rows + 1) prefix sums of chunks per row
     thread_local std::vector<float> partials_buffer;
-    std::vector<int64_t>& row_first_task = row_first_task_buffer;
+    std::vector<int64_t>& row_first_partial = row_first_partial_buffer;
+    std::vector<int64_t>& row_first_chunk = row_first_chunk_buffer;
     std::vector<float>& partials = partials_buffer;
     const int64_t group = s.n_head / s.n_head_kv;
     const int64_t q_width = s.n_head * s.head_dim;
     const int64_t stride = partial_floats(s, group);
-    row_first_task.assign(1, 0);
+    row_first_partial.assign(1, 0);
+    row_first_chunk.assign(1, 0);
     for (int64_t r = 0; r < rows.n_rows; ++r) {
-        row_first_task.push_back(row_first_task.back() + s.n_head_kv * n_chunks_of(s, rows.row_pos[r]));
+        const int64_t n_chunks = n_chunks_of(s, rows.row_pos[r]);
+        row_first_partial.push_back(row_first_partial.back() + s.n_head_kv * n_chunks);
+        row_first_chunk.push_back(row_first_chunk.back() + n_chunks);
     }
-    const int64_t n_tasks = row_first_task.back();
-    partials.resize(static_cast<size_t>(n_tasks * stride));
-    // Task index = row_first_task[r] + kv_head * n_chunks + k: a KV head's chunks are consecutive.
-    pool.run(n_tasks, [&](int64_t task) {
-        thread_local std::vector<float> scores;
-        int64_t r = 0;
-        while (row_first_task[static_cast<size_t>(r + 1)] <= task) ++r;
+    partials.resize(static_cast<size_t>(row_first_partial.back() * stride));
+    // Row r's partial of (KV head, chunk k) is number row_first_partial[r] + kv_head * n_chunks + k: a KV head's
+    // chunks are consecutive.
+    auto compute = [&](int64_t r, int64_t kv_head, int64_t k, std::vector<float>& scores) {
         const int64_t pos = rows.row_pos[r];
-        const int64_t n_chunks = n_chunks_of(s, pos);
-        const int64_t local = task - row_first_task[static_cast<size_t>(r)];
-        const int64_t kv_head = local / n_chunks;
-        const int64_t k = local % n_chunks;
+        const int64_t index = row_first_partial[static_cast<size_t>(r)] + kv_head * n_chunks_of(s, pos) + k;
         chunk_partial(isa, s, rows.views[rows.row_view[r]], q + r * q_width, pos, kv_head * group,
-                      (kv_head + 1) * group, first_chunk(s, pos) + k, partials.data() + task * stride, scores);
-    });
+                      (kv_head + 1) * group, first_chunk(s, pos) + k, partials.data() + index * stride, scores);
+    };
+    const bool whole_rows = row_first_chunk.back() >= 4 * static_cast<int64_t>(pool.n_threads());
+    if (whole_rows) {
+        pool.run(row_first_chunk.back(), [&](int64_t task) {  // (row, chunk)
+            thread_local std::vector<float> scores;
+            int64_t r = 0;
+            while (row_first_chunk[static_cast<size_t>(r + 1)] <= task) ++r;
+            for (int64_t kv_head = 0; kv_head < s.n_head_kv; ++kv_head) {
+                compute(r, kv_head, task - row_first_chunk[static_cast<size_t>(r)], scores);
+            }
+        });
+    } else {
+        pool.run(row_first_partial.back(), [&](int64_t task) {  // (row, KV head, chunk)
+            thread_local std::vector<float> scores;
+            int64_t r = 0;
+            while (row_first_partial[static_cast<size_t>(r + 1)] <= task) ++r;
+            const int64_t n_chunks = n_chunks_of(s, rows.row_pos[r]);
+            const int64_t local = task - row_first_partial[static_cast<size_t>(r)];
+            compute(r, local / n_chunks, local % n_chunks, scores);
+        });
+    }
     pool.run(rows.n_rows * s.n_head_kv, [&](int64_t task) {
         const int64_t r = task / s.n_head_kv;
         const int64_t kv_head = task % s.n_head_kv;
         const int64_t n_chunks = n_chunks_of(s, rows.row_pos[r]);
-        const float* base = partials.data() + (row_first_task[static_cast<size_t>(r)] + kv_head * n_chunks) * stride;
+        const float* base = partials.data() + (row_first_partial[static_cast<size_t>(r)] + kv_head * n_chunks) * stride;
         for (int64_t i = 0; i < group; ++i) {
             combine_partials(s, base, n_chunks, stride, group, i,
                              out + r * q_width + (kv_head * group + i) * s.head_dim);

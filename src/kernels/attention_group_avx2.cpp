@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/attention.h"
 #include "kernels/attention_group.h"
 #include "kernels/attention_q8_0_avx2.h"
 #include "kernels/exp_f32.h"
@@ -15,6 +16,8 @@ namespace {
 
 constexpr int kKeys = 8;         // keys per score tile
 constexpr int kMaxVectors = 64;  // head_dim / 8 at most (head_dim <= 512)
+constexpr int kMaxKeys = 256;    // keys per chunk at most
+static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
 
 // Walks one KV head's rows in key order, block by block, from absolute position `first`.
 struct RowCursor {
@@ -37,6 +40,32 @@ struct RowCursor {
         return row;
     }
 };
+
+// Software prefetch of one head's slice of a row (`bytes` from `row`: head_dim values of the KV type),
+// every 64-byte line it touches. The slices of one KV head are 1/n_head_kv of each row, strided by
+// row_bytes, in 32-token blocks scattered over the pool: the hardware prefetchers alone leave decode far below
+// the machine's read bandwidth (docs/benchmarks.md, "Where long-context decode time goes").
+inline void prefetch_slice(const uint8_t* row, uint64_t bytes) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
+    const uintptr_t end = reinterpret_cast<uintptr_t>(row) + bytes;
+    for (uintptr_t line = first; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+}
+
+// K rows are prefetched this many keys ahead of the score tile being computed (2 tiles: ~32 lines of f16
+// at head_dim 64 in flight, enough for the latency of a DRAM read at this VM's bandwidth); the chunk's V
+// rows are prefetched alongside the scores, so that they are in cache for the values pass.
+constexpr int64_t kPrefetchKeys = 16;
+
+template <TensorType T>
+constexpr uint64_t slice_bytes(int64_t head_dim) {
+    if constexpr (T == TensorType::F16) {
+        return static_cast<uint64_t>(head_dim) * 2;
+    } else if constexpr (T == TensorType::Q8_0) {
+        return static_cast<uint64_t>(head_dim / 32) * 34;
+    } else {
+        return static_cast<uint64_t>(head_dim) * 4;
+    }
+}
 
 template <TensorType T>
 inline __m256 load8(const uint8_t* row, int64_t vec) {
@@ -76,12 +105,20 @@ inline __m256 hsum8(const __m256 (&v)[kKeys]) {
 template <TensorType T>
 void scores(const AttentionGroupArgs& a) {
     RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    RowCursor k_ahead(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    RowCursor v_ahead(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    const uint64_t bytes = slice_bytes<T>(a.head_dim);
+    int64_t k_prefetched = 0;
     const int64_t nv = a.head_dim / 8;
     const __m256 zero = _mm256_setzero_ps();
     const __m256 scale = _mm256_set1_ps(a.scale);
     alignas(32) float tile[kKeys][kMaxVectors * 8];
     for (int64_t j0 = 0; j0 < a.n_keys; j0 += kKeys) {
         const int n = static_cast<int>(std::min<int64_t>(kKeys, a.n_keys - j0));
+        for (const int64_t until = std::min(a.n_keys, j0 + n + kPrefetchKeys); k_prefetched < until; ++k_prefetched) {
+            prefetch_slice(k_ahead.next(), bytes);
+        }
+        for (int k = 0; k < n; ++k) prefetch_slice(v_ahead.next(), bytes);
         for (int k = 0; k < n; ++k) {
             const uint8_t* row = cursor.next();
             for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(&tile[k][8 * c], load8<T>(row, c));
@@ -110,10 +147,10 @@ void scores(const AttentionGroupArgs& a) {
     }
 }
 
-// The per-row order: the max, then the numerators in place (exp_f32 on AVX2), then their sum in key
-// order. (The max is taken with vector max: the same value; only the sign of a zero maximum could differ,
-// and exp(s - (+0)) == exp(s - (-0)) for every s.)
-void softmax_numerators(float* s, int64_t n, float* max_out, float* sum_out) {
+// The per-row order: the max, then the numerators in place (exp_f32 on AVX2). (The max is taken with
+// vector max: the same value; only the sign of a zero maximum could differ, and exp(s - (+0)) ==
+// exp(s - (-0)) for every s.) Their sums follow in numerator_sums.
+void softmax_numerators(float* s, int64_t n, float* max_out) {
     __m256 m = _mm256_set1_ps(-INFINITY);
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
@@ -123,30 +160,54 @@ void softmax_numerators(float* s, int64_t n, float* max_out, float* sum_out) {
     for (int i = 1; i < 8; ++i) max_score = std::max(max_score, lanes[i]);
     for (; j < n; ++j) max_score = std::max(max_score, s[j]);
     exp_f32_shifted_row_avx2(s, s, n, max_score);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) sum += s[i];
     *max_out = max_score;
-    *sum_out = sum;
+}
+
+// sum[h] = the numerators of head h added in key order from 0.0f (the per-row sum), H heads from h0 at
+// once: H independent chains of dependent additions instead of one after the other.
+template <int H>
+void numerator_sums(const AttentionGroupArgs& a, int64_t h0) {
+    float sum[H];
+    const float* e[H];
+    for (int i = 0; i < H; ++i) {
+        sum[i] = 0.0f;
+        e[i] = a.scores + (h0 + i) * a.n_keys;
+    }
+    for (int64_t j = 0; j < a.n_keys; ++j) {
+        for (int i = 0; i < H; ++i) sum[i] += e[i][j];
+    }
+    for (int i = 0; i < H; ++i) a.sum[h0 + i] = sum[i];
 }
 
 // acc[h][d] for d in [8 * v0, 8 * (v0 + SV)), HB heads from h0: fma(e_hj, v_jd, acc) over the keys in
-// order, from 0 (the per-row axpy's arithmetic), sharing each V load among the heads.
+// order, from 0 (the per-row axpy's arithmetic), sharing each V load among the heads. The HB × SV
+// accumulators, and the HB weights or the SV value vectors (whichever are fewer), stay in the 16 AVX2
+// registers.
 template <int SV, int HB, TensorType T>
-void values_slice(const AttentionGroupArgs& a, int64_t h0, int64_t v0) {
-    RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+void values_slice(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, int64_t v0) {
     __m256 acc[HB][SV];
     for (int i = 0; i < HB; ++i) {
         for (int c = 0; c < SV; ++c) acc[i][c] = _mm256_setzero_ps();
     }
     const float* e[HB];
     for (int i = 0; i < HB; ++i) e[i] = a.scores + (h0 + i) * a.n_keys;
-    for (int64_t j = 0; j < a.n_keys; ++j) {
-        const uint8_t* row = cursor.next();
-        __m256 w[HB];
-        for (int i = 0; i < HB; ++i) w[i] = _mm256_broadcast_ss(e[i] + j);
-        for (int c = 0; c < SV; ++c) {
-            const __m256 v = load8<T>(row, v0 + c);
-            for (int i = 0; i < HB; ++i) acc[i][c] = _mm256_fmadd_ps(w[i], v, acc[i][c]);
+    const int64_t n_keys = a.n_keys;
+    for (int64_t j = 0; j < n_keys; ++j) {
+        const uint8_t* row = v_rows[j];
+        if constexpr (HB <= SV) {
+            __m256 w[HB];
+            for (int i = 0; i < HB; ++i) w[i] = _mm256_broadcast_ss(e[i] + j);
+            for (int c = 0; c < SV; ++c) {
+                const __m256 v = load8<T>(row, v0 + c);
+                for (int i = 0; i < HB; ++i) acc[i][c] = _mm256_fmadd_ps(w[i], v, acc[i][c]);
+            }
+        } else {
+            __m256 v[SV];
+            for (int c = 0; c < SV; ++c) v[c] = load8<T>(row, v0 + c);
+            for (int i = 0; i < HB; ++i) {
+                const __m256 w = _mm256_broadcast_ss(e[i] + j);
+                for (int c = 0; c < SV; ++c) acc[i][c] = _mm256_fmadd_ps(w, v[c], acc[i][c]);
+            }
         }
     }
     for (int i = 0; i < HB; ++i) {
@@ -155,31 +216,116 @@ void values_slice(const AttentionGroupArgs& a, int64_t h0, int64_t v0) {
     }
 }
 
-template <int HB, TensorType T>
-void values_heads(const AttentionGroupArgs& a, int64_t h0) {
+// values_slice for the two shapes that fill the registers (HB × SV = 12: 3 heads × 4 vectors for a decode
+// row's group of 3, 6 heads × 2 vectors for prefill tiles), with the 12 accumulators as named variables:
+// GCC 12 keeps an array of them in registers but also stores every element to the stack on every key,
+// which made the loop store-bound. The same fmas in the same order as values_slice.
+template <int HB, int SV, TensorType T>
+void values_slice12(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, int64_t v0) {
+    static_assert((HB == 3 && SV == 4) || (HB == 6 && SV == 2), "12 accumulators");
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 r0 = zero, r1 = zero, r2 = zero, r3 = zero, r4 = zero, r5 = zero;
+    __m256 r6 = zero, r7 = zero, r8 = zero, r9 = zero, r10 = zero, r11 = zero;
+    const float* e = a.scores + h0 * a.n_keys;  // head h0 + i's numerators at e + i * n_keys
+    const int64_t n_keys = a.n_keys;
+    for (int64_t j = 0; j < n_keys; ++j) {
+        const uint8_t* row = v_rows[j];
+        if constexpr (HB == 3) {
+            // r[3c + i]: head i, vector c.
+            const __m256 w0 = _mm256_broadcast_ss(e + j);
+            const __m256 w1 = _mm256_broadcast_ss(e + n_keys + j);
+            const __m256 w2 = _mm256_broadcast_ss(e + 2 * n_keys + j);
+            __m256 v = load8<T>(row, v0);
+            r0 = _mm256_fmadd_ps(w0, v, r0);
+            r1 = _mm256_fmadd_ps(w1, v, r1);
+            r2 = _mm256_fmadd_ps(w2, v, r2);
+            v = load8<T>(row, v0 + 1);
+            r3 = _mm256_fmadd_ps(w0, v, r3);
+            r4 = _mm256_fmadd_ps(w1, v, r4);
+            r5 = _mm256_fmadd_ps(w2, v, r5);
+            v = load8<T>(row, v0 + 2);
+            r6 = _mm256_fmadd_ps(w0, v, r6);
+            r7 = _mm256_fmadd_ps(w1, v, r7);
+            r8 = _mm256_fmadd_ps(w2, v, r8);
+            v = load8<T>(row, v0 + 3);
+            r9 = _mm256_fmadd_ps(w0, v, r9);
+            r10 = _mm256_fmadd_ps(w1, v, r10);
+            r11 = _mm256_fmadd_ps(w2, v, r11);
+        } else {
+            // r[2i + c]: head i, vector c.
+            const __m256 va = load8<T>(row, v0);
+            const __m256 vb = load8<T>(row, v0 + 1);
+            __m256 w = _mm256_broadcast_ss(e + j);
+            r0 = _mm256_fmadd_ps(w, va, r0);
+            r1 = _mm256_fmadd_ps(w, vb, r1);
+            w = _mm256_broadcast_ss(e + n_keys + j);
+            r2 = _mm256_fmadd_ps(w, va, r2);
+            r3 = _mm256_fmadd_ps(w, vb, r3);
+            w = _mm256_broadcast_ss(e + 2 * n_keys + j);
+            r4 = _mm256_fmadd_ps(w, va, r4);
+            r5 = _mm256_fmadd_ps(w, vb, r5);
+            w = _mm256_broadcast_ss(e + 3 * n_keys + j);
+            r6 = _mm256_fmadd_ps(w, va, r6);
+            r7 = _mm256_fmadd_ps(w, vb, r7);
+            w = _mm256_broadcast_ss(e + 4 * n_keys + j);
+            r8 = _mm256_fmadd_ps(w, va, r8);
+            r9 = _mm256_fmadd_ps(w, vb, r9);
+            w = _mm256_broadcast_ss(e + 5 * n_keys + j);
+            r10 = _mm256_fmadd_ps(w, va, r10);
+            r11 = _mm256_fmadd_ps(w, vb, r11);
+        }
+    }
+    const __m256 r[12] = {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11};
+    for (int i = 0; i < HB; ++i) {
+        float* out = a.acc + (h0 + i) * a.head_dim + 8 * v0;
+        for (int c = 0; c < SV; ++c) _mm256_storeu_ps(out + 8 * c, r[HB == 3 ? 3 * c + i : 2 * i + c]);
+    }
+}
+
+// HB heads from h0, head_dim in slices of SV vectors and a shorter last one.
+template <int HB, int SV, TensorType T>
+void values_heads(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0) {
+    static_assert(SV <= 4, "the last slice has at most 3 vectors");
     const int64_t nv = a.head_dim / 8;
     int64_t v0 = 0;
-    for (; v0 + 4 <= nv; v0 += 4) values_slice<4, HB, T>(a, h0, v0);
+    for (; v0 + SV <= nv; v0 += SV) {
+        if constexpr (HB * SV == 12) {
+            values_slice12<HB, SV, T>(a, v_rows, h0, v0);
+        } else {
+            values_slice<SV, HB, T>(a, v_rows, h0, v0);
+        }
+    }
     switch (nv - v0) {
-        case 3: values_slice<3, HB, T>(a, h0, v0); break;
-        case 2: values_slice<2, HB, T>(a, h0, v0); break;
-        case 1: values_slice<1, HB, T>(a, h0, v0); break;
+        case 3: values_slice<3, HB, T>(a, v_rows, h0, v0); break;
+        case 2: values_slice<2, HB, T>(a, v_rows, h0, v0); break;
+        case 1: values_slice<1, HB, T>(a, v_rows, h0, v0); break;
         default: break;
     }
 }
 
 template <TensorType T>
 void attend(const AttentionGroupArgs& a) {
+    const uint8_t* v_rows[kMaxKeys];  // the chunk's V rows, in key order
+    RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
     scores<T>(a);
-    for (int64_t h = 0; h < a.n_heads; ++h) {
-        softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h, a.sum + h);
+    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
+    int64_t s0 = 0;
+    for (; s0 + 4 <= a.n_heads; s0 += 4) numerator_sums<4>(a, s0);
+    switch (a.n_heads - s0) {
+        case 3: numerator_sums<3>(a, s0); break;
+        case 2: numerator_sums<2>(a, s0); break;
+        case 1: numerator_sums<1>(a, s0); break;
+        default: break;
     }
-    // 3 heads × 4 vectors of accumulators + the V vector + 3 weights: the 16 AVX2 registers.
+    // Many heads (prefill tiles: 8 rows × a group): 6 heads × 2 vectors, one V conversion per 12 fmas;
+    // else 3 heads × 4 vectors (a decode row's GQA group of 3 in one pass over V per 4 vectors).
     int64_t h0 = 0;
-    for (; h0 + 3 <= a.n_heads; h0 += 3) values_heads<3, T>(a, h0);
+    for (; h0 + 6 <= a.n_heads; h0 += 6) values_heads<6, 2, T>(a, v_rows, h0);
+    for (; h0 + 3 <= a.n_heads; h0 += 3) values_heads<3, 4, T>(a, v_rows, h0);
     switch (a.n_heads - h0) {
-        case 2: values_heads<2, T>(a, h0); break;
-        case 1: values_heads<1, T>(a, h0); break;
+        case 2: values_heads<2, 4, T>(a, v_rows, h0); break;
+        case 1: values_heads<1, 4, T>(a, v_rows, h0); break;
         default: break;
     }
 }

@@ -121,6 +121,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.parallel = options.parallel;
     sched.queue = options.queue;
     sched.n_ctx = options.n_ctx;
+    sched.kv_type = options.kv_type;
     sched.step_tokens = options.step_tokens;
     sched.cache.ram_budget_bytes = options.cache_ram_mib << 20;
     sched.cache.disk_dir = options.cache_dir;

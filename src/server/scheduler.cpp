@@ -124,7 +124,8 @@ void Scheduler::admit(std::unique_ptr<GenerationJob> job) {
         } else {
             CachedPrefix hit =
                 cache_for(j.adapters.get())
-                    .acquire(j.prompt, StateOptions{.kv_type = KvType::f16, .n_ctx = n_ctx_, .adapters = j.adapters});
+                    .acquire(j.prompt,
+                             StateOptions{.kv_type = options_.kv_type, .n_ctx = n_ctx_, .adapters = j.adapters});
             reused = hit.reused_tokens;
             seq = std::make_unique<Sequence>(std::move(hit.state));
             seq->prompt_done = reused;

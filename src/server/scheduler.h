@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvstash/evaluator.h"
+#include "kvstash/kv_type.h"
 #include "kvstash/model.h"
 #include "kvstash/prefix_cache.h"
 #include "server/job.h"
@@ -36,6 +37,8 @@ struct SchedulerOptions {
     int64_t n_ctx = 0;          // context of new sequences (0 = the model's)
     int64_t step_tokens = 256;  // prompt tokens evaluated per step, all prefilling sequences together
     PrefixCacheOptions cache;
+    // KV cache type of new sequences (a named state keeps its own).
+    KvType kv_type = KvType::f16;
     // The adapter sets jobs may name (GenerationJob::adapters): each gets its own PrefixCache with
     // `cache`'s options (its keys and block files carry the model + adapters fingerprint).
     std::map<std::string, std::shared_ptr<const AdapterSet>> adapters;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kvstash/adapter.h"
+#include "kvstash/kv_type.h"
 
 namespace kvstash::server {
 
@@ -15,6 +16,7 @@ struct ServerOptions {
     int port = 8080;                // 0: any free port (the chosen one is printed)
     int threads = 0;                // evaluator threads (0 = hardware threads)
     int64_t n_ctx = 0;              // context per sequence (0 = the model's training context)
+    KvType kv_type = KvType::f16;   // KV cache type of the sequences it computes (f16, f32 or q8_0)
     int parallel = 8;               // maximum sequences evaluated together
     int queue = 64;                 // maximum requests waiting for a sequence slot (then 503)
     int64_t step_tokens = 256;      // prompt tokens per scheduler step (keeps decode steps short)

@@ -361,6 +361,37 @@ TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
     }
 }
 
+// Decode at a context of 9 chunks (kernels/attention.cpp, split_over_chunks): with 2 threads a single row has
+// chunks enough for tasks of (row, chunk) that walk every KV head; with 3 threads it is split over (KV head,
+// chunk); two rows take (row, chunk) tasks with both. The per-row definition's bits, f16 and q8_0.
+TEST(AttentionChunks, DecodeOverManyChunksEqualsDefinitionBitwise) {
+    const int64_t n_pos = 2100;
+    const AttentionShape shape{9, 3, 64, 0.125f};
+    const int64_t q_width = shape.n_head * shape.head_dim;
+    for (TensorType type : {TensorType::F16, TensorType::Q8_0}) {
+        std::mt19937 rng(21);
+        const TestCache cache(type, n_pos, shape.n_head_kv * shape.head_dim, rng, 1.0f);
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        std::vector<float> q(static_cast<size_t>(2 * q_width));
+        for (float& x : q) x = normal(rng);
+        for (Isa isa : available_isas()) {
+            SCOPED_TRACE(std::string(isa_name(isa)) + " " + tensor_type_name(static_cast<uint32_t>(type)));
+            std::vector<float> definition(q.size());
+            attention_per_row_with(isa, shape, cache.view(), q.data(), 2, n_pos - 2, definition.data());
+            for (int threads : {2, 3}) {
+                ThreadPool pool(threads);
+                std::vector<float> one(static_cast<size_t>(q_width)), two(q.size());
+                attention_with(isa, shape, cache.view(), q.data() + q_width, 1, n_pos - 1, one.data(), &pool);
+                EXPECT_EQ(0, std::memcmp(one.data(), definition.data() + q_width, one.size() * sizeof(float)))
+                    << threads << " threads, the last row alone";
+                attention_with(isa, shape, cache.view(), q.data(), 2, n_pos - 2, two.data(), &pool);
+                EXPECT_EQ(0, std::memcmp(two.data(), definition.data(), two.size() * sizeof(float)))
+                    << threads << " threads, the last two rows";
+            }
+        }
+    }
+}
+
 // Tiles of rows (kernels/attention.cpp, tiled_rows): the rows of a tile share each K/V chunk read, and the
 // chunk tasks are split over threads when the tiles are few (a short suffix after restoring a long state).
 // Suffixes of 2..17 rows, starting below, at and across chunk boundaries, with and without a sliding window;

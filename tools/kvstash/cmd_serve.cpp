@@ -18,6 +18,7 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "kvstash/shared_flags.h"
+#include "kvstash/state.h"
 #include "server/http.h"
 
 namespace kvstash::cli {
@@ -26,6 +27,7 @@ namespace {
 struct ServeFlags {
     std::string model_path;
     server::ServerOptions options;
+    std::string kv_type = "f16";
     std::vector<std::string> lora;            // NAME=FILE[:SCALE]
     std::vector<std::string> control_vector;  // NAME=FILE[:SCALE]
 };
@@ -60,6 +62,10 @@ int run_serve(const ServeFlags& f) {
 
     auto model = load_model(f.model_path);
     server::ServerOptions options = f.options;
+    options.kv_type = parse_cache_kv_type(f.kv_type);
+    // A cache type the model cannot hold (q8_0 with a head size not a multiple of 32) is refused now, not
+    // by every request.
+    const State probe(*model, StateOptions{.kv_type = options.kv_type, .n_ctx = 1});
     options.adapters = load_named_adapters(*model, f);
     for (const auto& [name, set] : options.adapters)
         std::fprintf(stderr, "kvstash serve: adapter '%s': %s\n", name.c_str(), set->describe().c_str());
@@ -104,6 +110,10 @@ void register_serve(CLI::App& root, Action& action) {
         ->capture_default_str();
     add_threads_option(*cmd, o.threads);
     add_ctx_option(*cmd, o.n_ctx, "context size per sequence in tokens (0 = the model's)")->capture_default_str();
+    add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
+                       "KV cache type of the sequences it computes (q8_0: about half of f16's bytes, docs/kv-cache.md; "
+                       "a named state keeps its own)")
+        ->capture_default_str();
     cmd->add_option("--parallel", o.parallel, "maximum sequences evaluated together (a request with n choices takes n)")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
