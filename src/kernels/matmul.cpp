@@ -70,6 +70,16 @@ constexpr int64_t kShareChunksPerThread = 16;
 constexpr int64_t kShareChunkMinBytes = 16 * 1024;
 constexpr int64_t kShareChunkMaxBytes = 256 * 1024;
 
+// KVSTASH_DECODE_SPLIT=tasks keeps decode on the tasks split (rows_per_task), so that one binary can measure
+// both side by side (docs/benchmarks.md). Read once.
+bool decode_shares_enabled() {
+    static const bool enabled = [] {
+        const char* split = std::getenv("KVSTASH_DECODE_SPLIT");
+        return split == nullptr || std::string(split) != "tasks";
+    }();
+    return enabled;
+}
+
 int64_t share_chunk_rows(int64_t chunk_bytes, uint64_t row_bytes) {
     return std::max<int64_t>(16, static_cast<int64_t>(static_cast<uint64_t>(chunk_bytes) / row_bytes) / 16 * 16);
 }
@@ -123,7 +133,12 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
     parts.clear();
     std::array<bool, 2> quantized{false, false};
     const int n_threads = pool ? pool->n_threads() : 1;
-    const bool shares = n_threads > 1 && n_tokens <= kShareTokensMax;
+    // Shares only where every operand runs an integer kernel (they prefetch on across chunks); the f32-activation
+    // kernels (SmolLM2's q4_1 on AVX2) measured slower with them on the shared machine (docs/benchmarks.md).
+    bool shares = n_threads > 1 && n_tokens <= kShareTokensMax && decode_shares_enabled();
+    for (const MatmulOperand& op : operands) {
+        shares = shares && (activations == Activations::integer || matmul_uses_integer_activations(isa, op.type));
+    }
     int64_t n_tasks = 0;  // with shares: chunks
     int64_t chunk_bytes = 0;
     if (shares) {
