@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "kernels/chunk_shares.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul_impl.h"
 #include "kernels/quantize_act.h"
@@ -55,6 +57,65 @@ int64_t rows_per_task(int64_t rows, int n_threads) {
     return std::max<int64_t>(16, (target + 15) / 16 * 16);
 }
 
+// Decode (up to kShareTokensMax tokens) reads every weight once from memory and is bound by that. The rows of
+// all operands, in order, are cut into chunks (whole 16-row groups) and into one contiguous share of equal bytes
+// per thread (kernels/chunk_shares.h): each thread streams its own share, its kernels prefetching across chunk
+// boundaries up to the end of the range it holds, and at the end of the run takes back halves of the others'
+// remaining chunks. Chunks: about 1/16 of a thread's share, within [16 KiB, 256 KiB] of weights (the end of a
+// run is balanced to one chunk; measured on Gemma 3 decode, 32 KiB chunks everywhere cost more CPU per token
+// than 256 KiB ones, docs/benchmarks.md). Before: about 4 dynamically handed-out tasks per thread, each starting
+// with its prefetch cold, and up to one task (22 MB of the Gemma 3 output matrix) of imbalance.
+constexpr int64_t kShareTokensMax = 6;
+constexpr int64_t kShareChunksPerThread = 16;
+constexpr int64_t kShareChunkMinBytes = 16 * 1024;
+constexpr int64_t kShareChunkMaxBytes = 256 * 1024;
+
+// KVSTASH_DECODE_SPLIT=tasks keeps decode on the tasks split (rows_per_task), so that one binary can measure
+// both side by side (docs/benchmarks.md). Read once.
+bool decode_shares_enabled() {
+    static const bool enabled = [] {
+        const char* split = std::getenv("KVSTASH_DECODE_SPLIT");
+        return split == nullptr || std::string(split) != "tasks";
+    }();
+    return enabled;
+}
+
+int64_t share_chunk_rows(int64_t chunk_bytes, uint64_t row_bytes) {
+    return std::max<int64_t>(16, static_cast<int64_t>(static_cast<uint64_t>(chunk_bytes) / row_bytes) / 16 * 16);
+}
+
+// One operand of a run: its kernel and arguments, cut into tasks (or chunks) of `chunk` rows numbered from
+// first_task.
+struct Part {
+    kernels::MatmulRowsFn kernel;
+    kernels::MatmulArgs args;
+    int64_t chunk;
+    int64_t first_task;
+};
+
+// bounds (n_shares + 1): share s = chunks [bounds[s], bounds[s + 1]) of the parts' n_chunks, about equal
+// bytes of weights each (the parts' rows in order).
+void split_into_shares(const std::vector<Part>& parts, int64_t n_chunks, int n_shares, std::vector<int64_t>& bounds) {
+    int64_t total = 0;
+    for (const Part& p : parts) total += p.args.y_stride * static_cast<int64_t>(p.args.row_bytes);
+    bounds.assign(static_cast<size_t>(n_shares) + 1, n_chunks);
+    bounds[0] = 0;
+    size_t i = 0;
+    int64_t before = 0;  // bytes of parts[0 .. i)
+    for (int s = 1; s < n_shares; ++s) {
+        const int64_t target = total / n_shares * s + total % n_shares * s / n_shares;
+        auto part_bytes = [&](size_t k) {
+            return parts[k].args.y_stride * static_cast<int64_t>(parts[k].args.row_bytes);
+        };
+        while (i + 1 < parts.size() && before + part_bytes(i) <= target) before += part_bytes(i++);
+        const Part& p = parts[i];
+        const int64_t chunk_bytes = p.chunk * static_cast<int64_t>(p.args.row_bytes);
+        const int64_t n_part_chunks = (p.args.y_stride + p.chunk - 1) / p.chunk;
+        const int64_t k = std::min(n_part_chunks, (target - before + chunk_bytes / 2) / chunk_bytes);
+        bounds[static_cast<size_t>(s)] = std::max(bounds[static_cast<size_t>(s) - 1], p.first_task + k);
+    }
+}
+
 // Which activations the products use: integer ones for the types matmul_uses_integer_activations names
 // (as inference does), or integer ones for every operand (every type must then have an integer path).
 enum class Activations { as_inference_does, integer };
@@ -63,12 +124,6 @@ enum class Activations { as_inference_does, integer };
 // activation block size (32 or 256) where integer activations are used.
 void run_products(Isa isa, Activations activations, std::span<const MatmulOperand> operands, int64_t cols,
                   const float* X, int64_t n_tokens, ThreadPool* pool) {
-    struct Part {
-        kernels::MatmulRowsFn kernel;
-        kernels::MatmulArgs args;
-        int64_t chunk;
-        int64_t first_task;
-    };
     // The caller's thread_locals, named through references: a thread_local named in the tasks would be
     // each worker's own.
     thread_local std::array<kernels::QuantizedActivations, 2> xq_storage;
@@ -78,15 +133,30 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
     parts.clear();
     std::array<bool, 2> quantized{false, false};
     const int n_threads = pool ? pool->n_threads() : 1;
-    int64_t n_tasks = 0;
+    // Shares only where every operand runs an integer kernel (they prefetch on across chunks); the f32-activation
+    // kernels (SmolLM2's q4_1 on AVX2) measured slower with them on the shared machine (docs/benchmarks.md).
+    bool shares = n_threads > 1 && n_tokens <= kShareTokensMax && decode_shares_enabled();
+    for (const MatmulOperand& op : operands) {
+        shares = shares && (activations == Activations::integer || matmul_uses_integer_activations(isa, op.type));
+    }
+    int64_t n_tasks = 0;  // with shares: chunks
+    int64_t chunk_bytes = 0;
+    if (shares) {
+        int64_t total = 0;
+        for (const MatmulOperand& op : operands)
+            total += op.rows * static_cast<int64_t>(tensor_row_bytes(op.type, cols));
+        chunk_bytes = std::clamp(total / (kShareChunksPerThread * n_threads), kShareChunkMinBytes, kShareChunkMaxBytes);
+    }
     for (const MatmulOperand& op : operands) {
         const bool integer = activations == Activations::integer || matmul_uses_integer_activations(isa, op.type);
         const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer, op.type);  // throws if the CPU lacks `isa`
         if (op.rows == 0 || n_tokens == 0) continue;
-        Part part{kernel,
-                  kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols,
-                                      X, n_tokens, op.Y, op.rows},
-                  rows_per_task(op.rows, n_threads), n_tasks};
+        Part part{
+            kernel,
+            kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols, X,
+                                n_tokens, op.Y, op.rows},
+            shares ? share_chunk_rows(chunk_bytes, tensor_row_bytes(op.type, cols)) : rows_per_task(op.rows, n_threads),
+            n_tasks};
         if (integer) {
             const int64_t block = kernels::activation_block(op.type);
             const size_t slot = block == 256 ? 1 : 0;
@@ -101,10 +171,13 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
         n_tasks += (op.rows + part.chunk - 1) / part.chunk;
         parts.push_back(part);
     }
-    auto task = [&](int64_t t) {
+    auto part_of = [&](int64_t t) -> const Part& {
         size_t i = 0;
         while (i + 1 < parts.size() && parts[i + 1].first_task <= t) ++i;
-        const Part& part = parts[i];
+        return parts[i];
+    };
+    auto task = [&](int64_t t) {
+        const Part& part = part_of(t);
         const int64_t begin = (t - part.first_task) * part.chunk;
         part.kernel(part.args, begin, std::min(part.args.y_stride, begin + part.chunk));
     };
@@ -112,7 +185,28 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
         for (int64_t t = 0; t < n_tasks; ++t) task(t);
         return;
     }
-    pool->run(n_tasks, task);
+    if (!shares) {
+        pool->run(n_tasks, task);
+        return;
+    }
+    thread_local kernels::ChunkShares shares_storage;
+    thread_local std::vector<int64_t> bounds_storage;
+    kernels::ChunkShares& chunk_shares = shares_storage;
+    std::vector<int64_t>& bounds = bounds_storage;
+    split_into_shares(parts, n_tasks, n_threads, bounds);
+    chunk_shares.reset(bounds);
+    pool->run(n_threads, [&](int64_t s) {
+        const int share = static_cast<int>(s);
+        chunk_shares.run_share(share, [&](int64_t t, int64_t range_end) {
+            const Part& part = part_of(t);
+            const int64_t rows = part.args.y_stride;
+            const int64_t begin = (t - part.first_task) * part.chunk;
+            kernels::MatmulArgs args = part.args;
+            // This thread reads on to the end of the range it holds (or of the operand).
+            args.prefetch_row_end = std::min(rows, (range_end - part.first_task) * part.chunk);
+            part.kernel(args, begin, std::min(rows, begin + part.chunk));
+        });
+    });
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ struct MatmulArgs {
     // The integer-activation path (quantize_act.h): X quantized per row; the integer kernels read this
     // instead of X.
     const QuantizedActivations* xq = nullptr;
+    // Kernels that prefetch the weights ahead may prefetch past row_end up to this row (exclusive, at most the
+    // matrix's rows): the rows the same thread reads next (decode's contiguous shares, matmul.cpp). 0: only up
+    // to row_end. Prefetching never changes a result.
+    int64_t prefetch_row_end = 0;
 };
 
 // MatmulRowsFn (kernels/dispatch.h): one of these, chosen by the ISA's kernel table.

@@ -330,9 +330,9 @@ void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const auto rb = static_cast<int64_t>(a.row_bytes);
     const int64_t tile_bytes = kRows * rb;
     // Prefetch distance: at least kFewPrefetchBytes, whole tiles (the tile `ahead` on is prefetched while this
-    // one is read); never past the range's last row.
+    // one is read); never past the range's last row, or the last row this thread reads next (prefetch_row_end).
     const int64_t ahead = std::max<int64_t>(1, (kFewPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
-    const uint8_t* range_end = a.W + static_cast<uint64_t>(row_end) * a.row_bytes;
+    const uint8_t* range_end = a.W + static_cast<uint64_t>(std::max(row_end, a.prefetch_row_end)) * a.row_bytes;
     float* d = d_buf.floats(static_cast<size_t>(n_blocks * kRows));
     alignas(32) float out[kRows];
     int64_t r0 = row_begin;

@@ -288,7 +288,7 @@ void matmul_int8_rows_kquant_avx2(const MatmulArgs& a, int64_t row_begin, int64_
     alignas(32) float out[kRows];
     const auto tile_bytes = static_cast<int64_t>(kRows * a.row_bytes);
     const int64_t ahead = std::max<int64_t>(1, (kPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
-    const uint8_t* range_end = a.W + static_cast<uint64_t>(row_end) * a.row_bytes;
+    const uint8_t* range_end = a.W + static_cast<uint64_t>(std::max(row_end, a.prefetch_row_end)) * a.row_bytes;
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows, row_end - r0));
         const uint8_t* pf_begin = std::min(a.W + static_cast<uint64_t>(r0) * a.row_bytes + ahead, range_end);

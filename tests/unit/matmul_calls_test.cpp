@@ -110,6 +110,41 @@ TEST(Matmul, SharedInputEqualsSeparateProductsBitwise) {
     }
 }
 
+// Decode's split (up to 6 tokens, kernels/matmul.cpp): the operands' rows cut into chunks and into one
+// contiguous share per thread; every output written once, bitwise the unthreaded products, for any thread
+// count, with operands of several types and row counts that are not whole chunks.
+TEST(Matmul, DecodeSharesEqualUnthreadedBitwise) {
+    const int64_t cols = 1024;
+    const std::vector<TensorType> types = {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_1,
+                                           TensorType::F16};
+    const std::vector<int64_t> rows = {1000, 333, 17, 250, 40};
+    std::vector<std::vector<uint8_t>> W;
+    for (size_t i = 0; i < types.size(); ++i)
+        W.push_back(random_weights(types[i], rows[i], cols, 60 + static_cast<uint32_t>(i)));
+    for (int n_threads : {2, 3, 4}) {
+        ThreadPool pool(n_threads);
+        for (int64_t n_tokens : {1, 2, 6, 7}) {
+            const std::vector<float> X = random_activations(n_tokens * cols, 61 + static_cast<uint32_t>(n_tokens));
+            for (size_t n_ops : {size_t{1}, types.size()}) {
+                std::vector<std::vector<float>> threaded(n_ops), alone(n_ops);
+                std::vector<MatmulOperand> ops;
+                for (size_t i = 0; i < n_ops; ++i) {
+                    threaded[i].assign(static_cast<size_t>(n_tokens * rows[i]), std::nanf(""));
+                    alone[i].assign(threaded[i].size(), -2.0f);
+                    ops.push_back({types[i], W[i].data(), rows[i], threaded[i].data()});
+                    matmul(types[i], W[i].data(), rows[i], cols, X.data(), n_tokens, alone[i].data(), nullptr);
+                }
+                matmul_shared_input(ops, cols, X.data(), n_tokens, &pool);
+                for (size_t i = 0; i < n_ops; ++i) {
+                    EXPECT_EQ(0, std::memcmp(threaded[i].data(), alone[i].data(), 4 * threaded[i].size()))
+                        << tensor_type_traits(types[i]).name << ", " << n_tokens << " tokens, " << n_threads
+                        << " threads, " << n_ops << " operands";
+                }
+            }
+        }
+    }
+}
+
 TEST(Matmul, IntegerPathOnlyForQuantizedTypes) {
     std::vector<uint8_t> W(4096);
     std::vector<float> X(64), Y(4);

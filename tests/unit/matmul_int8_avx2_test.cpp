@@ -24,13 +24,15 @@ using test::random_activations;
 using test::random_weights;
 
 // Y (n_tokens × rows) from one rows kernel over rows [row_begin, row_end) of W (the others stay NaN).
+// prefetch_row_end: MatmulArgs::prefetch_row_end (prefetching past row_end, never computing there).
 std::vector<float> run_rows(kernels::MatmulRowsFn fn, TensorType type, const std::vector<uint8_t>& W, int64_t rows,
-                            int64_t cols, const float* X, int64_t n_tokens, int64_t row_begin, int64_t row_end) {
+                            int64_t cols, const float* X, int64_t n_tokens, int64_t row_begin, int64_t row_end,
+                            int64_t prefetch_row_end = 0) {
     kernels::QuantizedActivations xq;
     kernels::quantize_activations(X, n_tokens, cols, kernels::activation_block(type), xq, nullptr);
     std::vector<float> Y(static_cast<size_t>(n_tokens * rows), std::nanf(""));
-    const kernels::MatmulArgs args{type, W.data(), tensor_row_bytes(type, cols), cols, X, n_tokens, Y.data(),
-                                   rows, &xq};
+    const kernels::MatmulArgs args{
+        type, W.data(), tensor_row_bytes(type, cols), cols, X, n_tokens, Y.data(), rows, &xq, prefetch_row_end};
     fn(args, row_begin, row_end);
     return Y;
 }
@@ -150,6 +152,35 @@ TEST_P(MatmulInt8Avx2, FewTokensOverRowRangesAtGemmaWidth) {
                     const size_t i = static_cast<size_t>(t * rows + r);
                     ASSERT_EQ(0, std::memcmp(&got[i], &want[i], 4))
                         << "rows " << begin << ".." << end << ", " << where(rows, cols, n_tokens, i);
+                }
+            }
+        }
+    }
+}
+
+// Decode's shares (kernels/matmul.cpp) let a kernel prefetch past its row range, up to the rows its thread reads
+// next: the outputs of the range are the same bits and nothing outside the range is written.
+TEST_P(MatmulInt8Avx2, PrefetchPastTheRangeChangesNothing) {
+    const TensorType type = GetParam();
+    const int64_t rows = 205, cols = tensor_type_traits(type).block_size == 256 ? 1024 : 640;
+    const kernels::MatmulRowsFn avx2 = kernels::kernel_table(Isa::avx2).matmul_int8_rows;
+    const std::vector<uint8_t> W = random_weights(type, rows, cols, 900);
+    for (int64_t n_tokens : {1, 2, 6}) {
+        const std::vector<float> X = random_activations(n_tokens * cols, 901 + static_cast<uint32_t>(n_tokens));
+        for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 48}, {48, 96}, {3, 77}, {160, 205}}) {
+            const std::vector<float> plain = run_rows(avx2, type, W, rows, cols, X.data(), n_tokens, begin, end);
+            for (int64_t prefetch_end : {end, end + 1, rows}) {
+                const std::vector<float> got =
+                    run_rows(avx2, type, W, rows, cols, X.data(), n_tokens, begin, end, prefetch_end);
+                for (size_t i = 0; i < got.size(); ++i) {
+                    const int64_t r = static_cast<int64_t>(i) % rows;
+                    if (r < begin || r >= end) {
+                        ASSERT_TRUE(std::isnan(got[i]))
+                            << "written outside the range: " << where(rows, cols, n_tokens, i);
+                    } else {
+                        ASSERT_EQ(0, std::memcmp(&got[i], &plain[i], 4))
+                            << "prefetch to row " << prefetch_end << ", " << where(rows, cols, n_tokens, i);
+                    }
                 }
             }
         }
