@@ -15,6 +15,9 @@ std::string default_model_path() {
 }
 
 ModelStatus default_model_status() {
+    if (const char* skip = std::getenv("KVSTASH_SKIP_DEFAULT_MODEL_TESTS"); skip && std::string(skip) == "1") {
+        return ModelStatus::skipped;
+    }
     if (std::filesystem::exists(default_model_path())) return ModelStatus::present;
     const char* allow = std::getenv("KVSTASH_ALLOW_NO_MODEL");
     return (allow && std::string(allow) == "1") ? ModelStatus::missing_allowed : ModelStatus::missing;
