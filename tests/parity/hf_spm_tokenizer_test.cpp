@@ -105,16 +105,7 @@ TEST(HfSpmTokenizer, DirectoryLogitsMatchTransformers) {
             const double bound = 4.0 * (static_cast<double>(n_ff) + 8.0 * static_cast<double>(tokens.size())) * kUnit;
             const auto ours = eval_logits(model, tokens, {static_cast<int64_t>(tokens.size())}, 2, KvType::f32);
             ASSERT_EQ(ours.size(), tokens.size() * V);
-            double worst = 0.0;
-            for (size_t t = 0; t < tokens.size(); ++t) {
-                double scale = 0.0, diff = 0.0;
-                for (size_t v = 0; v < V; ++v) {
-                    const double r = ref[t][v].get<double>();
-                    scale = std::max(scale, std::fabs(r));
-                    diff = std::max(diff, std::fabs(r - ours[t * V + v]));
-                }
-                worst = std::max(worst, diff / scale);
-            }
+            const double worst = worst_row_relative_error(ref, ours, V);
             std::printf("%s sequence %zu: max |ours - transformers| / max|ref| = %.3g (bound %.3g)\n", name.c_str(), s,
                         worst, bound);
             EXPECT_LE(worst, bound);

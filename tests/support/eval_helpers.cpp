@@ -1,6 +1,7 @@
 #include "support/eval_helpers.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -44,6 +45,20 @@ nlohmann::json load_json(const std::string& path) {
     std::ifstream in(path);
     if (!in) throw std::runtime_error("cannot open fixture " + path);
     return nlohmann::json::parse(in);
+}
+
+double worst_row_relative_error(const nlohmann::json& ref, const std::vector<float>& ours, size_t n_vocab) {
+    double worst = 0.0;
+    for (size_t t = 0; t < ours.size() / n_vocab; ++t) {
+        double scale = 0.0, diff = 0.0;
+        for (size_t v = 0; v < n_vocab; ++v) {
+            const double r = ref[t][v].get<double>();
+            scale = std::max(scale, std::fabs(r));
+            diff = std::max(diff, std::fabs(r - ours[t * n_vocab + v]));
+        }
+        worst = std::max(worst, diff / scale);
+    }
+    return worst;
 }
 
 std::vector<std::string> fixture_files(const std::string& dir, const std::string& suffix) {

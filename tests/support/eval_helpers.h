@@ -25,6 +25,10 @@ std::vector<int32_t> pseudo_random_tokens(int64_t count, int64_t n_vocab, uint64
 
 nlohmann::json load_json(const std::string& path);
 
+// Logits against a reference: for each row t of ours (rows × n_vocab) and row t of `ref` (JSON rows of n_vocab
+// numbers), max|ref − ours| / max|ref| within the row; the worst row's value.
+double worst_row_relative_error(const nlohmann::json& ref, const std::vector<float>& ours, size_t n_vocab);
+
 // Files in tests/fixtures/<dir> whose names end with `suffix`, sorted.
 std::vector<std::string> fixture_files(const std::string& dir, const std::string& suffix);
 
