@@ -1,10 +1,17 @@
 // Format version 1 is still read: the committed file tests/fixtures/state/v1_gqa_f32.kvs (written by a
 // kvstash that wrote version 1; see the README beside it) is inspected, loads, and continues bitwise
 // like a fresh one-pass evaluation of its tokens; saving it again writes version 2 with the same state.
+// Bitwise on the kernel path that wrote it (AVX2); on another path (scalar, AVX-512: other roundings) the
+// fresh pass computes other bits, so there the saved logits and the continuation are checked to be close
+// (first run on an AVX-512 machine in session 11, where the bitwise check failed as it should not).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "kernels/numerics.h"
 
 #include "kvstash/state_file.h"
 #include "support/state_file_helpers.h"
@@ -13,6 +20,23 @@ namespace kvstash::test {
 namespace {
 
 std::string v1_fixture() { return fixture_path("state/v1_gqa_f32.kvs"); }
+
+// The path the fixture was written on (README.md beside it: the AVX2 development machine).
+bool on_the_writing_path() { return current_numerics().path == NumericsPath::avx2; }
+
+// n floats of `got` against `want`: bitwise on the writing path, else within 1e-4 of max |want|.
+void expect_like_one_pass(const float* got, const float* want, size_t n, const char* what) {
+    if (on_the_writing_path()) {
+        EXPECT_EQ(0, std::memcmp(got, want, n * sizeof(float))) << what;
+        return;
+    }
+    float scale = 0.0f, worst = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+        scale = std::max(scale, std::fabs(want[i]));
+        worst = std::max(worst, std::fabs(got[i] - want[i]));
+    }
+    EXPECT_LE(worst, 1e-4f * scale) << what << " (path " << describe(current_numerics()) << ")";
+}
 
 TEST(StateFileV1Fixture, InspectReadsIt) {
     const StateFileInfo info = inspect_state_file(v1_fixture(), Checksums::verify);
@@ -49,8 +73,8 @@ TEST(StateFileV1Fixture, LoadsAndContinuesLikeOnePass) {
     std::vector<float> want, got;
     evaluator.eval(fresh, all, &want);
     ASSERT_EQ(loaded.last_logits().size(), static_cast<size_t>(V));
-    EXPECT_EQ(0, std::memcmp(loaded.last_logits().data(), want.data() + 78 * V, V * sizeof(float)))
-        << "the saved logits are not the last position's";
+    expect_like_one_pass(loaded.last_logits().data(), want.data() + 78 * V, V,
+                         "the saved logits are not the last position's");
 
     // Saved again (now version 2), it is the same state.
     const auto v2 = sf::encode_state_to_memory(loaded);
@@ -59,8 +83,8 @@ TEST(StateFileV1Fixture, LoadsAndContinuesLikeOnePass) {
 
     evaluator.eval(loaded, more, &got);
     ASSERT_EQ(got.size(), more.size() * static_cast<size_t>(V));
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data() + 79 * V, got.size() * sizeof(float)))
-        << "continuation after loading the version 1 file differs from one pass";
+    expect_like_one_pass(got.data(), want.data() + 79 * V, got.size(),
+                         "continuation after loading the version 1 file differs from one pass");
 }
 
 }  // namespace
