@@ -35,6 +35,14 @@ TEST(CliConventions, VersionNamesVersionCommitAndKernels) {
     EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^kvstash \d+\.\d+\.\d+ \(commit [0-9a-f]{7,}|unknown)")))
         << r.out;
     EXPECT_NE(r.out.find("kernels "), std::string::npos) << r.out;
+    // The commit the binary was built from, not the one its build directory was configured at (the header is
+    // regenerated at every build: cmake/git_commit.cmake). Checked where the source tree is a git checkout.
+    if (!std::filesystem::exists("/usr/bin/git")) return;
+    const auto head = run_process({"/usr/bin/git", "-C", source_dir(), "rev-parse", "--short=12", "HEAD"});
+    if (head.exit_code == 0 && !head.out.empty()) {
+        const std::string commit = head.out.substr(0, head.out.find_first_of("\r\n"));
+        EXPECT_NE(r.out.find("(commit " + commit + ","), std::string::npos) << r.out << " vs HEAD " << commit;
+    }
 }
 
 TEST(CliConventions, DefaultSeedIsRandomAndPrintedGivenSeedRepeats) {

@@ -12,6 +12,7 @@
 #include "kvstash/argv_checks.h"
 #include "kvstash/commands.h"
 #include "kvstash/error.h"
+#include "kvstash_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 
 namespace {
 
