@@ -166,16 +166,29 @@ void unpack_rows(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, float* d
 }
 
 // The definition's q4_1 term for block b of token row t: fl(dx[b] · float(sum q)), sum q = 256·h32 + l32 (exact).
-float min_factor(const QuantizedActivations& xa, int64_t t, int64_t b) {
-    return xa.d_row(t)[b] * static_cast<float>(256 * xa.h32_row(t)[b] + xa.l32_row(t)[b]);
+// All of them, n_tokens × n_blocks (q4_1's kernels read one per block and token); nullptr for the other types.
+template <class Block>
+const float* min_factors(const QuantizedActivations& xa) {
+    if (!Block::kHasMin) return nullptr;
+    thread_local ScratchArray buf;
+    const int64_t n_blocks = xa.cols / 32;
+    float* mf = buf.floats(static_cast<size_t>(xa.n_tokens * n_blocks));
+    for (int64_t t = 0; t < xa.n_tokens; ++t) {
+        const float* dx = xa.d_row(t);
+        const int32_t* h32 = xa.h32_row(t);
+        const int32_t* l32 = xa.l32_row(t);
+        for (int64_t b = 0; b < n_blocks; ++b) mf[t * n_blocks + b] = dx[b] * static_cast<float>(256 * h32[b] + l32[b]);
+    }
+    return mf;
 }
 
 // Tokens [t0, t0 + T) against G unpacked 8-row tiles (w16 + g·w_stride, d + g·d_stride):
 // out[(g·kTokenTile + t)·8 + r] = Y of (row 8g + r, token t0 + t). Each loaded weight vector serves T
-// tokens and each broadcast activation pair G row tiles. q4_1: then acc = fma(m, min_factor, acc) per block.
+// tokens and each broadcast activation pair G row tiles. q4_1: then acc = fma(m, mf, acc) per block (mf:
+// min_factors).
 template <class Block, int G, int T>
 void tile_int16(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_stride, int64_t n_blocks,
-                const QuantizedActivations& xa, int64_t t0, float* out) {
+                const QuantizedActivations& xa, const float* mf, int64_t t0, float* out) {
     const int16_t* xq[T];
     const float* dx[T];
     __m256 acc[G][T];
@@ -207,7 +220,7 @@ void tile_int16(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_
             if (Block::kHasMin) {
                 const __m256 mb = _mm256_loadu_ps(d + g * d_stride + (n_blocks + b) * kRows);
                 for (int t = 0; t < T; ++t) {
-                    acc[g][t] = _mm256_fmadd_ps(mb, _mm256_set1_ps(min_factor(xa, t0 + t, b)), acc[g][t]);
+                    acc[g][t] = _mm256_fmadd_ps(mb, _mm256_broadcast_ss(mf + (t0 + t) * n_blocks + b), acc[g][t]);
                 }
             }
         }
@@ -217,8 +230,8 @@ void tile_int16(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_
     }
 }
 
-using TileFn = void (*)(const int16_t*, int64_t, const float*, int64_t, int64_t, const QuantizedActivations&, int64_t,
-                        float*);
+using TileFn = void (*)(const int16_t*, int64_t, const float*, int64_t, int64_t, const QuantizedActivations&,
+                        const float*, int64_t, float*);
 // [G - 1][T]: the tile for G row tiles and T tokens.
 template <class Block>
 constexpr TileFn kTiles[2][kTokenTile + 1] = {
@@ -238,7 +251,7 @@ void store_tile(const MatmulArgs& a, int64_t r0, int nr, int64_t t0, int nt, con
 }
 
 template <class Block>
-void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end, const float* mf) {
     thread_local ScratchArray w_buf, d_buf;
     const int64_t n_blocks = a.cols / 32;
     const int64_t w_stride = n_blocks * 16 * kRows * 2;                                 // per 8-row tile
@@ -255,7 +268,7 @@ void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         }
         for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
             const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, a.n_tokens - t0));
-            kTiles<Block>[groups - 1][nt](w16, w_stride, d, d_stride, n_blocks, *a.xq, t0, out);
+            kTiles<Block>[groups - 1][nt](w16, w_stride, d, d_stride, n_blocks, *a.xq, mf, t0, out);
             for (int g = 0; g < groups; ++g) {
                 const int nr = static_cast<int>(std::min<int64_t>(kRows, n - g * kRows));
                 store_tile(a, r0 + g * kRows, nr, t0, nt, out + g * kTokenTile * kRows);
@@ -335,7 +348,7 @@ __m256i block_partials(const Rows& rows, int r, int64_t b, __m256i x0, __m256i x
 // the cached rows.
 template <class Block, bool kFirst, class Rows>
 void few_tokens_row_tile(const Rows& rows, int64_t n_blocks, const uint8_t* prefetch_begin, const uint8_t* prefetch_end,
-                         const QuantizedActivations& xa, int64_t t, float* d, float* out) {
+                         const QuantizedActivations& xa, const float* mf, int64_t t, float* d, float* out) {
     const int16_t* xq = xa.q_row(t);
     const float* dx = xa.d_row(t);
     // Lines to prefetch per block: the tile's bytes spread evenly over its blocks.
@@ -378,27 +391,27 @@ void few_tokens_row_tile(const Rows& rows, int64_t n_blocks, const uint8_t* pref
         }
         const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx + b));
         acc = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s), acc);
-        if (Block::kHasMin) acc = _mm256_fmadd_ps(mb, _mm256_set1_ps(min_factor(xa, t, b)), acc);
+        if (Block::kHasMin) acc = _mm256_fmadd_ps(mb, _mm256_broadcast_ss(mf + t * n_blocks + b), acc);
     }
     _mm256_store_ps(out, acc);
 }
 
 template <class Block, class Rows>
 void few_tokens_tile(const MatmulArgs& a, const Rows& rows, int64_t r0, int nr, const uint8_t* pf_begin,
-                     const uint8_t* pf_end, float* d, float* out) {
+                     const uint8_t* pf_end, const float* mf, float* d, float* out) {
     const int64_t n_blocks = a.cols / 32;
     for (int64_t t = 0; t < a.n_tokens; ++t) {
         if (t == 0) {
-            few_tokens_row_tile<Block, true>(rows, n_blocks, pf_begin, pf_end, *a.xq, t, d, out);
+            few_tokens_row_tile<Block, true>(rows, n_blocks, pf_begin, pf_end, *a.xq, mf, t, d, out);
         } else {
-            few_tokens_row_tile<Block, false>(rows, n_blocks, pf_begin, pf_end, *a.xq, t, d, out);
+            few_tokens_row_tile<Block, false>(rows, n_blocks, pf_begin, pf_end, *a.xq, mf, t, d, out);
         }
         store_tile(a, r0, nr, t, 1, out);
     }
 }
 
 template <class Block>
-void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end, const float* mf) {
     thread_local ScratchArray d_buf;
     const int64_t n_blocks = a.cols / 32;
     const auto rb = static_cast<int64_t>(a.row_bytes);
@@ -414,22 +427,23 @@ void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         const StridedRows rows{a.W + static_cast<uint64_t>(r0) * a.row_bytes, rb};
         const uint8_t* pf_begin = std::min(rows.base + ahead, range_end);
         const uint8_t* pf_end = std::min(pf_begin + tile_bytes, range_end);
-        few_tokens_tile<Block>(a, rows, r0, kRows, pf_begin, pf_end, d, out);
+        few_tokens_tile<Block>(a, rows, r0, kRows, pf_begin, pf_end, mf, d, out);
     }
     if (r0 < row_end) {
         const int nr = static_cast<int>(row_end - r0);
         const uint8_t* w[kRows];
         for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
-        few_tokens_tile<Block>(a, ListedRows{w}, r0, nr, range_end, range_end, d, out);
+        few_tokens_tile<Block>(a, ListedRows{w}, r0, nr, range_end, range_end, mf, d, out);
     }
 }
 
 template <class Block>
 void rows_int16(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    const float* mf = min_factors<Block>(*a.xq);
     if (a.n_tokens <= kFewTokensMax) {
-        few_tokens<Block>(a, row_begin, row_end);
+        few_tokens<Block>(a, row_begin, row_end, mf);
     } else {
-        many_tokens<Block>(a, row_begin, row_end);
+        many_tokens<Block>(a, row_begin, row_end, mf);
     }
 }
 
