@@ -350,10 +350,10 @@ __m256i block_partials(const Rows& rows, int r, int64_t b, __m256i x0, __m256i x
 
 // One token against 8 rows: out[r] = Y of (row r, token t). The 8 rows' S_b are reduced pairwise as they
 // are made (a vphaddd tree, at most 3 partial vectors live), so the loop keeps x0, x1, acc and the tree in
-// registers. The first token's pass converts the rows' scales (into d, n_blocks × 8) and, the pass being
-// bound by reading the weights from memory, prefetches the tile `ahead` bytes on, one prefetch per 64-byte
-// line (the tile's 8 rows are contiguous: 8 × row_bytes bytes from rows.row(0)); later tokens reuse d and
-// the cached rows.
+// registers. The first token's pass converts the rows' scales (into d, n_blocks × 8, then q4_1's mins; not kept: d
+// null) and, the pass being bound by reading the weights from memory, prefetches the tile `ahead` bytes on, one
+// prefetch per 64-byte line (the tile's 8 rows are contiguous: 8 × row_bytes bytes from rows.row(0)); later tokens
+// reuse d and the cached rows.
 template <class Block, bool kFirst, class Rows>
 void few_tokens_row_tile(const Rows& rows, int64_t n_blocks, const uint8_t* prefetch_begin, const uint8_t* prefetch_end,
                          const QuantizedActivations& xa, const float* mf, int64_t t, float* d, float* out) {
@@ -388,11 +388,11 @@ void few_tokens_row_tile(const Rows& rows, int64_t n_blocks, const uint8_t* pref
         if (kFirst) {
             if (Block::kHasMin) {
                 row_scales_mins_reg<Block>(rows, b, db, mb);
-                _mm256_storeu_ps(d + (n_blocks + b) * kRows, mb);
+                if (d) _mm256_storeu_ps(d + (n_blocks + b) * kRows, mb);
             } else {
                 db = row_scales_reg<Block>(rows, b);
             }
-            _mm256_storeu_ps(d + b * kRows, db);
+            if (d) _mm256_storeu_ps(d + b * kRows, db);
         } else {
             db = _mm256_loadu_ps(d + b * kRows);
             if (Block::kHasMin) mb = _mm256_loadu_ps(d + (n_blocks + b) * kRows);
@@ -410,7 +410,9 @@ void few_tokens_tile(const MatmulArgs& a, const Rows& rows, int64_t r0, int nr, 
     const int64_t n_blocks = a.cols / 32;
     for (int64_t t = 0; t < a.n_tokens; ++t) {
         if (t == 0) {
-            few_tokens_row_tile<Block, true>(rows, n_blocks, pf_begin, pf_end, *a.xq, mf, t, d, out);
+            // One token: nothing reads the converted scales again.
+            few_tokens_row_tile<Block, true>(rows, n_blocks, pf_begin, pf_end, *a.xq, mf, t,
+                                             a.n_tokens > 1 ? d : nullptr, out);
         } else {
             few_tokens_row_tile<Block, false>(rows, n_blocks, pf_begin, pf_end, *a.xq, mf, t, d, out);
         }
