@@ -203,7 +203,12 @@ void tile_int16(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_
     for (int t = 0; t < T; ++t) {
         xq[t] = xa.q_row(t0 + t);
         dx[t] = xa.d_row(t0 + t);
-        for (int g = 0; g < G; ++g) acc[g][t] = _mm256_setzero_ps();
+        for (int g = 0; g < G; ++g) {
+            acc[g][t] = _mm256_setzero_ps();
+            // Zeroed in a register: GCC otherwise turns this loop into a memset (rep stos) that the loop below
+            // reads back at once, a store-forwarding stall per call.
+            asm("" : "+x"(acc[g][t]));
+        }
     }
     for (int64_t b = 0; b < n_blocks; ++b) {
         __m256i s[G][T];
