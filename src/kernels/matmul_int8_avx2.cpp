@@ -30,7 +30,7 @@
 // exact): one subtraction per 8 rows. q4_1 adds the definition's second step per block,
 // acc = fma(m, fl(dx · float(sum x)), acc), with its fp16 mins converted like the scales. Measured per thread
 // against the f32-activation kernels (docs/benchmarks.md, "q4_0 / q4_1 with integer activations on AVX2"):
-// one token 1.5× from DRAM, 2× in cache; 512 tokens 1.1-1.2×.
+// one token 1.6-2.6× (1.7× from DRAM); SmolLM2's 512-token prefill 1.28× (whole model, one thread).
 //
 // The K-quants: matmul_int8_kquant_avx2.cpp.
 #pragma GCC optimize("fp-contract=off")  // the float steps exactly as written
