@@ -103,7 +103,7 @@ kernels::KernelTable avx2_table() {
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx2;
     // The AVX2 integer kernels (exact, the scalar bits); matmul() uses them where
-    // matmul_uses_integer_activations says (K-quants, q8_0, q5_0), f32 activations for q4_0 / q4_1.
+    // matmul_uses_integer_activations says (every block-quantized type: K-quants, q8_0, q5_0, q4_0, q4_1).
     t.matmul_int8_rows = kernels::matmul_int8_rows_avx2;
     t.quantize_activation_row = kernels::quantize_activation_row_avx2;
     t.attention_dot = kernels::attention_dot_avx2;

@@ -134,7 +134,8 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
     std::array<bool, 2> quantized{false, false};
     const int n_threads = pool ? pool->n_threads() : 1;
     // Shares only where every operand runs an integer kernel (they prefetch on across chunks); the f32-activation
-    // kernels (SmolLM2's q4_1 on AVX2) measured slower with them on the shared machine (docs/benchmarks.md).
+    // kernels (SmolLM2's q4_1 on AVX2 before it took integer activations) measured slower with them on the shared
+    // machine (docs/benchmarks.md).
     bool shares = n_threads > 1 && n_tokens <= kShareTokensMax && decode_shares_enabled();
     for (const MatmulOperand& op : operands) {
         shares = shares && (activations == Activations::integer || matmul_uses_integer_activations(isa, op.type));

@@ -52,7 +52,7 @@ void matmul_rows_fused_avx512(const MatmulArgs& args, int64_t row_begin, int64_t
 
 // The quantized weight types with int8 activations (args.xq), all with the arithmetic defined in
 // reference/matmul_int8_ref.cpp, bitwise equal to each other:
-//   scalar (the definition), AVX2 (matmul_int8_avx2.cpp: vpmaddwd kernels for q8_0, the definition's
+//   scalar (the definition), AVX2 (matmul_int8_avx2.cpp: vpmaddwd kernels for q8_0, q5_0, q4_0, q4_1, the definition's
 //   code vectorized by the compiler for the other types),
 //   AVX-512 F/BW/VL/DQ + VNNI + VBMI (matmul_int8_avx512vnni.cpp, matmul_int8_decode*_avx512vnni.cpp).
 namespace reference {

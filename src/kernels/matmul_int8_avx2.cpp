@@ -1,7 +1,8 @@
 // AVX2 path of the int8-activation matmul: bitwise equal to the scalar definition
 // (reference/matmul_int8_ref.cpp), whatever the token count or row range.
 //
-// q8_0 has its own kernels on the int16 activations q = 256·h + l (QuantizedActivations::q):
+// q8_0 (and q5_0, q4_0, q4_1, below) has its own kernels on the int16 activations q = 256·h + l
+// (QuantizedActivations::q):
 // vpmaddwd of int16 weights (|w| <= 128) with int16 activations (|q| <= 32639) gives exact int32 sums of
 // two products, so a block's S_b = sum w·q (|S_b| <= 32·128·32639 < 2^31) is exact in any grouping. The
 // float step of the definition, acc = fma(fl(d·dx), float(S_b), acc), runs on 8 outputs at once, per
@@ -23,8 +24,15 @@
 // 16: exactly the q8_0 block's repacked values, with the same fp16 d), so its outputs are bitwise those of the
 // repacked q8_0 matrix, from 22 bytes a block instead of 34 (decode reads the weights from memory).
 //
-// The other types: the scalar definition (matmul_int8_dot.h) compiled with AVX2 + FMA, which GCC
-// vectorizes (the same bits; matmul() keeps f32 activations for them on AVX2).
+// q4_0 / q4_1 run them too: the 16 nibble bytes zero-extended to int16 (vpmovzxbw), the low nibbles masked
+// (elements 0-15) and the high ones shifted down (16-31), 3 operations per row and block. The few-token kernel
+// multiplies the raw nibbles q and makes q4_0's S_b = sum (q - 8)·x as sum q·x - 8·sum x (sum x = 256·h32 + l32,
+// exact): one subtraction per 8 rows. q4_1 adds the definition's second step per block,
+// acc = fma(m, fl(dx · float(sum x)), acc), with its fp16 mins converted like the scales. Measured per thread
+// against the f32-activation kernels (docs/benchmarks.md, "q4_0 / q4_1 with integer activations on AVX2"):
+// one token 1.6-2.6× (1.7× from DRAM); SmolLM2's 512-token prefill 1.28× (whole model, one thread).
+//
+// The K-quants: matmul_int8_kquant_avx2.cpp.
 #pragma GCC optimize("fp-contract=off")  // the float steps exactly as written
 
 #include <immintrin.h>
@@ -55,14 +63,43 @@ int32_t load_i32(const void* p) {
 // its integer weights as int16, elements 0-15 in lo and 16-31 in hi.
 struct BlockQ8_0 {
     static constexpr int64_t kBytes = 34;  // fp16 d, 32 int8
+    static constexpr int kOffset = 0;
+    static constexpr bool kHasMin = false;
+    static void load_raw(const uint8_t* blk, __m256i& lo, __m256i& hi) { load(blk, lo, hi); }
     static void load(const uint8_t* blk, __m256i& lo, __m256i& hi) {
         lo = _mm256_cvtepi8_epi16(load128(blk + 2));
         hi = _mm256_cvtepi8_epi16(load128(blk + 18));
     }
 };
 
+// q4_0 / q4_1: fp16 d (q4_1: then fp16 m), 16 nibble bytes: element j < 16 the low nibble of byte j, element 16 + j
+// its high nibble. load_raw gives the nibbles q (0..15); the definition's integer weights are q - kOffset
+// (q4_0: q - 8), which load gives. The few-token kernel multiplies the raw nibbles and subtracts
+// kOffset · sum_b(q_x) from the block's exact sum instead (the same integer S_b, one operation per 8 rows).
+template <int64_t Bytes, int Offset, bool Min>
+struct BlockNibbles {
+    static constexpr int64_t kBytes = Bytes;
+    static constexpr int kOffset = Offset;
+    static constexpr bool kHasMin = Min;
+    static void load_raw(const uint8_t* blk, __m256i& lo, __m256i& hi) {
+        const __m256i q = _mm256_cvtepu8_epi16(load128(blk + kBytes - 16));  // int16 lane j: byte j (< 256)
+        lo = _mm256_and_si256(q, _mm256_set1_epi16(0x0F));
+        hi = _mm256_srli_epi16(q, 4);
+    }
+    static void load(const uint8_t* blk, __m256i& lo, __m256i& hi) {
+        load_raw(blk, lo, hi);
+        lo = _mm256_sub_epi16(lo, _mm256_set1_epi16(kOffset));
+        hi = _mm256_sub_epi16(hi, _mm256_set1_epi16(kOffset));
+    }
+};
+using BlockQ4_0 = BlockNibbles<18, 8, false>;
+using BlockQ4_1 = BlockNibbles<20, 0, true>;
+
 struct BlockQ5_0 {
     static constexpr int64_t kBytes = 22;  // fp16 d, 32 fifth bits (uint32, bit j = element j), 16 nibble bytes
+    static constexpr int kOffset = 0;
+    static constexpr bool kHasMin = false;
+    static void load_raw(const uint8_t* blk, __m256i& lo, __m256i& hi) { load(blk, lo, hi); }
     // Element j < 16: low nibble of byte j; element 16 + j: its high nibble; | bit j of qh << 4; minus 16.
     static void load(const uint8_t* blk, __m256i& lo, __m256i& hi) {
         const __m128i qs = load128(blk + 6);
@@ -85,10 +122,11 @@ struct BlockQ5_0 {
 
 // The fp16 scales of block b of 8 rows as f32 (F16C: exact, the bits of fp16_to_fp32 except that a
 // signalling NaN comes back quiet, which the definition's first use of d, the product d·dx, does anyway).
+// at: the fp16's byte offset in the block (0: d; 2: q4_1's m).
 template <class Block>
-__m256 row_scales(const uint8_t* const w[kRows], int64_t b) {
+__m256 row_scales(const uint8_t* const w[kRows], int64_t b, int at = 0) {
     alignas(16) uint16_t h[kRows];
-    for (int r = 0; r < kRows; ++r) std::memcpy(&h[r], w[r] + b * Block::kBytes, 2);
+    for (int r = 0; r < kRows; ++r) std::memcpy(&h[r], w[r] + b * Block::kBytes + at, 2);
     return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
@@ -114,8 +152,8 @@ void transpose_8x8(const __m256i in[8], __m256i* out) {
 }
 
 // Rows [r0, r0 + nr) (nr <= 8) unpacked: w16 = n_blocks × 16 pairs × 8 rows × 2 int16 (pair k of block b
-// of row r at ((b·16 + k)·8 + r)·2); d = n_blocks × 8 row scales. Missing rows repeat the last one (their
-// lanes are never stored).
+// of row r at ((b·16 + k)·8 + r)·2); d = n_blocks × 8 row scales, then (q4_1) n_blocks × 8 row mins. Missing
+// rows repeat the last one (their lanes are never stored).
 template <class Block>
 void unpack_rows(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, float* d) {
     const int64_t n_blocks = a.cols / 32;
@@ -125,6 +163,7 @@ void unpack_rows(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, float* d
         __m256i lo[kRows], hi[kRows];
         for (int r = 0; r < kRows; ++r) Block::load(w[r] + b * Block::kBytes, lo[r], hi[r]);  // dword k = pair k
         _mm256_storeu_ps(d + b * kRows, row_scales<Block>(w, b));
+        if (Block::kHasMin) _mm256_storeu_ps(d + (n_blocks + b) * kRows, row_scales<Block>(w, b, 2));
         auto* out = reinterpret_cast<__m256i*>(w16 + b * 16 * kRows * 2);
         __m256i tr[kRows];
         transpose_8x8(lo, tr);
@@ -134,19 +173,42 @@ void unpack_rows(const MatmulArgs& a, int64_t r0, int nr, int16_t* w16, float* d
     }
 }
 
+// The definition's q4_1 term for block b of token row t: fl(dx[b] · float(sum q)), sum q = 256·h32 + l32 (exact).
+// All of them, n_tokens × n_blocks (q4_1's kernels read one per block and token); nullptr for the other types.
+template <class Block>
+const float* min_factors(const QuantizedActivations& xa) {
+    if (!Block::kHasMin) return nullptr;
+    thread_local ScratchArray buf;
+    const int64_t n_blocks = xa.cols / 32;
+    float* mf = buf.floats(static_cast<size_t>(xa.n_tokens * n_blocks));
+    for (int64_t t = 0; t < xa.n_tokens; ++t) {
+        const float* dx = xa.d_row(t);
+        const int32_t* h32 = xa.h32_row(t);
+        const int32_t* l32 = xa.l32_row(t);
+        for (int64_t b = 0; b < n_blocks; ++b) mf[t * n_blocks + b] = dx[b] * static_cast<float>(256 * h32[b] + l32[b]);
+    }
+    return mf;
+}
+
 // Tokens [t0, t0 + T) against G unpacked 8-row tiles (w16 + g·w_stride, d + g·d_stride):
 // out[(g·kTokenTile + t)·8 + r] = Y of (row 8g + r, token t0 + t). Each loaded weight vector serves T
-// tokens and each broadcast activation pair G row tiles.
-template <int G, int T>
-void tile_q8_0(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_stride, int64_t n_blocks,
-               const QuantizedActivations& xa, int64_t t0, float* out) {
+// tokens and each broadcast activation pair G row tiles. q4_1: then acc = fma(m, mf, acc) per block (mf:
+// min_factors).
+template <class Block, int G, int T>
+void tile_int16(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_stride, int64_t n_blocks,
+                const QuantizedActivations& xa, const float* mf, int64_t t0, float* out) {
     const int16_t* xq[T];
     const float* dx[T];
     __m256 acc[G][T];
     for (int t = 0; t < T; ++t) {
         xq[t] = xa.q_row(t0 + t);
         dx[t] = xa.d_row(t0 + t);
-        for (int g = 0; g < G; ++g) acc[g][t] = _mm256_setzero_ps();
+        for (int g = 0; g < G; ++g) {
+            acc[g][t] = _mm256_setzero_ps();
+            // Zeroed in a register: GCC otherwise turns this loop into a memset (rep stos) that the loop below
+            // reads back at once, a store-forwarding stall per call.
+            asm("" : "+x"(acc[g][t]));
+        }
     }
     for (int64_t b = 0; b < n_blocks; ++b) {
         __m256i s[G][T];
@@ -168,6 +230,12 @@ void tile_q8_0(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_s
                 const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx[t] + b));
                 acc[g][t] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s[g][t]), acc[g][t]);
             }
+            if (Block::kHasMin) {
+                const __m256 mb = _mm256_loadu_ps(d + g * d_stride + (n_blocks + b) * kRows);
+                for (int t = 0; t < T; ++t) {
+                    acc[g][t] = _mm256_fmadd_ps(mb, _mm256_broadcast_ss(mf + (t0 + t) * n_blocks + b), acc[g][t]);
+                }
+            }
         }
     }
     for (int g = 0; g < G; ++g) {
@@ -175,12 +243,13 @@ void tile_q8_0(const int16_t* w16, int64_t w_stride, const float* d, int64_t d_s
     }
 }
 
-using TileFn = void (*)(const int16_t*, int64_t, const float*, int64_t, int64_t, const QuantizedActivations&, int64_t,
-                        float*);
+using TileFn = void (*)(const int16_t*, int64_t, const float*, int64_t, int64_t, const QuantizedActivations&,
+                        const float*, int64_t, float*);
 // [G - 1][T]: the tile for G row tiles and T tokens.
+template <class Block>
 constexpr TileFn kTiles[2][kTokenTile + 1] = {
-    {nullptr, tile_q8_0<1, 1>, tile_q8_0<1, 2>, tile_q8_0<1, 3>},
-    {nullptr, tile_q8_0<2, 1>, tile_q8_0<2, 2>, tile_q8_0<2, 3>},
+    {nullptr, tile_int16<Block, 1, 1>, tile_int16<Block, 1, 2>, tile_int16<Block, 1, 3>},
+    {nullptr, tile_int16<Block, 2, 1>, tile_int16<Block, 2, 2>, tile_int16<Block, 2, 3>},
 };
 
 void store_tile(const MatmulArgs& a, int64_t r0, int nr, int64_t t0, int nt, const float* out) {
@@ -195,10 +264,11 @@ void store_tile(const MatmulArgs& a, int64_t r0, int nr, int64_t t0, int nt, con
 }
 
 template <class Block>
-void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end, const float* mf) {
     thread_local ScratchArray w_buf, d_buf;
     const int64_t n_blocks = a.cols / 32;
-    const int64_t w_stride = n_blocks * 16 * kRows * 2, d_stride = n_blocks * kRows;    // per 8-row tile
+    const int64_t w_stride = n_blocks * 16 * kRows * 2;                                 // per 8-row tile
+    const int64_t d_stride = n_blocks * kRows * (Block::kHasMin ? 2 : 1);               // scales (and mins)
     auto* w16 = reinterpret_cast<int16_t*>(w_buf.ints(static_cast<size_t>(w_stride)));  // 2 tiles: int16 × 2
     float* d = d_buf.floats(static_cast<size_t>(2 * d_stride));
     alignas(32) float out[2 * kTokenTile * kRows];
@@ -211,7 +281,7 @@ void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         }
         for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenTile) {
             const int nt = static_cast<int>(std::min<int64_t>(kTokenTile, a.n_tokens - t0));
-            kTiles[groups - 1][nt](w16, w_stride, d, d_stride, n_blocks, *a.xq, t0, out);
+            kTiles<Block>[groups - 1][nt](w16, w_stride, d, d_stride, n_blocks, *a.xq, mf, t0, out);
             for (int g = 0; g < groups; ++g) {
                 const int nr = static_cast<int>(std::min<int64_t>(kRows, n - g * kRows));
                 store_tile(a, r0 + g * kRows, nr, t0, nt, out + g * kTokenTile * kRows);
@@ -255,23 +325,43 @@ __m256 row_scales_reg(const Rows& rows, int64_t b) {
     return _mm256_cvtph_ps(h);
 }
 
-// Row r's 8 partial sums of block b (int32 lanes; their total is S_b, exact).
+// q4_1: the fp16 scales d and mins m of block b of 8 rows as f32 (as row_scales_reg), from one 4-byte load per
+// row: dword lane r = d_r | m_r << 16, packed into the 8 d halves then the 8 m halves.
+template <class Block, class Rows>
+void row_scales_mins_reg(const Rows& rows, int64_t b, __m256& d, __m256& m) {
+    __m128i a = _mm_cvtsi32_si128(load_i32(rows.row(0) + b * Block::kBytes));
+    a = _mm_insert_epi32(a, load_i32(rows.row(1) + b * Block::kBytes), 1);
+    a = _mm_insert_epi32(a, load_i32(rows.row(2) + b * Block::kBytes), 2);
+    a = _mm_insert_epi32(a, load_i32(rows.row(3) + b * Block::kBytes), 3);
+    __m128i c = _mm_cvtsi32_si128(load_i32(rows.row(4) + b * Block::kBytes));
+    c = _mm_insert_epi32(c, load_i32(rows.row(5) + b * Block::kBytes), 1);
+    c = _mm_insert_epi32(c, load_i32(rows.row(6) + b * Block::kBytes), 2);
+    c = _mm_insert_epi32(c, load_i32(rows.row(7) + b * Block::kBytes), 3);
+    const __m256i v = _mm256_set_m128i(c, a);
+    // Per 128-bit half: d of 4 rows then m of 4 rows (uint16, no saturation); qwords reordered to d0-7, m0-7.
+    const __m256i p = _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(v, 16)), 0xD8);
+    d = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+    m = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
+}
+
+// Row r's 8 partial sums of block b (int32 lanes; their total is S_b + kOffset·sum_b(q_x), exact: raw weights).
 template <class Block, class Rows>
 __m256i block_partials(const Rows& rows, int r, int64_t b, __m256i x0, __m256i x1) {
     __m256i lo, hi;
-    Block::load(rows.row(r) + b * Block::kBytes, lo, hi);
+    Block::load_raw(rows.row(r) + b * Block::kBytes, lo, hi);
     return _mm256_add_epi32(_mm256_madd_epi16(lo, x0), _mm256_madd_epi16(hi, x1));
 }
 
 // One token against 8 rows: out[r] = Y of (row r, token t). The 8 rows' S_b are reduced pairwise as they
 // are made (a vphaddd tree, at most 3 partial vectors live), so the loop keeps x0, x1, acc and the tree in
-// registers. The first token's pass converts the rows' scales (into d, n_blocks × 8) and, the pass being
-// bound by reading the weights from memory, prefetches the tile `ahead` bytes on, one prefetch per 64-byte
-// line (the tile's 8 rows are contiguous: 8 × row_bytes bytes from rows.row(0)); later tokens reuse d and
-// the cached rows.
+// registers. The first token's pass converts the rows' scales (into d, n_blocks × 8, then q4_1's mins; not kept: d
+// null) and, the pass being bound by reading the weights from memory, prefetches the tile `ahead` bytes on, one
+// prefetch per 64-byte line (the tile's 8 rows are contiguous: 8 × row_bytes bytes from rows.row(0)); later tokens
+// reuse d and the cached rows.
 template <class Block, bool kFirst, class Rows>
 void few_tokens_row_tile(const Rows& rows, int64_t n_blocks, const uint8_t* prefetch_begin, const uint8_t* prefetch_end,
-                         const QuantizedActivations& xa, int64_t t, float* d, float* out) {
+                         const QuantizedActivations& xa, const float* mf, int64_t t, float* d, float* out) {
     const int16_t* xq = xa.q_row(t);
     const float* dx = xa.d_row(t);
     // Lines to prefetch per block: the tile's bytes spread evenly over its blocks.
@@ -294,37 +384,49 @@ void few_tokens_row_tile(const Rows& rows, int64_t n_blocks, const uint8_t* pref
         const __m256i h67 =
             _mm256_hadd_epi32(block_partials<Block>(rows, 6, b, x0, x1), block_partials<Block>(rows, 7, b, x0, x1));
         const __m256i h4567 = _mm256_hadd_epi32(h45, h67);
-        const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
-                                           _mm256_permute2x128_si256(h0123, h4567, 0x31));
-        __m256 db;
+        __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                     _mm256_permute2x128_si256(h0123, h4567, 0x31));
+        if (Block::kOffset != 0) {  // S_b = sum q·x - kOffset · sum x (|kOffset · sum x| <= 8·32·32639)
+            s = _mm256_sub_epi32(s, _mm256_set1_epi32(Block::kOffset * (256 * xa.h32_row(t)[b] + xa.l32_row(t)[b])));
+        }
+        __m256 db, mb;
         if (kFirst) {
-            db = row_scales_reg<Block>(rows, b);
-            _mm256_storeu_ps(d + b * kRows, db);
+            if (Block::kHasMin) {
+                row_scales_mins_reg<Block>(rows, b, db, mb);
+                if (d) _mm256_storeu_ps(d + (n_blocks + b) * kRows, mb);
+            } else {
+                db = row_scales_reg<Block>(rows, b);
+            }
+            if (d) _mm256_storeu_ps(d + b * kRows, db);
         } else {
             db = _mm256_loadu_ps(d + b * kRows);
+            if (Block::kHasMin) mb = _mm256_loadu_ps(d + (n_blocks + b) * kRows);
         }
         const __m256 c = _mm256_mul_ps(db, _mm256_broadcast_ss(dx + b));
         acc = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(s), acc);
+        if (Block::kHasMin) acc = _mm256_fmadd_ps(mb, _mm256_broadcast_ss(mf + t * n_blocks + b), acc);
     }
     _mm256_store_ps(out, acc);
 }
 
 template <class Block, class Rows>
 void few_tokens_tile(const MatmulArgs& a, const Rows& rows, int64_t r0, int nr, const uint8_t* pf_begin,
-                     const uint8_t* pf_end, float* d, float* out) {
+                     const uint8_t* pf_end, const float* mf, float* d, float* out) {
     const int64_t n_blocks = a.cols / 32;
     for (int64_t t = 0; t < a.n_tokens; ++t) {
         if (t == 0) {
-            few_tokens_row_tile<Block, true>(rows, n_blocks, pf_begin, pf_end, *a.xq, t, d, out);
+            // One token: nothing reads the converted scales again.
+            few_tokens_row_tile<Block, true>(rows, n_blocks, pf_begin, pf_end, *a.xq, mf, t,
+                                             a.n_tokens > 1 ? d : nullptr, out);
         } else {
-            few_tokens_row_tile<Block, false>(rows, n_blocks, pf_begin, pf_end, *a.xq, t, d, out);
+            few_tokens_row_tile<Block, false>(rows, n_blocks, pf_begin, pf_end, *a.xq, mf, t, d, out);
         }
         store_tile(a, r0, nr, t, 1, out);
     }
 }
 
 template <class Block>
-void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end, const float* mf) {
     thread_local ScratchArray d_buf;
     const int64_t n_blocks = a.cols / 32;
     const auto rb = static_cast<int64_t>(a.row_bytes);
@@ -333,47 +435,49 @@ void few_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     // one is read); never past the range's last row, or the last row this thread reads next (prefetch_row_end).
     const int64_t ahead = std::max<int64_t>(1, (kFewPrefetchBytes + tile_bytes - 1) / tile_bytes) * tile_bytes;
     const uint8_t* range_end = a.W + static_cast<uint64_t>(std::max(row_end, a.prefetch_row_end)) * a.row_bytes;
-    float* d = d_buf.floats(static_cast<size_t>(n_blocks * kRows));
+    float* d = d_buf.floats(static_cast<size_t>(n_blocks * kRows * (Block::kHasMin ? 2 : 1)));
     alignas(32) float out[kRows];
     int64_t r0 = row_begin;
     for (; r0 + kRows <= row_end; r0 += kRows) {
         const StridedRows rows{a.W + static_cast<uint64_t>(r0) * a.row_bytes, rb};
         const uint8_t* pf_begin = std::min(rows.base + ahead, range_end);
         const uint8_t* pf_end = std::min(pf_begin + tile_bytes, range_end);
-        few_tokens_tile<Block>(a, rows, r0, kRows, pf_begin, pf_end, d, out);
+        few_tokens_tile<Block>(a, rows, r0, kRows, pf_begin, pf_end, mf, d, out);
     }
     if (r0 < row_end) {
         const int nr = static_cast<int>(row_end - r0);
         const uint8_t* w[kRows];
         for (int r = 0; r < kRows; ++r) w[r] = a.W + static_cast<uint64_t>(r0 + std::min(r, nr - 1)) * a.row_bytes;
-        few_tokens_tile<Block>(a, ListedRows{w}, r0, nr, range_end, range_end, d, out);
+        few_tokens_tile<Block>(a, ListedRows{w}, r0, nr, range_end, range_end, mf, d, out);
+    }
+}
+
+template <class Block>
+void rows_int16(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+    const float* mf = min_factors<Block>(*a.xq);
+    if (a.n_tokens <= kFewTokensMax) {
+        few_tokens<Block>(a, row_begin, row_end, mf);
+    } else {
+        many_tokens<Block>(a, row_begin, row_end, mf);
     }
 }
 
 }  // namespace
 
 void matmul_int8_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.type == TensorType::Q8_0) {
-        if (a.n_tokens <= kFewTokensMax) {
-            few_tokens<BlockQ8_0>(a, row_begin, row_end);
-        } else {
-            many_tokens<BlockQ8_0>(a, row_begin, row_end);
-        }
-        return;
+    switch (a.type) {
+        case TensorType::Q4_0: return rows_int16<BlockQ4_0>(a, row_begin, row_end);
+        case TensorType::Q4_1: return rows_int16<BlockQ4_1>(a, row_begin, row_end);
+        case TensorType::Q8_0: return rows_int16<BlockQ8_0>(a, row_begin, row_end);
+        case TensorType::Q4_K:
+        case TensorType::Q5_K:
+        case TensorType::Q6_K: return matmul_int8_rows_kquant_avx2(a, row_begin, row_end);
+        case TensorType::F32:
+        case TensorType::F16:
+        case TensorType::BF16: break;
     }
-    if (a.type == TensorType::Q4_K || a.type == TensorType::Q5_K || a.type == TensorType::Q6_K) {
-        matmul_int8_rows_kquant_avx2(a, row_begin, row_end);
-        return;
-    }
-    if (a.type == kTensorTypeQ5_0) {
-        if (a.n_tokens <= kFewTokensMax) {
-            few_tokens<BlockQ5_0>(a, row_begin, row_end);
-        } else {
-            many_tokens<BlockQ5_0>(a, row_begin, row_end);
-        }
-        return;
-    }
-    for (int64_t r = row_begin; r < row_end; ++r) {
+    if (a.type == kTensorTypeQ5_0) return rows_int16<BlockQ5_0>(a, row_begin, row_end);
+    for (int64_t r = row_begin; r < row_end; ++r) {  // no integer path: matmul() never calls this
         const uint8_t* w = a.W + static_cast<uint64_t>(r) * a.row_bytes;
         for (int64_t t = 0; t < a.n_tokens; ++t) a.Y[t * a.y_stride + r] = int8_avx2::dot_int8(a.type, w, *a.xq, t);
     }

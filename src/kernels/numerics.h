@@ -19,7 +19,8 @@
 namespace kvstash {
 
 // Epoch 1: 256-key attention chunks by absolute position, AVX2 integer K-quant kernels (session 7).
-inline constexpr uint32_t kNumericsEpoch = 1;
+// Epoch 2: q4_0 / q4_1 on AVX2 with integer activations (matmul_int8_avx2.cpp; session 11).
+inline constexpr uint32_t kNumericsEpoch = 2;
 
 // The kernel path's code in keys and files; 0 = unknown (a file from before numerics were recorded).
 enum class NumericsPath : uint32_t { unknown = 0, scalar = 1, avx2 = 2, avx512 = 3, avx512_vnni = 4 };

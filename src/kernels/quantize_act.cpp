@@ -23,8 +23,8 @@ bool uses_integer_activations(TensorType type) {
 }
 
 bool uses_integer_activations_avx2(TensorType type) {
-    return type == TensorType::Q8_0 || type == kTensorTypeQ5_0 || type == TensorType::Q4_K ||
-           type == TensorType::Q5_K || type == TensorType::Q6_K;
+    return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
+           type == kTensorTypeQ5_0 || type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
 }
 
 bool has_integer_path(TensorType type) {

@@ -12,7 +12,8 @@
 // 1536: K·u <= 9e-5 relative per product) over 30 layers, and — with the default f16 KV cache — by the
 // rounding of every K and V element to f16 (2^-11 relative).
 //  - f32 KV cache: only rounding order differs; we require max|diff| <= 2e-3 (measured 6e-5; a real
-//    bug moves logits by O(1)), mean KL <= 1e-6, and every top-1 equal.
+//    bug moves logits by O(1)), mean KL <= 1e-6, and every top-1 equal. Where the q4_1 matrices take
+//    16-bit integer activations (AVX2): max|diff| <= 1e-2 (measured 0.0065).
 //  - f16 KV cache (the default): we allow 10 · 2^-11 · max|logit| (measured: 0.046 with max|logit|
 //    ≈ 30, i.e. ~3 · 2^-11), mean KL <= 1e-4, and top-1 agreement except at a genuine near-tie (the
 //    reference's top-2 margin below 0.05).
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "kernels/dispatch.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 
@@ -100,7 +102,9 @@ ParityFigures measure(KvType kv_type) {
 TEST(SmolLM2, LogitsMatchTransformersF32Cache) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     const ParityFigures f = measure(KvType::f32);
-    EXPECT_LE(f.max_diff, 2e-3);
+    // Where this path runs the q4_1 layers on 16-bit integer activations (AVX2 since numerics epoch 2: each
+    // activation rounded to 1/65278 of its 32-element block's largest, kernels/quantize_act.h), measured 0.0065.
+    EXPECT_LE(f.max_diff, matmul_uses_integer_activations(active_isa(), TensorType::Q4_1) ? 1e-2 : 2e-3);
     EXPECT_LE(f.kl_mean, 1e-6);
     EXPECT_EQ(f.top1_agree, f.n);
 }

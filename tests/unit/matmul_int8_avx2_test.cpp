@@ -75,15 +75,20 @@ TEST_P(MatmulInt8Avx2, EqualsScalarDefinitionAcrossTileEdges) {
     }
 }
 
-// Weights at the q8_0 extremes (-128 and 127 everywhere) with activations at +-32639: the exact int32
-// sums at their largest.
+// Weights at their extremes (q8_0: -128 and 127 everywhere; q4_0 / q4_1: nibbles 0 and 15) with activations at
+// +-32639: the exact int32 sums at their largest (q4_0: with the offset 8 subtracted from the raw nibbles' sum).
 TEST_P(MatmulInt8Avx2, EqualsScalarDefinitionAtExtremeIntegers) {
     const TensorType type = GetParam();
-    if (type != TensorType::Q8_0) GTEST_SKIP() << "q8_0 extremes only";
+    if (tensor_type_traits(type).block_size != 32) GTEST_SKIP() << "the 32-element types' extremes";
     const int64_t rows = 11, cols = 96;
     const kernels::MatmulRowsFn avx2 = kernels::kernel_table(Isa::avx2).matmul_int8_rows;
     std::vector<uint8_t> W = random_weights(type, rows, cols, 9);
-    for (size_t off = 0; off < W.size(); off += 34) std::memset(W.data() + off + 2, (off / 34) % 2 ? 0x80 : 0x7F, 32);
+    const size_t bytes = tensor_type_traits(type).type_size;
+    const size_t ints = type == TensorType::Q8_0 ? 32 : 16;  // the block's last bytes: its integers
+    for (size_t off = 0, b = 0; off < W.size(); off += bytes, ++b) {
+        const int low = type == TensorType::Q8_0 ? 0x80 : 0x00, high = type == TensorType::Q8_0 ? 0x7F : 0xFF;
+        std::memset(W.data() + off + bytes - ints, b % 2 ? low : high, ints);
+    }
     for (int64_t n_tokens : {1, 2, 3, 7}) {
         std::vector<float> X(static_cast<size_t>(n_tokens * cols));
         for (size_t i = 0; i < X.size(); ++i) X[i] = (i / 5) % 2 ? -1.0f : 1.0f;
@@ -132,12 +137,12 @@ TEST_P(MatmulInt8Avx2, BatchInvariant) {
     }
 }
 
-// The few-token kernel at Gemma 3's width (640 columns: 20 blocks, 680-byte q8_0 rows) over row ranges that
-// start and end mid-tile: full 8-row tiles (strided rows, prefetching tiles ahead, clamped at the range's end)
-// and the tail tile, against the scalar definition over the same range, 1..6 tokens.
+// The few-token kernel of the 32-element types at Gemma 3's width (640 columns: 20 blocks, 680-byte q8_0 rows)
+// over row ranges that start and end mid-tile: full 8-row tiles (strided rows, prefetching tiles ahead, clamped
+// at the range's end) and the tail tile, against the scalar definition over the same range, 1..6 tokens.
 TEST_P(MatmulInt8Avx2, FewTokensOverRowRangesAtGemmaWidth) {
     const TensorType type = GetParam();
-    if (type != TensorType::Q8_0) GTEST_SKIP() << "the q8_0 few-token kernel";
+    if (tensor_type_traits(type).block_size != 32) GTEST_SKIP() << "the 32-element types' few-token kernel";
     const int64_t rows = 77, cols = 640;
     const kernels::MatmulRowsFn avx2 = kernels::kernel_table(Isa::avx2).matmul_int8_rows;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 640);

@@ -27,12 +27,14 @@ struct Pin {
     uint64_t hash[4];
 };
 
-// Epoch 1.
+// Epoch 2 (q4_0 / q4_1 joined in epoch 2: their AVX2 kernels changed then).
 constexpr Pin kPins[] = {
     {"gqa_f16.gguf", {0xfdd71e6cd97e5657, 0xcfa0aa80ab563dc1, 0, 0}},
     {"q_q8_0.gguf", {0x77b9f6f65f48d2ca, 0xe08049cf3755e697, 0, 0}},
     {"q_q4_k.gguf", {0x633d4ebf7e9d1ab0, 0xe8639903834158c7, 0, 0}},
     {"q_q6_k.gguf", {0xfbb3f746741b25c7, 0x7682b8867ce83329, 0, 0}},
+    {"q_q4_0.gguf", {0x7a6592d371c26a75, 0x79315a90f08608d8, 0, 0}},
+    {"q_q4_1.gguf", {0xfcb6eb12613f683d, 0x4439232cf3939b1b, 0, 0}},
 };
 
 uint64_t logits_hash(const char* model_name) {
