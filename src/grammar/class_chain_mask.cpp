@@ -1,0 +1,253 @@
+// The mask of a state inside a repetition of one character class (grammar_matcher.h), from the class's
+// run table (class_run_table.h) instead of a trie walk.
+//
+// The state: stacks {C R_(k-1) over P} and expand(P), where R_k ::= C R_(k-1) | (empty) is "at most k
+// more characters of class C" and P is what follows the repetition. When no character of C can start
+// what follows (no C character steps expand(P) to a live set), a token w is allowed exactly when
+//   - all of w is in C, at most k characters (consumed inside the repetition), or
+//   - its first r characters are in C with r <= k, and expand(P) accepts the rest of w (the repetition
+//     ends after those r, the only place it can: what follows cannot take a C character);
+// a token longer than k characters of C is rejected (after k, what follows would need a C character).
+// Tokens cut inside their last character are stepped whole. So one table per class serves every count
+// and every context; a state's mask costs the allowed tokens' bits plus the tokens whose break byte
+// expand(P) can take, instead of a walk of most of the trie (each character moves the count, so every
+// step is a new state).
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "grammar/class_run_table.h"
+#include "grammar/grammar_matcher.h"
+
+namespace kvstash::grammar {
+
+namespace {
+
+constexpr size_t kMaxTables = 64;  // (vocabulary, class) tables kept; past it all are dropped
+
+struct Tables {
+    std::mutex mutex;
+    std::unordered_map<std::string, std::shared_ptr<const ClassRunTable>> by_key;
+};
+
+Tables& tables() {
+    static Tables t;
+    return t;
+}
+
+// The code point at piece[i], its byte length in `len`; -1: not valid UTF-8 there, -2: cut by the end.
+int64_t decode(const std::string& piece, size_t i, size_t& len) {
+    static constexpr uint32_t kMinByLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const auto lead = static_cast<uint8_t>(piece[i]);
+    len = 1;
+    if (lead < 0x80) return lead;
+    uint32_t cp;
+    if (lead >= 0xC0 && lead < 0xE0) {
+        len = 2, cp = lead & 0x1Fu;
+    } else if (lead >= 0xE0 && lead < 0xF0) {
+        len = 3, cp = lead & 0x0Fu;
+    } else if (lead >= 0xF0 && lead < 0xF8) {
+        len = 4, cp = lead & 0x07u;
+    } else {
+        return -1;
+    }
+    for (size_t j = 1; j < len; ++j) {
+        if (i + j >= piece.size()) return -2;
+        const auto b = static_cast<uint8_t>(piece[i + j]);
+        if ((b & 0xC0) != 0x80) return -1;
+        cp = (cp << 6) | (b & 0x3Fu);
+    }
+    if (cp < kMinByLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+    return cp;
+}
+
+std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const std::vector<Element>& elements,
+                                                 int32_t pos) {
+    auto table = std::make_shared<ClassRunTable>();
+    std::vector<std::pair<int32_t, int32_t>> whole;  // (characters, id)
+    for (const int32_t id : trie.tokens) {
+        const std::string& piece = trie.piece(id);
+        int32_t run = 0;
+        size_t i = 0, len = 0;
+        bool cut = false;
+        for (; i < piece.size(); i += len, ++run) {
+            const int64_t cp = decode(piece, i, len);
+            if (cp == -2) {
+                cut = true;
+                break;
+            }
+            if (cp < 0 || !class_matches(elements, pos, static_cast<uint32_t>(cp))) break;
+        }
+        if (cut) {
+            table->unfinished.push_back(id);
+        } else if (i >= piece.size()) {
+            whole.push_back({run, id});
+        } else {
+            table->breaks.push_back({id, static_cast<int32_t>(i), run});
+        }
+    }
+    std::stable_sort(whole.begin(), whole.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const int32_t longest = whole.empty() ? 0 : whole.back().first;
+    table->in_class_end.assign(static_cast<size_t>(longest) + 1, 0);
+    for (const auto& [n, id] : whole) {
+        table->in_class.push_back(id);
+        ++table->in_class_end[static_cast<size_t>(n)];
+    }
+    for (size_t n = 1; n < table->in_class_end.size(); ++n) table->in_class_end[n] += table->in_class_end[n - 1];
+    auto byte_at = [&trie](const ClassRunTable::Break& b) {
+        return static_cast<uint8_t>(trie.piece(b.id)[static_cast<size_t>(b.offset)]);
+    };
+    std::stable_sort(table->breaks.begin(), table->breaks.end(),
+                     [&](const auto& a, const auto& b) { return byte_at(a) < byte_at(b); });
+    size_t at = 0;
+    for (int32_t b = 0; b <= 256; ++b) {
+        while (b < 256 && at < table->breaks.size() && byte_at(table->breaks[at]) < b) ++at;
+        table->break_begin[static_cast<size_t>(b)] = static_cast<int32_t>(b < 256 ? at : table->breaks.size());
+    }
+    return table;
+}
+
+}  // namespace
+
+std::shared_ptr<const ClassRunTable> class_run_table(const TokenTrie& trie, const std::vector<Element>& elements,
+                                                     int32_t pos) {
+    std::string key(sizeof(uint64_t), '\0');
+    const uint64_t fingerprint = trie.fingerprint();
+    std::copy_n(reinterpret_cast<const char*>(&fingerprint), sizeof fingerprint, key.data());
+    for (int32_t p = pos; p < class_end(elements, pos); ++p) {
+        key.push_back(static_cast<char>(elements[static_cast<size_t>(p)].type));
+        key.append(reinterpret_cast<const char*>(&elements[static_cast<size_t>(p)].value), sizeof(uint32_t));
+    }
+    Tables& t = tables();
+    {
+        const std::lock_guard lock(t.mutex);
+        if (const auto it = t.by_key.find(key); it != t.by_key.end()) return it->second;
+    }
+    auto table = build_table(trie, elements, pos);  // outside the lock: another thread may build it too
+    const std::lock_guard lock(t.mutex);
+    if (t.by_key.size() >= kMaxTables) t.by_key.clear();
+    return t.by_key.emplace(std::move(key), std::move(table)).first->second;
+}
+
+void clear_class_run_tables() {
+    const std::lock_guard lock(tables().mutex);
+    tables().by_key.clear();
+}
+
+// Per chain: the class element of R_k when the item is one character class (R_k ::= C R_(k-1) | ...).
+void GrammarMatcher::set_class_chains() {
+    const auto& elements = grammar_->elements;
+    for (const auto& chain : grammar_->repeat_chains) {
+        const int32_t pos = grammar_->rule_start[static_cast<size_t>(chain.front())];  // R_1 ::= C | (empty)
+        const bool one_class = elements[static_cast<size_t>(pos)].type != ElementType::rule_ref &&
+                               elements[static_cast<size_t>(class_end(elements, pos))].type == ElementType::alt;
+        chain_class_.push_back(one_class ? 0 : -1);
+    }
+    chain_tables_.resize(grammar_->repeat_chains.size());
+}
+
+GrammarMatcher::ChainTop GrammarMatcher::chain_top(int32_t set) {
+    if (static_cast<size_t>(set) < chain_tops_.size() && chain_tops_[static_cast<size_t>(set)].chain != -2)
+        return chain_tops_[static_cast<size_t>(set)];
+    ChainTop top;
+    top.chain = -1;
+    const auto& elements = grammar_->elements;
+    const std::vector<int32_t> stacks = sets_[static_cast<size_t>(set)];
+    int32_t in_chain = -1;
+    for (const int32_t s : stacks) {
+        if (s < 0) continue;
+        const int32_t pos = nodes_[static_cast<size_t>(s)].first;
+        const auto rule = static_cast<size_t>(pos_rule_[static_cast<size_t>(pos)]);
+        const int32_t chain = grammar_->rule_chain[rule];
+        if (chain < 0 || chain_class_[static_cast<size_t>(chain)] < 0 || pos != grammar_->rule_start[rule]) continue;
+        if (in_chain >= 0) {
+            in_chain = -1;  // two: not this shape
+            break;
+        }
+        in_chain = s;
+        top.chain = chain;
+        top.count = grammar_->rule_count[rule];
+    }
+    if (in_chain >= 0) {
+        std::vector<int32_t> rest;
+        expand(nodes_[static_cast<size_t>(in_chain)].second, rest);
+        std::vector<int32_t> others;
+        for (const int32_t s : stacks) {
+            if (s != in_chain) others.push_back(s);
+        }
+        top.rest = intern_set(rest);
+        bool disjoint = sets_[static_cast<size_t>(top.rest)] == others;
+        // No character of the class may start what follows.
+        const int32_t c_pos = nodes_[static_cast<size_t>(in_chain)].first;
+        for (uint32_t c = 0; c < 128 && disjoint; ++c) {
+            if (class_matches(elements, c_pos, c) && transition(top.rest, c) != 0) disjoint = false;
+        }
+        if (disjoint && class_intersects(elements, c_pos, 0x80, 0x10FFFF)) {
+            for (const int32_t s : sets_[static_cast<size_t>(top.rest)]) {
+                if (s >= 0 && class_intersects(elements, nodes_[static_cast<size_t>(s)].first, 0x80, 0x10FFFF))
+                    disjoint = false;
+            }
+        }
+        if (!disjoint) top.chain = -1;
+    } else {
+        top.chain = -1;
+    }
+    if (chain_tops_.size() < sets_.size()) chain_tops_.resize(sets_.size());
+    chain_tops_[static_cast<size_t>(set)] = top;
+    return top;
+}
+
+bool GrammarMatcher::class_chain_mask(const State& state, std::vector<uint64_t>& mask) {
+    if (state.remaining != 0 || chain_class_.empty()) return false;
+    const ChainTop top = chain_top(state.set);
+    if (top.chain < 0) return false;
+    auto& table = chain_tables_[static_cast<size_t>(top.chain)];
+    if (!table) {
+        const auto rule = static_cast<size_t>(grammar_->repeat_chains[static_cast<size_t>(top.chain)].front());
+        table = class_run_table(*trie_, grammar_->elements, grammar_->rule_start[rule]);
+    }
+    const TokenTrie& trie = *trie_;
+    mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
+    auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
+    const auto& rest_stacks = sets_[static_cast<size_t>(top.rest)];
+    if (!rest_stacks.empty() && rest_stacks.front() == -1) {
+        for (const int32_t id : trie.end_tokens()) {
+            if (id >= 0 && id < trie.n_vocab()) allow(id);
+        }
+    }
+    const auto longest = static_cast<int32_t>(table->in_class_end.size()) - 1;
+    if (longest >= 0) {
+        const int32_t end = table->in_class_end[static_cast<size_t>(std::min(top.count, longest))];
+        for (int32_t i = 0; i < end; ++i) allow(table->in_class[static_cast<size_t>(i)]);
+    }
+    const State rest{top.rest, 0, 0, 0};
+    for (int32_t b = 0; b < 256; ++b) {
+        const int32_t lo = table->break_begin[static_cast<size_t>(b)],
+                      hi = table->break_begin[static_cast<size_t>(b) + 1];
+        if (lo == hi) continue;
+        State first = rest;
+        if (!step(first, static_cast<uint8_t>(b))) continue;  // what follows cannot start with this byte
+        for (int32_t i = lo; i < hi; ++i) {
+            const ClassRunTable::Break& br = table->breaks[static_cast<size_t>(i)];
+            if (br.run > top.count) continue;
+            const std::string& piece = trie.piece(br.id);
+            State next = first;
+            bool ok = true;
+            for (size_t j = static_cast<size_t>(br.offset) + 1; j < piece.size() && ok; ++j)
+                ok = step(next, static_cast<uint8_t>(piece[j]));
+            if (ok) allow(br.id);
+        }
+    }
+    for (const int32_t id : table->unfinished) {
+        State next = state;
+        bool ok = true;
+        for (size_t j = 0; j < trie.piece(id).size() && ok; ++j)
+            ok = step(next, static_cast<uint8_t>(trie.piece(id)[j]));
+        if (ok) allow(id);
+    }
+    ++stats_.class_chain_masks;
+    return true;
+}
+
+}  // namespace kvstash::grammar

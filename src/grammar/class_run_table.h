@@ -1,0 +1,42 @@
+// What a repetition of one character class, [^\n]{0,60} or [A-Za-z .'-]{0,30}, allows of a vocabulary:
+// per token, how many leading characters are in the class and where the first one that is not starts.
+// Built once per (vocabulary, class) and shared (class_chain_mask.cpp); the matcher's masks for every
+// count of the repetition and every context after it come from this table (grammar_matcher.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "grammar/gbnf_parse.h"
+
+namespace kvstash::grammar {
+
+class TokenTrie;
+
+struct ClassRunTable {
+    // Tokens made only of whole characters in the class, by their number of characters (code points)
+    // ascending: those of at most n characters are in_class[0 .. in_class_end[min(n, size - 1)]).
+    std::vector<int32_t> in_class;
+    std::vector<int32_t> in_class_end;
+    // Tokens with a character outside the class (or not valid UTF-8) after `run` characters in it, that
+    // one starting at byte `offset`; ordered by that byte: byte b's are breaks[break_begin[b] .. [b + 1]).
+    struct Break {
+        int32_t id = 0;
+        int32_t offset = 0;
+        int32_t run = 0;
+    };
+    std::vector<Break> breaks;
+    std::array<int32_t, 257> break_begin{};
+    // Tokens that end inside a character after only characters in the class: stepped whole.
+    std::vector<int32_t> unfinished;
+};
+
+// The table of the class starting at elements[pos], from the process-wide cache (built on first use;
+// dropped by clear_grammar_mask_cache(), so a cold request pays for it).
+std::shared_ptr<const ClassRunTable> class_run_table(const TokenTrie& trie, const std::vector<Element>& elements,
+                                                     int32_t pos);
+void clear_class_run_tables();
+
+}  // namespace kvstash::grammar
