@@ -25,6 +25,13 @@ namespace kvstash::grammar {
 namespace {
 
 constexpr size_t kMaxTables = 64;  // (vocabulary, class) tables kept; past it all are dropped
+// Runs shorter than this with no chain (one literal character, [ab] [ab]) are walked: the walk is cut at
+// the first byte there, and a table per class would cost more than it saves.
+constexpr int32_t kMinRun = 4;
+// Sets with more stacks than this are not looked at (JSON's many alternatives: not a run's shape).
+constexpr size_t kMaxStacks = 16;
+
+bool ends_alternative(const Element& e) { return e.type == ElementType::end || e.type == ElementType::alt; }
 
 struct Tables {
     std::mutex mutex;
@@ -135,7 +142,7 @@ void clear_class_run_tables() {
     tables().by_key.clear();
 }
 
-// Per chain: the class element of R_k when the item is one character class (R_k ::= C R_(k-1) | ...).
+// Per chain: whether its item is one character class (R_k ::= C R_(k-1) | (empty)).
 void GrammarMatcher::set_class_chains() {
     const auto& elements = grammar_->elements;
     for (const auto& chain : grammar_->repeat_chains) {
@@ -144,54 +151,78 @@ void GrammarMatcher::set_class_chains() {
                                elements[static_cast<size_t>(class_end(elements, pos))].type == ElementType::alt;
         chain_class_.push_back(one_class ? 0 : -1);
     }
-    chain_tables_.resize(grammar_->repeat_chains.size());
 }
 
+bool GrammarMatcher::same_class(int32_t a, int32_t b) const {
+    const auto& elements = grammar_->elements;
+    const int32_t n = class_end(elements, a) - a;
+    if (class_end(elements, b) - b != n) return false;
+    for (int32_t i = 0; i < n; ++i) {
+        const Element& x = elements[static_cast<size_t>(a + i)];
+        const Element& y = elements[static_cast<size_t>(b + i)];
+        if (x.type != y.type || x.value != y.value) return false;
+    }
+    return true;
+}
+
+// The shape: one stack s whose top is class C followed (in its rule) by more copies of C and maybe a
+// reference to a chain of C, then the rest; the set is {s} (at least one more C) or {s} and the rest's
+// expansion (the run may end here). And no character of C can start the rest.
 GrammarMatcher::ChainTop GrammarMatcher::chain_top(int32_t set) {
-    if (static_cast<size_t>(set) < chain_tops_.size() && chain_tops_[static_cast<size_t>(set)].chain != -2)
+    if (static_cast<size_t>(set) < chain_tops_.size() && chain_tops_[static_cast<size_t>(set)].class_pos != -2)
         return chain_tops_[static_cast<size_t>(set)];
     ChainTop top;
-    top.chain = -1;
+    top.class_pos = -1;
     const auto& elements = grammar_->elements;
     const std::vector<int32_t> stacks = sets_[static_cast<size_t>(set)];
-    int32_t in_chain = -1;
     for (const int32_t s : stacks) {
-        if (s < 0) continue;
-        const int32_t pos = nodes_[static_cast<size_t>(s)].first;
-        const auto rule = static_cast<size_t>(pos_rule_[static_cast<size_t>(pos)]);
-        const int32_t chain = grammar_->rule_chain[rule];
-        if (chain < 0 || chain_class_[static_cast<size_t>(chain)] < 0 || pos != grammar_->rule_start[rule]) continue;
-        if (in_chain >= 0) {
-            in_chain = -1;  // two: not this shape
-            break;
+        if (s < 0 || stacks.size() > kMaxStacks) continue;
+        const auto [c_pos, parent] = nodes_[static_cast<size_t>(s)];
+        int32_t least = 0, q = c_pos;
+        while (elements[static_cast<size_t>(q)].type != ElementType::rule_ref &&
+               !ends_alternative(elements[static_cast<size_t>(q)]) && same_class(q, c_pos)) {
+            ++least;
+            q = class_end(elements, q);
         }
-        in_chain = s;
-        top.chain = chain;
-        top.count = grammar_->rule_count[rule];
-    }
-    if (in_chain >= 0) {
+        int32_t most = least;
+        bool chain_after = false;
+        if (elements[static_cast<size_t>(q)].type == ElementType::rule_ref) {
+            const auto rule = elements[static_cast<size_t>(q)].value;
+            const int32_t chain = grammar_->rule_chain[rule];
+            if (chain >= 0 && chain_class_[static_cast<size_t>(chain)] == 0 &&
+                same_class(grammar_->rule_start[rule], c_pos)) {
+                most += grammar_->rule_count[rule];
+                chain_after = true;
+                ++q;
+            }
+        }
+        const auto rule = static_cast<size_t>(pos_rule_[static_cast<size_t>(c_pos)]);
+        const bool in_chain =
+            grammar_->rule_chain[rule] >= 0 && chain_class_[static_cast<size_t>(grammar_->rule_chain[rule])] == 0;
+        if (!chain_after && !in_chain && least < kMinRun) continue;
         std::vector<int32_t> rest;
-        expand(nodes_[static_cast<size_t>(in_chain)].second, rest);
+        expand(ends_alternative(elements[static_cast<size_t>(q)]) ? parent : intern_node(q, parent), rest);
+        const int32_t rest_set = intern_set(rest);
         std::vector<int32_t> others;
-        for (const int32_t s : stacks) {
-            if (s != in_chain) others.push_back(s);
+        for (const int32_t o : stacks) {
+            if (o != s) others.push_back(o);
         }
-        top.rest = intern_set(rest);
-        bool disjoint = sets_[static_cast<size_t>(top.rest)] == others;
-        // No character of the class may start what follows.
-        const int32_t c_pos = nodes_[static_cast<size_t>(in_chain)].first;
+        if (!others.empty()) {
+            if (sets_[static_cast<size_t>(rest_set)] != others) continue;
+            least = 0;  // the run may end here: its end was expanded into the set
+        }
+        bool disjoint = true;  // no character of C can start the rest
         for (uint32_t c = 0; c < 128 && disjoint; ++c) {
-            if (class_matches(elements, c_pos, c) && transition(top.rest, c) != 0) disjoint = false;
+            if (class_matches(elements, c_pos, c) && transition(rest_set, c) != 0) disjoint = false;
         }
         if (disjoint && class_intersects(elements, c_pos, 0x80, 0x10FFFF)) {
-            for (const int32_t s : sets_[static_cast<size_t>(top.rest)]) {
-                if (s >= 0 && class_intersects(elements, nodes_[static_cast<size_t>(s)].first, 0x80, 0x10FFFF))
+            for (const int32_t r : sets_[static_cast<size_t>(rest_set)]) {
+                if (r >= 0 && class_intersects(elements, nodes_[static_cast<size_t>(r)].first, 0x80, 0x10FFFF))
                     disjoint = false;
             }
         }
-        if (!disjoint) top.chain = -1;
-    } else {
-        top.chain = -1;
+        if (disjoint) top = ChainTop{c_pos, least, most, rest_set};
+        break;  // only one stack can be s
     }
     if (chain_tops_.size() < sets_.size()) chain_tops_.resize(sets_.size());
     chain_tops_[static_cast<size_t>(set)] = top;
@@ -199,26 +230,23 @@ GrammarMatcher::ChainTop GrammarMatcher::chain_top(int32_t set) {
 }
 
 bool GrammarMatcher::class_chain_mask(const State& state, std::vector<uint64_t>& mask) {
-    if (state.remaining != 0 || chain_class_.empty()) return false;
+    if (state.remaining != 0) return false;
     const ChainTop top = chain_top(state.set);
-    if (top.chain < 0) return false;
-    auto& table = chain_tables_[static_cast<size_t>(top.chain)];
-    if (!table) {
-        const auto rule = static_cast<size_t>(grammar_->repeat_chains[static_cast<size_t>(top.chain)].front());
-        table = class_run_table(*trie_, grammar_->elements, grammar_->rule_start[rule]);
-    }
+    if (top.class_pos < 0) return false;
+    auto& table = class_tables_[top.class_pos];
+    if (!table) table = class_run_table(*trie_, grammar_->elements, top.class_pos);
     const TokenTrie& trie = *trie_;
     mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
     auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
-    const auto& rest_stacks = sets_[static_cast<size_t>(top.rest)];
-    if (!rest_stacks.empty() && rest_stacks.front() == -1) {
+    const auto& stacks = sets_[static_cast<size_t>(state.set)];
+    if (!stacks.empty() && stacks.front() == -1) {  // the grammar can end here
         for (const int32_t id : trie.end_tokens()) {
             if (id >= 0 && id < trie.n_vocab()) allow(id);
         }
     }
     const auto longest = static_cast<int32_t>(table->in_class_end.size()) - 1;
     if (longest >= 0) {
-        const int32_t end = table->in_class_end[static_cast<size_t>(std::min(top.count, longest))];
+        const int32_t end = table->in_class_end[static_cast<size_t>(std::min(top.most, longest))];
         for (int32_t i = 0; i < end; ++i) allow(table->in_class[static_cast<size_t>(i)]);
     }
     const State rest{top.rest, 0, 0, 0};
@@ -230,7 +258,7 @@ bool GrammarMatcher::class_chain_mask(const State& state, std::vector<uint64_t>&
         if (!step(first, static_cast<uint8_t>(b))) continue;  // what follows cannot start with this byte
         for (int32_t i = lo; i < hi; ++i) {
             const ClassRunTable::Break& br = table->breaks[static_cast<size_t>(i)];
-            if (br.run > top.count) continue;
+            if (br.run < top.least || br.run > top.most) continue;
             const std::string& piece = trie.piece(br.id);
             State next = first;
             bool ok = true;

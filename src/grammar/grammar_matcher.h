@@ -162,15 +162,17 @@ private:
     bool decided_alike(int32_t node, const std::vector<Bound>& bounds) const;  // every token below node
     void set_chain_targets();
     void set_chain_markers();  // repeat_marker.cpp
-    // A state inside a repetition of one character class (class_chain_mask.cpp): the chain, its count k
-    // and the set of what follows it; chain -1: not that shape (-2: not computed).
+    // A state inside a run of one character class C (class_chain_mask.cpp): between `least` and `most`
+    // more characters of C (C{m,n}: m copies, then the chain R_(n-m)), then the set `rest`;
+    // class_pos -1: not that shape (-2: not computed).
     struct ChainTop {
-        int32_t chain = -2;
-        int32_t count = 0;
+        int32_t class_pos = -2;
+        int32_t least = 0, most = 0;
         int32_t rest = 0;
     };
     void set_class_chains();
     ChainTop chain_top(int32_t set);
+    bool same_class(int32_t a, int32_t b) const;  // the classes at elements a and b are equal
     bool class_chain_mask(const State& state, std::vector<uint64_t>& mask);  // false: not that shape
     const std::vector<uint64_t>& mask_of(const State& state);                // state: exact-canonical
     std::string shared_key(const State& state) const;
@@ -205,10 +207,10 @@ private:
     std::vector<int32_t> chain_marker_, chain_marker_min_;
     std::vector<const std::vector<uint8_t>*> chain_marker_counts_;
     std::vector<int32_t> chain_class_;  // per chain: 0 when its item is one character class, else -1
-    std::vector<std::shared_ptr<const ClassRunTable>> chain_tables_;  // per chain, on first use
-    std::vector<ChainTop> chain_tops_;                                // by set id
-    std::vector<int32_t> pos_rule_;                                   // grammar position -> its rule
-    std::vector<Canonical> exact_canon_, loose_canon_;                // by set id (set -1: not computed)
+    std::unordered_map<int32_t, std::shared_ptr<const ClassRunTable>> class_tables_;  // by class position
+    std::vector<ChainTop> chain_tops_;                                                // by set id
+    std::vector<int32_t> pos_rule_;                                                   // grammar position -> its rule
+    std::vector<Canonical> exact_canon_, loose_canon_;  // by set id (set -1: not computed)
     MaskStats stats_;
     uint64_t space_ = 0;  // this grammar + vocabulary in MaskCache
 };
