@@ -1,17 +1,20 @@
-// The mask of a state inside a repetition of one character class (grammar_matcher.h), from the class's
-// run table (class_run_table.h) instead of a trie walk.
+// The mask of a state inside a run of one character class (grammar_matcher.h), from the class's run
+// table (class_run_table.h) instead of a trie walk.
 //
-// The state: stacks {C R_(k-1) over P} and expand(P), where R_k ::= C R_(k-1) | (empty) is "at most k
-// more characters of class C" and P is what follows the repetition. When no character of C can start
-// what follows (no C character steps expand(P) to a live set), a token w is allowed exactly when
-//   - all of w is in C, at most k characters (consumed inside the repetition), or
-//   - its first r characters are in C with r <= k, and expand(P) accepts the rest of w (the repetition
-//     ends after those r, the only place it can: what follows cannot take a C character);
-// a token longer than k characters of C is rejected (after k, what follows would need a C character).
-// Tokens cut inside their last character are stepped whole. So one table per class serves every count
-// and every context; a state's mask costs the allowed tokens' bits plus the tokens whose break byte
-// expand(P) can take, instead of a walk of most of the trie (each character moves the count, so every
-// step is a new state).
+// The state: one stack whose top is class C, followed in its rule by more copies of C and maybe a
+// reference to a chain of C (C{m,n} is m copies of C then R_(n-m), where R_k ::= C R_(k-1) | (empty) is
+// "at most k more"), then what follows, P: between `least` and `most` more characters of C, then P. The
+// set is that stack alone, or that stack and expand(P) (the run may end here: least = 0). When no
+// character of C can start P (no C character steps expand(P) to a live set), a token w is allowed exactly
+// when
+//   - all of w is in C, at most `most` characters (consumed inside the run; fewer than `least` is a
+//     prefix of it), or
+//   - its first r characters are in C with least <= r <= most, and expand(P) accepts the rest of w: the
+//     run must end after exactly those r, since P cannot take a C character;
+// a token of more than `most` characters of C is rejected. Tokens cut inside their last character are
+// stepped whole. So one table per class serves every count and every context: a state's mask costs the
+// allowed tokens' bits plus stepping the tokens whose first byte outside C expand(P) can take, instead of
+// a walk of most of the trie (each character moves the count, so every step is a new state).
 #include <algorithm>
 #include <mutex>
 #include <string>

@@ -16,6 +16,13 @@
 //   loose: the mask of a state with counts below t is computed from the mask of the state with those
 //          counts raised to t (one shared "base" for a whole line of a list, say): a trie subtree whose
 //          tokens are all short enough takes the base's bits, only the longer tokens are walked.
+// Markers (repeat_marker.cpp). When every copy of x holds some ASCII byte m at least q_m times (the
+// list item "- " ... "\n" holds "\n"), the same argument counts m instead of code points: a string with
+// at most (min(k, j) - 1) * q_m - 1 m's cannot hold k - 1 whole copies past the current one, so R_k and R_j
+// accept it alike; the unfinished characters around a token are not ASCII and hold no m. So a token holding
+// m at most that many times (any length) takes the base's bit too: a line of a list walks only the
+// tokens with a newline, however few lines are left.
+// Runs of one character class (class_chain_mask.cpp) take their masks from a table, not from a walk.
 // Shared: a mask not in this matcher's cache is looked up in the process-wide MaskCache (mask_cache.h)
 // by the state written as grammar positions, and a computed one is stored there.
 #include <algorithm>
