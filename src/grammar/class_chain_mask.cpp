@@ -73,7 +73,7 @@ int64_t decode(const std::string& piece, size_t i, size_t& len) {
 }
 
 std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const std::vector<Element>& elements,
-                                                 int32_t pos) {
+                                                 int32_t first, int32_t tail) {
     auto table = std::make_shared<ClassRunTable>();
     std::vector<std::pair<int32_t, int32_t>> whole;  // (characters, id)
     for (const int32_t id : trie.tokens) {
@@ -87,7 +87,7 @@ std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const st
                 cut = true;
                 break;
             }
-            if (cp < 0 || !class_matches(elements, pos, static_cast<uint32_t>(cp))) break;
+            if (cp < 0 || !class_matches(elements, run == 0 ? first : tail, static_cast<uint32_t>(cp))) break;
         }
         if (cut) {
             table->unfinished.push_back(id);
@@ -121,20 +121,23 @@ std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const st
 }  // namespace
 
 std::shared_ptr<const ClassRunTable> class_run_table(const TokenTrie& trie, const std::vector<Element>& elements,
-                                                     int32_t pos) {
+                                                     int32_t first, int32_t tail) {
     std::string key(sizeof(uint64_t), '\0');
     const uint64_t fingerprint = trie.fingerprint();
     std::copy_n(reinterpret_cast<const char*>(&fingerprint), sizeof fingerprint, key.data());
-    for (int32_t p = pos; p < class_end(elements, pos); ++p) {
-        key.push_back(static_cast<char>(elements[static_cast<size_t>(p)].type));
-        key.append(reinterpret_cast<const char*>(&elements[static_cast<size_t>(p)].value), sizeof(uint32_t));
+    for (const int32_t pos : {first, tail}) {
+        for (int32_t p = pos; p < class_end(elements, pos); ++p) {
+            key.push_back(static_cast<char>(elements[static_cast<size_t>(p)].type));
+            key.append(reinterpret_cast<const char*>(&elements[static_cast<size_t>(p)].value), sizeof(uint32_t));
+        }
+        key.push_back('|');
     }
     Tables& t = tables();
     {
         const std::lock_guard lock(t.mutex);
         if (const auto it = t.by_key.find(key); it != t.by_key.end()) return it->second;
     }
-    auto table = build_table(trie, elements, pos);  // outside the lock: another thread may build it too
+    auto table = build_table(trie, elements, first, tail);  // outside the lock: another thread may build it too
     const std::lock_guard lock(t.mutex);
     if (t.by_key.size() >= kMaxTables) t.by_key.clear();
     return t.by_key.emplace(std::move(key), std::move(table)).first->second;
@@ -181,9 +184,11 @@ GrammarMatcher::ChainTop GrammarMatcher::chain_top(int32_t set) {
     for (const int32_t s : stacks) {
         if (s < 0 || stacks.size() > kMaxStacks) continue;
         const auto [c_pos, parent] = nodes_[static_cast<size_t>(s)];
-        int32_t least = 0, q = c_pos;
+        // The top's class A, then copies of one class B (the first one names it), then maybe a chain of B.
+        int32_t least = 1, q = class_end(elements, c_pos), tail = -1;
         while (elements[static_cast<size_t>(q)].type != ElementType::rule_ref &&
-               !ends_alternative(elements[static_cast<size_t>(q)]) && same_class(q, c_pos)) {
+               !ends_alternative(elements[static_cast<size_t>(q)]) && (tail < 0 || same_class(q, tail))) {
+            if (tail < 0) tail = q;
             ++least;
             q = class_end(elements, q);
         }
@@ -193,12 +198,14 @@ GrammarMatcher::ChainTop GrammarMatcher::chain_top(int32_t set) {
             const auto rule = elements[static_cast<size_t>(q)].value;
             const int32_t chain = grammar_->rule_chain[rule];
             if (chain >= 0 && chain_class_[static_cast<size_t>(chain)] == 0 &&
-                same_class(grammar_->rule_start[rule], c_pos)) {
+                (tail < 0 || same_class(grammar_->rule_start[rule], tail))) {
+                if (tail < 0) tail = grammar_->rule_start[rule];
                 most += grammar_->rule_count[rule];
                 chain_after = true;
                 ++q;
             }
         }
+        if (tail < 0) tail = c_pos;
         const auto rule = static_cast<size_t>(pos_rule_[static_cast<size_t>(c_pos)]);
         const bool in_chain =
             grammar_->rule_chain[rule] >= 0 && chain_class_[static_cast<size_t>(grammar_->rule_chain[rule])] == 0;
@@ -206,25 +213,32 @@ GrammarMatcher::ChainTop GrammarMatcher::chain_top(int32_t set) {
         std::vector<int32_t> rest;
         expand(ends_alternative(elements[static_cast<size_t>(q)]) ? parent : intern_node(q, parent), rest);
         const int32_t rest_set = intern_set(rest);
-        std::vector<int32_t> others;
+        // The other stacks: none, or exactly expand(P) (the run may end here); the empty stack (the
+        // grammar may end here) only adds the end tokens, from the set itself.
+        std::vector<int32_t> others, rest_stacks;
         for (const int32_t o : stacks) {
-            if (o != s) others.push_back(o);
+            if (o != s && o >= 0) others.push_back(o);
+        }
+        for (const int32_t r : sets_[static_cast<size_t>(rest_set)]) {
+            if (r >= 0) rest_stacks.push_back(r);
         }
         if (!others.empty()) {
-            if (sets_[static_cast<size_t>(rest_set)] != others) continue;
-            least = 0;  // the run may end here: its end was expanded into the set
+            if (rest_stacks != others) continue;
+            least = 0;
         }
-        bool disjoint = true;  // no character of C can start the rest
-        for (uint32_t c = 0; c < 128 && disjoint; ++c) {
-            if (class_matches(elements, c_pos, c) && transition(rest_set, c) != 0) disjoint = false;
-        }
-        if (disjoint && class_intersects(elements, c_pos, 0x80, 0x10FFFF)) {
-            for (const int32_t r : sets_[static_cast<size_t>(rest_set)]) {
-                if (r >= 0 && class_intersects(elements, nodes_[static_cast<size_t>(r)].first, 0x80, 0x10FFFF))
-                    disjoint = false;
+        bool disjoint = true;  // no character of A or B can start the rest
+        for (const int32_t cls : {c_pos, tail}) {
+            for (uint32_t c = 0; c < 128 && disjoint; ++c) {
+                if (class_matches(elements, cls, c) && transition(rest_set, c) != 0) disjoint = false;
+            }
+            if (disjoint && class_intersects(elements, cls, 0x80, 0x10FFFF)) {
+                for (const int32_t r : sets_[static_cast<size_t>(rest_set)]) {
+                    if (r >= 0 && class_intersects(elements, nodes_[static_cast<size_t>(r)].first, 0x80, 0x10FFFF))
+                        disjoint = false;
+                }
             }
         }
-        if (disjoint) top = ChainTop{c_pos, least, most, rest_set};
+        if (disjoint) top = ChainTop{c_pos, tail, least, most, rest_set};
         break;  // only one stack can be s
     }
     if (chain_tops_.size() < sets_.size()) chain_tops_.resize(sets_.size());
@@ -236,8 +250,8 @@ bool GrammarMatcher::class_chain_mask(const State& state, std::vector<uint64_t>&
     if (state.remaining != 0) return false;
     const ChainTop top = chain_top(state.set);
     if (top.class_pos < 0) return false;
-    auto& table = class_tables_[top.class_pos];
-    if (!table) table = class_run_table(*trie_, grammar_->elements, top.class_pos);
+    auto& table = class_tables_[(static_cast<uint64_t>(top.class_pos) << 32) | static_cast<uint32_t>(top.tail_pos)];
+    if (!table) table = class_run_table(*trie_, grammar_->elements, top.class_pos, top.tail_pos);
     const TokenTrie& trie = *trie_;
     mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
     auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };

@@ -16,6 +16,7 @@ namespace kvstash::grammar {
 class TokenTrie;
 
 struct ClassRunTable {
+    // "In the class": the first character in the first class, later ones in the tail class.
     // Tokens made only of whole characters in the class, by their number of characters (code points)
     // ascending: those of at most n characters are in_class[0 .. in_class_end[min(n, size - 1)]).
     std::vector<int32_t> in_class;
@@ -33,10 +34,12 @@ struct ClassRunTable {
     std::vector<int32_t> unfinished;
 };
 
-// The table of the class starting at elements[pos], from the process-wide cache (built on first use;
-// dropped by clear_grammar_mask_cache(), so a cold request pays for it).
+// The table of a run whose first character is in the class starting at elements[first] and every later
+// one in the class at elements[tail] (the same class, or [A-Za-z] then [A-Za-z .'-]{0,30}), from the
+// process-wide cache (built on first use; dropped by clear_grammar_mask_cache(), so a cold request pays
+// for it).
 std::shared_ptr<const ClassRunTable> class_run_table(const TokenTrie& trie, const std::vector<Element>& elements,
-                                                     int32_t pos);
+                                                     int32_t first, int32_t tail);
 void clear_class_run_tables();
 
 }  // namespace kvstash::grammar

@@ -167,6 +167,7 @@ private:
     // class_pos -1: not that shape (-2: not computed).
     struct ChainTop {
         int32_t class_pos = -2;
+        int32_t tail_pos = 0;  // the class of the characters after the first (often class_pos's)
         int32_t least = 0, most = 0;
         int32_t rest = 0;
     };
@@ -207,9 +208,9 @@ private:
     std::vector<int32_t> chain_marker_, chain_marker_min_;
     std::vector<const std::vector<uint8_t>*> chain_marker_counts_;
     std::vector<int32_t> chain_class_;  // per chain: 0 when its item is one character class, else -1
-    std::unordered_map<int32_t, std::shared_ptr<const ClassRunTable>> class_tables_;  // by class position
-    std::vector<ChainTop> chain_tops_;                                                // by set id
-    std::vector<int32_t> pos_rule_;                                                   // grammar position -> its rule
+    std::unordered_map<uint64_t, std::shared_ptr<const ClassRunTable>> class_tables_;  // by (class, tail) position
+    std::vector<ChainTop> chain_tops_;                                                 // by set id
+    std::vector<int32_t> pos_rule_;                                                    // grammar position -> its rule
     std::vector<Canonical> exact_canon_, loose_canon_;  // by set id (set -1: not computed)
     MaskStats stats_;
     uint64_t space_ = 0;  // this grammar + vocabulary in MaskCache
