@@ -74,20 +74,34 @@ int64_t decode(const std::string& piece, size_t i, size_t& len) {
 
 std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const std::vector<Element>& elements,
                                                  int32_t first, int32_t tail) {
+    // ASCII membership as tables (most pieces are ASCII): [0] the first class, [1] the tail class.
+    std::array<std::array<bool, 128>, 2> ascii{};
+    for (uint32_t c = 0; c < 128; ++c) {
+        ascii[0][c] = class_matches(elements, first, c);
+        ascii[1][c] = class_matches(elements, tail, c);
+    }
     auto table = std::make_shared<ClassRunTable>();
     std::vector<std::pair<int32_t, int32_t>> whole;  // (characters, id)
+    std::vector<uint8_t> break_byte;                 // per breaks entry
     for (const int32_t id : trie.tokens) {
         const std::string& piece = trie.piece(id);
         int32_t run = 0;
-        size_t i = 0, len = 0;
+        size_t i = 0, len = 1;
         bool cut = false;
         for (; i < piece.size(); i += len, ++run) {
+            const auto byte = static_cast<uint8_t>(piece[i]);
+            const int which = run == 0 ? 0 : 1;
+            if (byte < 0x80) {
+                len = 1;
+                if (!ascii[static_cast<size_t>(which)][byte]) break;
+                continue;
+            }
             const int64_t cp = decode(piece, i, len);
             if (cp == -2) {
                 cut = true;
                 break;
             }
-            if (cp < 0 || !class_matches(elements, run == 0 ? first : tail, static_cast<uint32_t>(cp))) break;
+            if (cp < 0 || !class_matches(elements, which == 0 ? first : tail, static_cast<uint32_t>(cp))) break;
         }
         if (cut) {
             table->unfinished.push_back(id);
@@ -95,26 +109,27 @@ std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const st
             whole.push_back({run, id});
         } else {
             table->breaks.push_back({id, static_cast<int32_t>(i), run});
+            break_byte.push_back(static_cast<uint8_t>(piece[i]));
         }
     }
-    std::stable_sort(whole.begin(), whole.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    const int32_t longest = whole.empty() ? 0 : whole.back().first;
+    // Counting sorts (stable): the whole tokens by characters, the breaks by their byte.
+    int32_t longest = 0;
+    for (const auto& w : whole) longest = std::max(longest, w.first);
     table->in_class_end.assign(static_cast<size_t>(longest) + 1, 0);
-    for (const auto& [n, id] : whole) {
-        table->in_class.push_back(id);
-        ++table->in_class_end[static_cast<size_t>(n)];
-    }
+    for (const auto& w : whole) ++table->in_class_end[static_cast<size_t>(w.first)];
+    std::vector<int32_t> start(table->in_class_end.size(), 0);
+    for (size_t n = 1; n < start.size(); ++n) start[n] = start[n - 1] + table->in_class_end[n - 1];
+    table->in_class.resize(whole.size());
+    for (const auto& [n, id] : whole) table->in_class[static_cast<size_t>(start[static_cast<size_t>(n)]++)] = id;
     for (size_t n = 1; n < table->in_class_end.size(); ++n) table->in_class_end[n] += table->in_class_end[n - 1];
-    auto byte_at = [&trie](const ClassRunTable::Break& b) {
-        return static_cast<uint8_t>(trie.piece(b.id)[static_cast<size_t>(b.offset)]);
-    };
-    std::stable_sort(table->breaks.begin(), table->breaks.end(),
-                     [&](const auto& a, const auto& b) { return byte_at(a) < byte_at(b); });
-    size_t at = 0;
-    for (int32_t b = 0; b <= 256; ++b) {
-        while (b < 256 && at < table->breaks.size() && byte_at(table->breaks[at]) < b) ++at;
-        table->break_begin[static_cast<size_t>(b)] = static_cast<int32_t>(b < 256 ? at : table->breaks.size());
-    }
+    std::array<int32_t, 257> begin{};
+    for (const uint8_t b : break_byte) ++begin[static_cast<size_t>(b) + 1];
+    for (size_t b = 1; b < begin.size(); ++b) begin[b] += begin[b - 1];
+    table->break_begin = begin;
+    std::vector<ClassRunTable::Break> sorted(table->breaks.size());
+    for (size_t k = 0; k < table->breaks.size(); ++k)
+        sorted[static_cast<size_t>(begin[break_byte[k]]++)] = table->breaks[k];
+    table->breaks = std::move(sorted);
     return table;
 }
 
