@@ -81,6 +81,7 @@ std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const st
         ascii[1][c] = class_matches(elements, tail, c);
     }
     auto table = std::make_shared<ClassRunTable>();
+    table->break_at_start.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
     std::vector<std::pair<int32_t, int32_t>> whole;  // (characters, id)
     std::vector<uint8_t> break_byte;                 // per breaks entry
     for (const int32_t id : trie.tokens) {
@@ -107,6 +108,8 @@ std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const st
             table->unfinished.push_back(id);
         } else if (i >= piece.size()) {
             whole.push_back({run, id});
+        } else if (run == 0) {
+            table->break_at_start[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
         } else {
             table->breaks.push_back({id, static_cast<int32_t>(i), run});
             break_byte.push_back(static_cast<uint8_t>(piece[i]));
@@ -267,6 +270,11 @@ bool GrammarMatcher::class_chain_mask(const State& state, std::vector<uint64_t>&
     if (top.class_pos < 0) return false;
     auto& table = class_tables_[(static_cast<uint64_t>(top.class_pos) << 32) | static_cast<uint32_t>(top.tail_pos)];
     if (!table) table = class_run_table(*trie_, grammar_->elements, top.class_pos, top.tail_pos);
+    // Run 0 (a first character outside the class) where the run may end at once: the token as a whole
+    // from the set after the run, by its mask (cached, or a walk cut early). Computed first: mask_of may
+    // reuse `mask`'s storage.
+    std::vector<uint64_t> after;
+    if (top.least == 0) after = mask_of(State{canonical(top.rest, false).set, 0, 0, 0});
     const TokenTrie& trie = *trie_;
     mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
     auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
@@ -280,6 +288,9 @@ bool GrammarMatcher::class_chain_mask(const State& state, std::vector<uint64_t>&
     if (longest >= 0) {
         const int32_t end = table->in_class_end[static_cast<size_t>(std::min(top.most, longest))];
         for (int32_t i = 0; i < end; ++i) allow(table->in_class[static_cast<size_t>(i)]);
+    }
+    if (top.least == 0) {
+        for (size_t w = 0; w < mask.size(); ++w) mask[w] |= after[w] & table->break_at_start[w];
     }
     const State rest{top.rest, 0, 0, 0};
     for (int32_t b = 0; b < 256; ++b) {

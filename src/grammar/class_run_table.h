@@ -28,8 +28,11 @@ struct ClassRunTable {
         int32_t offset = 0;
         int32_t run = 0;
     };
-    std::vector<Break> breaks;
+    std::vector<Break> breaks;  // run >= 1 only
     std::array<int32_t, 257> break_begin{};
+    // Tokens whose first character is outside the first class (run 0): bit id (word id / 64). Where the
+    // run may end at once, they are allowed exactly where the set after the run allows them.
+    std::vector<uint64_t> break_at_start;
     // Tokens that end inside a character after only characters in the class: stepped whole.
     std::vector<int32_t> unfinished;
 };
