@@ -84,35 +84,56 @@ std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const st
     table->break_at_start.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
     std::vector<std::pair<int32_t, int32_t>> whole;  // (characters, id)
     std::vector<uint8_t> break_byte;                 // per breaks entry
-    for (const int32_t id : trie.tokens) {
-        const std::string& piece = trie.piece(id);
-        int32_t run = 0;
-        size_t i = 0, len = 1;
-        bool cut = false;
-        for (; i < piece.size(); i += len, ++run) {
-            const auto byte = static_cast<uint8_t>(piece[i]);
-            const int which = run == 0 ? 0 : 1;
-            if (byte < 0x80) {
-                len = 1;
-                if (!ascii[static_cast<size_t>(which)][byte]) break;
-                continue;
-            }
-            const int64_t cp = decode(piece, i, len);
-            if (cp == -2) {
-                cut = true;
-                break;
-            }
-            if (cp < 0 || !class_matches(elements, which == 0 ? first : tail, static_cast<uint32_t>(cp))) break;
-        }
-        if (cut) {
-            table->unfinished.push_back(id);
-        } else if (i >= piece.size()) {
-            whole.push_back({run, id});
-        } else if (run == 0) {
+    auto add_break = [&](int32_t id, int32_t offset, int32_t run) {
+        if (run == 0) {
             table->break_at_start[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
         } else {
-            table->breaks.push_back({id, static_cast<int32_t>(i), run});
-            break_byte.push_back(static_cast<uint8_t>(piece[i]));
+            table->breaks.push_back({id, offset, run});
+            break_byte.push_back(static_cast<uint8_t>(trie.piece(id)[static_cast<size_t>(offset)]));
+        }
+    };
+    // One token from byte `i`, `run` characters in so far (the pieces below a byte >= 0x80).
+    auto classify = [&](int32_t id, size_t i, int32_t run) {
+        const std::string& piece = trie.piece(id);
+        for (size_t len = 1; i < piece.size(); i += len, ++run) {
+            const int64_t cp = decode(piece, i, len);
+            if (cp == -2) {
+                table->unfinished.push_back(id);
+                return;
+            }
+            if (cp < 0 || !class_matches(elements, run == 0 ? first : tail, static_cast<uint32_t>(cp))) {
+                add_break(id, static_cast<int32_t>(i), run);
+                return;
+            }
+        }
+        whole.push_back({run, id});
+    };
+    // The trie depth first over ASCII prefixes in the class (one character per byte, so run = depth): a
+    // byte outside the class breaks every token below at once.
+    std::vector<int32_t> todo{0};
+    while (!todo.empty()) {
+        const auto n = static_cast<size_t>(todo.back());
+        todo.pop_back();
+        const TokenTrie::Node& node = trie.nodes[n];
+        const int32_t run = node.depth;
+        for (int32_t t = node.first_token; t < node.first_token + node.n_tokens; ++t)
+            whole.push_back({run, trie.tokens[static_cast<size_t>(t)]});
+        for (int32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
+            const int32_t child = trie.child_node[static_cast<size_t>(c)];
+            const uint8_t byte = trie.child_byte[static_cast<size_t>(c)];
+            const TokenTrie::Node& cn = trie.nodes[static_cast<size_t>(child)];
+            if (byte < 0x80 && ascii[run == 0 ? 0 : 1][byte]) {
+                todo.push_back(child);
+                continue;
+            }
+            for (int32_t t = cn.first_token; t < cn.subtree_token_end; ++t) {
+                const int32_t id = trie.tokens[static_cast<size_t>(t)];
+                if (byte < 0x80) {
+                    add_break(id, run, run);
+                } else {
+                    classify(id, static_cast<size_t>(run), run);
+                }
+            }
         }
     }
     // Counting sorts (stable): the whole tokens by characters, the breaks by their byte.
