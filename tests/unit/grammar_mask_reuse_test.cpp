@@ -227,6 +227,23 @@ TEST(GrammarMaskReuse, RandomClassRepetitionsGiveThePlainWalksMasks) {
     EXPECT_GT(from_tables, 100u);  // the run tables were used
 }
 
+// x{m,n} with a large m: m copies of the class, each step a new state that does not collapse; the run
+// table covers the copies too (least = copies left), so no step walks the trie.
+TEST(GrammarMaskReuse, LargeMinimumOfOneClassTakesTheRunTable) {
+    std::mt19937 rng(4);
+    const auto trie = random_trie(rng, 400, 10);
+    for (const char* gbnf : {"root ::= [a-b ]{30,45} \"\\n\"", "root ::= \"-\" [^\\n]{25} \"\\n\" [ab]{0,3}"}) {
+        GrammarMatcher::MaskStats stats;
+        compare_masks(gbnf, trie, rng, 40, &stats);
+        if (HasFatalFailure()) return;
+        EXPECT_GE(stats.class_chain_masks, 3u) << gbnf;
+        EXPECT_GT(stats.class_chain_masks, stats.full_walks) << gbnf;
+        EXPECT_LE(stats.full_walks, 3u) << gbnf;
+        std::printf("%s: %zu masks from the run table, %zu full walks\n", gbnf, stats.class_chain_masks,
+                    stats.full_walks);
+    }
+}
+
 // The marker bound at its edge: item "a\nb" with marker "\n" (the rarest of its characters here); after
 // "a\n" the rest of the item holds no marker, so a token "b" ("a\nb") x (k - 1) "a" holds k - 1 markers and
 // needs k copies: allowed with k copies left, not with fewer. One more marker in the budget would allow
