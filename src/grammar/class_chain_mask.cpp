@@ -136,16 +136,16 @@ std::shared_ptr<const ClassRunTable> build_table(const TokenTrie& trie, const st
             }
         }
     }
-    // Counting sorts (stable): the whole tokens by characters, the breaks by their byte.
+    // The whole tokens by characters, the breaks by their byte (a counting sort).
     int32_t longest = 0;
     for (const auto& w : whole) longest = std::max(longest, w.first);
-    table->in_class_end.assign(static_cast<size_t>(longest) + 1, 0);
-    for (const auto& w : whole) ++table->in_class_end[static_cast<size_t>(w.first)];
-    std::vector<int32_t> start(table->in_class_end.size(), 0);
-    for (size_t n = 1; n < start.size(); ++n) start[n] = start[n - 1] + table->in_class_end[n - 1];
-    table->in_class.resize(whole.size());
-    for (const auto& [n, id] : whole) table->in_class[static_cast<size_t>(start[static_cast<size_t>(n)]++)] = id;
-    for (size_t n = 1; n < table->in_class_end.size(); ++n) table->in_class_end[n] += table->in_class_end[n - 1];
+    std::vector<std::vector<int32_t>> by_length(static_cast<size_t>(longest) + 1);
+    for (const auto& [n, id] : whole) by_length[static_cast<size_t>(n)].push_back(id);
+    std::vector<uint64_t> upto((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
+    for (const auto& ids : by_length) {
+        for (const int32_t id : ids) upto[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+        table->in_class_upto.push_back(upto);
+    }
     std::array<int32_t, 257> begin{};
     for (const uint8_t b : break_byte) ++begin[static_cast<size_t>(b) + 1];
     for (size_t b = 1; b < begin.size(); ++b) begin[b] += begin[b - 1];
@@ -297,18 +297,18 @@ bool GrammarMatcher::class_chain_mask(const State& state, std::vector<uint64_t>&
     std::vector<uint64_t> after;
     if (top.least == 0) after = mask_of(State{canonical(top.rest, false).set, 0, 0, 0});
     const TokenTrie& trie = *trie_;
-    mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
+    const auto longest = static_cast<int32_t>(table->in_class_upto.size()) - 1;
+    if (longest >= 0) {
+        mask = table->in_class_upto[static_cast<size_t>(std::min(top.most, longest))];
+    } else {
+        mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
+    }
     auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
     const auto& stacks = sets_[static_cast<size_t>(state.set)];
     if (!stacks.empty() && stacks.front() == -1) {  // the grammar can end here
         for (const int32_t id : trie.end_tokens()) {
             if (id >= 0 && id < trie.n_vocab()) allow(id);
         }
-    }
-    const auto longest = static_cast<int32_t>(table->in_class_end.size()) - 1;
-    if (longest >= 0) {
-        const int32_t end = table->in_class_end[static_cast<size_t>(std::min(top.most, longest))];
-        for (int32_t i = 0; i < end; ++i) allow(table->in_class[static_cast<size_t>(i)]);
     }
     if (top.least == 0) {
         for (size_t w = 0; w < mask.size(); ++w) mask[w] |= after[w] & table->break_at_start[w];

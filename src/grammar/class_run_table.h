@@ -17,10 +17,9 @@ class TokenTrie;
 
 struct ClassRunTable {
     // "In the class": the first character in the first class, later ones in the tail class.
-    // Tokens made only of whole characters in the class, by their number of characters (code points)
-    // ascending: those of at most n characters are in_class[0 .. in_class_end[min(n, size - 1)]).
-    std::vector<int32_t> in_class;
-    std::vector<int32_t> in_class_end;
+    // Tokens made only of whole characters in the class, of at most n characters (code points):
+    // in_class_upto[min(n, size - 1)], bit id (word id / 64). A state's mask starts as a copy of one.
+    std::vector<std::vector<uint64_t>> in_class_upto;
     // Tokens with a character outside the class (or not valid UTF-8) after `run` characters in it, that
     // one starting at byte `offset`; ordered by that byte: byte b's are breaks[break_begin[b] .. [b + 1]).
     struct Break {
