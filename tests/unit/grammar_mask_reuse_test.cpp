@@ -244,6 +244,31 @@ TEST(GrammarMaskReuse, LargeMinimumOfOneClassTakesTheRunTable) {
     }
 }
 
+// Dropping the caches (a long generation past the node / set limits) renumbers sets and nodes: the run
+// shapes cached by set id are dropped with them, the class tables (by grammar position) kept.
+TEST(GrammarMaskReuse, CacheRebuildKeepsTheRunTableMasks) {
+    std::mt19937 rng(6);
+    const auto trie = random_trie(rng, 300, 9);
+    auto parsed = std::make_shared<ParsedGrammar>(parse_gbnf("root ::= (\"- \" [^\\n]{1,30} \"\\n\"){1,12}"));
+    GrammarMatcher fast(parsed, trie), plain(parsed, trie);
+    fast.set_cache_limits(64, 24);
+    plain.set_mask_reuse(false);
+    for (int step = 0; step < 120 && !plain.must_end(); ++step) {
+        const auto& expected = plain.allowed_tokens();
+        ASSERT_EQ(fast.allowed_tokens(), expected) << "step " << step;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < trie->n_vocab(); ++id) {
+            if ((expected[static_cast<size_t>(id) / 64] >> (id % 64)) & 1 && !trie->is_end_token(id))
+                allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        const int32_t token = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+        plain.accept_token(token);
+        fast.accept_token(token);
+    }
+    EXPECT_GT(fast.mask_stats().class_chain_masks, 10u);
+}
+
 // The marker bound at its edge: item "a\nb" with marker "\n" (the rarest of its characters here); after
 // "a\n" the rest of the item holds no marker, so a token "b" ("a\nb") x (k - 1) "a" holds k - 1 markers and
 // needs k copies: allowed with k copies left, not with fewer. One more marker in the budget would allow
