@@ -27,7 +27,8 @@ namespace kvstash::grammar {
 
 namespace {
 
-constexpr size_t kMaxTables = 64;  // (vocabulary, class) tables kept; past it all are dropped
+constexpr size_t kMaxTables =
+    16;  // (vocabulary, class) tables kept (~0.5-1 MB each for 49k tokens); past it all are dropped
 // Runs shorter than this with no chain (one literal character, [ab] [ab]) are walked: the walk is cut at
 // the first byte there, and a table per class would cost more than it saves.
 constexpr int32_t kMinRun = 4;
