@@ -16,6 +16,13 @@
 //   loose: the mask of a state with counts below t is computed from the mask of the state with those
 //          counts raised to t (one shared "base" for a whole line of a list, say): a trie subtree whose
 //          tokens are all short enough takes the base's bits, only the longer tokens are walked.
+// Markers (repeat_marker.cpp). When every copy of x holds some ASCII byte m at least q_m times (the
+// list item "- " ... "\n" holds "\n"), the same argument counts m instead of code points: a string with
+// at most (min(k, j) - 1) * q_m - 1 m's cannot hold k - 1 whole copies past the current one, so R_k and R_j
+// accept it alike; the unfinished characters around a token are not ASCII and hold no m. So a token holding
+// m at most that many times (any length) takes the base's bit too: a line of a list walks only the
+// tokens with a newline, however few lines are left.
+// Runs of one character class (class_chain_mask.cpp) take their masks from a table, not from a walk.
 // Shared: a mask not in this matcher's cache is looked up in the process-wide MaskCache (mask_cache.h)
 // by the state written as grammar positions, and a computed one is stored there.
 #include <algorithm>
@@ -50,8 +57,19 @@ bool GrammarMatcher::closed_under(int32_t set, int32_t node) {
     return true;
 }
 
+bool GrammarMatcher::decided_alike(int32_t node, const std::vector<Bound>& bounds) const {
+    const TokenTrie::Node& n = trie_->nodes[static_cast<size_t>(node)];
+    for (const Bound& b : bounds) {
+        if (n.depth + n.height <= b.bytes) continue;
+        if (b.count >= 0 && (*chain_marker_counts_[static_cast<size_t>(b.chain)])[static_cast<size_t>(node)] <= b.count)
+            continue;
+        return false;
+    }
+    return true;
+}
+
 void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mask, const std::vector<uint64_t>* base,
-                                  int32_t prune, bool skip_closed) {
+                                  const std::vector<Bound>* bounds, bool skip_closed) {
     const TokenTrie& trie = *trie_;
     mask.assign((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
     auto allow = [&mask](int32_t id) { mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64); };
@@ -73,14 +91,16 @@ void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mas
         for (int32_t c = node.first_child; c < node.first_child + node.n_children; ++c) {
             const int32_t child = trie.child_node[static_cast<size_t>(c)];
             const TokenTrie::Node& cn = trie.nodes[static_cast<size_t>(child)];
-            if (base != nullptr && cn.depth + cn.height <= prune) {
-                // Every token below is short enough to be decided alike from the base state.
+            if (base != nullptr && decided_alike(child, *bounds)) {
+                // Every token below is short enough (or holds few enough markers) to be decided alike
+                // from the base state.
                 for (int32_t t = cn.first_token; t < cn.subtree_token_end; ++t) {
                     const int32_t id = trie.tokens[static_cast<size_t>(t)];
                     if (((*base)[static_cast<size_t>(id) / 64] >> (id % 64)) & 1) allow(id);
                 }
                 continue;
             }
+            ++stats_.stepped_nodes;
             State next = frame.state;
             const uint8_t byte = trie.child_byte[static_cast<size_t>(c)];
             if (next.remaining == 0 && byte < 0x80) {
@@ -107,7 +127,7 @@ void GrammarMatcher::compute_mask(const State& start, std::vector<uint64_t>& mas
     }
 }
 
-int32_t GrammarMatcher::map_position(int32_t pos, bool loose, int32_t& budget) const {
+int32_t GrammarMatcher::map_position(int32_t pos, bool loose, Canonical& into) const {
     const auto rule = static_cast<size_t>(pos_rule_[static_cast<size_t>(pos)]);
     const int32_t chain = grammar_->rule_chain[rule];
     if (chain < 0) return pos;
@@ -115,16 +135,27 @@ int32_t GrammarMatcher::map_position(int32_t pos, bool loose, int32_t& budget) c
     const int32_t k = grammar_->rule_count[rule];
     const int32_t target = chain_target_[c];
     if (target < 2) return pos;  // R_1 differs from the others in layout (no reference)
-    // Tokens of up to `bytes` bytes are allowed alike from counts k and target (see the top).
-    const int32_t bytes = (std::min(k, target) - 1) * chain_item_min_[c] - 3;
-    const bool rewrite = loose ? (k < target && bytes >= kLooseMinBytes) : k > target;
+    // Tokens of up to `bytes` bytes, or holding the marker at most `count` times, are allowed alike from
+    // counts k and target (see the top).
+    const int32_t copies = std::min(k, target) - 1;
+    const int32_t bytes = copies * chain_item_min_[c] - 3;
+    const int32_t count = chain_marker_[c] >= 0 ? std::min(copies * chain_marker_min_[c] - 1, 254) : -1;
+    const bool rewrite = loose ? (k < target && (bytes >= kLooseMinBytes || count >= 0)) : k > target;
     if (!rewrite) return pos;
-    budget = std::min(budget, bytes);
+    into.changed = true;
+    auto bound =
+        std::find_if(into.bounds.begin(), into.bounds.end(), [chain](const Bound& b) { return b.chain == chain; });
+    if (bound == into.bounds.end()) {
+        into.bounds.push_back(Bound{chain, bytes, count});
+    } else {
+        bound->bytes = std::min(bound->bytes, bytes);
+        bound->count = std::min(bound->count, count);
+    }
     const int32_t to_rule = grammar_->repeat_chains[c][static_cast<size_t>(target - 1)];
     return grammar_->rule_start[static_cast<size_t>(to_rule)] + (pos - grammar_->rule_start[rule]);
 }
 
-int32_t GrammarMatcher::map_stack(int32_t stack, bool loose, int32_t& budget) {
+int32_t GrammarMatcher::map_stack(int32_t stack, bool loose, Canonical& into) {
     scratch_.clear();
     for (int32_t n = stack; n >= 0; n = nodes_[static_cast<size_t>(n)].second) scratch_.push_back(n);
     const std::vector<int32_t> path = scratch_;  // top first
@@ -132,7 +163,7 @@ int32_t GrammarMatcher::map_stack(int32_t stack, bool loose, int32_t& budget) {
     int32_t s = -1;
     for (size_t i = path.size(); i-- > 0;) {
         const int32_t pos = nodes_[static_cast<size_t>(path[i])].first;
-        const int32_t mapped = map_position(pos, loose, budget);
+        const int32_t mapped = map_position(pos, loose, into);
         if (!changed && mapped == pos) {
             s = path[i];  // the same node over the same (unchanged) parent
             continue;
@@ -147,13 +178,14 @@ GrammarMatcher::Canonical GrammarMatcher::canonical(int32_t set, bool loose) {
     auto& cache = loose ? loose_canon_ : exact_canon_;
     if (static_cast<size_t>(set) < cache.size() && cache[static_cast<size_t>(set)].set >= 0)
         return cache[static_cast<size_t>(set)];
-    Canonical result{set, INT32_MAX};
+    Canonical result;
+    result.set = set;
     if (!grammar_->repeat_chains.empty()) {
         std::vector<int32_t> stacks = sets_[static_cast<size_t>(set)];
         for (int32_t& s : stacks) {
-            if (s >= 0) s = map_stack(s, loose, result.budget);
+            if (s >= 0) s = map_stack(s, loose, result);
         }
-        if (result.budget != INT32_MAX) result.set = intern_set(stacks);
+        if (result.changed) result.set = intern_set(stacks);
     }
     if (cache.size() < sets_.size()) cache.resize(sets_.size());
     cache[static_cast<size_t>(set)] = result;
@@ -193,17 +225,18 @@ const std::vector<uint64_t>& GrammarMatcher::mask_of(const State& state) {
         if (masks_.size() >= kMaxMasks) masks_.clear();
         return masks_.emplace(k, *found).first->second;
     }
-    const Canonical loose = canonical(state.set, true);
-    const int32_t prune = loose.budget == INT32_MAX ? 0 : loose.budget;
-    if (loose.set != state.set && prune >= 1) {
-        State base_state = state;
-        base_state.set = loose.set;
-        const std::vector<uint64_t> base = mask_of(base_state);  // a copy: the cache may be cleared below
-        compute_mask(state, mask_, &base, prune, true);
-        ++stats_.pruned_walks;
-    } else {
-        compute_mask(state, mask_, nullptr, 0, true);
-        ++stats_.full_walks;
+    if (!class_chain_mask(state, mask_)) {  // inside a class repetition: from the class's table, no walk
+        const Canonical loose = canonical(state.set, true);
+        if (loose.set != state.set) {
+            State base_state = state;
+            base_state.set = loose.set;
+            const std::vector<uint64_t> base = mask_of(base_state);  // a copy: the cache may be cleared below
+            compute_mask(state, mask_, &base, &loose.bounds, true);
+            ++stats_.pruned_walks;
+        } else {
+            compute_mask(state, mask_, nullptr, nullptr, true);
+            ++stats_.full_walks;
+        }
     }
     shared.insert(key, std::make_shared<const Mask>(mask_));
     if (masks_.size() >= kMaxMasks) masks_.clear();
@@ -234,7 +267,7 @@ const std::vector<uint64_t>& GrammarMatcher::allowed_tokens() {
         const uint64_t k = state_key(state_);
         if (const auto it = masks_.find(k); it != masks_.end()) return it->second;
         if (masks_.size() >= kMaxMasks) masks_.clear();
-        compute_mask(state_, mask_, nullptr, 0, false);  // the plain reference: no shortcut
+        compute_mask(state_, mask_, nullptr, nullptr, false);  // the plain reference: no shortcut
         ++stats_.full_walks;
         return masks_.emplace(k, mask_).first->second;
     }

@@ -38,6 +38,7 @@ TokenTrie::TokenTrie(std::vector<std::string> pieces, const std::vector<uint8_t>
     }
     std::stable_sort(order.begin(), order.end(), [this](int32_t a, int32_t b) { return pieces_[a] < pieces_[b]; });
     build(order, 0, order.size(), 0);
+    count_ascii_bytes(order);
     uint64_t h = 1469598103934665603ull;
     auto mix = [&h](uint64_t x) { h = (h ^ x) * 1099511628211ull; };
     for (size_t i = 0; i < pieces_.size(); ++i) {
@@ -111,6 +112,8 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const ParsedGrammar> grammar, std
     }
     state_.set = intern_set(start);
     set_chain_targets();
+    set_chain_markers();
+    set_class_chains();
     for (size_t r = 0; r < grammar_->rule_start.size(); ++r) {
         const size_t end =
             r + 1 < grammar_->rule_start.size() ? static_cast<size_t>(grammar_->rule_start[r + 1]) : elements.size();
@@ -394,6 +397,7 @@ void GrammarMatcher::compact_if_large() {
     masks_.clear();
     exact_canon_.clear();
     loose_canon_.clear();
+    chain_tops_.clear();
     std::vector<int32_t> none;
     intern_set(none);
     std::vector<int32_t> stacks;

@@ -17,11 +17,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "grammar/class_run_table.h"
 #include "grammar/gbnf_parse.h"
 
 namespace kvstash::grammar {
@@ -59,14 +61,25 @@ public:
     std::vector<std::array<uint64_t, 2>> below_bytes;
     std::vector<uint8_t> below_non_ascii;
 
+    // How many vocabulary tokens hold ASCII byte b at least once (counted-repetition markers, repeat_marker.cpp).
+    int32_t tokens_containing(uint8_t b) const { return tokens_containing_[b & 0x7F]; }
+    // Per node: the most times ASCII byte b occurs in one token of its subtree (the whole token, the
+    // prefix above the node included), saturated at 255. Built on first use, once per trie and byte
+    // (thread-safe); repeat_marker.cpp.
+    const std::vector<uint8_t>& marker_counts(uint8_t b) const;
+
 private:
     int32_t build(const std::vector<int32_t>& order, size_t lo, size_t hi, size_t depth);
+    void count_ascii_bytes(const std::vector<int32_t>& ids);  // tokens_containing_
 
     std::vector<std::string> pieces_;
     std::vector<uint8_t> matchable_;
     std::vector<uint8_t> is_end_;
     std::vector<int32_t> end_tokens_;
     uint64_t fingerprint_ = 0;
+    std::array<int32_t, 128> tokens_containing_{};
+    mutable std::mutex marker_mutex_;
+    mutable std::array<std::unique_ptr<std::vector<uint8_t>>, 128> marker_counts_;
 };
 
 class GrammarMatcher {
@@ -97,7 +110,9 @@ public:
     // the long tokens only over a base mask, masks taken from the shared cache.
     struct MaskStats {
         size_t full_walks = 0, pruned_walks = 0, shared_hits = 0;
-        size_t closed_subtrees = 0;  // trie subtrees allowed whole (every byte below loops back to the state)
+        size_t closed_subtrees = 0;    // trie subtrees allowed whole (every byte below loops back to the state)
+        size_t stepped_nodes = 0;      // trie nodes the walks stepped the state into (their cost)
+        size_t class_chain_masks = 0;  // masks from a class repetition's run table, no walk (class_chain_mask.cpp)
     };
     const MaskStats& mask_stats() const { return stats_; }
 
@@ -122,23 +137,45 @@ private:
     // `prune` + 4 code points (grammar_mask.cpp), so a subtree whose tokens are at most `prune` bytes
     // long takes base's bits instead of being walked.
     // skip_closed: a subtree whose bytes all lead the state back to itself is allowed without walking it.
-    void compute_mask(const State& start, std::vector<uint64_t>& mask, const std::vector<uint64_t>* base, int32_t prune,
-                      bool skip_closed);
+    struct Bound;
+    void compute_mask(const State& start, std::vector<uint64_t>& mask, const std::vector<uint64_t>* base,
+                      const std::vector<Bound>* bounds, bool skip_closed);
     bool closed_under(int32_t set, int32_t node);  // every byte below `node` leads `set` back to itself
     void compact_if_large();
 
     // Mask reuse (grammar_mask.cpp). A stack set with counted-repetition nodes R_k rewritten to another
-    // count; budget: tokens of up to this many bytes are allowed alike from both (the least over the
-    // nodes changed), INT32_MAX when nothing changed.
+    // count; per chain changed, which tokens are allowed alike from both: those of at most `bytes` bytes,
+    // and (the chain has a marker, count >= 0) those holding the chain's marker byte at most `count` times.
+    struct Bound {
+        int32_t chain = 0;
+        int32_t bytes = 0;
+        int32_t count = -1;
+    };
     struct Canonical {
         int32_t set = -1;
-        int32_t budget = 0;
+        bool changed = false;
+        std::vector<Bound> bounds;  // one per chain changed (the least budgets over its nodes)
     };
     Canonical canonical(int32_t set, bool loose);
-    int32_t map_stack(int32_t stack, bool loose, int32_t& budget);
-    int32_t map_position(int32_t pos, bool loose, int32_t& budget) const;
+    int32_t map_stack(int32_t stack, bool loose, Canonical& into);
+    int32_t map_position(int32_t pos, bool loose, Canonical& into) const;
+    bool decided_alike(int32_t node, const std::vector<Bound>& bounds) const;  // every token below node
     void set_chain_targets();
-    const std::vector<uint64_t>& mask_of(const State& state);  // state: exact-canonical
+    void set_chain_markers();  // repeat_marker.cpp
+    // A state inside a run of one character class C (class_chain_mask.cpp): between `least` and `most`
+    // more characters of C (C{m,n}: m copies, then the chain R_(n-m)), then the set `rest`;
+    // class_pos -1: not that shape (-2: not computed).
+    struct ChainTop {
+        int32_t class_pos = -2;
+        int32_t tail_pos = 0;  // the class of the characters after the first (often class_pos's)
+        int32_t least = 0, most = 0;
+        int32_t rest = 0;
+    };
+    void set_class_chains();
+    ChainTop chain_top(int32_t set);
+    bool same_class(int32_t a, int32_t b) const;  // the classes at elements a and b are equal
+    bool class_chain_mask(const State& state, std::vector<uint64_t>& mask);  // false: not that shape
+    const std::vector<uint64_t>& mask_of(const State& state);                // state: exact-canonical
     std::string shared_key(const State& state) const;
 
     struct VectorHash {
@@ -166,7 +203,14 @@ private:
     // Per repetition chain: the count above which counts collapse (grammar_mask.cpp), and the fewest
     // code points a non-empty item matches.
     std::vector<int32_t> chain_target_, chain_item_min_;
-    std::vector<int32_t> pos_rule_;                     // grammar position -> its rule
+    // Per chain: an ASCII byte every copy of the item holds at least chain_marker_min_ times (-1: none;
+    // repeat_marker.cpp), and its per-node counts (TokenTrie::marker_counts).
+    std::vector<int32_t> chain_marker_, chain_marker_min_;
+    std::vector<const std::vector<uint8_t>*> chain_marker_counts_;
+    std::vector<int32_t> chain_class_;  // per chain: 0 when its item is one character class, else -1
+    std::unordered_map<uint64_t, std::shared_ptr<const ClassRunTable>> class_tables_;  // by (class, tail) position
+    std::vector<ChainTop> chain_tops_;                                                 // by set id
+    std::vector<int32_t> pos_rule_;                                                    // grammar position -> its rule
     std::vector<Canonical> exact_canon_, loose_canon_;  // by set id (set -1: not computed)
     MaskStats stats_;
     uint64_t space_ = 0;  // this grammar + vocabulary in MaskCache

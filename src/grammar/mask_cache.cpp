@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "grammar/class_run_table.h"
 #include "kvstash/grammar.h"
 
 namespace kvstash::grammar {
@@ -98,6 +99,9 @@ GrammarMaskCacheStats grammar_mask_cache_stats() {
 
 void set_grammar_mask_cache_capacity(size_t bytes) { grammar::MaskCache::instance().set_capacity(bytes); }
 
-void clear_grammar_mask_cache() { grammar::MaskCache::instance().clear(); }
+void clear_grammar_mask_cache() {
+    grammar::MaskCache::instance().clear();
+    grammar::clear_class_run_tables();
+}
 
 }  // namespace kvstash

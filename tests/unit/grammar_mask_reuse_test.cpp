@@ -1,7 +1,9 @@
 // Mask reuse (src/grammar/grammar_mask.cpp): collapsing counted repetitions, computing a mask from a
-// base mask, and the process-wide shared cache must give bitwise the masks of the plain trie walk of
-// every state (set_mask_reuse(false)), on random grammars with counted repetitions ({n}, {0,n}, {m,},
-// {m,n}, nested) and a random vocabulary with short and long tokens.
+// base mask (by token length or by marker bytes), masks inside a repetition of one character class from
+// its run table (class_chain_mask.cpp), and the process-wide shared cache must give bitwise the masks of
+// the plain trie walk of every state (set_mask_reuse(false)), on random grammars with counted
+// repetitions ({n}, {0,n}, {m,}, {m,n}, nested) and a random vocabulary with short and long tokens, and
+// on SmolLM2's vocabulary.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -16,6 +18,9 @@
 #include "grammar/grammar_matcher.h"
 #include "kvstash/error.h"
 #include "kvstash/grammar.h"
+#include "kvstash/model.h"
+#include "kvstash/tokenizer.h"
+#include "support/paths.h"
 
 namespace kvstash::grammar {
 namespace {
@@ -172,6 +177,161 @@ TEST(GrammarMaskReuse, NestedAndUnicodeRepetitions) {
         compare_masks(gbnf, trie, rng, 80);
         if (HasFatalFailure()) return;
     }
+}
+
+// Repetitions of one character class (the run-table masks), with small and large counts, followed by
+// what can or cannot start with a class character (the table is used only when it cannot), inside
+// counted repetitions of lines (markers).
+std::string random_class_repetition(std::mt19937& rng) {
+    static const std::vector<std::string> kClasses = {"[^\\n]", "[ab]",  "[a-b ]", ".",
+                                                      "[^a]",   "\"é\"", "[ab1-]", "[^\\n-]"};
+    static const std::vector<std::string> kFollowers = {
+        "\"\\n\"", "\"-\"", "[ab]", "\"1\"", "", "\" \" [^\\n]{0,3}", "(\"\\n\" | \"1-\")", "\"é\""};
+    auto pick = [&rng](const std::vector<std::string>& v) {
+        return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+    };
+    std::uniform_int_distribution<int> small(0, 4), large(0, 40), coin(0, 1);
+    const int m = coin(rng) ? small(rng) : large(rng) / 2;
+    const int n = m + (coin(rng) ? small(rng) : large(rng));
+    std::string item = (coin(rng) ? "\"-\" " : "") + pick(kClasses) + "{" + std::to_string(m) + "," +
+                       std::to_string(std::max(n, 1)) + "} " + pick(kFollowers);
+    switch (std::uniform_int_distribution<int>(0, 3)(rng)) {
+        case 0: return item;
+        case 1: return "(" + item + " \"\\n\"){1," + std::to_string(1 + small(rng) * 3) + "}";
+        case 2:
+            return "(" + item + " \"\\n\"){" + std::to_string(small(rng)) + "," + std::to_string(5 + large(rng)) + "}";
+        default: return "(" + item + " | \"ab\" [^\\n]{0," + std::to_string(large(rng)) + "})+";
+    }
+}
+
+TEST(GrammarMaskReuse, RandomClassRepetitionsGiveThePlainWalksMasks) {
+    std::mt19937 rng(1811);
+    int grammars = 0;
+    size_t from_tables = 0;
+    for (int round = 0; round < 120; ++round) {
+        const auto trie = random_trie(rng, 200, round % 3 == 0 ? 4 : 12);
+        const std::string gbnf = "root ::= " + random_class_repetition(rng);
+        try {
+            parse_gbnf(gbnf);
+        } catch (const Error&) {
+            continue;  // a repeated item that can be empty
+        }
+        ++grammars;
+        if (std::getenv("KVSTASH_TEST_VERBOSE")) std::fprintf(stderr, "%d %s\n", round, gbnf.c_str());
+        GrammarMatcher::MaskStats stats;
+        compare_masks(gbnf, trie, rng, 60, &stats);
+        if (HasFatalFailure()) return;
+        from_tables += stats.class_chain_masks;
+    }
+    EXPECT_GT(grammars, 80);
+    EXPECT_GT(from_tables, 100u);  // the run tables were used
+}
+
+// x{m,n} with a large m: m copies of the class, each step a new state that does not collapse; the run
+// table covers the copies too (least = copies left), so no step walks the trie.
+TEST(GrammarMaskReuse, LargeMinimumOfOneClassTakesTheRunTable) {
+    std::mt19937 rng(4);
+    const auto trie = random_trie(rng, 400, 10);
+    for (const char* gbnf : {"root ::= [a-b ]{30,45} \"\\n\"", "root ::= \"-\" [^\\n]{25} \"\\n\" [ab]{0,3}"}) {
+        GrammarMatcher::MaskStats stats;
+        compare_masks(gbnf, trie, rng, 40, &stats);
+        if (HasFatalFailure()) return;
+        EXPECT_GE(stats.class_chain_masks, 3u) << gbnf;
+        EXPECT_GT(stats.class_chain_masks, stats.full_walks) << gbnf;
+        EXPECT_LE(stats.full_walks, 3u) << gbnf;
+        std::printf("%s: %zu masks from the run table, %zu full walks\n", gbnf, stats.class_chain_masks,
+                    stats.full_walks);
+    }
+}
+
+// Dropping the caches (a long generation past the node / set limits) renumbers sets and nodes: the run
+// shapes cached by set id are dropped with them, the class tables (by grammar position) kept.
+TEST(GrammarMaskReuse, CacheRebuildKeepsTheRunTableMasks) {
+    std::mt19937 rng(6);
+    const auto trie = random_trie(rng, 300, 9);
+    auto parsed = std::make_shared<ParsedGrammar>(parse_gbnf("root ::= (\"- \" [^\\n]{1,30} \"\\n\"){1,12}"));
+    GrammarMatcher fast(parsed, trie), plain(parsed, trie);
+    fast.set_cache_limits(64, 24);
+    plain.set_mask_reuse(false);
+    for (int step = 0; step < 120 && !plain.must_end(); ++step) {
+        const auto& expected = plain.allowed_tokens();
+        ASSERT_EQ(fast.allowed_tokens(), expected) << "step " << step;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < trie->n_vocab(); ++id) {
+            if ((expected[static_cast<size_t>(id) / 64] >> (id % 64)) & 1 && !trie->is_end_token(id))
+                allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        const int32_t token = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+        plain.accept_token(token);
+        fast.accept_token(token);
+    }
+    EXPECT_GT(fast.mask_stats().class_chain_masks, 10u);
+}
+
+// The marker bound at its edge: item "a\nb" with marker "\n" (the rarest of its characters here); after
+// "a\n" the rest of the item holds no marker, so a token "b" ("a\nb") x (k - 1) "a" holds k - 1 markers and
+// needs k copies: allowed with k copies left, not with fewer. One more marker in the budget would allow
+// it too early.
+TEST(GrammarMaskReuse, MarkerBoundAtItsEdge) {
+    std::vector<std::string> pieces = {"a", "b", "\n", "aa", "bb", "ab", "ba", "aab", "bba", "abab"};
+    for (int j = 0; j <= 6; ++j) {
+        std::string piece = "b";
+        for (int c = 0; c < j; ++c) piece += "a\nb";
+        pieces.push_back(piece + "a");
+        pieces.push_back(piece);
+    }
+    pieces.push_back("</s>");
+    const auto trie = std::make_shared<TokenTrie>(pieces, std::vector<uint8_t>{},
+                                                  std::vector<int32_t>{static_cast<int32_t>(pieces.size()) - 1});
+    std::mt19937 rng(2);
+    for (const char* gbnf : {"root ::= (\"a\\nb\"){1,9}", "root ::= (\"a\\nb\"){0,12} \"a\""}) {
+        auto parsed = std::make_shared<ParsedGrammar>(parse_gbnf(gbnf));
+        GrammarMatcher fast(parsed, trie), plain(parsed, trie);
+        plain.set_mask_reuse(false);
+        for (int step = 0; step < 40 && !plain.must_end(); ++step) {
+            ASSERT_EQ(fast.allowed_tokens(), plain.allowed_tokens()) << gbnf << "\nstep " << step;
+            const char* next = step % 3 == 0 ? "a" : step % 3 == 1 ? "\n" : "b";
+            if (!plain.accept_bytes(next)) break;
+            ASSERT_TRUE(fast.accept_bytes(next));
+        }
+        EXPECT_GT(fast.mask_stats().pruned_walks, 0u) << gbnf;
+    }
+}
+
+// The real vocabulary (49,152 tokens, up to 81 bytes, byte-level pieces cut inside characters): the bench's
+// list and CSV grammars and class repetitions, each state's mask against the plain walk's along text
+// the model might write.
+TEST(GrammarMaskReuse, SmolLM2VocabularyGivesThePlainWalksMasks) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    const auto model = Model::load(test::default_model_path());
+    const auto vocabulary = GrammarVocabulary::build(model->tokenizer());
+    const auto trie = vocabulary->trie();
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"root ::= (\"- \" [^\\n]{1,60} \"\\n\"){1,8}",
+         "- Name: John Smith\n- Age: 32 years\n- City: New York, USA\n- Pets: a dog named Max\n- Born: 1991-04-12\n"},
+        {"root ::= \"name,age,city\\n\" row{1,6}\nrow ::= field \",\" [0-9]{1,3} \",\" field \"\\n\"\n"
+         "field ::= [A-Za-z] [A-Za-z .'-]{0,30}",
+         "name,age,city\nJohn Smith,32,New York\nAlice O'Hara,27,London\nMarie-Claire Dupont,38,Lyon\nBob,4,Rome\n"},
+        {"root ::= \"x\" [^\\n]{0,6} (\"\\n\" [a-z ]{2,12}){0,3} \".\"", "xabc déf\nhello you\nab."},
+        {"root ::= (. (\"a\"{0,15} | \"b\"{2,16})){0,12} [^é]{0,40}", "xaaayaaaaazbbbé héllo wörld"},
+    };
+    size_t from_tables = 0;
+    for (const auto& [gbnf, text] : cases) {
+        auto parsed = std::make_shared<ParsedGrammar>(parse_gbnf(gbnf));
+        kvstash::clear_grammar_mask_cache();
+        GrammarMatcher fast(parsed, trie), plain(parsed, trie);
+        plain.set_mask_reuse(false);
+        const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::no, ParseSpecial::no);
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            ASSERT_EQ(fast.allowed_tokens(), plain.allowed_tokens()) << gbnf << "\nstep " << i;
+            if (!plain.is_allowed(tokens[i])) break;  // the text left the grammar (the tokenizer's split)
+            plain.accept_token(tokens[i]);
+            fast.accept_token(tokens[i]);
+        }
+        from_tables += fast.mask_stats().class_chain_masks;
+    }
+    EXPECT_GT(from_tables, 30u);
 }
 
 TEST(GrammarMaskReuse, SharedCacheIsBoundedAndCanBeDisabled) {
