@@ -10,7 +10,8 @@
 //            with the kernel as the engine runs it (attention_with, a pool of -t threads);
 //   decode_per_row_definition: the same row through attention_per_row_with (one thread, per head, the
 //            per-row operations: the arithmetic the old per-head kernel ran, with no grouping or split);
-//   prefill: the last --prefill-rows rows (positions C - rows .. C - 1) in one call, every layer.
+//   prefill: the last --prefill-rows rows (positions C - rows .. C - 1) in one call, every layer, and its
+//            GFLOP/s (4 flops per head, key and dimension); --prefill-only skips the decode measurements.
 // Together with kvstash_bench's decode time per token this splits decode into attention and the rest
 // (matmuls, norms, rope, sampling); see docs/benchmarks.md, "Long contexts".
 #include <CLI/CLI.hpp>
@@ -130,6 +131,8 @@ int main(int argc, char** argv) {
     app.add_option("--kv-type", kv_type, "KV type of the random cache: f16 or q8_0")
         ->check(CLI::IsMember({"f16", "q8_0"}))
         ->capture_default_str();
+    bool prefill_only = false;
+    app.add_flag("--prefill-only", prefill_only, "skip the decode measurements");
     CLI11_PARSE(app, argc, argv);
 
     const auto model = kvstash::Model::load(model_path);
@@ -164,21 +167,23 @@ int main(int argc, char** argv) {
         r["context"] = ctx;
         const double kv_bytes = 2.0 * static_cast<double>(n_layer * ctx) * static_cast<double>(cache.row_bytes);
         r["kv_bytes_per_token"] = kv_bytes;
-        const Timing decode = median_ms(repeats, [&] {
-            for (int64_t l = 0; l < n_layer; ++l) {
-                kvstash::attention_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data(), &pool);
-            }
-        });
-        r["decode_ms_per_token"] = decode.wall_ms;
-        r["decode_cpu_ms_per_token"] = decode.cpu_ms;
-        r["decode_kv_gb_s"] = kv_bytes / decode.wall_ms / 1e6;
-        const Timing definition = median_ms(std::min(repeats, 3), [&] {
-            for (int64_t l = 0; l < n_layer; ++l) {
-                kvstash::attention_per_row_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data());
-            }
-        });
-        r["decode_per_row_definition_ms"] = definition.wall_ms;
-        r["decode_per_row_definition_cpu_ms"] = definition.cpu_ms;
+        if (!prefill_only) {
+            const Timing decode = median_ms(repeats, [&] {
+                for (int64_t l = 0; l < n_layer; ++l) {
+                    kvstash::attention_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data(), &pool);
+                }
+            });
+            r["decode_ms_per_token"] = decode.wall_ms;
+            r["decode_cpu_ms_per_token"] = decode.cpu_ms;
+            r["decode_kv_gb_s"] = kv_bytes / decode.wall_ms / 1e6;
+            const Timing definition = median_ms(std::min(repeats, 3), [&] {
+                for (int64_t l = 0; l < n_layer; ++l) {
+                    kvstash::attention_per_row_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data());
+                }
+            });
+            r["decode_per_row_definition_ms"] = definition.wall_ms;
+            r["decode_per_row_definition_cpu_ms"] = definition.cpu_ms;
+        }
         if (rows > 0) {
             const Timing prefill = median_ms(std::min(repeats, 3), [&] {
                 for (int64_t l = 0; l < n_layer; ++l) {
@@ -188,6 +193,13 @@ int main(int argc, char** argv) {
             r["prefill_rows"] = rows;
             r["prefill_ms_per_row"] = prefill.wall_ms / static_cast<double>(rows);
             r["prefill_cpu_ms_per_row"] = prefill.cpu_ms / static_cast<double>(rows);
+            // 4 flops per (head, key, dimension): the score's multiply-add and the value's.
+            double flops = 0;
+            for (int64_t p = ctx - rows; p < ctx; ++p)
+                flops += 4.0 * static_cast<double>(shape.n_head * shape.head_dim) * (p + 1);
+            flops *= static_cast<double>(n_layer);
+            r["prefill_gflop_s"] = flops / prefill.wall_ms / 1e6;
+            r["prefill_gflop_per_cpu_s"] = flops / prefill.cpu_ms / 1e6;
         }
         out["contexts"].push_back(r);
         std::fprintf(stderr, "context %lld done\n", static_cast<long long>(ctx));

@@ -251,7 +251,7 @@ void split_over_chunks(Isa isa, const AttentionShape& s, const AttentionRows& ro
 
 // Prefill: query rows in tiles of up to kTileRows consecutive rows of one cache, so that each K/V chunk is
 // read (and converted from f16) once for every row of the tile and every head of a GQA group.
-constexpr int64_t kTileRows = 8;
+constexpr int64_t kTileRows = 32;
 
 struct RowTile {
     int64_t first_row = 0;
