@@ -20,6 +20,11 @@ constexpr int kMaxVectors = 64;  // head_dim / 8 at most (head_dim <= 512)
 constexpr int kMaxKeys = 256;    // keys per chunk at most
 static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
 
+// Keys of head h: the first keys_of(a, h) of the chunk's n_keys (AttentionGroupArgs::head_keys).
+inline int64_t keys_of(const AttentionGroupArgs& a, int64_t h) {
+    return a.head_keys == nullptr ? a.n_keys : a.head_keys[h];
+}
+
 // Walks one KV head's rows in key order, block by block, from absolute position `first`.
 struct RowCursor {
     const uint8_t* const* blocks;
@@ -170,14 +175,19 @@ template <int H>
 void numerator_sums(const AttentionGroupArgs& a, int64_t h0) {
     float sum[H];
     const float* e[H];
+    int64_t common = a.n_keys;  // keys every one of the H heads has
     for (int i = 0; i < H; ++i) {
         sum[i] = 0.0f;
         e[i] = a.scores + (h0 + i) * a.n_keys;
+        common = std::min(common, keys_of(a, h0 + i));
     }
-    for (int64_t j = 0; j < a.n_keys; ++j) {
+    for (int64_t j = 0; j < common; ++j) {
         for (int i = 0; i < H; ++i) sum[i] += e[i][j];
     }
-    for (int i = 0; i < H; ++i) a.sum[h0 + i] = sum[i];
+    for (int i = 0; i < H; ++i) {
+        for (int64_t j = common; j < keys_of(a, h0 + i); ++j) sum[i] += e[i][j];
+        a.sum[h0 + i] = sum[i];
+    }
 }
 
 // Keys [begin, end) of the chunk (indices from its first key).
@@ -316,17 +326,32 @@ void values_heads(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int
     }
 }
 
+// HB heads from h0 over the keys of `keys` that each has (keys_of): together as far as all of them have keys,
+// then each head alone (rows of a chunk's diagonal, whose key counts differ by one from row to row).
+template <int HB, int SV, TensorType T>
+void values_block(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, KeyRange keys) {
+    int64_t common = keys.end;
+    for (int i = 0; i < HB; ++i) common = std::min(common, keys_of(a, h0 + i));
+    if (common > keys.begin) values_heads<HB, SV, T>(a, v_rows, h0, KeyRange{keys.begin, common});
+    if (a.head_keys == nullptr) return;
+    const int64_t rest = std::max(keys.begin, common);
+    for (int i = 0; i < HB; ++i) {
+        const int64_t end = std::min(keys.end, keys_of(a, h0 + i));
+        if (end > rest) values_heads<1, 4, T>(a, v_rows, h0 + i, KeyRange{rest, end});
+    }
+}
+
 // Every head's values over the keys of `keys` (the shapes below).
 template <TensorType T>
 void values_all(const AttentionGroupArgs& a, const uint8_t* const* v_rows, KeyRange keys) {
     // Many heads (prefill tiles: rows × a group): 6 heads × 2 vectors, one V load per 12 fmas; else 3 heads ×
     // 4 vectors (a decode row's GQA group of 3 in one pass over V per 4 vectors).
     int64_t h0 = 0;
-    for (; h0 + 6 <= a.n_heads; h0 += 6) values_heads<6, 2, T>(a, v_rows, h0, keys);
-    for (; h0 + 3 <= a.n_heads; h0 += 3) values_heads<3, 4, T>(a, v_rows, h0, keys);
+    for (; h0 + 6 <= a.n_heads; h0 += 6) values_block<6, 2, T>(a, v_rows, h0, keys);
+    for (; h0 + 3 <= a.n_heads; h0 += 3) values_block<3, 4, T>(a, v_rows, h0, keys);
     switch (a.n_heads - h0) {
-        case 2: values_heads<2, 4, T>(a, v_rows, h0, keys); break;
-        case 1: values_heads<1, 4, T>(a, v_rows, h0, keys); break;
+        case 2: values_block<2, 4, T>(a, v_rows, h0, keys); break;
+        case 1: values_block<1, 4, T>(a, v_rows, h0, keys); break;
         default: break;
     }
 }
@@ -345,7 +370,7 @@ void attend(const AttentionGroupArgs& a) {
     RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
     scores<T>(a);
-    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
+    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
     int64_t s0 = 0;
     for (; s0 + 8 <= a.n_heads; s0 += 8) numerator_sums<8>(a, s0);
     for (; s0 + 4 <= a.n_heads; s0 += 4) numerator_sums<4>(a, s0);

@@ -5,6 +5,7 @@
 // per-row operations' (kernels/attention_rows.h), as kernels/attention.cpp's chunk_partial_rows defines it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -59,17 +60,69 @@ struct Rows {
     }
 };
 
+// One call of the ISA's group kernel (heads with query vectors q, keys first_key.., head h the first
+// head_keys[h] of them, or n_keys for all if head_keys is empty) against chunk_partial_rows
+// (kernels/attention.cpp), the definition, head by head.
+void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<float>& q, int64_t first_key,
+                int64_t n_keys, const std::vector<int64_t>& head_keys) {
+    const int64_t n_heads = static_cast<int64_t>(q.size()) / kHeadDim;
+    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
+    const uint64_t offset = kernels::kv_row_offset(type, kHeadDim);  // KV head 1
+    std::vector<float> scores(static_cast<size_t>(n_heads * n_keys));
+    std::vector<float> max(static_cast<size_t>(n_heads)), sum(max.size()), acc(q.size());
+    kernels::AttentionGroupArgs args;
+    args.q = q.data();
+    args.n_heads = n_heads;
+    args.head_dim = kHeadDim;
+    args.first_key = first_key;
+    args.n_keys = n_keys;
+    args.scale = 0.125f;
+    args.head_keys = head_keys.empty() ? nullptr : head_keys.data();
+    args.k_blocks = rows.k_table.data();
+    args.v_blocks = rows.v_table.data();
+    args.offset = offset;
+    args.block_tokens = kBlockTokens;
+    args.row_bytes = rows.row_bytes;
+    args.type = type;
+    args.scores = scores.data();
+    args.max_score = max.data();
+    args.sum = sum.data();
+    args.acc = acc.data();
+    kernels::kernel_table(isa).attention_group(args);
+    auto row = [&](const std::vector<const uint8_t*>& t, int64_t pos) {
+        return t[pos / kBlockTokens] + (pos % kBlockTokens) * rows.row_bytes + offset;
+    };
+    for (int64_t h = 0; h < n_heads; ++h) {
+        const int64_t n = head_keys.empty() ? n_keys : head_keys[h];
+        std::vector<float> s(static_cast<size_t>(n)), a(kHeadDim, 0.0f);
+        float m = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+            s[j] = ops.dot(q.data() + h * kHeadDim, row(rows.k_table, first_key + j), kHeadDim, type) * args.scale;
+            if (s[j] > m) m = s[j];
+        }
+        ops.exp_shifted(s.data(), s.data(), n, m);
+        float l = 0.0f;
+        for (int64_t j = 0; j < n; ++j) l += s[j];
+        for (int64_t j = 0; j < n; ++j) ops.axpy(a.data(), s[j], row(rows.v_table, first_key + j), kHeadDim, type);
+        ASSERT_EQ(0, std::memcmp(&m, &max[h], sizeof(float))) << "head " << h << " max";
+        ASSERT_EQ(0, std::memcmp(&l, &sum[h], sizeof(float))) << "head " << h << " sum";
+        ASSERT_EQ(0, std::memcmp(a.data(), acc.data() + h * kHeadDim, kHeadDim * sizeof(float)))
+            << "head " << h << " values";
+    }
+}
+
+// The types each ISA's group kernel reads (AVX-512 reads q8_0 caches with the AVX2 kernels).
+std::vector<TensorType> group_types(Isa isa) {
+    if (isa == Isa::avx2) return {TensorType::F16, TensorType::F32, TensorType::Q8_0};
+    return {TensorType::F16, TensorType::F32};
+}
+
 TEST(AttentionGroup, ManyHeadsAnyKeyCountEqualPerRowOperationsBitwise) {
-    const int64_t n_pos = 600;
     for (Isa isa : available_isas()) {
-        const kernels::KernelTable& table = kernels::kernel_table(isa);
-        if (table.attention_group == nullptr) continue;
-        for (TensorType type : {TensorType::F16, TensorType::F32, TensorType::Q8_0}) {
-            if (type == TensorType::Q8_0 && isa != Isa::avx2) continue;  // AVX-512 reads q8_0 with the AVX2 kernels
+        if (kernels::kernel_table(isa).attention_group == nullptr) continue;
+        for (TensorType type : group_types(isa)) {
             std::mt19937 rng(static_cast<uint32_t>(type) + 5);
-            const Rows rows(type, n_pos, rng);
-            const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
-            const uint64_t offset = kernels::kv_row_offset(type, kHeadDim);  // KV head 1
+            const Rows rows(type, 600, rng);
             std::normal_distribution<float> normal(0.0f, 2.0f);
             for (int64_t n_heads : {3, 12, 13, 24, 96}) {
                 std::vector<float> q(static_cast<size_t>(n_heads * kHeadDim));
@@ -79,51 +132,40 @@ TEST(AttentionGroup, ManyHeadsAnyKeyCountEqualPerRowOperationsBitwise) {
                         SCOPED_TRACE(std::string(isa_name(isa)) + " " + tensor_type_name(static_cast<uint32_t>(type)) +
                                      " heads " + std::to_string(n_heads) + " keys " + std::to_string(first_key) + "+" +
                                      std::to_string(n_keys));
-                        std::vector<float> scores(static_cast<size_t>(n_heads * 256)), max(n_heads), sum(n_heads);
-                        std::vector<float> acc(q.size());
-                        kernels::AttentionGroupArgs args;
-                        args.q = q.data();
-                        args.n_heads = n_heads;
-                        args.head_dim = kHeadDim;
-                        args.first_key = first_key;
-                        args.n_keys = n_keys;
-                        args.scale = 0.125f;
-                        args.k_blocks = rows.k_table.data();
-                        args.v_blocks = rows.v_table.data();
-                        args.offset = offset;
-                        args.block_tokens = kBlockTokens;
-                        args.row_bytes = rows.row_bytes;
-                        args.type = type;
-                        args.scores = scores.data();
-                        args.max_score = max.data();
-                        args.sum = sum.data();
-                        args.acc = acc.data();
-                        table.attention_group(args);
-                        auto row = [&](const std::vector<const uint8_t*>& t, int64_t pos) {
-                            return t[pos / kBlockTokens] + (pos % kBlockTokens) * rows.row_bytes + offset;
-                        };
-                        for (int64_t h = 0; h < n_heads; ++h) {
-                            // chunk_partial_rows (kernels/attention.cpp), the definition.
-                            std::vector<float> s(static_cast<size_t>(n_keys)), a(kHeadDim, 0.0f);
-                            float m = -INFINITY;
-                            for (int64_t j = 0; j < n_keys; ++j) {
-                                s[j] =
-                                    ops.dot(q.data() + h * kHeadDim, row(rows.k_table, first_key + j), kHeadDim, type) *
-                                    args.scale;
-                                if (s[j] > m) m = s[j];
-                            }
-                            ops.exp_shifted(s.data(), s.data(), n_keys, m);
-                            float l = 0.0f;
-                            for (int64_t j = 0; j < n_keys; ++j) l += s[j];
-                            for (int64_t j = 0; j < n_keys; ++j) {
-                                ops.axpy(a.data(), s[j], row(rows.v_table, first_key + j), kHeadDim, type);
-                            }
-                            ASSERT_EQ(0, std::memcmp(&m, &max[h], sizeof(float))) << "head " << h << " max";
-                            ASSERT_EQ(0, std::memcmp(&l, &sum[h], sizeof(float))) << "head " << h << " sum";
-                            ASSERT_EQ(0, std::memcmp(a.data(), acc.data() + h * kHeadDim, kHeadDim * sizeof(float)))
-                                << "head " << h << " values";
-                        }
+                        check_call(isa, type, rows, q, first_key, n_keys, {});
                     }
+                }
+            }
+        }
+    }
+}
+
+// The rows of a chunk's diagonal in one call (AttentionGroupArgs::head_keys, AVX2): groups of 3 heads (one row
+// each) with one key more per row, from 1 key and from inside the chunk, across the 64-key value blocks; and
+// rows in no particular order.
+TEST(AttentionGroup, HeadsWithDifferentKeyCountsEqualPerRowOperationsBitwise) {
+    const Isa isa = Isa::avx2;
+    const std::vector<Isa> isas = available_isas();
+    if (std::find(isas.begin(), isas.end(), isa) == isas.end()) GTEST_SKIP() << "no AVX2";
+    for (TensorType type : group_types(isa)) {
+        std::mt19937 rng(static_cast<uint32_t>(type) + 9);
+        const Rows rows(type, 600, rng);
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        for (int64_t n_rows : {2, 5, 32}) {
+            std::vector<float> q(static_cast<size_t>(3 * n_rows * kHeadDim));
+            for (float& x : q) x = normal(rng);
+            for (int64_t first_keys : {1, 50, 225}) {
+                for (bool shuffled : {false, true}) {
+                    std::vector<int64_t> row_keys;
+                    for (int64_t r = 0; r < n_rows; ++r) row_keys.push_back(first_keys + r);
+                    if (shuffled) std::shuffle(row_keys.begin(), row_keys.end(), rng);
+                    std::vector<int64_t> head_keys;
+                    for (int64_t n : row_keys) head_keys.insert(head_keys.end(), 3, n);
+                    const int64_t n_keys = *std::max_element(head_keys.begin(), head_keys.end());
+                    SCOPED_TRACE(std::string(tensor_type_name(static_cast<uint32_t>(type))) + " rows " +
+                                 std::to_string(n_rows) + " keys from " + std::to_string(first_keys) +
+                                 (shuffled ? " shuffled" : ""));
+                    check_call(isa, type, rows, q, 256, n_keys, head_keys);
                 }
             }
         }
