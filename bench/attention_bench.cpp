@@ -2,7 +2,10 @@
 //
 //   kvstash_attention_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --context 4096 --context 8192 [--kv-type
 //   q8_0]
+//   kvstash_attention_bench --shape 2 1 64 2 -t 2 --context 32768 --prefill-rows 128 --prefill-only
 //
+// (--shape: n_head n_head_kv head_dim n_layer, no model file needed; the second line is the random Llama 3.1
+// fixture's shape.)
 // For each context length C, a random f16 (or q8_0) KV cache of C positions for every layer (32-token blocks
 // from the KV block pool, every layer's rows in one block, as a State holds it) and random queries; then, timed (median
 // of the repeats):
@@ -11,7 +14,8 @@
 //   decode_per_row_definition: the same row through attention_per_row_with (one thread, per head, the
 //            per-row operations: the arithmetic the old per-head kernel ran, with no grouping or split);
 //   prefill: the last --prefill-rows rows (positions C - rows .. C - 1) in one call, every layer, and its
-//            GFLOP/s (4 flops per head, key and dimension); --prefill-only skips the decode measurements.
+//            GFLOP/s (4 flops per head, key and dimension) per wall and per CPU second, and per CPU second of the
+//            least disturbed repeat (on a shared machine); --prefill-only skips the decode measurements.
 // Together with kvstash_bench's decode time per token this splits decode into attention and the rest
 // (matmuls, norms, rope, sampling); see docs/benchmarks.md, "Long contexts".
 #include <CLI/CLI.hpp>
