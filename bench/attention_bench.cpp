@@ -2,7 +2,10 @@
 //
 //   kvstash_attention_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --context 4096 --context 8192 [--kv-type
 //   q8_0]
+//   kvstash_attention_bench --shape 2 1 64 2 -t 2 --context 32768 --prefill-rows 128 --prefill-only
 //
+// (--shape: n_head n_head_kv head_dim n_layer, no model file needed; the second line is the random Llama 3.1
+// fixture's shape.)
 // For each context length C, a random f16 (or q8_0) KV cache of C positions for every layer (32-token blocks
 // from the KV block pool, every layer's rows in one block, as a State holds it) and random queries; then, timed (median
 // of the repeats):
@@ -10,7 +13,9 @@
 //            with the kernel as the engine runs it (attention_with, a pool of -t threads);
 //   decode_per_row_definition: the same row through attention_per_row_with (one thread, per head, the
 //            per-row operations: the arithmetic the old per-head kernel ran, with no grouping or split);
-//   prefill: the last --prefill-rows rows (positions C - rows .. C - 1) in one call, every layer.
+//   prefill: the last --prefill-rows rows (positions C - rows .. C - 1) in one call, every layer, and its
+//            GFLOP/s (4 flops per head, key and dimension) per wall and per CPU second, and per CPU second of the
+//            least disturbed repeat (on a shared machine); --prefill-only skips the decode measurements.
 // Together with kvstash_bench's decode time per token this splits decode into attention and the rest
 // (matmuls, norms, rope, sampling); see docs/benchmarks.md, "Long contexts".
 #include <CLI/CLI.hpp>
@@ -95,6 +100,7 @@ struct ModelCache {
 // insensitive to other processes on a shared machine).
 struct Timing {
     double wall_ms = 0, cpu_ms = 0;
+    double min_cpu_ms = 0;  // the least disturbed repeat on a shared machine
 };
 
 template <typename F>
@@ -110,7 +116,7 @@ Timing median_ms(int repeats, F&& f) {
     }
     std::sort(wall.begin(), wall.end());
     std::sort(cpu.begin(), cpu.end());
-    return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+    return {wall[wall.size() / 2], cpu[cpu.size() / 2], cpu.front()};
 }
 
 }  // namespace
@@ -121,7 +127,12 @@ int main(int argc, char** argv) {
     int threads = 2, repeats = 5;
     int64_t prefill_rows = 128;
     std::vector<int64_t> contexts;
-    app.add_option("-m,--model", model_path, "GGUF model (for its attention shape)")->required();
+    std::vector<int64_t> shape_override;
+    auto* model_option = app.add_option("-m,--model", model_path, "GGUF model (for its attention shape)");
+    app.add_option("--shape", shape_override,
+                   "n_head n_head_kv head_dim n_layer instead of a model's (e.g. SmolLM2-135M: 9 3 64 30)")
+        ->expected(4)
+        ->excludes(model_option);
     app.add_option("-t,--threads", threads, "worker threads")->check(CLI::Range(1, 1024));
     app.add_option("-r,--repeats", repeats, "measured repeats")->check(CLI::Range(1, 1000));
     app.add_option("--context", contexts, "context lengths (repeatable)")->required();
@@ -130,16 +141,30 @@ int main(int argc, char** argv) {
     app.add_option("--kv-type", kv_type, "KV type of the random cache: f16 or q8_0")
         ->check(CLI::IsMember({"f16", "q8_0"}))
         ->capture_default_str();
+    bool prefill_only = false;
+    app.add_flag("--prefill-only", prefill_only, "skip the decode measurements");
     CLI11_PARSE(app, argc, argv);
 
-    const auto model = kvstash::Model::load(model_path);
-    const kvstash::ModelInfo& info = model->info();
+    if (model_path.empty() && shape_override.empty()) {
+        std::fprintf(stderr, "give -m MODEL or --shape\n");
+        return 1;
+    }
     AttentionShape shape;
-    shape.n_head = info.n_head;
-    shape.n_head_kv = info.n_head_kv;
-    shape.head_dim = info.head_dim;
-    shape.scale = 1.0f / std::sqrt(static_cast<float>(info.head_dim));
-    const int64_t n_layer = info.n_kv_layers;
+    int64_t n_layer = 0;
+    if (shape_override.empty()) {
+        const auto model = kvstash::Model::load(model_path);
+        const kvstash::ModelInfo& info = model->info();
+        shape.n_head = info.n_head;
+        shape.n_head_kv = info.n_head_kv;
+        shape.head_dim = info.head_dim;
+        n_layer = info.n_kv_layers;
+    } else {
+        shape.n_head = shape_override[0];
+        shape.n_head_kv = shape_override[1];
+        shape.head_dim = shape_override[2];
+        n_layer = shape_override[3];
+    }
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
     const int64_t q_width = shape.n_head * shape.head_dim;
     kvstash::ThreadPool pool(threads);
     const kvstash::Isa isa = kvstash::active_isa();
@@ -153,7 +178,7 @@ int main(int argc, char** argv) {
     out["shape"] = {{"n_head", shape.n_head}, {"n_head_kv", shape.n_head_kv}, {"head_dim", shape.head_dim}};
     for (int64_t ctx : contexts) {
         std::mt19937 rng(static_cast<uint32_t>(ctx));
-        const ModelCache cache(n_layer, ctx, info.n_embd_kv(), rng,
+        const ModelCache cache(n_layer, ctx, shape.n_head_kv * shape.head_dim, rng,
                                kv_type == "q8_0" ? kvstash::TensorType::Q8_0 : kvstash::TensorType::F16);
         const int64_t rows = std::min(prefill_rows, ctx);
         std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -164,23 +189,25 @@ int main(int argc, char** argv) {
         r["context"] = ctx;
         const double kv_bytes = 2.0 * static_cast<double>(n_layer * ctx) * static_cast<double>(cache.row_bytes);
         r["kv_bytes_per_token"] = kv_bytes;
-        const Timing decode = median_ms(repeats, [&] {
-            for (int64_t l = 0; l < n_layer; ++l) {
-                kvstash::attention_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data(), &pool);
-            }
-        });
-        r["decode_ms_per_token"] = decode.wall_ms;
-        r["decode_cpu_ms_per_token"] = decode.cpu_ms;
-        r["decode_kv_gb_s"] = kv_bytes / decode.wall_ms / 1e6;
-        const Timing definition = median_ms(std::min(repeats, 3), [&] {
-            for (int64_t l = 0; l < n_layer; ++l) {
-                kvstash::attention_per_row_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data());
-            }
-        });
-        r["decode_per_row_definition_ms"] = definition.wall_ms;
-        r["decode_per_row_definition_cpu_ms"] = definition.cpu_ms;
+        if (!prefill_only) {
+            const Timing decode = median_ms(repeats, [&] {
+                for (int64_t l = 0; l < n_layer; ++l) {
+                    kvstash::attention_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data(), &pool);
+                }
+            });
+            r["decode_ms_per_token"] = decode.wall_ms;
+            r["decode_cpu_ms_per_token"] = decode.cpu_ms;
+            r["decode_kv_gb_s"] = kv_bytes / decode.wall_ms / 1e6;
+            const Timing definition = median_ms(std::min(repeats, 3), [&] {
+                for (int64_t l = 0; l < n_layer; ++l) {
+                    kvstash::attention_per_row_with(isa, shape, cache.view(l), q.data(), 1, ctx - 1, o.data());
+                }
+            });
+            r["decode_per_row_definition_ms"] = definition.wall_ms;
+            r["decode_per_row_definition_cpu_ms"] = definition.cpu_ms;
+        }
         if (rows > 0) {
-            const Timing prefill = median_ms(std::min(repeats, 3), [&] {
+            const Timing prefill = median_ms(repeats, [&] {
                 for (int64_t l = 0; l < n_layer; ++l) {
                     kvstash::attention_with(isa, shape, cache.view(l), q.data(), rows, ctx - rows, o.data(), &pool);
                 }
@@ -188,6 +215,14 @@ int main(int argc, char** argv) {
             r["prefill_rows"] = rows;
             r["prefill_ms_per_row"] = prefill.wall_ms / static_cast<double>(rows);
             r["prefill_cpu_ms_per_row"] = prefill.cpu_ms / static_cast<double>(rows);
+            // 4 flops per (head, key, dimension): the score's multiply-add and the value's.
+            double flops = 0;
+            for (int64_t p = ctx - rows; p < ctx; ++p)
+                flops += 4.0 * static_cast<double>(shape.n_head * shape.head_dim) * (p + 1);
+            flops *= static_cast<double>(n_layer);
+            r["prefill_gflop_s"] = flops / prefill.wall_ms / 1e6;
+            r["prefill_gflop_per_cpu_s"] = flops / prefill.cpu_ms / 1e6;
+            r["prefill_gflop_per_cpu_s_best"] = flops / prefill.min_cpu_ms / 1e6;
         }
         out["contexts"].push_back(r);
         std::fprintf(stderr, "context %lld done\n", static_cast<long long>(ctx));

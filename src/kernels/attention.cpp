@@ -77,12 +77,21 @@ bool group_kernel_supports(Isa isa, int64_t head_dim) {
     }
 }
 
+// Whether chunk_partial_heads takes heads that see different numbers of keys on this path (the AVX2 group
+// kernel reads AttentionGroupArgs::head_keys; the per-row fallback takes them one head at a time).
+bool heads_may_differ_in_keys(Isa isa, TensorType type, int64_t head_dim) {
+    isa = isa_for(isa, type);
+    return isa != Isa::avx512 || !group_kernel_supports(isa, head_dim);
+}
+
 // `n_heads` heads that read KV head `kv_head` (their query vectors consecutive at q_heads), keys
-// k_first.. (n_keys of them): the partials into `partial` (partial_floats(n_heads) floats), bitwise
+// k_first.. (n_keys of them; head i the first head_keys[i] of them where head_keys is given, which only
+// heads_may_differ_in_keys ISAs take): the partials into `partial` (partial_floats(n_heads) floats), bitwise
 // chunk_partial_rows for each head, by the ISA's group kernel where it has one. Each head's partial depends
 // only on its own query vector and the keys, never on how many heads share the call.
 void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_heads, int64_t n_heads,
-                         int64_t kv_head, int64_t k_first, int64_t n_keys, float* partial, std::vector<float>& scores) {
+                         int64_t kv_head, int64_t k_first, int64_t n_keys, float* partial, std::vector<float>& scores,
+                         const int64_t* head_keys = nullptr) {
     isa = isa_for(isa, kv.type);
     scores.resize(static_cast<size_t>(n_heads * kChunk));
     float* max_score = partial;
@@ -97,6 +106,7 @@ void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv
         args.first_key = k_first;
         args.n_keys = n_keys;
         args.scale = s.scale;
+        args.head_keys = head_keys;
         args.k_blocks = kv.k_blocks;
         args.v_blocks = kv.v_blocks;
         args.offset = head_offset(s, kv, kv_head);
@@ -112,8 +122,9 @@ void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv
     }
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
     for (int64_t i = 0; i < n_heads; ++i) {
-        chunk_partial_rows(ops, s, kv, q_heads + i * s.head_dim, kv_head, k_first, n_keys, scores.data(), max_score + i,
-                           sum + i, acc + i * s.head_dim);
+        chunk_partial_rows(ops, s, kv, q_heads + i * s.head_dim, kv_head, k_first,
+                           head_keys == nullptr ? n_keys : head_keys[i], scores.data(), max_score + i, sum + i,
+                           acc + i * s.head_dim);
     }
 }
 
@@ -251,7 +262,7 @@ void split_over_chunks(Isa isa, const AttentionShape& s, const AttentionRows& ro
 
 // Prefill: query rows in tiles of up to kTileRows consecutive rows of one cache, so that each K/V chunk is
 // read (and converted from f16) once for every row of the tile and every head of a GQA group.
-constexpr int64_t kTileRows = 8;
+constexpr int64_t kTileRows = 32;
 
 struct RowTile {
     int64_t first_row = 0;
@@ -286,12 +297,14 @@ void make_tiles(const AttentionShape& s, const AttentionRows& rows, std::vector<
 // Scratch of one tile-chunk step: the gathered query vectors, the partials of the call, the scores.
 struct TileScratch {
     std::vector<float> q, partial, scores;
+    std::vector<int64_t> head_keys;
 };
 
 // Chunk c of KV head `kv_head` for the rows of `tile` that attend to it. Row i's partial (partial_floats(group)
 // floats, as chunk_partial writes it) goes to base + (i * tile.span + c - first_chunk(row's pos)) * stride, so
 // that each row's chunks are consecutive from its first. Consecutive rows that see the same keys of this
-// chunk (all of them below the last rows' chunk) share one call: their heads' query vectors are gathered
+// chunk (all of them below the last rows' chunk), or the same first key (the rows of the chunk's diagonal, on
+// the paths that take heads of different key counts), share one call: their heads' query vectors are gathered
 // and each head's partial is bitwise what a call of its own gives.
 void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, const RowTile& tile,
                 int64_t kv_head, int64_t c, float* base, TileScratch& scratch) {
@@ -307,13 +320,19 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
         }
         int64_t k_first = 0, n_keys = 0;
         chunk_keys(s, pos, c, &k_first, &n_keys);
-        int64_t m = 1;  // rows i..i+m-1 see keys [k_first, k_first + n_keys)
+        // Rows i..i+m-1 share the call: keys from k_first, row j the first row_keys[j] of them (the same count
+        // for all where the kernel needs it: heads_may_differ_in_keys), n_keys the most.
+        const bool may_differ = heads_may_differ_in_keys(isa, kv.type, s.head_dim);
+        scratch.head_keys.assign(static_cast<size_t>(group), n_keys);
+        int64_t m = 1;
         for (; i + m < tile.n_rows; ++m) {
             const int64_t p = rows.row_pos[tile.first_row + i + m];
             if (c < first_chunk(s, p) || c > p / kChunk) break;
             int64_t f = 0, n = 0;
             chunk_keys(s, p, c, &f, &n);
-            if (f != k_first || n != n_keys) break;
+            if (f != k_first || (n != scratch.head_keys.back() && !may_differ)) break;
+            scratch.head_keys.insert(scratch.head_keys.end(), static_cast<size_t>(group), n);
+            n_keys = std::max(n_keys, n);
         }
         const int64_t n_heads = m * group;
         scratch.q.resize(static_cast<size_t>(n_heads * s.head_dim));
@@ -322,8 +341,10 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
             const float* src = q + (tile.first_row + i + j) * q_width + kv_head * group * s.head_dim;
             std::copy(src, src + group * s.head_dim, scratch.q.data() + j * group * s.head_dim);
         }
+        const bool same_keys =
+            std::all_of(scratch.head_keys.begin(), scratch.head_keys.end(), [&](int64_t n) { return n == n_keys; });
         chunk_partial_heads(isa, s, kv, scratch.q.data(), n_heads, kv_head, k_first, n_keys, scratch.partial.data(),
-                            scratch.scores);
+                            scratch.scores, same_keys ? nullptr : scratch.head_keys.data());
         const float* p = scratch.partial.data();
         for (int64_t j = 0; j < m; ++j) {
             const int64_t row_pos = rows.row_pos[tile.first_row + i + j];

@@ -10,6 +10,7 @@
 #include "kernels/attention_group.h"
 #include "kernels/attention_q8_0_avx2.h"
 #include "kernels/exp_f32.h"
+#include "kernels/scratch.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -18,6 +19,11 @@ constexpr int kKeys = 8;         // keys per score tile
 constexpr int kMaxVectors = 64;  // head_dim / 8 at most (head_dim <= 512)
 constexpr int kMaxKeys = 256;    // keys per chunk at most
 static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
+
+// Keys of head h: the first keys_of(a, h) of the chunk's n_keys (AttentionGroupArgs::head_keys).
+inline int64_t keys_of(const AttentionGroupArgs& a, int64_t h) {
+    return a.head_keys == nullptr ? a.n_keys : a.head_keys[h];
+}
 
 // Walks one KV head's rows in key order, block by block, from absolute position `first`.
 struct RowCursor {
@@ -169,30 +175,41 @@ template <int H>
 void numerator_sums(const AttentionGroupArgs& a, int64_t h0) {
     float sum[H];
     const float* e[H];
+    int64_t common = a.n_keys;  // keys every one of the H heads has
     for (int i = 0; i < H; ++i) {
         sum[i] = 0.0f;
         e[i] = a.scores + (h0 + i) * a.n_keys;
+        common = std::min(common, keys_of(a, h0 + i));
     }
-    for (int64_t j = 0; j < a.n_keys; ++j) {
+    for (int64_t j = 0; j < common; ++j) {
         for (int i = 0; i < H; ++i) sum[i] += e[i][j];
     }
-    for (int i = 0; i < H; ++i) a.sum[h0 + i] = sum[i];
+    for (int i = 0; i < H; ++i) {
+        for (int64_t j = common; j < keys_of(a, h0 + i); ++j) sum[i] += e[i][j];
+        a.sum[h0 + i] = sum[i];
+    }
 }
 
+// Keys [begin, end) of the chunk (indices from its first key).
+struct KeyRange {
+    int64_t begin;
+    int64_t end;
+};
+
 // acc[h][d] for d in [8 * v0, 8 * (v0 + SV)), HB heads from h0: fma(e_hj, v_jd, acc) over the keys in
-// order, from 0 (the per-row axpy's arithmetic), sharing each V load among the heads. The HB × SV
-// accumulators, and the HB weights or the SV value vectors (whichever are fewer), stay in the 16 AVX2
-// registers.
+// order, from 0 (the per-row axpy's arithmetic), sharing each V load among the heads. Over the keys of
+// `keys` only: from 0 for the first keys, else continuing the chain from the acc stored after the keys before. The HB ×
+// SV accumulators, and the HB weights or the SV value vectors (whichever are fewer), stay in the 16 AVX2 registers.
 template <int SV, int HB, TensorType T>
-void values_slice(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, int64_t v0) {
+void values_slice(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, int64_t v0, KeyRange keys) {
     __m256 acc[HB][SV];
     for (int i = 0; i < HB; ++i) {
-        for (int c = 0; c < SV; ++c) acc[i][c] = _mm256_setzero_ps();
+        const float* from = a.acc + (h0 + i) * a.head_dim + 8 * v0;
+        for (int c = 0; c < SV; ++c) acc[i][c] = keys.begin == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(from + 8 * c);
     }
     const float* e[HB];
     for (int i = 0; i < HB; ++i) e[i] = a.scores + (h0 + i) * a.n_keys;
-    const int64_t n_keys = a.n_keys;
-    for (int64_t j = 0; j < n_keys; ++j) {
+    for (int64_t j = keys.begin; j < keys.end; ++j) {
         const uint8_t* row = v_rows[j];
         if constexpr (HB <= SV) {
             __m256 w[HB];
@@ -221,14 +238,20 @@ void values_slice(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int
 // GCC 12 keeps an array of them in registers but also stores every element to the stack on every key,
 // which made the loop store-bound. The same fmas in the same order as values_slice.
 template <int HB, int SV, TensorType T>
-void values_slice12(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, int64_t v0) {
+void values_slice12(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, int64_t v0, KeyRange keys) {
     static_assert((HB == 3 && SV == 4) || (HB == 6 && SV == 2), "12 accumulators");
-    const __m256 zero = _mm256_setzero_ps();
-    __m256 r0 = zero, r1 = zero, r2 = zero, r3 = zero, r4 = zero, r5 = zero;
-    __m256 r6 = zero, r7 = zero, r8 = zero, r9 = zero, r10 = zero, r11 = zero;
+    __m256 r[12];
+    for (int i = 0; i < HB; ++i) {
+        const float* from = a.acc + (h0 + i) * a.head_dim + 8 * v0;
+        for (int c = 0; c < SV; ++c) {
+            r[HB == 3 ? 3 * c + i : 2 * i + c] = keys.begin == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(from + 8 * c);
+        }
+    }
+    __m256 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3], r4 = r[4], r5 = r[5];
+    __m256 r6 = r[6], r7 = r[7], r8 = r[8], r9 = r[9], r10 = r[10], r11 = r[11];
     const float* e = a.scores + h0 * a.n_keys;  // head h0 + i's numerators at e + i * n_keys
     const int64_t n_keys = a.n_keys;
-    for (int64_t j = 0; j < n_keys; ++j) {
+    for (int64_t j = keys.begin; j < keys.end; ++j) {
         const uint8_t* row = v_rows[j];
         if constexpr (HB == 3) {
             // r[3c + i]: head i, vector c.
@@ -275,33 +298,71 @@ void values_slice12(const AttentionGroupArgs& a, const uint8_t* const* v_rows, i
             r11 = _mm256_fmadd_ps(w, vb, r11);
         }
     }
-    const __m256 r[12] = {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11};
+    const __m256 result[12] = {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11};
     for (int i = 0; i < HB; ++i) {
         float* out = a.acc + (h0 + i) * a.head_dim + 8 * v0;
-        for (int c = 0; c < SV; ++c) _mm256_storeu_ps(out + 8 * c, r[HB == 3 ? 3 * c + i : 2 * i + c]);
+        for (int c = 0; c < SV; ++c) _mm256_storeu_ps(out + 8 * c, result[HB == 3 ? 3 * c + i : 2 * i + c]);
     }
 }
 
 // HB heads from h0, head_dim in slices of SV vectors and a shorter last one.
 template <int HB, int SV, TensorType T>
-void values_heads(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0) {
+void values_heads(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, KeyRange keys) {
     static_assert(SV <= 4, "the last slice has at most 3 vectors");
     const int64_t nv = a.head_dim / 8;
     int64_t v0 = 0;
     for (; v0 + SV <= nv; v0 += SV) {
         if constexpr (HB * SV == 12) {
-            values_slice12<HB, SV, T>(a, v_rows, h0, v0);
+            values_slice12<HB, SV, T>(a, v_rows, h0, v0, keys);
         } else {
-            values_slice<SV, HB, T>(a, v_rows, h0, v0);
+            values_slice<SV, HB, T>(a, v_rows, h0, v0, keys);
         }
     }
     switch (nv - v0) {
-        case 3: values_slice<3, HB, T>(a, v_rows, h0, v0); break;
-        case 2: values_slice<2, HB, T>(a, v_rows, h0, v0); break;
-        case 1: values_slice<1, HB, T>(a, v_rows, h0, v0); break;
+        case 3: values_slice<3, HB, T>(a, v_rows, h0, v0, keys); break;
+        case 2: values_slice<2, HB, T>(a, v_rows, h0, v0, keys); break;
+        case 1: values_slice<1, HB, T>(a, v_rows, h0, v0, keys); break;
         default: break;
     }
 }
+
+// HB heads from h0 over the keys of `keys` that each has (keys_of): together as far as all of them have keys,
+// then each head alone (rows of a chunk's diagonal, whose key counts differ by one from row to row).
+template <int HB, int SV, TensorType T>
+void values_block(const AttentionGroupArgs& a, const uint8_t* const* v_rows, int64_t h0, KeyRange keys) {
+    int64_t common = keys.end;
+    for (int i = 0; i < HB; ++i) common = std::min(common, keys_of(a, h0 + i));
+    if (common > keys.begin) values_heads<HB, SV, T>(a, v_rows, h0, KeyRange{keys.begin, common});
+    if (a.head_keys == nullptr) return;
+    const int64_t rest = std::max(keys.begin, common);
+    for (int i = 0; i < HB; ++i) {
+        const int64_t end = std::min(keys.end, keys_of(a, h0 + i));
+        if (end > rest) values_heads<1, 4, T>(a, v_rows, h0 + i, KeyRange{rest, end});
+    }
+}
+
+// Every head's values over the keys of `keys` (the shapes below).
+template <TensorType T>
+void values_all(const AttentionGroupArgs& a, const uint8_t* const* v_rows, KeyRange keys) {
+    // Many heads (prefill tiles: rows × a group): 6 heads × 2 vectors, one V load per 12 fmas; else 3 heads ×
+    // 4 vectors (a decode row's GQA group of 3 in one pass over V per 4 vectors).
+    int64_t h0 = 0;
+    for (; h0 + 6 <= a.n_heads; h0 += 6) values_block<6, 2, T>(a, v_rows, h0, keys);
+    for (; h0 + 3 <= a.n_heads; h0 += 3) values_block<3, 4, T>(a, v_rows, h0, keys);
+    switch (a.n_heads - h0) {
+        case 2: values_block<2, 4, T>(a, v_rows, h0, keys); break;
+        case 1: values_block<1, 4, T>(a, v_rows, h0, keys); break;
+        default: break;
+    }
+}
+
+// From this many heads (prefill: several query rows of a group share the call) the chunk's V rows are converted
+// to f32 once (exact) instead of once per (6-head block, 2-vector slice), and the values pass walks the keys in
+// blocks of kValueKeys, so that a block's V rows (64 × head_dim f32: 16 KB at head_dim 64) and the heads'
+// numerators stay in L1 across the blocks of heads and slices. Each accumulator still takes its fmas in key
+// order (stored and reloaded between blocks, exact): the same bits as one pass.
+constexpr int64_t kConvertHeads = 12;
+constexpr int64_t kValueKeys = 64;
 
 template <TensorType T>
 void attend(const AttentionGroupArgs& a) {
@@ -309,8 +370,9 @@ void attend(const AttentionGroupArgs& a) {
     RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
     scores<T>(a);
-    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
+    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
     int64_t s0 = 0;
+    for (; s0 + 8 <= a.n_heads; s0 += 8) numerator_sums<8>(a, s0);
     for (; s0 + 4 <= a.n_heads; s0 += 4) numerator_sums<4>(a, s0);
     switch (a.n_heads - s0) {
         case 3: numerator_sums<3>(a, s0); break;
@@ -318,15 +380,21 @@ void attend(const AttentionGroupArgs& a) {
         case 1: numerator_sums<1>(a, s0); break;
         default: break;
     }
-    // Many heads (prefill tiles: 8 rows × a group): 6 heads × 2 vectors, one V conversion per 12 fmas;
-    // else 3 heads × 4 vectors (a decode row's GQA group of 3 in one pass over V per 4 vectors).
-    int64_t h0 = 0;
-    for (; h0 + 6 <= a.n_heads; h0 += 6) values_heads<6, 2, T>(a, v_rows, h0);
-    for (; h0 + 3 <= a.n_heads; h0 += 3) values_heads<3, 4, T>(a, v_rows, h0);
-    switch (a.n_heads - h0) {
-        case 2: values_heads<2, 4, T>(a, v_rows, h0); break;
-        case 1: values_heads<1, 4, T>(a, v_rows, h0); break;
-        default: break;
+    if (T == TensorType::F32 || a.n_heads < kConvertHeads) {
+        values_all<T>(a, v_rows, KeyRange{0, a.n_keys});
+        return;
+    }
+    thread_local ScratchArray v_f32;  // n_keys × head_dim
+    float* converted = v_f32.floats(static_cast<size_t>(a.n_keys * a.head_dim));
+    const uint8_t* f32_rows[kMaxKeys];
+    const int64_t nv = a.head_dim / 8;
+    for (int64_t j = 0; j < a.n_keys; ++j) {
+        float* dst = converted + j * a.head_dim;
+        for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(dst + 8 * c, load8<T>(v_rows[j], c));
+        f32_rows[j] = reinterpret_cast<const uint8_t*>(dst);
+    }
+    for (int64_t j0 = 0; j0 < a.n_keys; j0 += kValueKeys) {
+        values_all<TensorType::F32>(a, f32_rows, KeyRange{j0, std::min(a.n_keys, j0 + kValueKeys)});
     }
 }
 

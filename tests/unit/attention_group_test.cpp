@@ -1,0 +1,176 @@
+// The grouped-query attention kernels (kernels/attention_group.h) called directly, with shapes the engine's
+// calls reach rarely or never: many heads (prefill tiles of up to 32 rows × a group: the V rows converted once
+// and the values walked in key blocks) over key counts that are not a multiple of the key block, from
+// positions inside a KV block. Each head's partial (max, sum, numerator-weighted values) is bitwise the
+// per-row operations' (kernels/attention_rows.h), as kernels/attention.cpp's chunk_partial_rows defines it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/quantize.h"
+#include "format/tensor_type.h"
+#include "kernels/attention_group.h"
+#include "kernels/attention_rows.h"
+#include "kernels/dispatch.h"
+
+namespace kvstash {
+namespace {
+
+constexpr int64_t kBlockTokens = 32;
+constexpr int64_t kHeadDim = 64;
+constexpr int64_t kKvHeads = 2;  // the heads read KV head 1 (a row offset)
+
+// n_pos rows of K and V (kKvHeads * kHeadDim values of `type`) in blocks of kBlockTokens rows.
+struct Rows {
+    uint64_t row_bytes = 0;
+    std::vector<std::vector<uint8_t>> k, v;
+    std::vector<const uint8_t*> k_table, v_table;
+
+    Rows(TensorType type, int64_t n_pos, std::mt19937& rng) {
+        const int64_t width = kKvHeads * kHeadDim;
+        row_bytes = tensor_row_bytes(type, width);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> row(static_cast<size_t>(width));
+        for (int64_t b = 0; b * kBlockTokens < n_pos; ++b) {
+            for (auto* blocks : {&k, &v}) {
+                blocks->emplace_back(kBlockTokens * row_bytes);
+                for (int64_t r = 0; r < kBlockTokens; ++r) {
+                    for (float& x : row) x = normal(rng);
+                    uint8_t* dst = blocks->back().data() + r * row_bytes;
+                    if (type == TensorType::F32) {
+                        std::memcpy(dst, row.data(), row.size() * sizeof(float));
+                    } else if (type == TensorType::F16) {
+                        for (int64_t i = 0; i < width; ++i) {
+                            const uint16_t h = fp32_to_fp16(row[static_cast<size_t>(i)]);
+                            std::memcpy(dst + 2 * i, &h, 2);
+                        }
+                    } else {
+                        quantize_row_q8_0(row.data(), dst, width);
+                    }
+                }
+            }
+            k_table.push_back(k.back().data());
+            v_table.push_back(v.back().data());
+        }
+    }
+};
+
+// One call of the ISA's group kernel (heads with query vectors q, keys first_key.., head h the first
+// head_keys[h] of them, or n_keys for all if head_keys is empty) against chunk_partial_rows
+// (kernels/attention.cpp), the definition, head by head.
+void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<float>& q, int64_t first_key,
+                int64_t n_keys, const std::vector<int64_t>& head_keys) {
+    const int64_t n_heads = static_cast<int64_t>(q.size()) / kHeadDim;
+    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
+    const uint64_t offset = kernels::kv_row_offset(type, kHeadDim);  // KV head 1
+    std::vector<float> scores(static_cast<size_t>(n_heads * n_keys));
+    std::vector<float> max(static_cast<size_t>(n_heads)), sum(max.size()), acc(q.size());
+    kernels::AttentionGroupArgs args;
+    args.q = q.data();
+    args.n_heads = n_heads;
+    args.head_dim = kHeadDim;
+    args.first_key = first_key;
+    args.n_keys = n_keys;
+    args.scale = 0.125f;
+    args.head_keys = head_keys.empty() ? nullptr : head_keys.data();
+    args.k_blocks = rows.k_table.data();
+    args.v_blocks = rows.v_table.data();
+    args.offset = offset;
+    args.block_tokens = kBlockTokens;
+    args.row_bytes = rows.row_bytes;
+    args.type = type;
+    args.scores = scores.data();
+    args.max_score = max.data();
+    args.sum = sum.data();
+    args.acc = acc.data();
+    kernels::kernel_table(isa).attention_group(args);
+    auto row = [&](const std::vector<const uint8_t*>& t, int64_t pos) {
+        return t[pos / kBlockTokens] + (pos % kBlockTokens) * rows.row_bytes + offset;
+    };
+    for (int64_t h = 0; h < n_heads; ++h) {
+        const int64_t n = head_keys.empty() ? n_keys : head_keys[h];
+        std::vector<float> s(static_cast<size_t>(n)), a(kHeadDim, 0.0f);
+        float m = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+            s[j] = ops.dot(q.data() + h * kHeadDim, row(rows.k_table, first_key + j), kHeadDim, type) * args.scale;
+            if (s[j] > m) m = s[j];
+        }
+        ops.exp_shifted(s.data(), s.data(), n, m);
+        float l = 0.0f;
+        for (int64_t j = 0; j < n; ++j) l += s[j];
+        for (int64_t j = 0; j < n; ++j) ops.axpy(a.data(), s[j], row(rows.v_table, first_key + j), kHeadDim, type);
+        ASSERT_EQ(0, std::memcmp(&m, &max[h], sizeof(float))) << "head " << h << " max";
+        ASSERT_EQ(0, std::memcmp(&l, &sum[h], sizeof(float))) << "head " << h << " sum";
+        ASSERT_EQ(0, std::memcmp(a.data(), acc.data() + h * kHeadDim, kHeadDim * sizeof(float)))
+            << "head " << h << " values";
+    }
+}
+
+// The types each ISA's group kernel reads (AVX-512 reads q8_0 caches with the AVX2 kernels).
+std::vector<TensorType> group_types(Isa isa) {
+    if (isa == Isa::avx2) return {TensorType::F16, TensorType::F32, TensorType::Q8_0};
+    return {TensorType::F16, TensorType::F32};
+}
+
+TEST(AttentionGroup, ManyHeadsAnyKeyCountEqualPerRowOperationsBitwise) {
+    for (Isa isa : available_isas()) {
+        if (kernels::kernel_table(isa).attention_group == nullptr) continue;
+        for (TensorType type : group_types(isa)) {
+            std::mt19937 rng(static_cast<uint32_t>(type) + 5);
+            const Rows rows(type, 600, rng);
+            std::normal_distribution<float> normal(0.0f, 2.0f);
+            for (int64_t n_heads : {3, 12, 13, 24, 96}) {
+                std::vector<float> q(static_cast<size_t>(n_heads * kHeadDim));
+                for (float& x : q) x = normal(rng);
+                for (int64_t first_key : {0, 37, 256}) {
+                    for (int64_t n_keys : {1, 9, 64, 65, 200, 256}) {
+                        SCOPED_TRACE(std::string(isa_name(isa)) + " " + tensor_type_name(static_cast<uint32_t>(type)) +
+                                     " heads " + std::to_string(n_heads) + " keys " + std::to_string(first_key) + "+" +
+                                     std::to_string(n_keys));
+                        check_call(isa, type, rows, q, first_key, n_keys, {});
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The rows of a chunk's diagonal in one call (AttentionGroupArgs::head_keys, AVX2): groups of 3 heads (one row
+// each) with one key more per row, from 1 key and from inside the chunk, across the 64-key value blocks; and
+// rows in no particular order.
+TEST(AttentionGroup, HeadsWithDifferentKeyCountsEqualPerRowOperationsBitwise) {
+    const Isa isa = Isa::avx2;
+    const std::vector<Isa> isas = available_isas();
+    if (std::find(isas.begin(), isas.end(), isa) == isas.end()) GTEST_SKIP() << "no AVX2";
+    for (TensorType type : group_types(isa)) {
+        std::mt19937 rng(static_cast<uint32_t>(type) + 9);
+        const Rows rows(type, 600, rng);
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        for (int64_t n_rows : {2, 5, 32}) {
+            std::vector<float> q(static_cast<size_t>(3 * n_rows * kHeadDim));
+            for (float& x : q) x = normal(rng);
+            for (int64_t first_keys : {1, 50, 225}) {
+                for (bool shuffled : {false, true}) {
+                    std::vector<int64_t> row_keys;
+                    for (int64_t r = 0; r < n_rows; ++r) row_keys.push_back(first_keys + r);
+                    if (shuffled) std::shuffle(row_keys.begin(), row_keys.end(), rng);
+                    std::vector<int64_t> head_keys;
+                    for (int64_t n : row_keys) head_keys.insert(head_keys.end(), 3, n);
+                    const int64_t n_keys = *std::max_element(head_keys.begin(), head_keys.end());
+                    SCOPED_TRACE(std::string(tensor_type_name(static_cast<uint32_t>(type))) + " rows " +
+                                 std::to_string(n_rows) + " keys from " + std::to_string(first_keys) +
+                                 (shuffled ? " shuffled" : ""));
+                    check_call(isa, type, rows, q, 256, n_keys, head_keys);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kvstash
