@@ -312,6 +312,7 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
     const int64_t q_width = s.n_head * s.head_dim;
     const int64_t stride = partial_floats(s, group);
     const KvLayerView& kv = rows.views[rows.row_view[tile.first_row]];
+    const bool may_differ = heads_may_differ_in_keys(isa, kv.type, s.head_dim);
     for (int64_t i = 0; i < tile.n_rows;) {
         const int64_t pos = rows.row_pos[tile.first_row + i];
         if (c < first_chunk(s, pos) || c > pos / kChunk) {
@@ -322,7 +323,6 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
         chunk_keys(s, pos, c, &k_first, &n_keys);
         // Rows i..i+m-1 share the call: keys from k_first, row j the first row_keys[j] of them (the same count
         // for all where the kernel needs it: heads_may_differ_in_keys), n_keys the most.
-        const bool may_differ = heads_may_differ_in_keys(isa, kv.type, s.head_dim);
         scratch.head_keys.assign(static_cast<size_t>(group), n_keys);
         int64_t m = 1;
         for (; i + m < tile.n_rows; ++m) {

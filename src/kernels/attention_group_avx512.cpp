@@ -1,6 +1,9 @@
-// AVX-512 grouped-query attention of one query row over one key chunk (kernels/attention_group.h): the
-// per-row path's arithmetic, bitwise, with each K/V row read once per group and no per-key call or
-// reduction.
+// AVX-512 grouped-query attention over one key chunk (kernels/attention_group.h): the per-row path's
+// arithmetic, bitwise, with each K/V row read once per call and no per-key call or reduction. Few heads (a
+// decode row's group): scores with 16 keys in the lanes, then per-head numerators and value passes. Many heads
+// (prefill tiles: rows × a group, kLaneHeads and more): K and V converted to f32 once, scores with 16 heads in
+// the lanes, so that the max, numerators and sums are lane-wise vector operations, and the values walked in
+// key blocks that stay in L1 (docs/benchmarks.md, "AVX-512 prefill attention").
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -10,8 +13,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/attention.h"
 #include "kernels/attention_group.h"
 #include "kernels/exp_f32.h"
+#include "kernels/exp_f32_avx512.h"
+#include "kernels/scratch.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -134,10 +140,10 @@ void scores(const AttentionGroupArgs& a) {
     }
 }
 
-// Softmax numerators in place, their max and their sum, in the per-row path's order: max, then exp and a
-// sequential sum in key order. (The max is taken with vector max: the value is the same; only the sign of
-// a zero maximum could differ, and exp(s - (+0)) == exp(s - (-0)) for every s.)
-void softmax_numerators(float* s, int64_t n, float* max_out, float* sum_out) {
+// The per-row path's order: the max, then the numerators in place (what its exp_shifted is on AVX-512). (The
+// max is taken with vector max: the same value; only the sign of a zero maximum could differ, and
+// exp(s - (+0)) == exp(s - (-0)) for every s.) Their sums follow in numerator_sums.
+void softmax_numerators(float* s, int64_t n, float* max_out) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
@@ -146,30 +152,59 @@ void softmax_numerators(float* s, int64_t n, float* max_out, float* sum_out) {
         m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask, s + j));
     }
     const float max_score = _mm512_reduce_max_ps(m);
-    exp_f32_shifted_row_avx512(s, s, n, max_score);  // what the per-row path's exp_shifted is on AVX-512
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; ++i) sum += s[i];
+    exp_f32_shifted_row_avx512(s, s, n, max_score);
     *max_out = max_score;
-    *sum_out = sum;
 }
 
-// acc[h] = sum over keys in order of fma(e_hj, v_j, .), from 0, for HB heads from h0, sharing each V
-// row's load.
+// sum[h] = the numerators of head h added in key order from 0.0f (the per-row sum), H heads from h0 at once:
+// H independent chains of dependent additions instead of one after the other (a chain of n_keys additions
+// waits ~4 cycles per key).
+template <int H>
+void numerator_sums(const AttentionGroupArgs& a, int64_t h0) {
+    float sum[H];
+    const float* e[H];
+    for (int i = 0; i < H; ++i) {
+        sum[i] = 0.0f;
+        e[i] = a.scores + (h0 + i) * a.n_keys;
+    }
+    for (int64_t j = 0; j < a.n_keys; ++j) {
+        for (int i = 0; i < H; ++i) sum[i] += e[i][j];
+    }
+    for (int i = 0; i < H; ++i) a.sum[h0 + i] = sum[i];
+}
+
+// acc[h] for HB heads from h0 over keys [j_begin, j_end): fma(e_hj, v_j, acc) in key order (the per-row axpy's
+// arithmetic), from 0 for the chunk's first key, else continuing from the acc stored after the keys before
+// (exact), sharing each V row's load among the heads. v_rows[j]: key j's V slice (of type F16 or f32).
+// Where head h's numerator of key j is: e.head(h)[j * e.key_stride] (the per-head rows of a.scores, stride 1, or
+// the heads-in-lanes blocks of scores_in_lanes, stride 16).
+struct Numerators {
+    const float* base;
+    int64_t head_block;  // floats between blocks of 16 heads (0: a row per head)
+    int64_t n_keys;
+    int64_t key_stride;
+    const float* head(int64_t h) const {
+        return head_block == 0 ? base + h * n_keys : base + (h / 16) * head_block + h % 16;
+    }
+};
+
 template <int NC, int HB, bool F16>
-void values(const AttentionGroupArgs& a, int64_t h0) {
-    RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+void values(const AttentionGroupArgs& a, const Numerators& num, const uint8_t* const* v_rows, int64_t h0,
+            int64_t j_begin, int64_t j_end) {
     __m512 acc[HB][NC];
     for (int i = 0; i < HB; ++i) {
-        for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_setzero_ps();
+        const float* from = a.acc + (h0 + i) * a.head_dim;
+        for (int c = 0; c < NC; ++c) acc[i][c] = j_begin == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(from + 16 * c);
     }
     const float* e[HB];
-    for (int i = 0; i < HB; ++i) e[i] = a.scores + (h0 + i) * a.n_keys;
-    for (int64_t j = 0; j < a.n_keys; ++j) {
-        const uint8_t* row = cursor.next();
+    for (int i = 0; i < HB; ++i) e[i] = num.head(h0 + i);
+    const int64_t stride = num.key_stride;
+    for (int64_t j = j_begin; j < j_end; ++j) {
+        const uint8_t* row = v_rows[j];
         __m512 v[NC];
         for (int c = 0; c < NC; ++c) v[c] = load16<F16>(row, c);
         for (int i = 0; i < HB; ++i) {
-            const __m512 w = _mm512_set1_ps(e[i][j]);
+            const __m512 w = _mm512_set1_ps(e[i][j * stride]);
             for (int c = 0; c < NC; ++c) acc[i][c] = _mm512_fmadd_ps(w, v[c], acc[i][c]);
         }
     }
@@ -179,22 +214,146 @@ void values(const AttentionGroupArgs& a, int64_t h0) {
     }
 }
 
+// Every head's values over keys [j_begin, j_end), in passes of up to kHeadsPerPass heads: HB * NC accumulators,
+// NC values and a weight in the 32 registers.
+template <int NC, bool F16>
+void values_all(const AttentionGroupArgs& a, const Numerators& num, const uint8_t* const* v_rows, int64_t j_begin,
+                int64_t j_end) {
+    constexpr int kHeadsPerPass = NC <= 4 ? 6 : 2;
+    for (int64_t h0 = 0; h0 < a.n_heads; h0 += kHeadsPerPass) {
+        switch (std::min<int64_t>(kHeadsPerPass, a.n_heads - h0)) {
+            case 6: values<NC, (kHeadsPerPass >= 6 ? 6 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
+            case 5: values<NC, (kHeadsPerPass >= 5 ? 5 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
+            case 4: values<NC, (kHeadsPerPass >= 4 ? 4 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
+            case 3: values<NC, (kHeadsPerPass >= 3 ? 3 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
+            case 2: values<NC, 2, F16>(a, num, v_rows, h0, j_begin, j_end); break;
+            default: values<NC, 1, F16>(a, num, v_rows, h0, j_begin, j_end); break;
+        }
+    }
+}
+
+// From this many heads, scores_in_lanes instead of scores + softmax_numerators + numerator_sums.
+constexpr int64_t kLaneHeads = 16;
+
+// Scores, max, numerators and sums of many heads (prefill tiles) with 16 heads in the lanes of a vector: key j's
+// scores of heads 16b.. are (hsum16 of the 16 heads' fma chains + 0) * scale, the same fmas and the same
+// reduction as `scores` (which puts 16 keys of one head in the lanes), so the same bits; the max over keys, the
+// numerators exp_f32(s - max) (elementwise, as exp_f32_shifted_row_avx512) and their sums in key order from 0 are
+// then lane-wise vector operations, with no per-head chain of scalar additions. The numerators go to
+// e[(b * n_keys + j) * 16 + lane]; k_f32: the chunk's K rows converted to f32 (n_keys × head_dim).
+template <int NC>
+void scores_in_lanes(const AttentionGroupArgs& a, const float* k_f32, float* e) {
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 scale = _mm512_set1_ps(a.scale);
+    const int64_t n_blocks = (a.n_heads + 15) / 16;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const int lanes = static_cast<int>(std::min<int64_t>(16, a.n_heads - 16 * b));
+        // The block's query vectors at fixed offsets (lanes past the last head: zeros, their results never stored).
+        alignas(64) float q[16 * NC * 16];
+        for (int i = 0; i < 16; ++i) {
+            for (int c = 0; c < NC; ++c) {
+                _mm512_store_ps(q + (i * NC + c) * 16,
+                                i < lanes ? _mm512_loadu_ps(a.q + (16 * b + i) * a.head_dim + 16 * c) : zero);
+            }
+        }
+        float* eb = e + b * a.n_keys * 16;
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < a.n_keys; ++j) {
+            const float* k = k_f32 + j * a.head_dim;
+            __m512 kc[NC];
+            for (int c = 0; c < NC; ++c) kc[c] = _mm512_load_ps(k + 16 * c);
+            __m512 acc[16];
+            for (int i = 0; i < 16; ++i) {
+                acc[i] = zero;
+                for (int c = 0; c < NC; ++c)
+                    acc[i] = _mm512_fmadd_ps(_mm512_load_ps(q + (i * NC + c) * 16), kc[c], acc[i]);
+            }
+            const __m512 s = _mm512_mul_ps(_mm512_add_ps(hsum16(acc), zero), scale);
+            m = _mm512_max_ps(m, s);
+            _mm512_store_ps(eb + 16 * j, s);
+        }
+        __m512 sum = zero;
+        for (int64_t j = 0; j < a.n_keys; ++j) {
+            const __m512 x = exp_f32_avx512(_mm512_sub_ps(_mm512_load_ps(eb + 16 * j), m));
+            sum = _mm512_add_ps(sum, x);
+            _mm512_store_ps(eb + 16 * j, x);
+        }
+        const auto mask = static_cast<__mmask16>((1u << lanes) - 1);
+        _mm512_mask_storeu_ps(a.max_score + 16 * b, mask, m);
+        _mm512_mask_storeu_ps(a.sum + 16 * b, mask, sum);
+    }
+}
+
+// From this many heads (prefill: several query rows of a group share the call) an f16 chunk's V rows are
+// converted to f32 once (exact) instead of once per pass of heads, and the values are walked in blocks of
+// kValueKeys keys, so that a block's converted rows (64 × head_dim f32: 16 KB at head_dim 64) stay in L1 across
+// the passes; each accumulator still takes its fmas in key order (the same bits as one pass), as in
+// attention_group_avx2.cpp.
+constexpr int64_t kConvertHeads = 12;
+constexpr int64_t kValueKeys = 64;
+constexpr int64_t kMaxKeys = 256;
+static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
+
+// Many heads: K and V rows converted to f32 once, scores_in_lanes, the values in key blocks.
+template <int NC, bool F16>
+void attend_many(const AttentionGroupArgs& a, const uint8_t* const* v_rows) {
+    thread_local ScratchArray k_scratch, v_scratch, e_scratch;
+    float* k_f32 = k_scratch.floats(static_cast<size_t>(a.n_keys * a.head_dim));
+    float* v_f32 = v_scratch.floats(static_cast<size_t>(a.n_keys * a.head_dim));
+    const int64_t n_blocks = (a.n_heads + 15) / 16;
+    float* e = e_scratch.floats(static_cast<size_t>(n_blocks * a.n_keys * 16));
+    RowCursor k_cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    const uint8_t* f32_rows[kMaxKeys];
+    for (int64_t j = 0; j < a.n_keys; ++j) {
+        const uint8_t* k_row = k_cursor.next();
+        for (int c = 0; c < NC; ++c) {
+            _mm512_store_ps(k_f32 + j * a.head_dim + 16 * c, load16<F16>(k_row, c));
+            _mm512_store_ps(v_f32 + j * a.head_dim + 16 * c, load16<F16>(v_rows[j], c));
+        }
+        f32_rows[j] = reinterpret_cast<const uint8_t*>(v_f32 + j * a.head_dim);
+    }
+    scores_in_lanes<NC>(a, k_f32, e);
+    const Numerators num{e, a.n_keys * 16, a.n_keys, 16};
+    for (int64_t j0 = 0; j0 < a.n_keys; j0 += kValueKeys) {
+        values_all<NC, false>(a, num, f32_rows, j0, std::min(a.n_keys, j0 + kValueKeys));
+    }
+}
+
 template <int NC, bool F16>
 void attend(const AttentionGroupArgs& a) {
+    const uint8_t* v_rows[kMaxKeys];  // the chunk's V rows, in key order
+    RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
+    for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
+    if (a.n_heads >= kLaneHeads) {
+        attend_many<NC, F16>(a, v_rows);
+        return;
+    }
     scores<NC, F16>(a);
-    constexpr int kHeadsPerPass = NC <= 4 ? 4 : 2;  // HB * NC accumulators + NC values <= 32 registers
-    for (int64_t h0 = 0; h0 < a.n_heads; h0 += kHeadsPerPass) {
-        const int nh = static_cast<int>(std::min<int64_t>(kHeadsPerPass, a.n_heads - h0));
-        for (int i = 0; i < nh; ++i) {
-            const int64_t h = h0 + i;
-            softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h, a.sum + h);
-        }
-        switch (nh) {
-            case 4: values<NC, (kHeadsPerPass >= 4 ? 4 : 1), F16>(a, h0); break;
-            case 3: values<NC, (kHeadsPerPass >= 3 ? 3 : 1), F16>(a, h0); break;
-            case 2: values<NC, 2, F16>(a, h0); break;
-            default: values<NC, 1, F16>(a, h0); break;
-        }
+    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
+    int64_t s0 = 0;
+    for (; s0 + 8 <= a.n_heads; s0 += 8) numerator_sums<8>(a, s0);
+    for (; s0 + 4 <= a.n_heads; s0 += 4) numerator_sums<4>(a, s0);
+    switch (a.n_heads - s0) {
+        case 3: numerator_sums<3>(a, s0); break;
+        case 2: numerator_sums<2>(a, s0); break;
+        case 1: numerator_sums<1>(a, s0); break;
+        default: break;
+    }
+    const Numerators num{a.scores, 0, a.n_keys, 1};
+    if (!F16 || a.n_heads < kConvertHeads) {
+        values_all<NC, F16>(a, num, v_rows, 0, a.n_keys);
+        return;
+    }
+    thread_local ScratchArray v_f32;  // n_keys × head_dim
+    float* converted = v_f32.floats(static_cast<size_t>(a.n_keys * a.head_dim));
+    const uint8_t* f32_rows[kMaxKeys];
+    for (int64_t j = 0; j < a.n_keys; ++j) {
+        float* dst = converted + j * a.head_dim;
+        for (int c = 0; c < NC; ++c) _mm512_store_ps(dst + 16 * c, load16<true>(v_rows[j], c));
+        f32_rows[j] = reinterpret_cast<const uint8_t*>(dst);
+    }
+    for (int64_t j0 = 0; j0 < a.n_keys; j0 += kValueKeys) {
+        values_all<NC, false>(a, num, f32_rows, j0, std::min(a.n_keys, j0 + kValueKeys));
     }
 }
 

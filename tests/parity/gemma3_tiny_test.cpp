@@ -41,18 +41,8 @@ TEST(Gemma3Tiny, LogitsMatchTransformers) {
         const double window_effect = j.at("window_effect_max_abs").get<double>();
         for (KvType kv : {KvType::f32, KvType::f16}) {
             const auto ours = eval_logits(model, tokens, {static_cast<int64_t>(tokens.size())}, 2, kv);
-            double worst = 0.0, worst_abs = 0.0, max_ref = 0.0;
-            for (size_t t = 0; t < tokens.size(); ++t) {
-                double scale = 0.0, diff = 0.0;
-                for (size_t v = 0; v < V; ++v) {
-                    const double r = ref[t][v].get<double>();
-                    scale = std::max(scale, std::fabs(r));
-                    diff = std::max(diff, std::fabs(r - ours[t * V + v]));
-                }
-                worst = std::max(worst, diff / scale);
-                worst_abs = std::max(worst_abs, diff);
-                max_ref = std::max(max_ref, scale);
-            }
+            const RowErrors e = row_errors(ref, ours, V);
+            const double worst = e.worst_relative, worst_abs = e.worst_abs, max_ref = e.max_ref;
             std::printf("%s, %s KV: max |ours - transformers| %.3g (%.3g of max|logit| %.3g; window effect %.3g)\n",
                         j.at("model").get<std::string>().c_str(), kv == KvType::f32 ? "f32" : "f16", worst_abs, worst,
                         max_ref, window_effect);

@@ -47,8 +47,8 @@ nlohmann::json load_json(const std::string& path) {
     return nlohmann::json::parse(in);
 }
 
-double worst_row_relative_error(const nlohmann::json& ref, const std::vector<float>& ours, size_t n_vocab) {
-    double worst = 0.0;
+RowErrors row_errors(const nlohmann::json& ref, const std::vector<float>& ours, size_t n_vocab) {
+    RowErrors e;
     for (size_t t = 0; t < ours.size() / n_vocab; ++t) {
         double scale = 0.0, diff = 0.0;
         for (size_t v = 0; v < n_vocab; ++v) {
@@ -56,9 +56,15 @@ double worst_row_relative_error(const nlohmann::json& ref, const std::vector<flo
             scale = std::max(scale, std::fabs(r));
             diff = std::max(diff, std::fabs(r - ours[t * n_vocab + v]));
         }
-        worst = std::max(worst, diff / scale);
+        e.worst_relative = std::max(e.worst_relative, diff / scale);
+        e.worst_abs = std::max(e.worst_abs, diff);
+        e.max_ref = std::max(e.max_ref, scale);
     }
-    return worst;
+    return e;
+}
+
+double worst_row_relative_error(const nlohmann::json& ref, const std::vector<float>& ours, size_t n_vocab) {
+    return row_errors(ref, ours, n_vocab).worst_relative;
 }
 
 std::vector<std::string> fixture_files(const std::string& dir, const std::string& suffix) {

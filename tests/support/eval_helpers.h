@@ -25,8 +25,15 @@ std::vector<int32_t> pseudo_random_tokens(int64_t count, int64_t n_vocab, uint64
 
 nlohmann::json load_json(const std::string& path);
 
-// Logits against a reference: for each row t of ours (rows × n_vocab) and row t of `ref` (JSON rows of n_vocab
-// numbers), max|ref − ours| / max|ref| within the row; the worst row's value.
+// Logits against a reference, row t of ours (rows × n_vocab) against row t of `ref` (JSON rows of n_vocab numbers):
+// the worst row's max|ref − ours| / max|ref| within the row, the largest |ref − ours| and the largest |ref|.
+struct RowErrors {
+    double worst_relative = 0.0;
+    double worst_abs = 0.0;
+    double max_ref = 0.0;
+};
+RowErrors row_errors(const nlohmann::json& ref, const std::vector<float>& ours, size_t n_vocab);
+// row_errors(...).worst_relative.
 double worst_row_relative_error(const nlohmann::json& ref, const std::vector<float>& ours, size_t n_vocab);
 
 // Files in tests/fixtures/<dir> whose names end with `suffix`, sorted.

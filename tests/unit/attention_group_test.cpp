@@ -124,7 +124,7 @@ TEST(AttentionGroup, ManyHeadsAnyKeyCountEqualPerRowOperationsBitwise) {
             std::mt19937 rng(static_cast<uint32_t>(type) + 5);
             const Rows rows(type, 600, rng);
             std::normal_distribution<float> normal(0.0f, 2.0f);
-            for (int64_t n_heads : {3, 12, 13, 24, 96}) {
+            for (int64_t n_heads : {3, 12, 13, 16, 17, 24, 96}) {
                 std::vector<float> q(static_cast<size_t>(n_heads * kHeadDim));
                 for (float& x : q) x = normal(rng);
                 for (int64_t first_key : {0, 37, 256}) {

@@ -126,7 +126,7 @@ TEST_P(MatmulInt8Avx2, BatchInvariant) {
             ASSERT_EQ(0, std::memcmp(&full[i], &one[static_cast<size_t>(r)], 4))
                 << "alone, " << where(rows, cols, n_tokens, i);
         }
-        // The same token in a 3-token batch (the many-token kernel) as in the full one.
+        // The same token in a 3-token batch (the few-token kernel: up to 6 tokens) as in the full one.
         if (t + 3 <= n_tokens) {
             const std::vector<float> three = run_rows(avx2, type, W, rows, cols, x, 3, 0, rows);
             for (size_t i = 0; i < three.size(); ++i) {
