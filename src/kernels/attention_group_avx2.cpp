@@ -8,6 +8,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_group.h"
+#include "kernels/attention_numerator_sums.h"
 #include "kernels/attention_q8_0_avx2.h"
 #include "kernels/exp_f32.h"
 #include "kernels/scratch.h"
@@ -19,11 +20,6 @@ constexpr int kKeys = 8;         // keys per score tile
 constexpr int kMaxVectors = 64;  // head_dim / 8 at most (head_dim <= 512)
 constexpr int kMaxKeys = 256;    // keys per chunk at most
 static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
-
-// Keys of head h: the first keys_of(a, h) of the chunk's n_keys (AttentionGroupArgs::head_keys).
-inline int64_t keys_of(const AttentionGroupArgs& a, int64_t h) {
-    return a.head_keys == nullptr ? a.n_keys : a.head_keys[h];
-}
 
 // Walks one KV head's rows in key order, block by block, from absolute position `first`.
 struct RowCursor {
@@ -167,27 +163,6 @@ void softmax_numerators(float* s, int64_t n, float* max_out) {
     for (; j < n; ++j) max_score = std::max(max_score, s[j]);
     exp_f32_shifted_row_avx2(s, s, n, max_score);
     *max_out = max_score;
-}
-
-// sum[h] = the numerators of head h added in key order from 0.0f (the per-row sum), H heads from h0 at
-// once: H independent chains of dependent additions instead of one after the other.
-template <int H>
-void numerator_sums(const AttentionGroupArgs& a, int64_t h0) {
-    float sum[H];
-    const float* e[H];
-    int64_t common = a.n_keys;  // keys every one of the H heads has
-    for (int i = 0; i < H; ++i) {
-        sum[i] = 0.0f;
-        e[i] = a.scores + (h0 + i) * a.n_keys;
-        common = std::min(common, keys_of(a, h0 + i));
-    }
-    for (int64_t j = 0; j < common; ++j) {
-        for (int i = 0; i < H; ++i) sum[i] += e[i][j];
-    }
-    for (int i = 0; i < H; ++i) {
-        for (int64_t j = common; j < keys_of(a, h0 + i); ++j) sum[i] += e[i][j];
-        a.sum[h0 + i] = sum[i];
-    }
 }
 
 // Keys [begin, end) of the chunk (indices from its first key).
@@ -371,15 +346,7 @@ void attend(const AttentionGroupArgs& a) {
     for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
     scores<T>(a);
     for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
-    int64_t s0 = 0;
-    for (; s0 + 8 <= a.n_heads; s0 += 8) numerator_sums<8>(a, s0);
-    for (; s0 + 4 <= a.n_heads; s0 += 4) numerator_sums<4>(a, s0);
-    switch (a.n_heads - s0) {
-        case 3: numerator_sums<3>(a, s0); break;
-        case 2: numerator_sums<2>(a, s0); break;
-        case 1: numerator_sums<1>(a, s0); break;
-        default: break;
-    }
+    all_numerator_sums(a);
     if (T == TensorType::F32 || a.n_heads < kConvertHeads) {
         values_all<T>(a, v_rows, KeyRange{0, a.n_keys});
         return;

@@ -15,6 +15,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_group.h"
+#include "kernels/attention_numerator_sums.h"
 #include "kernels/exp_f32.h"
 #include "kernels/exp_f32_avx512.h"
 #include "kernels/scratch.h"
@@ -154,23 +155,6 @@ void softmax_numerators(float* s, int64_t n, float* max_out) {
     const float max_score = _mm512_reduce_max_ps(m);
     exp_f32_shifted_row_avx512(s, s, n, max_score);
     *max_out = max_score;
-}
-
-// sum[h] = the numerators of head h added in key order from 0.0f (the per-row sum), H heads from h0 at once:
-// H independent chains of dependent additions instead of one after the other (a chain of n_keys additions
-// waits ~4 cycles per key).
-template <int H>
-void numerator_sums(const AttentionGroupArgs& a, int64_t h0) {
-    float sum[H];
-    const float* e[H];
-    for (int i = 0; i < H; ++i) {
-        sum[i] = 0.0f;
-        e[i] = a.scores + (h0 + i) * a.n_keys;
-    }
-    for (int64_t j = 0; j < a.n_keys; ++j) {
-        for (int i = 0; i < H; ++i) sum[i] += e[i][j];
-    }
-    for (int i = 0; i < H; ++i) a.sum[h0 + i] = sum[i];
 }
 
 // acc[h] for HB heads from h0 over keys [j_begin, j_end): fma(e_hj, v_j, acc) in key order (the per-row axpy's
@@ -330,15 +314,7 @@ void attend(const AttentionGroupArgs& a) {
     }
     scores<NC, F16>(a);
     for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
-    int64_t s0 = 0;
-    for (; s0 + 8 <= a.n_heads; s0 += 8) numerator_sums<8>(a, s0);
-    for (; s0 + 4 <= a.n_heads; s0 += 4) numerator_sums<4>(a, s0);
-    switch (a.n_heads - s0) {
-        case 3: numerator_sums<3>(a, s0); break;
-        case 2: numerator_sums<2>(a, s0); break;
-        case 1: numerator_sums<1>(a, s0); break;
-        default: break;
-    }
+    all_numerator_sums(a);
     const Numerators num{a.scores, 0, a.n_keys, 1};
     if (!F16 || a.n_heads < kConvertHeads) {
         values_all<NC, F16>(a, num, v_rows, 0, a.n_keys);
