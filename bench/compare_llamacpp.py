@@ -14,6 +14,12 @@ token and CPU ms per token < 1 is better), are printed as JSON.
 Run with the venv that has llama-cpp-python (built from source, GGML_NATIVE=ON):
   /work/venv-bench/bin/python bench/compare_llamacpp.py -t 2 \
       -m models/SmolLM2-135M-Instruct.Q4_1.gguf -m models/bench-llama-2048x16-q4_k.gguf
+On a virtual machine whose CPU reports AMX but does not run it (seen on a KVM Xeon: llama.cpp's AMX tiles die
+with SIGILL on the first prompt of 512 tokens, even after the process is granted the tile state), build it with
+the instruction sets named instead of native:
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+      -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+      pip install --no-binary :all: llama-cpp-python==0.3.36
 """
 import argparse
 import json
