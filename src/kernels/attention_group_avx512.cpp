@@ -3,7 +3,7 @@
 // decode row's group): scores with 16 keys in the lanes, then per-head numerators and value passes. Many heads
 // (prefill tiles: rows × a group, kLaneHeads and more): K and V converted to f32 once, scores with 16 heads in
 // the lanes, so that the max, numerators and sums are lane-wise vector operations, and the values walked in
-// key blocks that stay in L1 (docs/benchmarks.md, "AVX-512 prefill attention").
+// key blocks that stay in L1 (docs/benchmarks.md, "Session 12: ... AVX-512 prefill attention").
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -157,9 +157,6 @@ void softmax_numerators(float* s, int64_t n, float* max_out) {
     *max_out = max_score;
 }
 
-// acc[h] for HB heads from h0 over keys [j_begin, j_end): fma(e_hj, v_j, acc) in key order (the per-row axpy's
-// arithmetic), from 0 for the chunk's first key, else continuing from the acc stored after the keys before
-// (exact), sharing each V row's load among the heads. v_rows[j]: key j's V slice (of type F16 or f32).
 // Where head h's numerator of key j is: e.head(h)[j * e.key_stride] (the per-head rows of a.scores, stride 1, or
 // the heads-in-lanes blocks of scores_in_lanes, stride 16).
 struct Numerators {
@@ -172,6 +169,9 @@ struct Numerators {
     }
 };
 
+// acc[h] for HB heads from h0 over keys [j_begin, j_end): fma(e_hj, v_j, acc) in key order (the per-row axpy's
+// arithmetic), from 0 for the chunk's first key, else continuing from the acc stored after the keys before
+// (exact), sharing each V row's load among the heads. v_rows[j]: key j's V slice (of type F16 or f32).
 template <int NC, int HB, bool F16>
 void values(const AttentionGroupArgs& a, const Numerators& num, const uint8_t* const* v_rows, int64_t h0,
             int64_t j_begin, int64_t j_end) {
@@ -216,8 +216,13 @@ void values_all(const AttentionGroupArgs& a, const Numerators& num, const uint8_
     }
 }
 
-// From this many heads, scores_in_lanes instead of scores + softmax_numerators + numerator_sums.
-constexpr int64_t kLaneHeads = 16;
+// From this many heads (prefill tiles: several query rows of a group share the call), attend_many:
+// scores_in_lanes instead of scores + softmax_numerators + numerator_sums (a last block of fewer than 16 heads
+// leaves lanes idle), and the chunk's V rows converted to f32 once (exact) instead of once per pass of heads,
+// walked in blocks of kValueKeys keys so that a block's converted rows (64 × head_dim f32: 16 KB at head_dim 64)
+// stay in L1 across the passes; each accumulator still takes its fmas in key order (the same bits as one pass),
+// as in attention_group_avx2.cpp.
+constexpr int64_t kLaneHeads = 12;
 
 // Scores, max, numerators and sums of many heads (prefill tiles) with 16 heads in the lanes of a vector: key j's
 // scores of heads 16b.. are (hsum16 of the 16 heads' fma chains + 0) * scale, the same fmas and the same
@@ -268,12 +273,6 @@ void scores_in_lanes(const AttentionGroupArgs& a, const float* k_f32, float* e) 
     }
 }
 
-// From this many heads (prefill: several query rows of a group share the call) an f16 chunk's V rows are
-// converted to f32 once (exact) instead of once per pass of heads, and the values are walked in blocks of
-// kValueKeys keys, so that a block's converted rows (64 × head_dim f32: 16 KB at head_dim 64) stay in L1 across
-// the passes; each accumulator still takes its fmas in key order (the same bits as one pass), as in
-// attention_group_avx2.cpp.
-constexpr int64_t kConvertHeads = 12;
 constexpr int64_t kValueKeys = 64;
 constexpr int64_t kMaxKeys = 256;
 static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
@@ -315,22 +314,7 @@ void attend(const AttentionGroupArgs& a) {
     scores<NC, F16>(a);
     for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
     all_numerator_sums(a);
-    const Numerators num{a.scores, 0, a.n_keys, 1};
-    if (!F16 || a.n_heads < kConvertHeads) {
-        values_all<NC, F16>(a, num, v_rows, 0, a.n_keys);
-        return;
-    }
-    thread_local ScratchArray v_f32;  // n_keys × head_dim
-    float* converted = v_f32.floats(static_cast<size_t>(a.n_keys * a.head_dim));
-    const uint8_t* f32_rows[kMaxKeys];
-    for (int64_t j = 0; j < a.n_keys; ++j) {
-        float* dst = converted + j * a.head_dim;
-        for (int c = 0; c < NC; ++c) _mm512_store_ps(dst + 16 * c, load16<true>(v_rows[j], c));
-        f32_rows[j] = reinterpret_cast<const uint8_t*>(dst);
-    }
-    for (int64_t j0 = 0; j0 < a.n_keys; j0 += kValueKeys) {
-        values_all<NC, false>(a, num, f32_rows, j0, std::min(a.n_keys, j0 + kValueKeys));
-    }
+    values_all<NC, F16>(a, Numerators{a.scores, 0, a.n_keys, 1}, v_rows, 0, a.n_keys);
 }
 
 template <bool F16>
