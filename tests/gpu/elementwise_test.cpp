@@ -1,5 +1,5 @@
-// RMSNorm, RoPE and SwiGLU on the GPU: bitwise the CPU's scalar references (which every CPU ISA equals), so
-// batch-invariant with them.
+// RMSNorm, RoPE, SwiGLU and the residual / bias adds on the GPU: bitwise the CPU's scalar references (which every CPU
+// ISA equals), so batch-invariant with them.
 #include <cmath>
 #include <limits>
 
@@ -113,6 +113,30 @@ TEST(GpuSwiglu, BitwiseTheReferenceIncludingExtremes) {
     std::vector<float> want(gate.size());
     kernels::reference::swiglu(gate.data(), up.data(), want.data(), n_rows * n);
     EXPECT_EQ(-1, gpu_test::first_difference(out_dev.download(), want));
+}
+
+TEST(GpuRowAdd, ResidualAndBiasBitwiseTheCpuLoops) {
+    KVSTASH_REQUIRE_GPU();
+    const int64_t rows = 7, n = 300;
+    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * n), -3.0f, 3.0f, 8);
+    const std::vector<float> y = gpu_test::random_floats(static_cast<size_t>(rows * n), -3.0f, 3.0f, 9);
+    const std::vector<float> bias = gpu_test::random_floats(static_cast<size_t>(n), -1.0f, 1.0f, 10);
+    for (float scale : {1.0f, 0.7071f}) {
+        DeviceBuffer<float> x_dev(x), y_dev(y);
+        KVSTASH_CUDA_OK(cuda::add_residual(x_dev.get(), y_dev.get(), rows * n, scale, nullptr));
+        KVSTASH_CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> want = x;
+        for (size_t i = 0; i < want.size(); ++i) want[i] += scale != 1.0f ? y[i] * scale : y[i];
+        EXPECT_EQ(-1, gpu_test::first_difference(x_dev.download(), want)) << "scale " << scale;
+    }
+    DeviceBuffer<float> y_dev(y), b_dev(bias);
+    KVSTASH_CUDA_OK(cuda::add_bias(y_dev.get(), b_dev.get(), rows, n, nullptr));
+    KVSTASH_CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> want = y;
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < n; ++i) want[r * n + i] += bias[i];
+    }
+    EXPECT_EQ(-1, gpu_test::first_difference(y_dev.download(), want));
 }
 
 }  // namespace

@@ -73,6 +73,11 @@ cudaError_t rope_rotate(RopeLayout layout, float* x, int64_t n_rows, int64_t str
 cudaError_t swiglu(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, float* out,
                    int64_t out_stride, int64_t n_rows, int64_t n, cudaStream_t stream);
 
+// x[i] += y[i] * scale for i < n (the product rounded first; scale 1: a plain add), and y[r][i] += bias[i]
+// over rows × n: bitwise the CPU backend's add_residual / add_bias.
+cudaError_t add_residual(float* x, const float* y, int64_t n, float scale, cudaStream_t stream);
+cudaError_t add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
+
 // One layer's KV cache on the device: f16 blocks of block_tokens token rows, each row n_head_kv * head_dim
 // halves; position j's key row at k_blocks[j / block_tokens] + (j % block_tokens) * row_elems (values alike).
 // The pointer tables themselves live in device memory.

@@ -4,14 +4,52 @@
 // bits where its reduction order is the CPU's too.
 //   fp16_to_fp32 / fp32_to_fp16 / bf16_to_fp32: src/format/tensor_type.cpp (integer bit manipulation)
 //   exp_f32: src/kernels/exp_f32.h (the sequence is spelled out there)
+// The functions here and in dequant.cuh also compile as plain host C++ (g++ or nvcc's host pass), where the
+// rounding helpers below are the ordinary operators (kvstash builds without fp contraction): tests/gpu's
+// DevicePortsOnTheHost tests run them on the CPU, without a GPU, against the CPU originals.
 // Not yet run on a GPU (docs/cuda.md): the claims above are by construction; tests/gpu checks them.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
+
+#ifdef __CUDACC__
+#define KVSTASH_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define KVSTASH_HOST_DEVICE inline
+#endif
+// Unrolled loops on the device (register arrays indexed by constants); the host compiler ignores it.
+#ifdef __CUDA_ARCH__
+#define KVSTASH_UNROLL _Pragma("unroll")
+#else
+#define KVSTASH_UNROLL
+#endif
 
 namespace kvstash::cuda::device {
 
-__device__ __forceinline__ float fp16_to_fp32(uint16_t h) {
+// One IEEE operation each, rounded to nearest even, never fused with another.
+#ifdef __CUDA_ARCH__
+KVSTASH_HOST_DEVICE float mul_rn(float a, float b) { return mul_rn(a, b); }
+KVSTASH_HOST_DEVICE float add_rn(float a, float b) { return __fadd_rn(a, b); }
+KVSTASH_HOST_DEVICE float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+KVSTASH_HOST_DEVICE float fma_rn(float a, float b, float c) { return fma_rn(a, b, c); }
+KVSTASH_HOST_DEVICE float round_to_integer(float x) { return rintf(x); }  // nearest, ties to even
+KVSTASH_HOST_DEVICE int leading_zeros(uint32_t x) { return __clz(static_cast<int>(x)); }
+KVSTASH_HOST_DEVICE float float_of_bits(uint32_t b) { return float_of_bits(b); }
+KVSTASH_HOST_DEVICE uint32_t bits_of_float(float f) { return bits_of_float(f); }
+#else
+inline float mul_rn(float a, float b) { return a * b; }
+inline float add_rn(float a, float b) { return a + b; }
+inline float sub_rn(float a, float b) { return a - b; }
+inline float fma_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float round_to_integer(float x) { return std::nearbyint(x); }  // the default rounding mode: nearest even
+inline int leading_zeros(uint32_t x) { return std::countl_zero(x); }
+inline float float_of_bits(uint32_t b) { return std::bit_cast<float>(b); }
+inline uint32_t bits_of_float(float f) { return std::bit_cast<uint32_t>(f); }
+#endif
+
+KVSTASH_HOST_DEVICE float fp16_to_fp32(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t exponent = (h >> 10) & 0x1Fu;
     uint32_t mantissa = h & 0x3FFu;
@@ -24,15 +62,15 @@ __device__ __forceinline__ float fp16_to_fp32(uint16_t h) {
         bits = sign;
     } else {
         // Subnormal half (mantissa * 2^-24): the same value as normalising it, exact in f32.
-        const int lead = 31 - __clz(mantissa);  // 0..9: the highest set bit
+        const int lead = 31 - leading_zeros(mantissa);  // 0..9: the highest set bit
         const uint32_t e = static_cast<uint32_t>(103 + lead);
         bits = sign | (e << 23) | ((mantissa << (23 - lead)) & 0x7FFFFFu);
     }
-    return __uint_as_float(bits);
+    return float_of_bits(bits);
 }
 
-__device__ __forceinline__ uint16_t fp32_to_fp16(float f) {
-    const uint32_t bits = __float_as_uint(f);
+KVSTASH_HOST_DEVICE uint16_t fp32_to_fp16(float f) {
+    const uint32_t bits = bits_of_float(f);
     const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
     const uint32_t abs = bits & 0x7FFFFFFFu;
     if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((abs >> 13) & 0x3FFu));
@@ -52,13 +90,13 @@ __device__ __forceinline__ uint16_t fp32_to_fp16(float f) {
     return static_cast<uint16_t>(sign | q);
 }
 
-__device__ __forceinline__ float bf16_to_fp32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+KVSTASH_HOST_DEVICE float bf16_to_fp32(uint16_t h) { return float_of_bits(static_cast<uint32_t>(h) << 16); }
 
 // 2^e for an integer e in the normal range [-126, 127].
-__device__ __forceinline__ float pow2(int32_t e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
+KVSTASH_HOST_DEVICE float pow2(int32_t e) { return float_of_bits(static_cast<uint32_t>(e + 127) << 23); }
 
 // kernels::exp_f32, operation for operation (constants from kernels/exp_f32.h).
-__device__ __forceinline__ float exp_f32(float x) {
+KVSTASH_HOST_DEVICE float exp_f32(float x) {
     constexpr float kMinInput = -104.0f;
     constexpr float kMaxInput = 89.0f;
     constexpr float kLog2e = 0x1.715476p+0f;
@@ -67,21 +105,21 @@ __device__ __forceinline__ float exp_f32(float x) {
     if (x != x) return x;  // NaN
     float xc = x > kMinInput ? x : kMinInput;
     xc = xc < kMaxInput ? xc : kMaxInput;
-    const float n = rintf(__fmul_rn(xc, kLog2e));  // rintf: nearest, ties to even (std::nearbyint's default)
-    float r = __fmaf_rn(-n, kLn2Hi, xc);
-    r = __fmaf_rn(-n, kLn2Lo, r);
+    const float n = round_to_integer(mul_rn(xc, kLog2e));
+    float r = fma_rn(-n, kLn2Hi, xc);
+    r = fma_rn(-n, kLn2Lo, r);
     float p = 1.9875691500e-4f;
-    p = __fmaf_rn(p, r, 1.3981999507e-3f);
-    p = __fmaf_rn(p, r, 8.3334519073e-3f);
-    p = __fmaf_rn(p, r, 4.1665795894e-2f);
-    p = __fmaf_rn(p, r, 1.6666665459e-1f);
-    p = __fmaf_rn(p, r, 5.0000001201e-1f);
-    p = __fmaf_rn(p, r, 1.0f);
-    p = __fmaf_rn(p, r, 1.0f);
+    p = fma_rn(p, r, 1.3981999507e-3f);
+    p = fma_rn(p, r, 8.3334519073e-3f);
+    p = fma_rn(p, r, 4.1665795894e-2f);
+    p = fma_rn(p, r, 1.6666665459e-1f);
+    p = fma_rn(p, r, 5.0000001201e-1f);
+    p = fma_rn(p, r, 1.0f);
+    p = fma_rn(p, r, 1.0f);
     const auto ni = static_cast<int32_t>(n);
     const int32_t n1 = ni >> 1;
     const int32_t n2 = ni - n1;
-    return __fmul_rn(__fmul_rn(p, pow2(n1)), pow2(n2));
+    return mul_rn(mul_rn(p, pow2(n1)), pow2(n2));
 }
 
 }  // namespace kvstash::cuda::device
