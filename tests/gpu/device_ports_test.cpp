@@ -41,6 +41,7 @@ TEST(DevicePortsOnTheHost, ChunkDecodersAreBitwiseTheCpuDecoder) {
     expect_chunks_equal_the_cpu_decoder<TensorType::Q4_0>(5, 512);
     expect_chunks_equal_the_cpu_decoder<TensorType::Q4_1>(5, 512);
     expect_chunks_equal_the_cpu_decoder<TensorType::Q4_K>(5, 1024);
+    expect_chunks_equal_the_cpu_decoder<TensorType::Q5_K>(5, 1024);
     expect_chunks_equal_the_cpu_decoder<TensorType::Q6_K>(5, 1024);
 }
 

@@ -86,6 +86,7 @@ inline std::vector<uint8_t> random_weights(TensorType type, int64_t rows, int64_
             case TensorType::Q4_0: put16(at, fp32_to_fp16(scale(rng))); break;
             case TensorType::Q4_1:
             case TensorType::Q4_K:
+            case TensorType::Q5_K:
                 put16(at, fp32_to_fp16(scale(rng)));
                 put16(at + 2, fp32_to_fp16(scale(rng)));
                 break;
@@ -109,7 +110,7 @@ inline int64_t first_difference(const std::vector<float>& a, const std::vector<f
 inline const std::vector<TensorType>& gpu_weight_types() {
     static const std::vector<TensorType> types = {TensorType::BF16, TensorType::F16,  TensorType::Q8_0,
                                                   TensorType::Q4_0, TensorType::Q4_1, TensorType::Q4_K,
-                                                  TensorType::Q6_K};
+                                                  TensorType::Q5_K, TensorType::Q6_K};
     return types;
 }
 

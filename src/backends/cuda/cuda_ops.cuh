@@ -23,14 +23,14 @@ namespace kvstash::cuda {
 // Number of usable CUDA devices; 0 when there is no driver, no device, or the runtime fails (never throws).
 int device_count();
 
-// Whether matmul / dequantize_rows take weights of `type` (BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
+// Whether matmul / dequantize_rows take weights of `type` (BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).
 bool supports_weight_type(TensorType type);
 
 enum class Activations { f32, bf16 };
 
 // Y[t][r] = sum_k W[r][k] * X[t][k]: W rows × cols in its GGUF layout (row r at W + r * row_bytes, row_bytes
 // from tensor_row_bytes), dequantized inside the kernel; X n_tokens × cols (row stride x_stride elements);
-// Y n_tokens × rows (row stride y_stride floats). cols a multiple of 32 (256 for Q4_K / Q6_K).
+// Y n_tokens × rows (row stride y_stride floats). cols a multiple of 32 (256 for the K-quants).
 struct MatmulArgs {
     TensorType type = TensorType::F16;
     const void* W = nullptr;

@@ -1,5 +1,5 @@
 // Decoding one 32-element chunk of a weight row on the device, for every GGUF block layout the CUDA kernels
-// take (BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K). A row of `cols` elements is cols / 32 chunks; chunk c holds
+// take (BF16, F16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K). A row of `cols` elements is cols / 32 chunks; chunk c holds
 // elements 32c .. 32c + 31. For Q8_0 / Q4_0 / Q4_1 a chunk is one block; for the K-quants a chunk is one
 // 32-element sub-block of a 256-element super-block (8 chunks per super-block).
 //
@@ -80,6 +80,25 @@ KVSTASH_HOST_DEVICE void dequantize_chunk(const uint8_t* row, int64_t c, float (
         const int shift = (sub % 2) * 4;
         KVSTASH_UNROLL
         for (int l = 0; l < kChunk; ++l) out[l] = sub_rn(mul_rn(d1, static_cast<float>((q[l] >> shift) & 0x0F)), m1);
+    } else if constexpr (Type == TensorType::Q5_K) {
+        // As Q4_K, plus a fifth bit per element: bit `sub` of qh[l] (32 bytes after the scales); the nibbles
+        // follow qh. x = (d * sc) * (nibble + 16 * bit) - (dmin * m).
+        const uint8_t* b = row + (c / 8) * 176;
+        const int sub = static_cast<int>(c % 8);
+        const float d = load_fp16(b);
+        const float dmin = load_fp16(b + 2);
+        int sc = 0, m = 0;
+        k_quant_scale_min(sub, b + 4, &sc, &m);
+        const float d1 = mul_rn(d, static_cast<float>(sc));
+        const float m1 = mul_rn(dmin, static_cast<float>(m));
+        const uint8_t* qh = b + 16;
+        const uint8_t* q = b + 48 + (sub / 2) * 32;
+        const int shift = (sub % 2) * 4;
+        KVSTASH_UNROLL
+        for (int l = 0; l < kChunk; ++l) {
+            const int v = ((q[l] >> shift) & 0x0F) + (((qh[l] >> sub) & 1) ? 16 : 0);
+            out[l] = sub_rn(mul_rn(d1, static_cast<float>(v)), m1);
+        }
     } else if constexpr (Type == TensorType::Q6_K) {
         // Super-block: 128 B low nibbles, 64 B high 2-bit pairs, 16 int8 scales, fp16 d. Element 128h + 32k + l
         // (half h, quarter k, l < 32): low 4 bits from ql[64h + l + 32(k & 1)] (high nibble when k >= 2), high
@@ -112,6 +131,7 @@ KVSTASH_HOST_DEVICE constexpr int64_t row_bytes_of(TensorType type, int64_t cols
         case TensorType::Q4_0: return cols / 32 * 18;
         case TensorType::Q4_1: return cols / 32 * 20;
         case TensorType::Q4_K: return cols / 256 * 144;
+        case TensorType::Q5_K: return cols / 256 * 176;
         case TensorType::Q6_K: return cols / 256 * 210;
         default: return 0;
     }

@@ -120,12 +120,15 @@ cudaError_t with_type(TensorType type, F&& f) {
         case TensorType::Q4_0: return f.template operator()<TensorType::Q4_0>();
         case TensorType::Q4_1: return f.template operator()<TensorType::Q4_1>();
         case TensorType::Q4_K: return f.template operator()<TensorType::Q4_K>();
+        case TensorType::Q5_K: return f.template operator()<TensorType::Q5_K>();
         case TensorType::Q6_K: return f.template operator()<TensorType::Q6_K>();
         default: return cudaErrorInvalidValue;
     }
 }
 
-int64_t block_elements(TensorType type) { return type == TensorType::Q4_K || type == TensorType::Q6_K ? 256 : 32; }
+int64_t block_elements(TensorType type) {
+    return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K ? 256 : 32;
+}
 
 __global__ void gather_rows_kernel(const float* H, int64_t h_stride, const int32_t* rows, int64_t n, int64_t cols,
                                    float* out) {
@@ -153,6 +156,7 @@ bool supports_weight_type(TensorType type) {
         case TensorType::Q4_0:
         case TensorType::Q4_1:
         case TensorType::Q4_K:
+        case TensorType::Q5_K:
         case TensorType::Q6_K: return true;
         default: return false;
     }
