@@ -1,11 +1,13 @@
-// KV store and attention on the GPU: K/V rows land in f16 blocks bitwise as the CPU rounds them, and attention
-// over them is bitwise the CPU's scalar path (kernels/attention.h's definition with the reference per-row
+// KV store and attention on the GPU: K/V rows land in f16 / f32 / q8_0 blocks bitwise as the CPU stores them, and
+// attention over them is bitwise the CPU's scalar path (kernels/attention.h's definition with the reference per-row
 // operations), with causal masking, GQA, chunks of 256 keys at absolute positions, sliding windows, several
 // sequences in one call, and batch invariance from 1 to 256 rows.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
+#include "format/quantize.h"
 #include "gpu_test_support.h"
 #include "kernels/attention_rows.h"
 #include "kernels/exp_f32.h"
@@ -18,45 +20,49 @@ using gpu_test::DeviceBuffer;
 constexpr int64_t kBlockTokens = 32;
 constexpr int64_t kChunkKeys = 256;
 
-// One sequence's cache on the device (f16 blocks of 32 tokens) and its host copy after the store.
+// One sequence's cache on the device (blocks of 32 tokens of `type`) and its host copy after the store.
 struct DeviceCache {
     int64_t n_blocks = 0;
-    int64_t row_elems = 0;
-    std::vector<DeviceBuffer<uint16_t>*> k, v;
-    std::unique_ptr<DeviceBuffer<uint16_t*>> k_table, v_table;
-    std::vector<uint16_t> k_host, v_host;  // n_blocks * kBlockTokens * row_elems, downloaded
+    int64_t row_bytes = 0;
+    TensorType type = TensorType::F16;
+    std::vector<DeviceBuffer<uint8_t>*> k, v;
+    std::unique_ptr<DeviceBuffer<uint8_t*>> k_table, v_table;
+    std::vector<uint8_t> k_host, v_host;  // n_blocks * kBlockTokens * row_bytes, downloaded
 
-    DeviceCache(int64_t tokens, int64_t elems)
-        : n_blocks((tokens + kBlockTokens - 1) / kBlockTokens), row_elems(elems) {
-        std::vector<uint16_t*> kp, vp;
+    DeviceCache(int64_t tokens, int64_t elems, TensorType t)
+        : n_blocks((tokens + kBlockTokens - 1) / kBlockTokens),
+          row_bytes(static_cast<int64_t>(kernels::kv_row_offset(t, elems))),
+          type(t) {
+        std::vector<uint8_t*> kp, vp;
         for (int64_t b = 0; b < n_blocks; ++b) {
-            k.push_back(new DeviceBuffer<uint16_t>(static_cast<size_t>(kBlockTokens * elems)));
-            v.push_back(new DeviceBuffer<uint16_t>(static_cast<size_t>(kBlockTokens * elems)));
+            k.push_back(new DeviceBuffer<uint8_t>(static_cast<size_t>(kBlockTokens * row_bytes)));
+            v.push_back(new DeviceBuffer<uint8_t>(static_cast<size_t>(kBlockTokens * row_bytes)));
             kp.push_back(k.back()->get());
             vp.push_back(v.back()->get());
         }
-        k_table = std::make_unique<DeviceBuffer<uint16_t*>>(kp);
-        v_table = std::make_unique<DeviceBuffer<uint16_t*>>(vp);
+        k_table = std::make_unique<DeviceBuffer<uint8_t*>>(kp);
+        v_table = std::make_unique<DeviceBuffer<uint8_t*>>(vp);
     }
     ~DeviceCache() {
         for (auto* b : k) delete b;
         for (auto* b : v) delete b;
     }
-    cuda::KvBlocks view() const { return {k_table->get(), v_table->get(), kBlockTokens, row_elems}; }
+    cuda::KvBlocks view() const { return {k_table->get(), v_table->get(), kBlockTokens, row_bytes, type}; }
     void download() {
         k_host.clear();
         v_host.clear();
         for (int64_t b = 0; b < n_blocks; ++b) {
-            const std::vector<uint16_t> kb = k[b]->download(), vb = v[b]->download();
+            const std::vector<uint8_t> kb = k[b]->download(), vb = v[b]->download();
             k_host.insert(k_host.end(), kb.begin(), kb.end());
             v_host.insert(v_host.end(), vb.begin(), vb.end());
         }
     }
-    const uint8_t* k_row(int64_t pos, int64_t offset) const {
-        return reinterpret_cast<const uint8_t*>(k_host.data() + pos * row_elems + offset);
+    // Position pos's row, from element `first` on (the CPU's offset arithmetic, kernels/attention_rows.h).
+    const uint8_t* k_row(int64_t pos, int64_t first) const {
+        return k_host.data() + pos * row_bytes + kernels::kv_row_offset(type, first);
     }
-    const uint8_t* v_row(int64_t pos, int64_t offset) const {
-        return reinterpret_cast<const uint8_t*>(v_host.data() + pos * row_elems + offset);
+    const uint8_t* v_row(int64_t pos, int64_t first) const {
+        return v_host.data() + pos * row_bytes + kernels::kv_row_offset(type, first);
     }
 };
 
@@ -72,7 +78,7 @@ void reference_head(const cuda::AttentionShape& s, const DeviceCache& cache, con
         std::vector<float> scores;
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t j = lo; j <= hi; ++j) {
-            scores.push_back(kernels::reference::attention_dot(q, cache.k_row(j, offset), s.head_dim, TensorType::F16) *
+            scores.push_back(kernels::reference::attention_dot(q, cache.k_row(j, offset), s.head_dim, cache.type) *
                              s.scale);
             if (scores.back() > m) m = scores.back();
         }
@@ -82,7 +88,7 @@ void reference_head(const cuda::AttentionShape& s, const DeviceCache& cache, con
         std::vector<float> acc(static_cast<size_t>(s.head_dim), 0.0f);
         for (int64_t j = lo; j <= hi; ++j) {
             kernels::reference::attention_axpy(acc.data(), scores[j - lo], cache.v_row(j, offset), s.head_dim,
-                                               TensorType::F16);
+                                               cache.type);
         }
         maxes.push_back(m);
         sums.push_back(sum);
@@ -101,42 +107,53 @@ void reference_head(const cuda::AttentionShape& s, const DeviceCache& cache, con
     for (int64_t d = 0; d < s.head_dim; ++d) out[d] *= inv;
 }
 
+// The rows stored for a Fixture: row r (sequence view[r], position pos[r]) has K k[r], V v[r].
+struct StoredRows {
+    std::vector<float> k, v;
+    std::vector<int32_t> view;
+    std::vector<int64_t> pos;
+};
+
 struct Fixture {
     cuda::AttentionShape shape;
     std::vector<int64_t> lengths;  // tokens stored per sequence
     std::vector<std::unique_ptr<DeviceCache>> caches;
     std::unique_ptr<DeviceBuffer<cuda::KvBlocks>> views;
 
-    Fixture(cuda::AttentionShape s, std::vector<int64_t> lens) : shape(s), lengths(std::move(lens)) {
+    // types[i]: sequence i's cache type (F16 where not given).
+    Fixture(cuda::AttentionShape s, std::vector<int64_t> lens, std::vector<TensorType> types = {})
+        : shape(s), lengths(std::move(lens)) {
         const int64_t elems = s.n_head_kv * s.head_dim;
         std::vector<cuda::KvBlocks> host_views;
         for (size_t i = 0; i < lengths.size(); ++i) {
-            caches.push_back(std::make_unique<DeviceCache>(lengths[i], elems));
+            const TensorType type = i < types.size() ? types[i] : TensorType::F16;
+            caches.push_back(std::make_unique<DeviceCache>(lengths[i], elems, type));
             host_views.push_back(caches.back()->view());
         }
         views = std::make_unique<DeviceBuffer<cuda::KvBlocks>>(host_views);
     }
 
     // Stores random K/V for every position of every sequence, in one kv_store call of all rows.
-    void store(uint32_t seed, std::vector<float>* k_out, std::vector<int32_t>* view_out,
-               std::vector<int64_t>* pos_out) {
+    StoredRows store(uint32_t seed) {
+        StoredRows rows;
         const int64_t elems = shape.n_head_kv * shape.head_dim;
         for (size_t i = 0; i < lengths.size(); ++i) {
             for (int64_t p = 0; p < lengths[i]; ++p) {
-                view_out->push_back(static_cast<int32_t>(i));
-                pos_out->push_back(p);
+                rows.view.push_back(static_cast<int32_t>(i));
+                rows.pos.push_back(p);
             }
         }
-        const auto n = static_cast<int64_t>(pos_out->size());
-        *k_out = gpu_test::random_floats(static_cast<size_t>(n * elems), -2.0f, 2.0f, seed);
-        const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(n * elems), -2.0f, 2.0f, seed + 1);
-        DeviceBuffer<float> k_dev(*k_out), v_dev(v);
-        DeviceBuffer<int32_t> view_dev(*view_out);
-        DeviceBuffer<int64_t> pos_dev(*pos_out);
+        const auto n = static_cast<int64_t>(rows.pos.size());
+        rows.k = gpu_test::random_floats(static_cast<size_t>(n * elems), -2.0f, 2.0f, seed);
+        rows.v = gpu_test::random_floats(static_cast<size_t>(n * elems), -2.0f, 2.0f, seed + 1);
+        DeviceBuffer<float> k_dev(rows.k), v_dev(rows.v);
+        DeviceBuffer<int32_t> view_dev(rows.view);
+        DeviceBuffer<int64_t> pos_dev(rows.pos);
         EXPECT_EQ(cudaSuccess, cuda::kv_store(views->get(), view_dev.get(), pos_dev.get(), k_dev.get(), elems,
                                               v_dev.get(), elems, n, elems, nullptr));
         EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
         for (auto& c : caches) c->download();
+        return rows;
     }
 
     std::vector<float> run(const std::vector<int32_t>& row_view, const std::vector<int64_t>& row_pos,
@@ -154,36 +171,59 @@ struct Fixture {
     }
 };
 
-TEST(GpuKvStore, F16BlocksBitwiseTheCpuRoundingIncludingSpecialValues) {
-    KVSTASH_REQUIRE_GPU();
-    Fixture f({4, 2, 64, 0.125f, 0}, {70, 33});
-    std::vector<float> k;
-    std::vector<int32_t> view;
-    std::vector<int64_t> pos;
-    f.store(9, &k, &view, &pos);
-    // Random values, then specials through a second store at position 0 of sequence 0.
-    const int64_t elems = 2 * 64;
-    for (size_t r = 0; r < pos.size(); ++r) {
-        const DeviceCache& c = *f.caches[view[r]];
-        for (int64_t e = 0; e < elems; ++e) {
-            ASSERT_EQ(fp32_to_fp16(k[r * elems + e]), c.k_host[pos[r] * elems + e]) << "row " << r << " element " << e;
+// n f32 values as the CPU stores them in a cache of `type`: fp32_to_fp16, as is, or quantize_row_q8_0.
+std::vector<uint8_t> cpu_encoded(TensorType type, const float* x, int64_t n) {
+    std::vector<uint8_t> out(kernels::kv_row_offset(type, n));
+    if (type == TensorType::Q8_0) {
+        quantize_row_q8_0(x, out.data(), n);
+    } else if (type == TensorType::F32) {
+        std::memcpy(out.data(), x, static_cast<size_t>(n) * 4);
+    } else {
+        for (int64_t i = 0; i < n; ++i) {
+            const uint16_t h = fp32_to_fp16(x[i]);
+            std::memcpy(out.data() + 2 * i, &h, 2);
         }
     }
+    return out;
+}
+
+const char* kv_name(TensorType type) {
+    return type == TensorType::F16 ? "f16" : (type == TensorType::F32 ? "f32" : "q8_0");
+}
+
+TEST(GpuKvStore, EveryCacheTypeBitwiseTheCpuIncludingSpecialValues) {
+    KVSTASH_REQUIRE_GPU();
+    const int64_t elems = 2 * 64;
+    // Three sequences of the three cache types, stored in one call.
+    Fixture f({4, 2, 64, 0.125f, 0}, {70, 33, 40}, {TensorType::F16, TensorType::F32, TensorType::Q8_0});
+    const StoredRows rows = f.store(9);
+    for (size_t r = 0; r < rows.pos.size(); ++r) {
+        const DeviceCache& c = *f.caches[rows.view[r]];
+        SCOPED_TRACE(kv_name(c.type));
+        const std::vector<uint8_t> want_k = cpu_encoded(c.type, rows.k.data() + r * elems, elems);
+        const std::vector<uint8_t> want_v = cpu_encoded(c.type, rows.v.data() + r * elems, elems);
+        ASSERT_EQ(0, std::memcmp(want_k.data(), c.k_host.data() + rows.pos[r] * c.row_bytes, want_k.size())) << r;
+        ASSERT_EQ(0, std::memcmp(want_v.data(), c.v_host.data() + rows.pos[r] * c.row_bytes, want_v.size())) << r;
+    }
+    // Special values at position 0 of each sequence.
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> special(static_cast<size_t>(elems), 0.0f);
     const float values[] = {65504.0f, 65520.0f, -65536.0f, inf,   -inf,    std::nanf("0x123"), 6.1e-5f, 5.96e-8f,
                             2.98e-8f, 2.99e-8f, 1e-9f,     -0.0f, 1.0005f, 0.33333334f,        -2.5e-7f};
     std::copy(std::begin(values), std::end(values), special.begin());
-    DeviceBuffer<float> s_dev(special);
-    DeviceBuffer<int32_t> v0(std::vector<int32_t>{0});
-    DeviceBuffer<int64_t> p0(std::vector<int64_t>{0});
-    KVSTASH_CUDA_OK(
-        cuda::kv_store(f.views->get(), v0.get(), p0.get(), s_dev.get(), elems, s_dev.get(), elems, 1, elems, nullptr));
-    KVSTASH_CUDA_OK(cudaDeviceSynchronize());
-    f.caches[0]->download();
-    for (int64_t e = 0; e < elems; ++e) {
-        EXPECT_EQ(fp32_to_fp16(special[e]), f.caches[0]->k_host[e]) << "value " << special[e];
-        EXPECT_EQ(fp32_to_fp16(special[e]), f.caches[0]->v_host[e]) << "value " << special[e];
+    for (int64_t i = 32; i < elems; ++i) special[i] = 1e-3f * static_cast<float>(i % 7) - 2.5e-3f;  // ties for q8_0
+    for (int32_t seq = 0; seq < 3; ++seq) {
+        DeviceBuffer<float> s_dev(special);
+        DeviceBuffer<int32_t> v0(std::vector<int32_t>{seq});
+        DeviceBuffer<int64_t> p0(std::vector<int64_t>{0});
+        KVSTASH_CUDA_OK(cuda::kv_store(f.views->get(), v0.get(), p0.get(), s_dev.get(), elems, s_dev.get(), elems, 1,
+                                       elems, nullptr));
+        KVSTASH_CUDA_OK(cudaDeviceSynchronize());
+        DeviceCache& c = *f.caches[seq];
+        c.download();
+        const std::vector<uint8_t> want = cpu_encoded(c.type, special.data(), elems);
+        EXPECT_EQ(0, std::memcmp(want.data(), c.k_host.data(), want.size())) << kv_name(c.type);
+        EXPECT_EQ(0, std::memcmp(want.data(), c.v_host.data(), want.size())) << kv_name(c.type);
     }
 }
 
@@ -204,28 +244,25 @@ void expect_reference(Fixture& f, const std::vector<int32_t>& row_view, const st
 
 TEST(GpuAttention, BitwiseTheCpuScalarPathAcrossChunksAndSequences) {
     KVSTASH_REQUIRE_GPU();
-    for (int64_t window : {int64_t{0}, int64_t{300}}) {
-        SCOPED_TRACE(window);
-        Fixture f({8, 2, 128, 1.0f / std::sqrt(128.0f), window}, {800, 260});
-        std::vector<float> k;
-        std::vector<int32_t> view;
-        std::vector<int64_t> pos;
-        f.store(13, &k, &view, &pos);
-        const std::vector<int32_t> row_view = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
-        const std::vector<int64_t> row_pos = {0, 1, 255, 256, 257, 511, 799, 0, 255, 259};
-        const std::vector<float> q = gpu_test::random_floats(row_pos.size() * 8 * 128, -1.0f, 1.0f, 17);
-        expect_reference(f, row_view, row_pos, q, f.run(row_view, row_pos, q));
+    for (TensorType type : {TensorType::F16, TensorType::F32, TensorType::Q8_0}) {
+        for (int64_t window : {int64_t{0}, int64_t{300}}) {
+            SCOPED_TRACE(std::string(kv_name(type)) + " window " + std::to_string(window));
+            Fixture f({8, 2, 128, 1.0f / std::sqrt(128.0f), window}, {800, 260}, {type, type});
+            f.store(13);
+            const std::vector<int32_t> row_view = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+            const std::vector<int64_t> row_pos = {0, 1, 255, 256, 257, 511, 799, 0, 255, 259};
+            const std::vector<float> q = gpu_test::random_floats(row_pos.size() * 8 * 128, -1.0f, 1.0f, 17);
+            expect_reference(f, row_view, row_pos, q, f.run(row_view, row_pos, q));
+        }
     }
 }
 
-// One query row's output bits alone equal its bits among 1..256 rows of mixed positions and sequences.
+// One query row's output bits alone equal its bits among 1..256 rows of mixed positions, sequences and cache
+// types (an f16 and a q8_0 sequence in the same calls).
 TEST(GpuAttention, BatchInvariantFrom1To256Rows) {
     KVSTASH_REQUIRE_GPU();
-    Fixture f({12, 4, 64, 0.125f, 0}, {600, 300});
-    std::vector<float> k;
-    std::vector<int32_t> view;
-    std::vector<int64_t> pos;
-    f.store(19, &k, &view, &pos);
+    Fixture f({12, 4, 64, 0.125f, 0}, {600, 300}, {TensorType::F16, TensorType::Q8_0});
+    f.store(19);
     const int64_t width = 12 * 64, all = 256;
     std::vector<int32_t> row_view(all);
     std::vector<int64_t> row_pos(all);

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_numerics.cuh"
+#include "backends/cuda/kv_codec.cuh"
+#include "format/quantize.h"
 #include "gpu_test_support.h"
+#include "kernels/attention_rows.h"
 #include "kernels/exp_f32.h"
 
 namespace kvstash {
@@ -72,6 +76,38 @@ TEST(DevicePortsOnTheHost, ExpIsBitwiseTheCpus) {
         const float got = cuda::device::exp_f32(x);
         ASSERT_EQ(0, std::memcmp(&want, &got, 4)) << "x = " << x;
     }
+}
+
+TEST(DevicePortsOnTheHost, Q8_0KvBlocksAndReadsAreBitwiseTheCpus) {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> unit(-3.0f, 3.0f);
+    const int64_t n = 256;
+    for (int trial = 0; trial < 2000; ++trial) {
+        std::vector<float> x(n);
+        for (float& v : x) v = unit(rng);
+        if (trial % 3 == 0) {  // values on rounding ties: multiples of max / 254
+            for (int64_t i = 0; i < n; ++i)
+                x[i] = static_cast<float>(static_cast<int>(i % 9) - 4) * 0.5f * (3.0f / 127.0f);
+        }
+        if (trial == 1) x[5] = std::numeric_limits<float>::infinity();
+        if (trial == 2) x[7] = std::nanf("");
+        if (trial == 4) std::fill(x.begin(), x.begin() + 32, 0.0f);
+        std::vector<uint8_t> want(n / 32 * 34), got(n / 32 * 34);
+        quantize_row_q8_0(x.data(), want.data(), n);
+        for (int64_t b = 0; b < n / 32; ++b) cuda::device::quantize_block_q8_0(x.data() + 32 * b, got.data() + 34 * b);
+        ASSERT_EQ(want, got) << "trial " << trial;
+        for (int64_t i = 0; i < n; ++i) {
+            const float a = kernels::q8_0_value(want.data(), i);
+            const float c = cuda::device::kv_load(want.data(), i, TensorType::Q8_0);
+            ASSERT_EQ(0, std::memcmp(&a, &c, 4)) << i;
+        }
+        ASSERT_EQ(static_cast<int64_t>(kernels::kv_row_offset(TensorType::Q8_0, 128)),
+                  cuda::device::kv_offset(TensorType::Q8_0, 128));
+    }
+    EXPECT_EQ(static_cast<int64_t>(kernels::kv_row_offset(TensorType::F16, 100)),
+              cuda::device::kv_offset(TensorType::F16, 100));
+    EXPECT_EQ(static_cast<int64_t>(kernels::kv_row_offset(TensorType::F32, 100)),
+              cuda::device::kv_offset(TensorType::F32, 100));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Causal GQA attention over f16 KV blocks (cuda_ops.cuh): kernels/attention.h's definition on the device.
+// Causal GQA attention over KV blocks of f16, f32 or q8_0 (cuda_ops.cuh): kernels/attention.h's definition on the
+// device.
 //
 // Order, for query row r at absolute position p, head h (KV head h / (n_head / n_head_kv)):
 //   chunks c = first_key(p) / 256 .. p / 256, chunk c = keys [max(first_key, 256c), min(p, 256c + 255)];
@@ -19,7 +20,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_ops.cuh"
-#include "backends/cuda/device_numerics.cuh"
+#include "backends/cuda/kv_codec.cuh"
 
 namespace kvstash::cuda {
 namespace {
@@ -63,11 +64,11 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j = threadIdx.x;
     if (j < n_keys) {
         const int64_t key = lo + j;
-        const uint16_t* k_row =
-            view.k_blocks[key / view.block_tokens] + (key % view.block_tokens) * view.row_elems + kv_head * s.head_dim;
+        const uint8_t* k_row = view.k_blocks[key / view.block_tokens] + (key % view.block_tokens) * view.row_bytes +
+                               device::kv_offset(view.type, kv_head * s.head_dim);
         float dot = 0.0f;
         for (int64_t d = 0; d < s.head_dim; ++d) {
-            dot = __fadd_rn(dot, __fmul_rn(q_head[d], device::fp16_to_fp32(k_row[d])));
+            dot = __fadd_rn(dot, __fmul_rn(q_head[d], device::kv_load(k_row, d, view.type)));
         }
         scores[j] = __fmul_rn(dot, s.scale);
     }
@@ -93,9 +94,9 @@ __global__ void __launch_bounds__(kThreads)
         float acc = 0.0f;
         for (int64_t i = 0; i < n_keys; ++i) {
             const int64_t key = lo + i;
-            const uint16_t* v_row = view.v_blocks[key / view.block_tokens] +
-                                    (key % view.block_tokens) * view.row_elems + kv_head * s.head_dim;
-            acc = __fadd_rn(acc, __fmul_rn(scores[i], device::fp16_to_fp32(v_row[d])));
+            const uint8_t* v_row = view.v_blocks[key / view.block_tokens] + (key % view.block_tokens) * view.row_bytes +
+                                   device::kv_offset(view.type, kv_head * s.head_dim);
+            acc = __fadd_rn(acc, __fmul_rn(scores[i], device::kv_load(v_row, d, view.type)));
         }
         partial[2 + d] = acc;
     }

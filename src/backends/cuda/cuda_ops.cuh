@@ -78,19 +78,22 @@ cudaError_t swiglu(const float* gate, int64_t gate_stride, const float* up, int6
 cudaError_t add_residual(float* x, const float* y, int64_t n, float scale, cudaStream_t stream);
 cudaError_t add_bias(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
 
-// One layer's KV cache on the device: f16 blocks of block_tokens token rows, each row n_head_kv * head_dim
-// halves; position j's key row at k_blocks[j / block_tokens] + (j % block_tokens) * row_elems (values alike).
+// One layer's KV cache on the device: blocks of block_tokens token rows of `type` (F16, F32 or Q8_0, as
+// kvstash::KvType; Q8_0 needs head_dim a multiple of 32), each row n_head_kv * head_dim elements in row_bytes
+// bytes; position j's key row at k_blocks[j / block_tokens] + (j % block_tokens) * row_bytes (values alike).
 // The pointer tables themselves live in device memory.
 struct KvBlocks {
-    uint16_t* const* k_blocks = nullptr;
-    uint16_t* const* v_blocks = nullptr;
+    uint8_t* const* k_blocks = nullptr;
+    uint8_t* const* v_blocks = nullptr;
     int64_t block_tokens = 32;
-    int64_t row_elems = 0;
+    int64_t row_bytes = 0;
+    TensorType type = TensorType::F16;
 };
 
 // Stores n_rows rows of K and V (f32, row_elems each, row strides k_stride / v_stride) at positions[t] of
-// views[row_view[t]] as f16, rounded as fp32_to_fp16 (src/format/tensor_type.cpp). views, row_view and
-// positions are device arrays.
+// views[row_view[t]] in the view's type, each row converted from itself alone, bitwise as the CPU does:
+// fp32_to_fp16 (src/format/tensor_type.cpp), or quantize_row_q8_0 (src/format/quantize.cpp). views, row_view
+// and positions are device arrays.
 cudaError_t kv_store(const KvBlocks* views, const int32_t* row_view, const int64_t* positions, const float* k,
                      int64_t k_stride, const float* v, int64_t v_stride, int64_t n_rows, int64_t row_elems,
                      cudaStream_t stream);

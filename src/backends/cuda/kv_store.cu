@@ -1,8 +1,9 @@
-// K/V rows into f16 cache blocks (cuda_ops.cuh): one thread per element, rounded by fp32_to_fp16 (the CPU's
-// conversion, bit for bit, NaN payloads included). Each element's bits depend on its own value alone.
+// K/V rows into cache blocks (cuda_ops.cuh): f16 and f32 one thread per element (fp32_to_fp16: the CPU's
+// conversion, bit for bit, NaN payloads included), q8_0 one thread per 32-value block (kv_codec.cuh, the
+// CPU's quantize_row_q8_0). Each element's or block's bytes depend on its own values alone.
 // Not yet run on a GPU.
 #include "backends/cuda/cuda_ops.cuh"
-#include "backends/cuda/device_numerics.cuh"
+#include "backends/cuda/kv_codec.cuh"
 
 namespace kvstash::cuda {
 namespace {
@@ -16,9 +17,21 @@ __global__ void kv_store_kernel(const KvBlocks* views, const int32_t* row_view, 
     const int64_t e = i % row_elems;
     const KvBlocks& view = views[row_view[t]];
     const int64_t pos = positions[t];
-    const int64_t offset = (pos % view.block_tokens) * view.row_elems + e;
-    view.k_blocks[pos / view.block_tokens][offset] = device::fp32_to_fp16(k[t * k_stride + e]);
-    view.v_blocks[pos / view.block_tokens][offset] = device::fp32_to_fp16(v[t * v_stride + e]);
+    const int64_t at = (pos % view.block_tokens) * view.row_bytes;
+    uint8_t* k_row = view.k_blocks[pos / view.block_tokens] + at;
+    uint8_t* v_row = view.v_blocks[pos / view.block_tokens] + at;
+    const float* k_src = k + t * k_stride;
+    const float* v_src = v + t * v_stride;
+    if (view.type == TensorType::F16) {
+        reinterpret_cast<uint16_t*>(k_row)[e] = device::fp32_to_fp16(k_src[e]);
+        reinterpret_cast<uint16_t*>(v_row)[e] = device::fp32_to_fp16(v_src[e]);
+    } else if (view.type == TensorType::F32) {
+        reinterpret_cast<float*>(k_row)[e] = k_src[e];
+        reinterpret_cast<float*>(v_row)[e] = v_src[e];
+    } else if (e % device::kQ8Block == 0) {  // Q8_0: the block's first element's thread writes the block
+        device::quantize_block_q8_0(k_src + e, k_row + device::kv_offset(TensorType::Q8_0, e));
+        device::quantize_block_q8_0(v_src + e, v_row + device::kv_offset(TensorType::Q8_0, e));
+    }
 }
 
 }  // namespace

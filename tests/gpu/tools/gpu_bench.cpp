@@ -70,15 +70,16 @@ void bench_matmul() {
 void bench_attention() {
     const int64_t context = 8192, n_head = 32, n_head_kv = 8, head_dim = 128, elems = n_head_kv * head_dim;
     const int64_t n_blocks = context / 32;
-    std::vector<DeviceBuffer<uint16_t>*> blocks;
-    std::vector<uint16_t*> k_ptrs, v_ptrs;
+    std::vector<DeviceBuffer<uint8_t>*> blocks;
+    std::vector<uint8_t*> k_ptrs, v_ptrs;
     for (int64_t b = 0; b < 2 * n_blocks; ++b) {
-        blocks.push_back(new DeviceBuffer<uint16_t>(static_cast<size_t>(32 * elems)));
+        blocks.push_back(new DeviceBuffer<uint8_t>(static_cast<size_t>(32 * elems * 2)));
         cudaMemset(blocks.back()->get(), 0, static_cast<size_t>(32 * elems) * 2);
         (b < n_blocks ? k_ptrs : v_ptrs).push_back(blocks.back()->get());
     }
-    DeviceBuffer<uint16_t*> k_table(k_ptrs), v_table(v_ptrs);
-    DeviceBuffer<cuda::KvBlocks> views(std::vector<cuda::KvBlocks>{{k_table.get(), v_table.get(), 32, elems}});
+    DeviceBuffer<uint8_t*> k_table(k_ptrs), v_table(v_ptrs);
+    DeviceBuffer<cuda::KvBlocks> views(
+        std::vector<cuda::KvBlocks>{{k_table.get(), v_table.get(), 32, elems * 2, TensorType::F16}});
     std::printf("attention decode, %lld keys, %lld heads (%lld KV), head_dim %lld: ms per call\n",
                 static_cast<long long>(context), static_cast<long long>(n_head), static_cast<long long>(n_head_kv),
                 static_cast<long long>(head_dim));
