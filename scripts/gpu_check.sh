@@ -39,6 +39,7 @@ PATH="$PATH:/usr/local/cuda/bin"
 
 BIN="$ROOT/build-gpu-pack/gpu_tests"
 BENCH="$ROOT/build-gpu-pack/gpu_bench"
+for f in "$BIN" "$BENCH"; do [ -f "$f" ] && chmod +x "$f" 2>/dev/null; done  # in case the copy lost the mode
 if [ "$BUILD" -eq 0 ] && { [ ! -x "$BIN" ] || ! "$BIN" --gtest_list_tests >/dev/null 2>&1; }; then
   echo "gpu_check: the carried build-gpu-pack/gpu_tests is missing or does not start here: rebuilding" | tee -a "$OUTDIR/env.txt"
   BUILD=1
@@ -57,6 +58,10 @@ if [ "$BUILD" -eq 1 ]; then
   else
     BUILD_RESULT="REBUILD FAILED (build.log)"
   fi
+fi
+
+if [ -x "$BIN" ] && command -v cuobjdump >/dev/null; then
+  { echo "--- device code in $(basename "$BIN")"; cuobjdump --list-elf --list-ptx "$BIN" 2>&1 | head -20; } >>"$OUTDIR/env.txt"
 fi
 
 TESTS_RC=1
