@@ -14,7 +14,7 @@ using gpu_test::DeviceBuffer;
 
 std::string name_of(TensorType type) { return tensor_type_name(static_cast<uint32_t>(type)); }
 
-TEST(GpuDequantize, EveryTypeBitwiseTheCpuDecoder) {
+TEST(GpuDequantize, EveryTypeBitwiseTheCpuDecoderAndEmbedScale) {
     KVSTASH_REQUIRE_GPU();
     const int64_t rows = 9, cols = 512;
     const std::vector<int32_t> ids = {3, 0, 8, 3, 5, 1};
@@ -34,6 +34,13 @@ TEST(GpuDequantize, EveryTypeBitwiseTheCpuDecoder) {
             dequantize_row(type, w.data() + static_cast<uint64_t>(ids[i]) * row_bytes, want.data() + i * cols, cols);
         }
         EXPECT_EQ(-1, gpu_test::first_difference(got, want));
+        // With an embedding scale (gemma3's sqrt(n_embd)): the CPU backend's out[i] *= scale after decoding.
+        const float scale = 45.254833f;
+        KVSTASH_CUDA_OK(cuda::dequantize_rows(type, w_dev.get(), cols, ids_dev.get(), static_cast<int64_t>(ids.size()),
+                                              out_dev.get(), nullptr, scale));
+        KVSTASH_CUDA_OK(cudaDeviceSynchronize());
+        for (float& x : want) x *= scale;
+        EXPECT_EQ(-1, gpu_test::first_difference(out_dev.download(), want)) << "scaled";
     }
 }
 

@@ -46,9 +46,10 @@ struct MatmulArgs {
 cudaError_t matmul(const MatmulArgs& args, cudaStream_t stream);
 
 // out[i] = row ids[i] of W (rows of `cols` elements of `type`) dequantized to f32, bitwise the CPU's
-// dequantize_row: the embedding lookup (ids = token ids), and a test of the block decoders.
+// dequantize_row, then each value × scale (rounded; skipped when scale is 1), as the CPU backend's embed:
+// the embedding lookup (ids = token ids, scale = embedding_scale), and a test of the block decoders.
 cudaError_t dequantize_rows(TensorType type, const void* W, int64_t cols, const int32_t* ids, int64_t n_ids, float* out,
-                            cudaStream_t stream);
+                            cudaStream_t stream, float scale = 1.0f);
 
 // RMSNorm of n_rows rows of n floats (row stride `stride` for x and out): out = weight * (x * scale),
 // bitwise the CPU's rms_norm_row (kernels/norm.h). out may equal x.

@@ -87,7 +87,7 @@ cudaError_t launch_matmul(const MatmulArgs& a, cudaStream_t stream) {
 // One thread per (id, chunk): 32 decoded values.
 template <TensorType Type>
 __global__ void dequantize_rows_kernel(const uint8_t* W, int64_t row_bytes, int64_t cols, const int32_t* ids,
-                                       int64_t n_ids, float* out) {
+                                       int64_t n_ids, float* out, float scale) {
     const int64_t n_chunks = cols / device::kChunk;
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n_ids * n_chunks) return;
@@ -97,16 +97,16 @@ __global__ void dequantize_rows_kernel(const uint8_t* W, int64_t row_bytes, int6
     device::dequantize_chunk<Type>(W + static_cast<int64_t>(ids[row]) * row_bytes, c, v);
     float* dst = out + row * cols + c * device::kChunk;
 #pragma unroll
-    for (int e = 0; e < device::kChunk; ++e) dst[e] = v[e];
+    for (int e = 0; e < device::kChunk; ++e) dst[e] = scale == 1.0f ? v[e] : __fmul_rn(v[e], scale);
 }
 
 template <TensorType Type>
 cudaError_t launch_dequantize(const void* W, int64_t cols, const int32_t* ids, int64_t n_ids, float* out,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, float scale) {
     const int64_t n = n_ids * (cols / device::kChunk);
     const int threads = 128;
     dequantize_rows_kernel<Type><<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(
-        static_cast<const uint8_t*>(W), device::row_bytes_of(Type, cols), cols, ids, n_ids, out);
+        static_cast<const uint8_t*>(W), device::row_bytes_of(Type, cols), cols, ids, n_ids, out, scale);
     return cudaGetLastError();
 }
 
@@ -172,12 +172,13 @@ cudaError_t matmul(const MatmulArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t dequantize_rows(TensorType type, const void* W, int64_t cols, const int32_t* ids, int64_t n_ids, float* out,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, float scale) {
     if (!supports_weight_type(type) || cols <= 0 || cols % block_elements(type) != 0 || n_ids < 0) {
         return cudaErrorInvalidValue;
     }
     if (n_ids == 0) return cudaSuccess;
-    return with_type(type, [&]<TensorType T>() { return launch_dequantize<T>(W, cols, ids, n_ids, out, stream); });
+    return with_type(type,
+                     [&]<TensorType T>() { return launch_dequantize<T>(W, cols, ids, n_ids, out, stream, scale); });
 }
 
 cudaError_t logits(TensorType type, const void* W_out, int64_t vocab, int64_t cols, const float* H, int64_t h_stride,
