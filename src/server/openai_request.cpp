@@ -97,9 +97,21 @@ void reject_unsupported(const json& body) {
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string");
 }
 
+// body[key] with its object keys in the order the client wrote them (nlohmann::json sorts keys): read
+// again from the body's text when it is given, else the sorted copy.
+nlohmann::ordered_json in_written_order(const std::string* raw_body, const char* key, const json& value) {
+    if (raw_body) {
+        try {
+            return nlohmann::ordered_json::parse(*raw_body).at(key);
+        } catch (const nlohmann::json::exception&) {}
+    }
+    return nlohmann::ordered_json::parse(value.dump());
+}
+
 // response_format and grammar -> a Grammar (400 naming the field for a bad one; unsupported JSON Schema
-// keywords are named in the message, code "unsupported").
-std::shared_ptr<const Grammar> parse_grammar(const json& body) {
+// keywords are named in the message, code "unsupported"). A schema keeps its properties' order (read
+// from `raw_body`): the output's keys come in that order, as docs/constrained-output.md promises.
+std::shared_ptr<const Grammar> parse_grammar(const json& body, const std::string* raw_body) {
     const json* format = field(body, "response_format");
     const json* gbnf = field(body, "grammar");
     std::shared_ptr<const Grammar> grammar;
@@ -120,7 +132,8 @@ std::shared_ptr<const Grammar> parse_grammar(const json& body) {
                     throw bad_request("'response_format.json_schema.schema' is required", "response_format",
                                       "missing_field");
                 param = "response_format.json_schema.schema";
-                grammar = Grammar::from_json_schema(schema->dump());
+                const nlohmann::ordered_json ordered = in_written_order(raw_body, "response_format", *format);
+                grammar = Grammar::from_json_schema(ordered.at("json_schema").at("schema").dump());
             } else if (t != "text") {
                 throw bad_request("response_format type '" + t + "' is not supported (text, json_object, json_schema)",
                                   "response_format", "unsupported");
@@ -295,22 +308,12 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     if (const json* v = field(body, "stop")) out.stop = parse_stop(*v);
     out.sampling = parse_sampling(body, out.seed);
     parse_logprobs(body, out);
-    out.grammar = parse_grammar(body);
+    out.grammar = parse_grammar(body, raw_body);
     if (const json* tools = field(body, "tools"); tools && (chat || !tools->empty())) {
         if (!chat) {
             throw bad_request("'tools' need the chat endpoint (/v1/chat/completions)", "tools", "unsupported");
         }
-        nlohmann::ordered_json ordered;
-        if (raw_body) {
-            try {
-                ordered = nlohmann::ordered_json::parse(*raw_body).at("tools");
-            } catch (const nlohmann::json::exception&) {
-                ordered = nlohmann::ordered_json::parse(tools->dump());
-            }
-        } else {
-            ordered = nlohmann::ordered_json::parse(tools->dump());
-        }
-        parse_tools(ordered, out.tools);
+        parse_tools(in_written_order(raw_body, "tools", *tools), out.tools);
     }
     parse_tool_choice(body, out.tools);
     if (out.grammar && out.tools.choice != ToolChoice::none) {

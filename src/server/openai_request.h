@@ -77,8 +77,9 @@ nlohmann::json parse_json_body(const std::string& body);
 
 // Throw ApiError (400) for a bad field. A few fields read with json::value() may throw json::exception
 // for a value of the wrong type; the routes answer that with 400 "bad JSON value" too.
-// `raw_body`, when given, is the body's text: tools are read from it in their keys' order (nlohmann::json
-// sorts keys), so that they reach the prompt as the client wrote them, as transformers renders them.
+// `raw_body`, when given, is the body's text: tools and a response_format's JSON Schema are read from it
+// in their keys' order (nlohmann::json sorts keys), so that tools reach the prompt as the client wrote
+// them, as transformers renders them, and a schema's properties are generated in the schema's order.
 CompletionRequest parse_completion_request(const nlohmann::json& body, Endpoint endpoint, const RequestLimits& limits,
                                            const std::string* raw_body = nullptr);
 PrefillRequest parse_prefill_request(const nlohmann::json& body);

@@ -133,6 +133,33 @@ TEST(ServerConstrained, JsonObjectAndGrammarStreamed) {
     EXPECT_TRUE(text.ends_with(".")) << text;
 }
 
+// Issue 33 item 1: the schema's order is `reasoning` then `answer` (not alphabetical). The body is sent as
+// text: a json object would sort the keys before they leave the client.
+TEST(ServerConstrained, JsonSchemaKeepsThePropertiesOrder) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    httplib::Client client(server().url());
+    client.set_read_timeout(300);
+    const std::string body = R"({"messages": [{"role": "user", "content": "What is 3 + 4? Think, then answer."}],
+        "max_tokens": 80, "seed": 2, "temperature": 0.7,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "worked", "schema": {
+          "type": "object",
+          "properties": {"reasoning": {"type": "string", "maxLength": 60}, "answer": {"type": "integer"}},
+          "required": ["reasoning", "answer"]}}}})";
+    const Reply r = post(client, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.text;
+    const std::string content = r.body["choices"][0]["message"]["content"];
+    const size_t reasoning = content.find("\"reasoning\"");
+    ASSERT_NE(reasoning, std::string::npos) << content;
+    EXPECT_EQ(content.find_first_not_of(" \t\n{"), reasoning) << content;  // the first key
+    const size_t answer = content.find("\"answer\"");
+    if (r.body["choices"][0]["finish_reason"] == "stop") {
+        EXPECT_NE(answer, std::string::npos) << content;
+    }
+    if (answer != std::string::npos) {
+        EXPECT_GT(answer, reasoning) << content;
+    }
+}
+
 TEST(ServerConstrained, UnconstrainedRequestsAreUnchanged) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     httplib::Client client(server().url());
