@@ -41,10 +41,30 @@ Scheduler::~Scheduler() {
     thread_.join();
 }
 
+namespace {
+
+int slots_needed(const GenerationJob& job) { return job.kind == GenerationJob::Kind::prefill ? 1 : job.n; }
+
+}  // namespace
+
 bool Scheduler::submit(std::unique_ptr<GenerationJob> job) {
     {
         std::lock_guard lock(mutex_);
-        if (stopping_ || static_cast<int>(queue_.size()) >= options_.queue) return false;
+        if (stopping_) return false;
+        // Jobs that the free slots take at the scheduler's next pass (first come, first served, as run()
+        // admits them) are not waiting: only the others count against --queue. A burst arriving while
+        // the scheduler is inside a step would otherwise find the queue full with slots free.
+        int free_slots = options_.parallel - slots_used_.load();
+        int waiting = 0;
+        for (const auto& queued : queue_) {
+            const int need = slots_needed(*queued);
+            if (waiting == 0 && need <= free_slots) {
+                free_slots -= need;
+            } else {
+                ++waiting;
+            }
+        }
+        if (!(waiting == 0 && slots_needed(*job) <= free_slots) && waiting >= options_.queue) return false;
         queue_.push_back(std::move(job));
         metrics_.queue_depth.store(static_cast<int64_t>(queue_.size()));
     }
@@ -60,7 +80,7 @@ void Scheduler::run() {
             if (sequences_.empty()) wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
             if (stopping_) break;
             for (auto it = queue_.begin(); it != queue_.end();) {
-                const int need = (*it)->kind == GenerationJob::Kind::prefill ? 1 : (*it)->n;
+                const int need = slots_needed(**it);
                 if (slots_used_ + need > options_.parallel) break;  // first come, first served
                 if (waits_for_shared_prefix(**it, admitted)) {
                     ++it;
