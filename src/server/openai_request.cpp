@@ -80,9 +80,6 @@ SamplerParams parse_sampling(const json& body, std::optional<uint64_t>& seed) {
 }
 
 void reject_unsupported(const json& body) {
-    if (const json* v = field(body, "echo"); v && v->is_boolean() && v->get<bool>()) {
-        throw bad_request("'echo' is not supported", "echo", "unsupported");
-    }
     if (field(body, "suffix")) throw bad_request("'suffix' is not supported", "suffix", "unsupported");
     if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
         throw bad_request("'best_of' is not supported (use n)", "best_of", "unsupported");
@@ -166,6 +163,46 @@ void parse_logprobs(const json& body, CompletionRequest& out) {
         out.top_logprobs = static_cast<int>(get_int(*v, "logprobs", 0, 20));
         out.logprobs = true;
     }
+}
+
+// Token ids (OpenAI's prompt as an array of integers); 400 for anything else. The ids are checked
+// against the vocabulary when the job is built.
+std::vector<int32_t> parse_prompt_tokens(const json& value) {
+    std::vector<int32_t> tokens;
+    for (const json& id : value) tokens.push_back(static_cast<int32_t>(get_int(id, "prompt", 0, INT32_MAX)));
+    return tokens;
+}
+
+// `prompt`: a string, token ids, or an array of strings / of token-id arrays (OpenAI's completions). A
+// single prompt goes to prompt / prompt_tokens, several to `prompts`.
+void parse_prompt(const json& prompt, CompletionRequest& out) {
+    constexpr const char* expected = "a string, an array of strings, an array of token ids or an array of those";
+    if (prompt.is_string()) {
+        out.prompt = prompt.get<std::string>();
+        return;
+    }
+    if (!prompt.is_array() || prompt.empty()) throw wrong_type("prompt", expected);
+    if (prompt[0].is_number()) {
+        out.prompt_tokens = parse_prompt_tokens(prompt);
+        return;
+    }
+    std::vector<PromptInput> inputs;
+    for (const json& item : prompt) {
+        if (item.is_string()) {
+            inputs.push_back({item.get<std::string>(), std::nullopt});
+        } else if (item.is_array() && !item.empty() && item[0].is_number()) {
+            inputs.push_back({{}, parse_prompt_tokens(item)});
+        } else {
+            throw wrong_type("prompt", expected);
+        }
+    }
+    if (inputs.size() == 1) {
+        out.prompt = std::move(inputs[0].text);
+        out.prompt_tokens = std::move(inputs[0].tokens);
+        if (out.prompt_tokens) out.prompt.reset();
+        return;
+    }
+    out.prompts = std::move(inputs);
 }
 
 bool valid_tool_name(const std::string& name) {
@@ -330,14 +367,15 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
         if (!messages) throw bad_request("'messages' is required", "messages", "missing_field");
         out.messages = get_messages(*messages);
     } else {
-        const json* prompt = field(body, "prompt");
-        if (prompt && prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
-            out.prompt = (*prompt)[0].get<std::string>();
-        } else if (prompt) {
-            out.prompt = get_string(*prompt, "prompt");
+        if (const json* prompt = field(body, "prompt")) {
+            parse_prompt(*prompt, out);
         } else if (!out.state) {
             throw bad_request("'prompt' is required", "prompt", "missing_field");
         }
+        if (const json* v = field(body, "echo")) out.echo = get_bool(*v, "echo");
+        if (out.echo && out.logprobs)
+            throw bad_request("'echo' with 'logprobs' is not supported", "echo", "unsupported");
+        if (out.echo && out.state) throw bad_request("'echo' with 'state' is not supported", "echo", "unsupported");
     }
     const json* max_tokens = field(body, "max_tokens");
     if (!max_tokens) max_tokens = field(body, "max_completion_tokens");
