@@ -6,6 +6,7 @@
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
 #include "server/api_error.h"
+#include "state/state_access.h"
 
 namespace kvstash::server {
 
@@ -161,6 +162,12 @@ void Scheduler::admit(std::unique_ptr<GenerationJob> job) {
     }
     seq->job = progress;
     const int64_t to_compute = static_cast<int64_t>(j.prompt.size()) - seq->prompt_done;
+    // A recurrent state cannot be cut back, so the prefix cache reuses a prefix only up to a checkpoint.
+    // One just before the prompt's last token lets the same prompt again reuse all but that token (the
+    // logits of the last one are needed); the state where the generation ends is cached at release, so
+    // a next turn reuses the whole exchange. Kept within the State's checkpoint budget; O(1) when taken.
+    if (model_->info().n_recurrent_layers > 0 && to_compute >= 2)
+        StateAccess::want_checkpoint(seq->state, seq->state.n_tokens() + to_compute - 1);
     progress->usage.prompt_tokens = seq->state.n_tokens() + to_compute;
     progress->usage.cached_tokens = reused;
     metrics_.count_prompt(to_compute, reused);
