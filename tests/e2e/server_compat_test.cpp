@@ -42,7 +42,8 @@ TEST(ServerCompat, TokenIdPromptsAnswerAsTheirText) {
     const std::string prompt = "The capital of France is";
     const Reply ids = post(client, "/tokenize", json{{"content", prompt}, {"add_special", true}});
     ASSERT_EQ(ids.status, 200) << ids.text;
-    const Reply by_text = post(client, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}});
+    const Reply by_text =
+        post(client, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}});
     const Reply by_ids =
         post(client, "/v1/completions", json{{"prompt", ids.body["tokens"]}, {"max_tokens", 6}, {"temperature", 0}});
     ASSERT_EQ(by_ids.status, 200) << by_ids.text;
@@ -57,14 +58,19 @@ TEST(ServerCompat, LlamaServerCompletionRoute) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     httplib::Client client = compat_server().client();
     const std::string prompt = "The capital of France is";
-    const Reply openai = post(client, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}});
+    const Reply openai =
+        post(client, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}});
     ASSERT_EQ(openai.status, 200) << openai.text;
     const std::string expected = openai.body["choices"][0]["text"];
     EXPECT_NE(expected.find("Paris"), std::string::npos) << expected;
 
     const Reply r = post(client, "/completion",
-                         json{{"prompt", prompt}, {"n_predict", 8}, {"temperature", 0}, {"return_tokens", true},
-                              {"n_probs", 2}, {"cache_prompt", true}});
+                         json{{"prompt", prompt},
+                              {"n_predict", 8},
+                              {"temperature", 0},
+                              {"return_tokens", true},
+                              {"n_probs", 2},
+                              {"cache_prompt", true}});
     ASSERT_EQ(r.status, 200) << r.text;
     EXPECT_EQ(r.body["content"], expected);
     EXPECT_EQ(r.body["stop"], true);
@@ -82,7 +88,8 @@ TEST(ServerCompat, LlamaServerCompletionRoute) {
 
     // Streamed: data events with "content" pieces and stop false, then the whole object with stop true
     // (llama-server's shape: no [DONE]).
-    auto res = client.Post("/completion", json{{"prompt", prompt}, {"n_predict", 8}, {"temperature", 0}, {"stream", true}}.dump(),
+    auto res = client.Post("/completion",
+                           json{{"prompt", prompt}, {"n_predict", 8}, {"temperature", 0}, {"stream", true}}.dump(),
                            "application/json");
     ASSERT_TRUE(res);
     ASSERT_EQ(res->status, 200) << res->body;
@@ -102,8 +109,8 @@ TEST(ServerCompat, LlamaServerCompletionRoute) {
     EXPECT_EQ(res->body.find("[DONE]"), std::string::npos);
 
     // llama-server's JSON Schema field, and n_predict -1 (until the end of generation).
-    const Reply schema = post(client, "/completion",
-                              std::string(R"({"prompt": "A person as JSON:", "n_predict": -1, "temperature": 0,
+    const Reply schema =
+        post(client, "/completion", std::string(R"({"prompt": "A person as JSON:", "n_predict": -1, "temperature": 0,
                                   "json_schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                   "age": {"type": "integer"}}, "required": ["name", "age"]}})"));
     ASSERT_EQ(schema.status, 200) << schema.text;
@@ -129,7 +136,8 @@ TEST(ServerCompat, LlamaServerPropsSlotsAndApplyTemplate) {
     EXPECT_EQ(slots.body[0]["n_ctx"], n_ctx);
     EXPECT_TRUE(slots.body[0]["is_processing"].is_boolean());
 
-    const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi!"}}});
+    const json messages =
+        json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi!"}}});
     const Reply applied = post(client, "/apply-template", json{{"messages", messages}});
     ASSERT_EQ(applied.status, 200) << applied.text;
     // SmolLM2's ChatML, ending with the assistant header (the CLI's `chat` renders the same).
@@ -142,9 +150,10 @@ TEST(ServerCompat, CorsHeadersAndPreflight) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     httplib::Client client = compat_server().client();
     // A preflight from the allowed origin: 204 with what the browser asked for.
-    auto pre = client.Options("/v1/chat/completions", {{"Origin", "http://app.example"},
-                                                        {"Access-Control-Request-Method", "POST"},
-                                                        {"Access-Control-Request-Headers", "authorization, content-type"}});
+    auto pre =
+        client.Options("/v1/chat/completions", {{"Origin", "http://app.example"},
+                                                {"Access-Control-Request-Method", "POST"},
+                                                {"Access-Control-Request-Headers", "authorization, content-type"}});
     ASSERT_TRUE(pre);
     EXPECT_EQ(pre->status, 204);
     EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "http://app.example");
