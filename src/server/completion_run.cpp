@@ -42,10 +42,9 @@ CompletionRun::CompletionRun(ServerContext& ctx, const CompletionRequest& reques
         if (!ctx.scheduler->submit(std::move(job))) {
             cancel();
             channels_.clear();
-            throw ApiError(503,
-                           "the server is busy (" + std::to_string(ctx.options.queue) +
-                               " requests waiting); retry later",
-                           "", "queue_full");
+            throw ApiError(
+                503, "the server is busy (" + std::to_string(ctx.options.queue) + " requests waiting); retry later", "",
+                "queue_full");
         }
         channels_.push_back(std::move(channel));
     }

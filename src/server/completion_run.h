@@ -45,7 +45,7 @@ private:
     std::vector<int32_t> first_prompt_;
     ToolCallFormat tool_call_format_ = ToolCallFormat::none;
     int n_ = 1;
-    size_t current_ = 0;  // the job whose events are read now
+    size_t current_ = 0;   // the job whose events are read now
     bool echoed_ = false;  // the current job's echo went out
     bool finished_ = false;
     Usage total_;

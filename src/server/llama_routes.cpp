@@ -104,7 +104,8 @@ json probability_json(const Tokenizer& tokenizer, const TokenLogprob& lp) {
     json top = json::array();
     for (const auto& [id, logprob] : lp.top)
         top.push_back({{"id", id}, {"token", tokenizer.token_piece(id)}, {"logprob", logprob}});
-    return {{"id", lp.token}, {"token", tokenizer.token_piece(lp.token)}, {"logprob", lp.logprob}, {"top_logprobs", top}};
+    return {
+        {"id", lp.token}, {"token", tokenizer.token_piece(lp.token)}, {"logprob", lp.logprob}, {"top_logprobs", top}};
 }
 
 void tally(CompletionTally& t, const ChannelEvent& event, const Tokenizer& tokenizer, bool probabilities) {
@@ -126,8 +127,8 @@ struct CompletionFlags {
     bool probabilities = false;  // n_probs > 0: completion_probabilities
 };
 
-json final_json(const CompletionTally& t, const Usage& usage, const CompletionRequest& request, const CompletionRun& run,
-                ServerContext& ctx, CompletionFlags flags, bool streamed) {
+json final_json(const CompletionTally& t, const Usage& usage, const CompletionRequest& request,
+                const CompletionRun& run, ServerContext& ctx, CompletionFlags flags, bool streamed) {
     json out = {{"index", 0},
                 {"content", streamed ? std::string() : t.content},
                 {"tokens", flags.return_tokens && !streamed ? json(t.tokens) : json::array()},
@@ -153,8 +154,8 @@ void handle_completion(const httplib::Request& req, httplib::Response& res, Serv
     (void)parse_json_body(req.body);  // 400 for a body that is not a JSON object
     const ordered_json body = ordered_json::parse(req.body);
     const std::string translated = openai_body(body).dump();
-    CompletionRequest request = parse_completion_request(parse_json_body(translated), Endpoint::text,
-                                                         request_limits(ctx), &translated);
+    CompletionRequest request =
+        parse_completion_request(parse_json_body(translated), Endpoint::text, request_limits(ctx), &translated);
     if (!request.prompts.empty()) throw bad_request("'prompt' must be one prompt", "prompt", "invalid_type");
     CompletionFlags flags;
     flags.return_tokens = body.contains("return_tokens") && body["return_tokens"] == true;
@@ -166,12 +167,12 @@ void handle_completion(const httplib::Request& req, httplib::Response& res, Serv
     // llama-server's n_predict -1 (the default): until the end of generation or of the context.
     CompletionRequest run_request = request;
     if (!run_request.max_tokens) {
-        const int64_t prompt = run_request.prompt_tokens
-                                   ? static_cast<int64_t>(run_request.prompt_tokens->size())
-                                   : static_cast<int64_t>(ctx.model->tokenizer()
-                                                              .encode(run_request.prompt.value_or(""), AddSpecial::yes,
-                                                                      ParseSpecial::yes)
-                                                              .size());
+        const int64_t prompt =
+            run_request.prompt_tokens
+                ? static_cast<int64_t>(run_request.prompt_tokens->size())
+                : static_cast<int64_t>(ctx.model->tokenizer()
+                                           .encode(run_request.prompt.value_or(""), AddSpecial::yes, ParseSpecial::yes)
+                                           .size());
         run_request.max_tokens = std::max<int64_t>(1, ctx.scheduler->n_ctx() - prompt);
     }
     auto run = std::make_shared<CompletionRun>(ctx, run_request);
@@ -217,7 +218,8 @@ void handle_completion(const httplib::Request& req, httplib::Response& res, Serv
                 if (event.kind != ChannelEvent::Kind::piece) continue;
                 request_log_first_token();
                 json chunk = {{"index", 0}, {"content", event.text}, {"stop", false}, {"id_slot", 0}};
-                chunk["tokens"] = flags.return_tokens && event.logprob ? json::array({event.logprob->token}) : json::array();
+                chunk["tokens"] =
+                    flags.return_tokens && event.logprob ? json::array({event.logprob->token}) : json::array();
                 if (flags.probabilities && event.logprob)
                     chunk["completion_probabilities"] = json::array({probability_json(tokenizer, *event.logprob)});
                 if (!write(chunk)) return false;
@@ -231,9 +233,10 @@ void handle_completion(const httplib::Request& req, httplib::Response& res, Serv
 
 json props_json(const ServerContext& ctx) {
     const Tokenizer& tokenizer = ctx.model->tokenizer();
-    json settings = {{"n_ctx", ctx.scheduler->n_ctx()},
-                     {"model", ctx.model_id},
-                     {"params", {{"temperature", 1.0}, {"top_k", 40}, {"top_p", 1.0}, {"min_p", 0.0}, {"n_predict", -1}}}};
+    json settings = {
+        {"n_ctx", ctx.scheduler->n_ctx()},
+        {"model", ctx.model_id},
+        {"params", {{"temperature", 1.0}, {"top_k", 40}, {"top_p", 1.0}, {"min_p", 0.0}, {"n_predict", -1}}}};
     return {{"default_generation_settings", settings},
             {"total_slots", ctx.scheduler->parallel()},
             {"model_path", ctx.model->path()},

@@ -70,8 +70,8 @@ ordered_json chat_body(const ordered_json& body) {
     } else if (input.is_array()) {
         for (size_t i = 0; i < input.size(); ++i) {
             const ordered_json& item = input[i];
-            const bool message = item.is_object() && item.contains("role") &&
-                                 (!item.contains("type") || item["type"] == "message");
+            const bool message =
+                item.is_object() && item.contains("role") && (!item.contains("type") || item["type"] == "message");
             if (!message) {
                 throw bad_request("input[" + std::to_string(i) + "]: only messages (role and content) are supported",
                                   "input", "unsupported");
@@ -113,9 +113,8 @@ ordered_json chat_body(const ordered_json& body) {
 struct ResponseDraft {
     std::string id = random_id("resp_");
     std::string message_id = random_id("msg_");
-    int64_t created_at = std::chrono::duration_cast<std::chrono::seconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+    int64_t created_at =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::string model;
     json request_echo;  // instructions, max_output_tokens, temperature, top_p, text, as the request gave them
     std::string text;
@@ -123,7 +122,9 @@ struct ResponseDraft {
     int sequence = 0;  // streaming: the next event's sequence_number
 
     json part(bool done) const {
-        return {{"type", "output_text"}, {"text", done ? text : std::string()}, {"annotations", json::array()},
+        return {{"type", "output_text"},
+                {"text", done ? text : std::string()},
+                {"annotations", json::array()},
                 {"logprobs", json::array()}};
     }
     json item(const char* status, bool with_content) const {
@@ -180,18 +181,18 @@ struct ResponseDraft {
     std::string delta(const std::string& piece) {
         text += piece;
         return event("response.output_text.delta", {{"item_id", message_id},
-                                                     {"output_index", 0},
-                                                     {"content_index", 0},
-                                                     {"delta", piece},
-                                                     {"logprobs", json::array()}});
+                                                    {"output_index", 0},
+                                                    {"content_index", 0},
+                                                    {"delta", piece},
+                                                    {"logprobs", json::array()}});
     }
     std::string closing(const Usage& usage) {
         const bool cut = finish_reason == "length";
         std::string out = event("response.output_text.done", {{"item_id", message_id},
-                                                               {"output_index", 0},
-                                                               {"content_index", 0},
-                                                               {"text", text},
-                                                               {"logprobs", json::array()}});
+                                                              {"output_index", 0},
+                                                              {"content_index", 0},
+                                                              {"text", text},
+                                                              {"logprobs", json::array()}});
         out += event("response.content_part.done",
                      {{"item_id", message_id}, {"output_index", 0}, {"content_index", 0}, {"part", part(true)}});
         out += event("response.output_item.done",
@@ -265,9 +266,9 @@ void handle_responses(const httplib::Request& req, httplib::Response& res, Serve
                         sink.done();
                         return true;
                     case ChannelEvent::Kind::error:
-                        write(draft->event("error", {{"code", std::to_string(event.status)},
-                                                     {"message", event.message},
-                                                     {"param", nullptr}}));
+                        write(draft->event(
+                            "error",
+                            {{"code", std::to_string(event.status)}, {"message", event.message}, {"param", nullptr}}));
                         sink.done();
                         return true;
                 }
