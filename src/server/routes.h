@@ -16,6 +16,9 @@ void register_openai_routes(httplib::Server& http, ServerContext& ctx);
 void register_state_routes(httplib::Server& http, ServerContext& ctx);
 void register_text_routes(httplib::Server& http, ServerContext& ctx);       // /tokenize, /detokenize
 void register_embedding_routes(httplib::Server& http, ServerContext& ctx);  // /v1/embeddings
+// llama-server's /completion, /props, /slots, /apply-template
+void register_llama_routes(httplib::Server& http, ServerContext& ctx);
+void register_responses_routes(httplib::Server& http, ServerContext& ctx);  // /v1/responses
 void register_webui_routes(httplib::Server& http);                          // /, /webui/<file>
 // Whether `path` is one of the web page's files (served without the API key: they hold no data).
 bool is_webui_path(const std::string& path);
