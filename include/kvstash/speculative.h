@@ -27,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include "kvstash/generate.h"
 #include "kvstash/model.h"
 #include "kvstash/state.h"
 
@@ -68,6 +69,11 @@ struct ModelDrafterOptions {
 // (Model::load with ModelLoadOptions::quantize) is self-speculation.
 std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<const Model> draft_model, const Model& target,
                                             const ModelDrafterOptions& options = {});
+
+// The draft length after a round that verified `drafted` guesses and kept `accepted` of them (generate()
+// and the server's sequences): doubled, up to options.max_draft, when all were kept; else one more than
+// the number kept (a drafter that is often wrong early costs small batches).
+int32_t next_draft_length(const SpeculationOptions& options, int32_t current, size_t drafted, size_t accepted);
 
 // Throws Error(unsupported) naming the reason when speculation cannot be exact on `state` (see above).
 void check_speculation_supported(const State& state);

@@ -174,11 +174,7 @@ private:
     }
 
     void adapt_draft_length(size_t accepted) {
-        if (accepted == draft_.size()) {
-            draft_length_ = std::min(options_.speculation.max_draft, draft_length_ * 2);
-        } else {
-            draft_length_ = std::max<int32_t>(1, static_cast<int32_t>(accepted) + 1);
-        }
+        draft_length_ = next_draft_length(options_.speculation, draft_length_, draft_.size(), accepted);
     }
 
     // generate()'s checks after a token is evaluated, in its order; true: generation ends here.
@@ -235,6 +231,11 @@ private:
 };
 
 }  // namespace
+
+int32_t next_draft_length(const SpeculationOptions& options, int32_t current, size_t drafted, size_t accepted) {
+    if (accepted == drafted) return std::min(options.max_draft, current * 2);
+    return std::min(options.max_draft, std::max<int32_t>(1, static_cast<int32_t>(accepted) + 1));
+}
 
 void check_speculation_supported(const State& state) {
     if (!StateAccess::recurrent(state).empty()) {

@@ -26,30 +26,35 @@ void add_spec_flags(CLI::App& app, SpecFlags& f) {
         ->capture_default_str();
 }
 
-void apply_spec_flags(const SpecFlags& f, const std::string& target_path, const Model& target, int n_threads,
-                      GenerateOptions& options) {
+std::shared_ptr<const Model> load_draft_model(const SpecFlags& f, const std::string& target_path) {
     if (!f.draft_model.empty() && f.mode != "draft") {
         throw Error(ErrorCode::invalid_argument, "--draft-model needs --spec draft");
     }
-    if (f.mode.empty()) return;
     if (f.speculation.min_draft > f.speculation.max_draft) {
         throw Error(ErrorCode::invalid_argument, "--spec-min must not exceed --spec-max");
     }
-    options.speculation = f.speculation;
-    const ModelDrafterOptions draft_options{.n_threads = n_threads, .p_min = f.p_min};
-    if (f.mode == "lookup") {
-        options.drafter = make_lookup_drafter();
-    } else if (f.mode == "draft") {
+    if (f.mode == "draft") {
         if (f.draft_model.empty()) throw Error(ErrorCode::invalid_argument, "--spec draft needs --draft-model FILE");
-        options.drafter = make_model_drafter(load_model(f.draft_model), target, draft_options);
+        return load_model(f.draft_model);
+    }
+    if (f.mode != "self") return nullptr;
+    if (!std::filesystem::is_directory(target_path)) {
+        throw Error(ErrorCode::unsupported,
+                    "--spec self quantizes the model at load, which kvstash does for Hugging Face directories "
+                    "only; for a GGUF give a smaller GGUF of the same family: --spec draft --draft-model FILE");
+    }
+    return Model::load(target_path, ModelLoadOptions{.quantize = LoadQuantization::q4_K});
+}
+
+void apply_spec_flags(const SpecFlags& f, const std::string& target_path, const Model& target, int n_threads,
+                      GenerateOptions& options) {
+    std::shared_ptr<const Model> draft = load_draft_model(f, target_path);
+    if (f.mode.empty()) return;
+    options.speculation = f.speculation;
+    if (draft) {
+        options.drafter = make_model_drafter(std::move(draft), target, {.n_threads = n_threads, .p_min = f.p_min});
     } else {
-        if (!std::filesystem::is_directory(target_path)) {
-            throw Error(ErrorCode::unsupported,
-                        "--spec self quantizes the model at load, which kvstash does for Hugging Face directories "
-                        "only; for a GGUF give a smaller GGUF of the same family: --spec draft --draft-model FILE");
-        }
-        auto lower_bit = Model::load(target_path, ModelLoadOptions{.quantize = LoadQuantization::q4_K});
-        options.drafter = make_model_drafter(std::move(lower_bit), target, draft_options);
+        options.drafter = make_lookup_drafter();
     }
 }
 
