@@ -39,7 +39,7 @@ std::shared_ptr<const Model> load_draft_model(const SpecFlags& f, const std::str
     }
     if (f.mode != "self") return nullptr;
     if (!std::filesystem::is_directory(target_path)) {
-        throw Error(ErrorCode::unsupported,
+        throw Error(ErrorCode::invalid_argument,
                     "--spec self quantizes the model at load, which kvstash does for Hugging Face directories "
                     "only; for a GGUF give a smaller GGUF of the same family: --spec draft --draft-model FILE");
     }
