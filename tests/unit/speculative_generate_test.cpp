@@ -106,7 +106,7 @@ struct Outcome {
     std::string saved;  // the state file's bytes
 };
 
-struct Setup {
+struct RunSetup {
     std::shared_ptr<const Model> model;
     std::string prompt;
     SamplerParams params;
@@ -117,7 +117,7 @@ struct Setup {
     int callback_stop_after = -1;                     // the callback returns false on this call (1-based)
 };
 
-Outcome run(const Setup& setup, std::shared_ptr<Drafter> drafter) {
+Outcome run(const RunSetup& setup, std::shared_ptr<Drafter> drafter) {
     Evaluator evaluator(setup.model, 1);
     State original(*setup.model, StateOptions{.n_ctx = 512});
     const Ids prompt = setup.model->tokenizer().encode(setup.prompt, AddSpecial::no, ParseSpecial::no);
@@ -169,7 +169,7 @@ void expect_identical(const Outcome& plain, const Outcome& spec, const std::stri
 }
 
 // Plain decoding, then each drafter: all identical to plain. Returns the drafters' outcomes.
-std::vector<Outcome> check_all_drafters(const Setup& setup, bool with_model_drafter = true) {
+std::vector<Outcome> check_all_drafters(const RunSetup& setup, bool with_model_drafter = true) {
     const Outcome plain = run(setup, nullptr);
     const int64_t n_vocab = setup.model->info().n_vocab;
     std::vector<std::pair<std::string, std::shared_ptr<Drafter>>> drafters = {
@@ -187,9 +187,11 @@ std::vector<Outcome> check_all_drafters(const Setup& setup, bool with_model_draf
         outcomes.push_back(run(setup, drafter));
         expect_identical(plain, outcomes.back(), name);
     }
-    EXPECT_GT(outcomes[0].result.accepted, 0);
     EXPECT_EQ(outcomes[0].result.accepted, outcomes[0].result.drafted) << "the oracle's guesses are all right";
-    EXPECT_LT(outcomes[1].result.accepted, outcomes[1].result.drafted);
+    if (plain.result.tokens.size() >= 8) {  // enough rounds for guesses to be made and some to be wrong
+        EXPECT_GT(outcomes[0].result.accepted, 0);
+        EXPECT_LT(outcomes[1].result.accepted, outcomes[1].result.drafted);
+    }
     return outcomes;
 }
 
@@ -203,8 +205,8 @@ SamplerParams seeded(uint64_t seed, float temperature, int32_t top_k, float top_
     return p;
 }
 
-Setup tiny_setup(SamplerParams params, int64_t max_tokens = 40) {
-    Setup s;
+RunSetup tiny_setup(SamplerParams params, int64_t max_tokens = 40) {
+    RunSetup s;
     s.model = tiny_model();
     s.prompt = "hello there, hello there";
     s.params = std::move(params);
@@ -239,7 +241,7 @@ TEST(SpeculativeGenerate, PenaltiesAndLogitBiasAreIdentical) {
 
 TEST(SpeculativeGenerate, GrammarConstraintsAreIdentical) {
     for (uint64_t seed : {4u, 5u}) {
-        Setup s = tiny_setup(seeded(seed, 1.2f, 0, 1.0f, 0.0f), 60);
+        RunSetup s = tiny_setup(seeded(seed, 1.2f, 0, 1.0f, 0.0f), 60);
         s.grammar = Grammar::from_json_schema(
             R"({"type":"object","properties":{"name":{"type":"string","maxLength":8},"n":{"type":"integer"}},)"
             R"("required":["name","n"]})");
@@ -252,7 +254,7 @@ TEST(SpeculativeGenerate, GrammarConstraintsAreIdentical) {
 TEST(SpeculativeGenerate, StopStringsMaxTokensAndCallbackStopsAreIdentical) {
     // A stop string, max_tokens and a callback stop ending generation in the middle of a verified batch:
     // the state is cut back to the last verified token with its own logits.
-    Setup s = tiny_setup(seeded(8, 0.0f, 40, 0.95f, 0.05f), 40);
+    RunSetup s = tiny_setup(seeded(8, 0.0f, 40, 0.95f, 0.05f), 40);
     const Outcome plain = run(s, nullptr);
     ASSERT_GE(plain.result.text.size(), 12u);
     s.options.stop_strings = {plain.result.text.substr(8, 3)};
@@ -270,12 +272,12 @@ TEST(SpeculativeGenerate, StopStringsMaxTokensAndCallbackStopsAreIdentical) {
 }
 
 TEST(SpeculativeGenerate, NearAFullContextIsIdentical) {
-    Setup s = tiny_setup(seeded(9, 0.7f, 40, 0.95f, 0.05f), 1000);  // the 512-token context ends it
+    RunSetup s = tiny_setup(seeded(9, 0.7f, 40, 0.95f, 0.05f), 1000);  // the 512-token context ends it
     check_all_drafters(s, false);
 }
 
 TEST(SpeculativeGenerate, ChunkedRestoredAndForkedStatesAreIdentical) {
-    Setup s = tiny_setup(seeded(21, 0.8f, 40, 0.95f, 0.05f));
+    RunSetup s = tiny_setup(seeded(21, 0.8f, 40, 0.95f, 0.05f));
     const Outcome reference = run(s, nullptr);
     s.prefill = [&s](State& state, const Ids& prompt) {
         Evaluator evaluator(s.model, 2);
@@ -301,7 +303,7 @@ TEST(SpeculativeGenerate, ChunkedRestoredAndForkedStatesAreIdentical) {
 
 TEST(SpeculativeGenerate, ContinuingAfterASpeculativeRunIsIdentical) {
     // Two generate() calls in a row (a chat's turns): the second starts from the state the first left.
-    Setup s = tiny_setup(seeded(31, 0.0f, 40, 0.95f, 0.05f), 9);
+    RunSetup s = tiny_setup(seeded(31, 0.0f, 40, 0.95f, 0.05f), 9);
     s.prepare = [&s](State& state) {
         Evaluator evaluator(s.model, 1);
         Sampler sampler(s.params);
@@ -313,7 +315,7 @@ TEST(SpeculativeGenerate, ContinuingAfterASpeculativeRunIsIdentical) {
     };
     const Outcome reference = run(s, nullptr);  // the first call speculative: the second plain ...
     check_all_drafters(s, false);               // ... and each drafter: all as if no call speculated
-    Setup plain_first = s;
+    RunSetup plain_first = s;
     plain_first.prepare = [&s](State& state) {
         Evaluator evaluator(s.model, 1);
         Sampler sampler(s.params);
@@ -327,7 +329,7 @@ TEST(SpeculativeGenerate, ContinuingAfterASpeculativeRunIsIdentical) {
 
 TEST(SpeculativeGenerate, LookupOnARealModelIsIdenticalAndAccepts) {
     // SmolLM2 asked to repeat a sentence: prompt lookup's guesses are mostly right.
-    Setup s;
+    RunSetup s;
     s.model = smollm();
     s.prompt =
         "<|im_start|>user\nRepeat exactly: The quick brown fox jumps over the lazy dog near the river bank at "
@@ -360,7 +362,7 @@ TEST(SpeculativeGenerate, LookupProposesWhatFollowedTheLatestMatch) {
 }
 
 TEST(SpeculativeGenerate, BadOptionsAreErrors) {
-    Setup s = tiny_setup(seeded(1, 0.0f, 40, 0.95f, 0.05f));
+    RunSetup s = tiny_setup(seeded(1, 0.0f, 40, 0.95f, 0.05f));
     s.options.speculation.max_draft = 0;
     EXPECT_THROW(run(s, make_lookup_drafter()), Error);
     s.options.speculation.max_draft = 4;
