@@ -56,13 +56,9 @@ void PyTokenCallback::rethrow_if_failed() {
 namespace {
 
 Completion to_completion(GenerateResult result, int64_t prompt_tokens) {
-    return Completion{std::move(result.text),
-                      std::move(result.tokens),
-                      stop_reason_name(result.stop),
-                      result.seconds,
-                      prompt_tokens,
-                      result.drafted,
-                      result.accepted};
+    return Completion{
+        std::move(result.text), std::move(result.tokens), stop_reason_name(result.stop), result.seconds, prompt_tokens,
+        result.drafted,         result.accepted};
 }
 
 // speculative=None | "lookup" | "draft" (with draft_model): GenerateOptions::drafter (kvstash/speculative.h).
@@ -76,7 +72,8 @@ void set_speculation(const PyModel& m, const std::optional<std::string>& specula
     if (*speculative == "lookup") {
         options.drafter = make_lookup_drafter();
     } else if (*speculative == "draft") {
-        if (!draft_model) throw Error(ErrorCode::invalid_argument, "speculative=\"draft\" needs draft_model=Model(...)");
+        if (!draft_model)
+            throw Error(ErrorCode::invalid_argument, "speculative=\"draft\" needs draft_model=Model(...)");
         options.drafter = make_model_drafter(draft_model->shared(), m.model(), {.n_threads = draft_model->threads()});
     } else {
         throw Error(ErrorCode::invalid_argument,

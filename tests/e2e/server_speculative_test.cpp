@@ -51,8 +51,10 @@ TEST(ServerSpeculative, BatchedSpeculativeJobsEqualGenerateAlone) {
         "<|im_start|>user\nRepeat this sentence twice: Alice met Bob at the old mill by the river, and they talked "
         "about the harvest until dark.<|im_end|>\n<|im_start|>assistant\n";
     const std::vector<Case> cases = {
-        {doc, JobSpeculation::Mode::lookup, 8, 0.0f},      {doc, JobSpeculation::Mode::lookup, 3, 0.8f},
-        {doc, JobSpeculation::Mode::none, 0, 0.8f},        {doc, JobSpeculation::Mode::draft, 5, 0.0f},
+        {doc, JobSpeculation::Mode::lookup, 8, 0.0f},
+        {doc, JobSpeculation::Mode::lookup, 3, 0.8f},
+        {doc, JobSpeculation::Mode::none, 0, 0.8f},
+        {doc, JobSpeculation::Mode::draft, 5, 0.0f},
         {"Once upon a time", JobSpeculation::Mode::draft, 4, 0.9f},
         {"Give a JSON object with a name: ", JobSpeculation::Mode::lookup, 6, 0.7f, true},
     };
