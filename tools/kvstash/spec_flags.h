@@ -25,7 +25,8 @@ void add_spec_flags(CLI::App& app, SpecFlags& flags);
 
 // Sets options.drafter / options.speculation from the flags (nothing without --spec). `target_path` is the
 // target model's path (--spec self loads it again, quantized). Throws Error(invalid_argument) for a
-// --draft-model without --spec draft or the reverse, and for --spec self on a GGUF (kvstash quantizes Hugging Face directories only).
+// --draft-model without --spec draft or the reverse, and for --spec self on a GGUF (kvstash quantizes Hugging Face
+// directories only).
 void apply_spec_flags(const SpecFlags& flags, const std::string& target_path, const Model& target, int n_threads,
                       GenerateOptions& options);
 
