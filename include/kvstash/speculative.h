@@ -70,6 +70,11 @@ struct ModelDrafterOptions {
 std::unique_ptr<Drafter> make_model_drafter(std::shared_ptr<const Model> draft_model, const Model& target,
                                             const ModelDrafterOptions& options = {});
 
+// The first round's draft length: min(this, max_draft). Short, so that a drafter whose guesses are wrong
+// (prompt lookup on free writing) costs little (a 2-guess batch costs about as much as one step); right
+// guesses double it each round.
+inline constexpr int32_t kFirstDraftLength = 2;
+
 // The draft length after a round that verified `drafted` guesses and kept `accepted` of them (generate()
 // and the server's sequences): doubled, up to options.max_draft, when all were kept; else one more than
 // the number kept (a drafter that is often wrong early costs small batches).

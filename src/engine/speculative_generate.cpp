@@ -55,7 +55,7 @@ public:
           stream_(tokenizer_, options.stop_strings,
                   options.stop_at_end_of_generation ? StopAtEndOfGeneration::yes : StopAtEndOfGeneration::no),
           verified_(state.n_tokens()),
-          draft_length_(options.speculation.max_draft) {}
+          draft_length_(std::min(options.speculation.max_draft, kFirstDraftLength)) {}
 
     GenerateResult run() {
         try {

@@ -334,7 +334,7 @@ void Scheduler::set_drafter(Sequence& seq) const {
                                          {.n_threads = options_.threads, .p_min = spec.p_min, .n_ctx = n_ctx_});
     }
     seq.speculation = spec.options;
-    seq.draft_length = spec.options.max_draft;
+    seq.draft_length = std::min(spec.options.max_draft, kFirstDraftLength);
 }
 
 void Scheduler::retire_finished() {
