@@ -59,9 +59,11 @@ def main():
     ap.add_argument("-n", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--doc-chars", type=int, default=8000)
-    ap.add_argument("--spec-max", type=int, default=8)
+    ap.add_argument("--spec-max", type=int, nargs="+", default=[8], help="one lookup variant per value")
     args = ap.parse_args()
-    variants = {"plain": [], "lookup": ["--spec", "lookup", "--spec-max", str(args.spec_max)]}
+    variants = {"plain": []}
+    for k in args.spec_max:
+        variants[f"lookup, --spec-max {k}"] = ["--spec", "lookup", "--spec-max", str(k)]
     model = ["-m", args.model] if args.model else []
     print("| workload | variant | decode tok/s (median) | speed-up | drafted | accepted | acceptance | same text |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
