@@ -361,6 +361,43 @@ TEST(SpeculativeGenerate, LookupProposesWhatFollowedTheLatestMatch) {
     EXPECT_TRUE(draft.empty());
 }
 
+TEST(SpeculativeGenerate, SelfSpeculationWithALowerBitCopyIsIdentical) {
+    // A Hugging Face directory loaded twice: as it is (the target) and quantized to q4_K (the drafter).
+    const auto target = Model::load(test::fixture_path("hf/llama_f32"));
+    RunSetup s;
+    s.model = target;
+    s.prompt = "Hi there, hi there";
+    s.params = seeded(2, 0.8f, 40, 0.95f, 0.05f);
+    s.options.max_tokens = 24;
+    const Outcome plain = run(s, nullptr);
+    const auto lower_bit = Model::load(test::fixture_path("hf/llama_f32"), {.quantize = LoadQuantization::q4_K});
+    const Outcome self = run(s, make_model_drafter(lower_bit, *target, {.n_threads = 1}));
+    expect_identical(plain, self, "self-speculation");
+    EXPECT_GT(self.result.drafted, 0);
+}
+
+TEST(SpeculativeGenerate, RecurrentAndTrimmedSlidingWindowStatesAreRefusedByName) {
+    for (const char* fixture : {"recurrent/granitehybrid_f32.gguf", "gemma3_tiny/gemma3_tiny_f32.gguf"}) {
+        SCOPED_TRACE(fixture);
+        const auto model = Model::load(test::fixture_path(fixture));
+        Evaluator evaluator(model, 1);
+        State state(*model, StateOptions{.n_ctx = 256});
+        evaluator.eval(state, Ids{1, 2, 3});
+        Sampler sampler(seeded(1, 0.0f, 40, 0.95f, 0.05f));
+        GenerateOptions options;
+        options.max_tokens = 4;
+        options.drafter = make_lookup_drafter();
+        try {
+            generate(evaluator, state, sampler, options);
+            ADD_FAILURE() << "speculation was not refused";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::unsupported);
+            EXPECT_NE(std::string(e.what()).find("speculative decoding is not offered"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(state.n_tokens(), 3) << "nothing was generated";
+    }
+}
+
 TEST(SpeculativeGenerate, BadOptionsAreErrors) {
     RunSetup s = tiny_setup(seeded(1, 0.0f, 40, 0.95f, 0.05f));
     s.options.speculation.max_draft = 0;
