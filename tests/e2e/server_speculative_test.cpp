@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "e2e/server/channel_collect.h"
+#include "e2e/server/http_client.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/grammar.h"
@@ -144,6 +145,38 @@ TEST(ServerSpeculative, RequestFieldsResolveAgainstTheServerDefault) {
     EXPECT_THROW(parse(R"({"speculative.p_min": "high"})"), ApiError);
     EXPECT_THROW(resolve_speculation(parse(R"({"speculative.n_max": 2, "speculative.n_min": 3})"), none, false),
                  ApiError);
+}
+
+TEST(ServerSpeculative, HttpRequestsWithAndWithoutSpeculationAnswerAlike) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    // A server speculating by default (--spec lookup): requests opting out ("speculative.n_max": 0) and
+    // in with other lengths get the same bytes of text and the same logprobs; /metrics counts the guesses.
+    test::ServerProcess server({"-t", "2", "--spec", "lookup", "--spec-max", "4"});
+    httplib::Client client = server.client();
+    const nlohmann::json base = {
+        {"messages", {{{"role", "user"}, {"content", "Repeat: the cat sat on the mat by the door."}}}},
+        {"max_tokens", 40},
+        {"seed", 7},
+        {"temperature", 0.0},
+        {"logprobs", true}};
+    std::vector<nlohmann::json> answers;
+    for (const nlohmann::json& extra : {nlohmann::json{{"speculative.n_max", 0}}, nlohmann::json::object(),
+                                        nlohmann::json{{"speculative.n_max", 8}, {"speculative.n_min", 2}}}) {
+        nlohmann::json body = base;
+        body.update(extra);
+        const test::Reply r = test::post(client, "/v1/chat/completions", body);
+        ASSERT_EQ(r.status, 200) << r.text;
+        answers.push_back(r.body["choices"][0]);
+    }
+    EXPECT_EQ(answers[0]["message"]["content"], answers[1]["message"]["content"]);
+    EXPECT_EQ(answers[0]["logprobs"], answers[1]["logprobs"]);
+    EXPECT_EQ(answers[0]["message"]["content"], answers[2]["message"]["content"]);
+    EXPECT_EQ(answers[0]["logprobs"], answers[2]["logprobs"]);
+    const test::Reply bad = test::post(client, "/v1/chat/completions",
+                                       nlohmann::json{{"messages", base["messages"]}, {"speculative.type", "draft"}});
+    EXPECT_EQ(bad.status, 400) << bad.text;
+    const std::string metrics = test::get(client, "/metrics").text;
+    EXPECT_GT(test::metric_value(metrics, "kvstash_speculative_drafted_tokens_total"), 0.0) << metrics;
 }
 
 }  // namespace
