@@ -39,7 +39,7 @@ declare -A PUBLIC_LAYER=(
     [state.h]=state [state_file.h]=state [sampler_state.h]=state
     [chat.h]=text
     [grammar.h]=grammar
-    [evaluator.h]=engine [sampler.h]=engine [generate.h]=engine [session.h]=engine
+    [evaluator.h]=engine [sampler.h]=engine [generate.h]=engine [speculative.h]=engine [session.h]=engine
     [prefix_cache.h]=engine [shared_prefix.h]=engine
 )
 # Temporary exceptions while an upward include is being removed, as "file:include". Each is reported as a

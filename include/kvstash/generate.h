@@ -31,6 +31,18 @@
 
 namespace kvstash {
 
+class Drafter;  // kvstash/speculative.h
+
+// Speculative decoding's knobs (kvstash/speculative.h); used only with a drafter.
+struct SpeculationOptions {
+    // Most and fewest draft tokens verified per round (llama-server's speculative.n_max / n_min): a
+    // drafter's proposal shorter than min_draft is not verified (that round decodes one token). The
+    // draft length starts at 2 (kFirstDraftLength) and adapts to the acceptance rate: doubled (up to
+    // max_draft) after a round whose drafts were all accepted, else one more than the number accepted.
+    int32_t max_draft = 8;
+    int32_t min_draft = 1;
+};
+
 struct GenerateOptions {
     int64_t max_tokens = 256;  // 0: return at once, sampling nothing
     // Generation stops before the first occurrence (not included in the text); none empty.
@@ -47,6 +59,11 @@ struct GenerateOptions {
     // follow; throws Error(invalid_argument) when the grammar allows no token of the vocabulary. Empty:
     // the logits go to the sampler untouched.
     std::shared_ptr<GrammarConstraint> constraint;
+    // Speculative decoding (kvstash/speculative.h): the drafter's guesses are verified in batches; the
+    // result and the state are bitwise those without it. Null: plain decoding. Throws Error(unsupported)
+    // for states speculation cannot cut back exactly (recurrent, trimmed sliding-window layers).
+    std::shared_ptr<Drafter> drafter;
+    SpeculationOptions speculation;
 };
 
 enum class StopReason { end_of_generation, stop_string, max_tokens, callback, context_full };
@@ -58,6 +75,11 @@ struct GenerateResult {
     std::string text;  // their text (Tokenizer::token_piece), without EOG tokens and cut before a stop string
     StopReason stop = StopReason::max_tokens;
     double seconds = 0.0;  // wall time of the loop
+    // Speculative decoding: draft tokens verified, and how many of them were kept (accepted / drafted
+    // is the acceptance rate); verification batches run. 0 without a drafter.
+    int64_t drafted = 0;
+    int64_t accepted = 0;
+    int64_t verify_rounds = 0;
 };
 
 // Called once per piece of text ready to show: complete UTF-8 characters only, never text that could

@@ -5,6 +5,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "kvstash/error.h"
+#include "kvstash/speculative.h"
 #include "py_types.h"
 
 namespace kvstash::python {
@@ -54,15 +56,37 @@ void PyTokenCallback::rethrow_if_failed() {
 namespace {
 
 Completion to_completion(GenerateResult result, int64_t prompt_tokens) {
-    return Completion{std::move(result.text), std::move(result.tokens), stop_reason_name(result.stop), result.seconds,
-                      prompt_tokens};
+    return Completion{
+        std::move(result.text), std::move(result.tokens), stop_reason_name(result.stop), result.seconds, prompt_tokens,
+        result.drafted,         result.accepted};
+}
+
+// speculative=None | "lookup" | "draft" (with draft_model): GenerateOptions::drafter (kvstash/speculative.h).
+void set_speculation(const PyModel& m, const std::optional<std::string>& speculative, const PyModel* draft_model,
+                     int32_t spec_max, GenerateOptions& options) {
+    if (!speculative) {
+        if (draft_model) throw Error(ErrorCode::invalid_argument, "draft_model needs speculative=\"draft\"");
+        return;
+    }
+    options.speculation.max_draft = spec_max;
+    if (*speculative == "lookup") {
+        options.drafter = make_lookup_drafter();
+    } else if (*speculative == "draft") {
+        if (!draft_model)
+            throw Error(ErrorCode::invalid_argument, "speculative=\"draft\" needs draft_model=Model(...)");
+        options.drafter = make_model_drafter(draft_model->shared(), m.model(), {.n_threads = draft_model->threads()});
+    } else {
+        throw Error(ErrorCode::invalid_argument,
+                    "speculative must be None, \"lookup\" or \"draft\", got \"" + *speculative + "\"");
+    }
 }
 
 Completion complete(PyModel& m, PyState& s, const nb::handle& prompt, int64_t max_tokens, float temperature,
                     float top_p, int32_t top_k, float min_p, std::optional<uint64_t> seed,
                     std::vector<std::string> stop, float repeat_penalty, int32_t repeat_last_n, float presence_penalty,
                     float frequency_penalty, std::vector<std::pair<int32_t, float>> logit_bias, nb::object callback,
-                    bool stop_at_eog) {
+                    bool stop_at_eog, std::optional<std::string> speculative, const PyModel* draft_model,
+                    int32_t spec_max) {
     PyState::Busy busy(s);
     std::vector<int32_t> tokens = prompt_tokens(m.model(), prompt, s.get().n_tokens() == 0);
     SamplingArgs args{temperature,
@@ -79,6 +103,7 @@ Completion complete(PyModel& m, PyState& s, const nb::handle& prompt, int64_t ma
     options.max_tokens = max_tokens;
     options.stop_strings = std::move(stop);
     options.stop_at_end_of_generation = stop_at_eog;
+    set_speculation(m, speculative, draft_model, spec_max, options);
     PyTokenCallback on_text(std::move(callback));
     TokenCallback cb = on_text.as_callback();
     State& state = s.mutate();
@@ -115,6 +140,8 @@ void bind_completion(nb::module_& m) {
                 "\"end_of_generation\", \"stop_string\", \"max_tokens\", \"callback\" or \"context_full\".")
         .def_ro("seconds", &Completion::seconds, "Wall time of the generation loop.")
         .def_ro("prompt_tokens", &Completion::prompt_tokens, "Tokens in the State before the first generated one.")
+        .def_ro("drafted", &Completion::drafted, "Speculative decoding: draft tokens verified (0 without).")
+        .def_ro("accepted", &Completion::accepted, "Speculative decoding: draft tokens kept.")
         .def("__str__", [](const Completion& c) { return c.text; })
         .def("__repr__", [](const Completion& c) {
             return "<kvstash.Completion tokens=" + std::to_string(c.tokens.size()) + " stop_reason=" + c.stop_reason +
@@ -130,12 +157,15 @@ void bind_generate(nb::module_& m, ModelClass& model_class) {
         nb::arg("min_p") = 0.05f, nb::arg("seed") = nb::none(), nb::arg("stop") = std::vector<std::string>{},
         nb::arg("repeat_penalty") = 1.0f, nb::arg("repeat_last_n") = 64, nb::arg("presence_penalty") = 0.0f,
         nb::arg("frequency_penalty") = 0.0f, nb::arg("logit_bias") = std::vector<std::pair<int32_t, float>>{},
-        nb::arg("callback") = nb::none(), nb::arg("stop_at_eog") = true,
+        nb::arg("callback") = nb::none(), nb::arg("stop_at_eog") = true, nb::arg("speculative") = nb::none(),
+        nb::arg("draft_model") = nb::none(), nb::arg("spec_max") = 8,
         "Appends `prompt` (str or token ids; with BOS when the State is empty) to `state`, then samples "
         "up to max_tokens tokens into it (GIL released). temperature <= 0 is greedy. seed=None continues "
         "the State's own random sequence (a saved State continues where it left off), else seed 0. "
         "callback(token, text) is called with each piece of text ready to show; returning False stops. "
-        "Returns a Completion; the State then holds prompt + generated tokens.");
+        "Returns a Completion; the State then holds prompt + generated tokens. speculative=\"lookup\" (prompt "
+        "lookup) or \"draft\" (with draft_model, a Model of the same vocabulary) decodes speculatively, up to "
+        "spec_max guesses per step: the output is bitwise the same (docs/speculative.md).");
 }
 
 }  // namespace kvstash::python

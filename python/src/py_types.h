@@ -144,6 +144,8 @@ struct Completion {
     std::string stop_reason;
     double seconds = 0.0;
     int64_t prompt_tokens = 0;
+    int64_t drafted = 0;   // speculative decoding: guesses verified ...
+    int64_t accepted = 0;  // ... and kept
 };
 void bind_completion(nb::module_& m);
 

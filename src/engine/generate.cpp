@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/constrained_sample.h"
+#include "engine/speculative_generate.h"
 #include "engine/text_stream.h"
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
@@ -48,6 +49,7 @@ const char* stop_reason_name(StopReason reason) {
 GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, const GenerateOptions& options,
                         const TokenCallback& on_text) {
     validate(state, options);
+    if (options.drafter) return generate_speculative(evaluator, state, sampler, options, on_text);
     const auto start = std::chrono::steady_clock::now();
     const Tokenizer& tokenizer = evaluator.model().tokenizer();
     GenerateResult result;

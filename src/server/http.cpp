@@ -149,6 +149,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.cache.redis_connect_timeout_ms = options.redis_connect_timeout_ms;
     sched.cache.redis_io_timeout_ms = options.redis_io_timeout_ms;
     sched.adapters = options.adapters;
+    sched.draft_model = options.draft_model;
     ctx.scheduler = std::make_unique<Scheduler>(model, sched, ctx.metrics);
 
     http_ = std::make_unique<httplib::Server>();

@@ -13,6 +13,7 @@
 #include "kvstash/sampler.h"
 #include "kvstash/state.h"
 #include "server/channel.h"
+#include "server/job_speculation.h"
 
 namespace kvstash::server {
 
@@ -35,6 +36,7 @@ struct GenerationJob {
     GrammarTrigger grammar_trigger;
     // With tools (tool_choice other than none): how the replies' calls are read (server/openai_response.h).
     ToolCallFormat tool_call_format = ToolCallFormat::none;
+    JobSpeculation speculation;
     std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
 };
 

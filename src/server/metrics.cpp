@@ -72,6 +72,11 @@ std::string Metrics::render(const PrefixCacheStats& cache, const StateStoreTotal
            step_sequences_.load());
     metric("kvstash_batch_tokens_total", "counter",
            "Tokens evaluated in batched steps (prompt chunks and decode tokens).", step_tokens_.load());
+    metric("kvstash_speculative_drafted_tokens_total", "counter",
+           "Draft tokens verified by speculative decoding (docs/speculative.md).", drafted_.load());
+    metric("kvstash_speculative_accepted_tokens_total", "counter",
+           "Draft tokens kept: each equal to the token sampled there (accepted / drafted = acceptance rate).",
+           accepted_.load());
     metric("kvstash_requests_cancelled_total", "counter", "Requests cancelled because the client went away.",
            cancelled_.load());
     metric("kvstash_queue_depth", "gauge", "Requests waiting for a sequence slot.", queue_depth.load());

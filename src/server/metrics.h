@@ -30,6 +30,11 @@ public:
     void count_generated(int64_t tokens);
     void count_step(int64_t sequences, int64_t tokens);
     void count_cancelled() { cancelled_.fetch_add(1); }
+    // One sequence's speculative decode step: guesses verified, and kept.
+    void count_speculation(int64_t drafted, int64_t accepted) {
+        drafted_.fetch_add(static_cast<uint64_t>(drafted));
+        accepted_.fetch_add(static_cast<uint64_t>(accepted));
+    }
 
     std::atomic<int64_t> queue_depth{0};
     std::atomic<int64_t> active_sequences{0};
@@ -43,7 +48,7 @@ private:
     std::map<std::pair<std::string, int>, uint64_t> requests_;
     std::deque<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (step time, tokens sampled)
     std::atomic<uint64_t> prompt_computed_{0}, prompt_reused_{0}, generated_{0}, steps_{0}, step_sequences_{0},
-        step_tokens_{0}, cancelled_{0};
+        step_tokens_{0}, cancelled_{0}, drafted_{0}, accepted_{0};
     const std::chrono::seconds window_{10};
 };
 

@@ -380,6 +380,7 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     const json* max_tokens = field(body, "max_tokens");
     if (!max_tokens) max_tokens = field(body, "max_completion_tokens");
     if (max_tokens) out.max_tokens = get_int(*max_tokens, "max_tokens", 1, std::numeric_limits<int32_t>::max());
+    out.speculative = parse_speculative_fields(body);
     return out;
 }
 

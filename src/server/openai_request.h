@@ -15,6 +15,7 @@
 #include "kvstash/chat.h"
 #include "kvstash/grammar.h"
 #include "kvstash/sampler.h"
+#include "server/speculative_fields.h"
 
 namespace kvstash::server {
 
@@ -71,7 +72,8 @@ struct CompletionRequest {
     // response_format {"type": "json_object"} / {"type": "json_schema", "json_schema": {"schema": ...}},
     // or `grammar` (GBNF text); null: unconstrained ("type": "text" too).
     std::shared_ptr<const Grammar> grammar;
-    ToolRequest tools;  // chat only
+    ToolRequest tools;              // chat only
+    SpeculativeFields speculative;  // speculative.* (server/speculative_fields.h)
 };
 
 // POST /v1/states: {"name", "prompt" | "messages", "add_generation_prompt", "replace"}.

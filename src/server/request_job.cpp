@@ -182,6 +182,8 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
                                                     job->base ? AddSpecial::no : AddSpecial::yes, ParseSpecial::yes);
     }
     fit_context(request, *job, job->base ? job->base->n_ctx() : ctx.scheduler->n_ctx());
+    job->speculation =
+        resolve_speculation(request.speculative, ctx.options.speculation, ctx.options.draft_model != nullptr);
     return job;
 }
 

@@ -6,6 +6,7 @@
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
 #include "server/api_error.h"
+#include "server/speculative_step.h"
 #include "state/state_access.h"
 
 namespace kvstash::server {
@@ -253,7 +254,8 @@ void Scheduler::step() {
                  nullptr});
             prompt_chunk.push_back(n);
         } else if (seq.next_token) {
-            requests.push_back({&seq.state, std::span<const int32_t>(&*seq.next_token, 1), nullptr});
+            prepare_decode(seq);  // next_token, and guesses with speculative decoding
+            requests.push_back({&seq.state, seq.step_tokens, seq.step_tokens.size() > 1 ? &seq.step_logits : nullptr});
             prompt_chunk.push_back(0);
         } else {
             continue;
@@ -293,8 +295,9 @@ void Scheduler::step() {
                     .release(seq.state);  // its full blocks so far, for requests waiting on this prefix
             }
         } else {
-            sample_step(seq);
-            ++sampled;
+            const DecodeCount count = finish_decode(seq);
+            sampled += count.sampled;
+            if (count.drafted > 0) metrics_.count_speculation(count.drafted, count.accepted);
         }
     }
     // Choices forked by after_prefill sampled their first token there.
@@ -328,6 +331,7 @@ void Scheduler::after_prefill(size_t index) {
                 choice->constraint =
                     std::make_shared<GrammarConstraint>(job.grammar, job.grammar_vocabulary, job.grammar_trigger);
             choice->stream.emplace(model_->tokenizer(), job.stop, StopAtEndOfGeneration::yes);
+            set_drafter(*choice);
             sample_step(*choice);
             sequences_.push_back(std::move(choice));
             ++progress.live_sequences;
@@ -339,6 +343,25 @@ void Scheduler::after_prefill(size_t index) {
     Sequence& prompt_seq = *sequences_[index];
     prompt_seq.state_taken = true;
     prompt_seq.finished = true;
+}
+
+void Scheduler::set_drafter(Sequence& seq) const {
+    const JobSpeculation& spec = seq.job->job->speculation;
+    if (spec.mode == JobSpeculation::Mode::none) return;
+    try {
+        check_speculation_supported(seq.state);
+    } catch (const Error&) {
+        return;  // recurrent or sliding-window models: plain decoding (the same answer)
+    }
+    if (spec.mode == JobSpeculation::Mode::lookup) {
+        seq.drafter = make_lookup_drafter();
+    } else {
+        // Checked when the request was built: the server has a draft model.
+        seq.drafter = make_model_drafter(options_.draft_model, *model_,
+                                         {.n_threads = options_.threads, .p_min = spec.p_min, .n_ctx = n_ctx_});
+    }
+    seq.speculation = spec.options;
+    seq.draft_length = std::min(spec.options.max_draft, kFirstDraftLength);
 }
 
 void Scheduler::retire_finished() {

@@ -43,6 +43,9 @@ struct SchedulerOptions {
     // The adapter sets jobs may name (GenerationJob::adapters): each gets its own PrefixCache with
     // `cache`'s options (its keys and block files carry the model + adapters fingerprint).
     std::map<std::string, std::shared_ptr<const AdapterSet>> adapters;
+    // The draft model of jobs speculating with JobSpeculation::Mode::draft (null: none; then no request can
+    // ask for it).
+    std::shared_ptr<const Model> draft_model;
 };
 
 class Scheduler {
@@ -74,6 +77,8 @@ private:
     void after_prefill(size_t index);  // a sequence's prompt is done: hand back its state or fork the choices
     void fail(JobProgress& job, int status, const std::string& message);
     void retire_finished();
+    // A new choice's drafter, by its job's JobSpeculation (none where speculation cannot be exact).
+    void set_drafter(Sequence& seq) const;
 
     std::shared_ptr<const Model> model_;
     SchedulerOptions options_;

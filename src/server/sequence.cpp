@@ -49,14 +49,15 @@ void finish(Sequence& seq, const char* reason, std::string_view rest) {
 
 }  // namespace
 
-void sample_step(Sequence& seq) {
+void sample_step(Sequence& seq) { sample_step(seq, seq.state.last_logits(), seq.state.tokens()); }
+
+void sample_step(Sequence& seq, std::span<const float> logits, std::span<const int32_t> history) {
     const GenerationJob& job = *seq.job->job;
     seq.next_token.reset();
-    if (seq.state.n_tokens() >= seq.state.n_ctx()) {
+    if (static_cast<int64_t>(history.size()) >= seq.state.n_ctx()) {
         finish(seq, "length", seq.stream->take_rest());
         return;
     }
-    const std::span<const float> logits = seq.state.last_logits();
     int32_t token;
     if (seq.constraint) {
         // As generate(): the grammar is complete and nothing may follow, so the choice ends here.
@@ -64,8 +65,7 @@ void sample_step(Sequence& seq) {
             finish(seq, "stop", seq.stream->take_rest());
             return;
         }
-        const auto allowed =
-            sample_constrained(*seq.sampler, *seq.constraint, logits, seq.state.tokens(), seq.masked_logits);
+        const auto allowed = sample_constrained(*seq.sampler, *seq.constraint, logits, history, seq.masked_logits);
         // No token can continue the grammar (it needs a character this vocabulary cannot spell): the
         // choice ends with what it has.
         if (!allowed) {
@@ -74,7 +74,7 @@ void sample_step(Sequence& seq) {
         }
         token = *allowed;
     } else {
-        token = seq.sampler->sample(logits, seq.state.tokens());
+        token = seq.sampler->sample(logits, history);
     }
     if (seq.constraint) seq.constraint->accept(token);
     ++seq.generated;
@@ -83,7 +83,7 @@ void sample_step(Sequence& seq) {
     // The logprob goes with every sampled token but an end-of-generation token that ends the choice.
     std::optional<TokenLogprob> logprob;
     if (job.top_logprobs >= 0 && stop != StopReason::end_of_generation) {
-        logprob = token_logprob(seq.state.last_logits(), token, job.top_logprobs);
+        logprob = token_logprob(logits, token, job.top_logprobs);
     }
     ChannelEvent piece;
     piece.choice = seq.choice;

@@ -11,6 +11,7 @@
 #include "engine/text_stream.h"
 #include "kvstash/grammar.h"
 #include "kvstash/sampler.h"
+#include "kvstash/speculative.h"
 #include "kvstash/state.h"
 #include "server/job.h"
 
@@ -38,6 +39,13 @@ struct Sequence {
     std::vector<float> masked_logits;               // scratch: the logits with disallowed tokens at -inf
     int64_t generated = 0;
     std::optional<int32_t> next_token;  // sampled, to evaluate at the next step
+    // Speculative decoding (null drafter: none): a decode step evaluates next_token and the drafter's guesses
+    // together (server/speculative_step.h); draft_length adapts per sequence.
+    std::shared_ptr<Drafter> drafter;
+    SpeculationOptions speculation;
+    int32_t draft_length = 0;
+    std::vector<int32_t> step_tokens;  // this step's tokens: next_token, then the guesses
+    std::vector<float> step_logits;    // (step_tokens.size() × n_vocab) rows, when there are guesses
     bool finished = false;
     bool state_taken = false;  // `state` was moved out (into a choice or a prefill result)
 
@@ -50,6 +58,9 @@ struct Sequence {
 // sequence ends (end of generation / stop string: "stop"; max_tokens / context full: "length"). Mirrors
 // generate(): a token that would not fit the context is never sampled.
 void sample_step(Sequence& seq);
+// The same from `logits` after `history` (the sequence's decided tokens; its State may hold guesses past
+// them, server/speculative_step.h).
+void sample_step(Sequence& seq, std::span<const float> logits, std::span<const int32_t> history);
 
 // The token's log-probability and the `top` most likely tokens, from raw logits (log-softmax; the
 // normalising sum runs in id order, in double).

@@ -9,6 +9,8 @@
 
 #include "kvstash/adapter.h"
 #include "kvstash/kv_type.h"
+#include "kvstash/model.h"
+#include "server/job_speculation.h"
 
 namespace kvstash::server {
 
@@ -36,6 +38,10 @@ struct ServerOptions {
     int max_connections = 1024;
     int read_timeout_s = 10;
     int idle_timeout_s = 5;
+    // Speculative decoding (--spec): every request's default (its speculative.* fields change it), and the
+    // draft model (--draft-model, or the model quantized at load for --spec self; null: none).
+    JobSpeculation speculation;
+    std::shared_ptr<const Model> draft_model;
     std::string log_format = "text";  // the per-request log line on stderr: text or json
     bool verbose = false;             // also log /health and /metrics, with client and body size
 

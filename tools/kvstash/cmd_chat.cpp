@@ -25,6 +25,7 @@
 #include "kvstash/sampling_options.h"
 #include "kvstash/session.h"
 #include "kvstash/shared_flags.h"
+#include "kvstash/spec_flags.h"
 #include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
@@ -37,6 +38,7 @@ struct ChatFlags {
     std::string system;
     std::string chat_template;
     SamplingFlags sampling;
+    SpecFlags spec;
     int threads = 0;
     int64_t ctx = 0;
     std::string kv_type = "f16";
@@ -137,6 +139,7 @@ int run_chat(const ChatFlags& f) {
     }
     Sampler sampler = resumed_sampler(*session, params);
     GenerateOptions options = generate_options(f.sampling);
+    apply_spec_flags(f.spec, f.model_path, *model, f.threads, options);
     const std::shared_ptr<const Grammar> grammar = grammar_from_flags(f.sampling);
     const auto vocabulary = grammar ? GrammarVocabulary::build(model->tokenizer()) : nullptr;
     const bool interactive = isatty(STDIN_FILENO) != 0;
@@ -217,11 +220,11 @@ int run_chat(const ChatFlags& f) {
                 if (f.timings) {
                     std::fprintf(stderr,
                                  "timings: %lld prompt tokens computed (%lld reused), time to first token %.3f s, %zu "
-                                 "generated in %.3f s\n",
+                                 "generated in %.3f s%s\n",
                                  static_cast<long long>(session->last_computed()),
                                  static_cast<long long>(session->last_reused()),
                                  first_token_seconds < 0 ? result.seconds : first_token_seconds, result.tokens.size(),
-                                 result.seconds);
+                                 result.seconds, spec_timings(options, result).c_str());
                 }
             }
         } catch (const Error& e) {
@@ -241,6 +244,7 @@ void register_chat(CLI::App& root, Action& action) {
     cmd->add_option("--system", f->system, "system message");
     add_chat_template_option(*cmd, f->chat_template);
     add_sampling_flags(*cmd, f->sampling);
+    add_spec_flags(*cmd, f->spec);
     add_ctx_option(*cmd, f->ctx);
     add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
                        "KV cache type of a new conversation (a --load / /load one keeps its own)")

@@ -24,6 +24,7 @@
 #include "kvstash/progress.h"
 #include "kvstash/sampling_options.h"
 #include "kvstash/shared_flags.h"
+#include "kvstash/spec_flags.h"
 #include "kvstash/state.h"
 #include "kvstash/state_file.h"
 #include "kvstash/tokenizer.h"
@@ -36,6 +37,7 @@ struct GenerateFlags {
     std::vector<std::string> prompts;
     std::string prompt_file;
     SamplingFlags sampling;
+    SpecFlags spec;
     int threads = 0;
     int64_t ctx = 0;
     std::string kv_type = "f16";
@@ -136,6 +138,7 @@ int run_generate(const GenerateFlags& f) {
     const SamplerParams params = sampler_params(f.sampling);
     if (f.timings && !f.resume_sampler) std::fprintf(stderr, "%s\n", seed_line(f.sampling, params).c_str());
     GenerateOptions options = generate_options(f.sampling);
+    apply_spec_flags(f.spec, f.model_path, *model, f.threads, options);
     const std::shared_ptr<const Grammar> grammar = grammar_from_flags(f.sampling);
     const auto vocabulary = grammar ? GrammarVocabulary::build(model->tokenizer()) : nullptr;
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> dump(nullptr, std::fclose);
@@ -224,10 +227,11 @@ int run_generate(const GenerateFlags& f) {
             std::fprintf(
                 stderr,
                 "timings: prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); "
-                "time to first token %.3f s; stop: %s\n",
+                "time to first token %.3f s; stop: %s%s\n",
                 computed.size(), prompt_seconds, static_cast<double>(computed.size()) / std::max(prompt_seconds, 1e-9),
                 result.tokens.size(), result.seconds, generated / std::max(result.seconds, 1e-9),
-                first_token_seconds < 0 ? seconds_since(start) : first_token_seconds, stop_reason_name(result.stop));
+                first_token_seconds < 0 ? seconds_since(start) : first_token_seconds, stop_reason_name(result.stop),
+                spec_timings(options, result).c_str());
         }
         // Offer the prompt and the generated text to later prompts and runs (written through to disk).
         if (cache) {
@@ -253,6 +257,7 @@ void register_generate(CLI::App& root, Action& action) {
     const PromptFlags text = add_prompt_flags(*cmd, f->prompts, f->prompt_file,
                                               "prompt text; repeat for several continuations (forks of one state)");
     add_sampling_flags(*cmd, f->sampling);
+    add_spec_flags(*cmd, f->spec);
     cmd->add_flag("--chat", f->chat, "wrap the prompt as a user message in the model's chat template");
     cmd->add_option("--system", f->system, "system message (with --chat)");
     add_chat_template_option(*cmd, f->chat_template);

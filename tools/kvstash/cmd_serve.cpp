@@ -18,6 +18,7 @@
 #include "kvstash/error.h"
 #include "kvstash/model.h"
 #include "kvstash/shared_flags.h"
+#include "kvstash/spec_flags.h"
 #include "kvstash/state.h"
 #include "server/http.h"
 
@@ -30,6 +31,7 @@ struct ServeFlags {
     std::string kv_type = "f16";
     std::vector<std::string> lora;            // NAME=FILE[:SCALE]
     std::vector<std::string> control_vector;  // NAME=FILE[:SCALE]
+    SpecFlags spec;
 };
 
 // The named adapter sets of --lora / --control-vector NAME=FILE[:SCALE]: the files given one NAME form
@@ -69,6 +71,18 @@ int run_serve(const ServeFlags& f) {
     options.adapters = load_named_adapters(*model, f);
     for (const auto& [name, set] : options.adapters)
         std::fprintf(stderr, "kvstash serve: adapter '%s': %s\n", name.c_str(), set->describe().c_str());
+    options.draft_model = load_draft_model(f.spec, f.model_path);
+    if (options.draft_model && options.draft_model->info().n_vocab != model->info().n_vocab) {
+        throw Error(ErrorCode::invalid_argument,
+                    "the draft model's vocabulary differs from the model's; a draft model "
+                    "must share it (pick one of the same family)");
+    }
+    if (!f.spec.mode.empty()) {
+        options.speculation.mode =
+            options.draft_model ? server::JobSpeculation::Mode::draft : server::JobSpeculation::Mode::lookup;
+        options.speculation.options = f.spec.speculation;
+        options.speculation.p_min = f.spec.p_min;
+    }
     server::HttpServer http(model, options);
     int port = 0;
     try {
@@ -109,6 +123,7 @@ void register_serve(CLI::App& root, Action& action) {
         ->check(CLI::Range(0, 65535))
         ->capture_default_str();
     add_threads_option(*cmd, o.threads);
+    add_spec_flags(*cmd, f->spec);
     add_ctx_option(*cmd, o.n_ctx, "context size per sequence in tokens (0 = the model's)")->capture_default_str();
     add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
                        "KV cache type of the sequences it computes (q8_0: about half of f16's bytes, docs/kv-cache.md; "
