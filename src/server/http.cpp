@@ -25,7 +25,8 @@ bool is_upload(const httplib::Request& req) {
 // The metrics label of a path: the route template, never the caller's text (bounded label set).
 std::string route_label(const std::string& path) {
     for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health",
-                              "/metrics", "/tokenize", "/detokenize", "/v1/embeddings"}) {
+                              "/metrics", "/tokenize", "/detokenize", "/v1/embeddings", "/api/chat", "/api/generate",
+                              "/api/tags", "/api/ps", "/api/show", "/api/embed", "/api/version"}) {
         if (path == known) return known;
     }
     if (is_webui_path(path)) return path == "/" ? "/" : "/webui/{file}";
@@ -194,6 +195,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     register_state_routes(http, ctx);
     register_text_routes(http, ctx);
     register_embedding_routes(http, ctx);
+    register_ollama_routes(http, ctx);
     register_webui_routes(http);
 }
 
