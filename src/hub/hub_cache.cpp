@@ -80,7 +80,7 @@ std::vector<RepoFile> HubCache::snapshot_files(const std::string& repo, const st
         if (!it->is_regular_file(size_ec)) continue;  // follows the link; a dangling one is skipped
         const uint64_t size = fs::file_size(it->path(), size_ec);
         if (size_ec) continue;
-        files.push_back({fs::relative(it->path(), root).generic_string(), size, {}});
+        files.push_back({it->path().lexically_relative(root).generic_string(), size, {}});
     }
     std::sort(files.begin(), files.end(), [](const RepoFile& a, const RepoFile& b) { return a.path < b.path; });
     return files;

@@ -257,6 +257,12 @@ TransferResult HubClient::download(const std::string& repo, const std::string& c
                                                    std::to_string(file.size) + " bytes the hub listed; not kept");
         }
         if (sink.write_errno != 0) throw_write_error(incomplete_path, sink.write_errno, file.size);
+        // An LFS file's resolve answer names its sha256 too: it must be the one the listing gave.
+        if (const std::string linked = normalize_etag(header(response_headers, "X-Linked-Etag"));
+            !linked.empty() && linked != file.oid) {
+            throw Error(ErrorCode::bad_format, "the hub's X-Linked-Etag for " + file.path + " of " + repo + " is " +
+                                                   linked + " but its file list says " + file.oid + "; try again later");
+        }
         if (status >= 300 && status < 400 && status != 304) {
             const std::string location = header(response_headers, "Location");
             if (location.empty()) throw Error(ErrorCode::io, "the hub redirected " + file.path + " nowhere");
