@@ -108,8 +108,8 @@ std::string normalize_etag(std::string etag) {
         throw Error(ErrorCode::io, "no repository " + repo + " on the hub (HTTP 404)" + hub_says +
                                        "; check the name (OWNER/NAME, as on the model's page)");
     }
-    throw Error(ErrorCode::io, "the hub answered HTTP " + std::to_string(status) + " for " + what + hub_says +
-                                   "; try again later");
+    throw Error(ErrorCode::io,
+                "the hub answered HTTP " + std::to_string(status) + " for " + what + hub_says + "; try again later");
 }
 
 // Writes what arrives to the .incomplete file; records the first write error instead of throwing through
@@ -261,7 +261,8 @@ TransferResult HubClient::download(const std::string& repo, const std::string& c
         if (const std::string linked = normalize_etag(header(response_headers, "X-Linked-Etag"));
             !linked.empty() && linked != file.oid) {
             throw Error(ErrorCode::bad_format, "the hub's X-Linked-Etag for " + file.path + " of " + repo + " is " +
-                                                   linked + " but its file list says " + file.oid + "; try again later");
+                                                   linked + " but its file list says " + file.oid +
+                                                   "; try again later");
         }
         if (status >= 300 && status < 400 && status != 304) {
             const std::string location = header(response_headers, "Location");
@@ -287,8 +288,8 @@ TransferResult HubClient::download(const std::string& repo, const std::string& c
         }
         return done == file.size ? TransferResult::complete : TransferResult::interrupted;
     }
-    throw Error(ErrorCode::io, "the hub redirected " + file.path + " more than " + std::to_string(kMaxRedirects) +
-                                   " times");
+    throw Error(ErrorCode::io,
+                "the hub redirected " + file.path + " more than " + std::to_string(kMaxRedirects) + " times");
 }
 
 }  // namespace kvstash::hub

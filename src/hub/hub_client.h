@@ -22,10 +22,10 @@ struct RepoListing {
 };
 
 struct DownloadProgress {
-    std::string path;     // the file in the repository
-    uint64_t done = 0;    // bytes of it on disk now (resumed bytes included)
-    uint64_t total = 0;   // its size
-    uint64_t resumed = 0; // bytes that were already there when this download started
+    std::string path;      // the file in the repository
+    uint64_t done = 0;     // bytes of it on disk now (resumed bytes included)
+    uint64_t total = 0;    // its size
+    uint64_t resumed = 0;  // bytes that were already there when this download started
 };
 using ProgressCallback = std::function<void(const DownloadProgress&)>;
 

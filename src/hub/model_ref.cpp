@@ -10,9 +10,8 @@ namespace {
 
 bool valid_name_part(std::string_view part) {
     if (part.empty() || part.size() > 96 || part.front() == '.' || part.front() == '-') return false;
-    return std::all_of(part.begin(), part.end(), [](unsigned char c) {
-        return std::isalnum(c) || c == '-' || c == '_' || c == '.';
-    });
+    return std::all_of(part.begin(), part.end(),
+                       [](unsigned char c) { return std::isalnum(c) || c == '-' || c == '_' || c == '.'; });
 }
 
 std::string upper(std::string_view text) {
@@ -116,8 +115,8 @@ Selection select_model_files(const std::vector<RepoFile>& files, const ModelRef&
         if (matches.size() == 1) return pick(*matches.front());
         if (ref.selector.empty() && ggufs.size() == 1) return pick(*ggufs.front());
         if (matches.size() > 1) {
-            throw Error(ErrorCode::io, "several files in " + ref.repo + " match '" + quant + "': " +
-                                           list_names(matches) + "; name one: " + ref.repo + ":FILE");
+            throw Error(ErrorCode::io, "several files in " + ref.repo + " match '" + quant +
+                                           "': " + list_names(matches) + "; name one: " + ref.repo + ":FILE");
         }
         throw Error(ErrorCode::io, ref.repo + " has no GGUF file for '" + quant + "'; it has " + list_names(ggufs) +
                                        " (pull " + ref.repo + ":QUANT or " + ref.repo + ":FILE)");

@@ -46,7 +46,8 @@ uint64_t fetch_file(const HubClient& client, const HubCache& cache, const std::s
     if (!has_blob(blob, file.size)) {
         std::error_code ec;
         fs::create_directories(fs::path(blob).parent_path(), ec);
-        if (ec) throw Error(ErrorCode::output, "cannot create the hub cache folder '" + cache.dir() + "': " + ec.message());
+        if (ec)
+            throw Error(ErrorCode::output, "cannot create the hub cache folder '" + cache.dir() + "': " + ec.message());
         const std::string incomplete = blob + ".incomplete";  // huggingface_hub's name: either resumes the other's
         const uint64_t before = fs::exists(incomplete, ec) ? fs::file_size(incomplete, ec) : 0;
         TransferResult result = TransferResult::interrupted;
@@ -63,10 +64,10 @@ uint64_t fetch_file(const HubClient& client, const HubCache& cache, const std::s
         const std::string digest = digest_file(incomplete, kind, file.size);
         if (digest != file.oid) {
             fs::remove(incomplete, ec);  // corrupt: resuming it would keep the bad bytes
-            throw Error(ErrorCode::bad_format,
-                        std::string(kind == DigestKind::sha256 ? "sha256" : "Git blob sha1") + " mismatch for " +
-                            file.path + " of " + repo + ": the hub lists " + file.oid + ", the download has " +
-                            digest + "; the file was discarded, nothing was installed; pull again");
+            throw Error(ErrorCode::bad_format, std::string(kind == DigestKind::sha256 ? "sha256" : "Git blob sha1") +
+                                                   " mismatch for " + file.path + " of " + repo + ": the hub lists " +
+                                                   file.oid + ", the download has " + digest +
+                                                   "; the file was discarded, nothing was installed; pull again");
         }
         fs::rename(incomplete, blob, ec);
         if (ec) throw Error(ErrorCode::output, "cannot rename '" + incomplete + "' to its blob: " + ec.message());
@@ -109,10 +110,9 @@ std::optional<PulledModel> find_cached_model(const ModelRef& ref, const HubSetti
 PulledModel pull_model(const ModelRef& ref, const HubSettings& settings, const ProgressCallback& progress) {
     if (settings.offline) {
         if (auto cached = find_cached_model(ref, settings)) return *cached;
-        throw Error(ErrorCode::io, "HF_HUB_OFFLINE is set and the hub cache (" + settings.cache_dir +
-                                       ") does not hold " + ref.repo +
-                                       (ref.selector.empty() ? "" : ":" + ref.selector) +
-                                       "; unset HF_HUB_OFFLINE to download it");
+        throw Error(ErrorCode::io,
+                    "HF_HUB_OFFLINE is set and the hub cache (" + settings.cache_dir + ") does not hold " + ref.repo +
+                        (ref.selector.empty() ? "" : ":" + ref.selector) + "; unset HF_HUB_OFFLINE to download it");
     }
     const HubClient client(settings);
     const HubCache cache(settings.cache_dir);
@@ -123,7 +123,8 @@ PulledModel pull_model(const ModelRef& ref, const HubSettings& settings, const P
     out.commit = listing.commit;
     out.files_total = static_cast<int>(selection.files.size());
     for (const RepoFile& file : selection.files) {
-        out.bytes_downloaded += fetch_file(client, cache, ref.repo, listing.commit, file, progress, out.files_downloaded);
+        out.bytes_downloaded +=
+            fetch_file(client, cache, ref.repo, listing.commit, file, progress, out.files_downloaded);
     }
     cache.write_ref(ref.repo, "main", listing.commit);
     const std::string dir = fs::absolute(cache.snapshot_dir(ref.repo, listing.commit)).string();

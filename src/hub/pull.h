@@ -1,8 +1,8 @@
 // Fetching a model into the hub cache, or finding it there:
 //
 //   const auto settings = kvstash::hub::HubSettings::from_environment();
-//   const auto model = kvstash::hub::pull_model(kvstash::hub::parse_model_ref("owner/name:Q8_0"), settings, on_progress);
-//   kvstash::Model::load(model.model_path);
+//   const auto model = kvstash::hub::pull_model(kvstash::hub::parse_model_ref("owner/name:Q8_0"), settings,
+//   on_progress); kvstash::Model::load(model.model_path);
 //
 // pull_model asks the hub which commit "main" is at and fetches the chosen files the cache lacks: each into
 // blobs/<oid>.incomplete (resumed with a Range request when an earlier pull, or huggingface_hub, left one;

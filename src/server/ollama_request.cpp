@@ -49,8 +49,8 @@ json openai_tool_calls(const json& calls, size_t message) {
                        {"type", "function"},
                        {"function",
                         {{"name", (*function)["name"]},
-                         {"arguments", arguments ? (arguments->is_string() ? *arguments : json(arguments->dump()))
-                                                 : json("{}")}}}});
+                         {"arguments",
+                          arguments ? (arguments->is_string() ? *arguments : json(arguments->dump())) : json("{}")}}}});
     }
     return out;
 }
@@ -101,8 +101,8 @@ void refuse_meaningless_options(const json& options) {
                              (key == "mirostat" && value == 0) || (key == "numa" && value == false);
         if (neutral) continue;
         static constexpr std::string_view known[] = {
-            "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty",
-            "frequency_penalty", "seed", "stop", "num_predict", "num_ctx"};
+            "temperature",       "top_k", "top_p", "min_p",       "repeat_penalty", "repeat_last_n", "presence_penalty",
+            "frequency_penalty", "seed",  "stop",  "num_predict", "num_ctx"};
         bool found = false;
         for (const std::string_view k : known) found |= key == k;
         if (found) continue;
@@ -160,8 +160,8 @@ void check_keep_alive(const json& body) {
     bool ok = v->is_string() && !text.empty();
     for (size_t i = 0; ok && i < text.size(); ++i) {
         const char c = text[i];
-        ok = std::isdigit(static_cast<unsigned char>(c)) || c == '.' || (c == '-' && i == 0) || c == 'h' ||
-             c == 'm' || c == 's' || c == 'u' || c == 'n';
+        ok = std::isdigit(static_cast<unsigned char>(c)) || c == '.' || (c == '-' && i == 0) || c == 'h' || c == 'm' ||
+             c == 's' || c == 'u' || c == 'n';
     }
     if (!ok) throw bad_request("'keep_alive' must be a number of seconds or a duration like \"5m\"", "keep_alive");
 }
@@ -170,12 +170,14 @@ OllamaRequest parse_ollama_request(const json& body, OllamaEndpoint endpoint, co
                                    const std::string* raw_body) {
     const bool chat = endpoint == OllamaEndpoint::chat;
     if (chat) {
-        require_known_fields(body, {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think",
-                                    "logprobs", "top_logprobs"},
+        require_known_fields(body,
+                             {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think",
+                              "logprobs", "top_logprobs"},
                              "/api/chat");
     } else {
-        require_known_fields(body, {"model", "prompt", "suffix", "system", "template", "context", "stream", "raw",
-                                    "format", "images", "options", "keep_alive", "think", "logprobs", "top_logprobs"},
+        require_known_fields(body,
+                             {"model", "prompt", "suffix", "system", "template", "context", "stream", "raw", "format",
+                              "images", "options", "keep_alive", "think", "logprobs", "top_logprobs"},
                              "/api/generate");
         refuse_if_set(body, "suffix", "fill-in-the-middle is not implemented");
         refuse_if_set(body, "template", "kvstash renders with the model's chat template (serve --chat-template)");

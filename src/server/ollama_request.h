@@ -20,9 +20,9 @@ namespace kvstash::server {
 enum class OllamaEndpoint { chat, generate };
 
 struct OllamaRequest {
-    std::string model;             // as the client named it ("name" or "name:tag")
-    bool stream = true;            // Ollama streams unless told not to
-    CompletionRequest completion;  // messages (chat, or generate through the chat template) or a raw prompt
+    std::string model;                   // as the client named it ("name" or "name:tag")
+    bool stream = true;                  // Ollama streams unless told not to
+    CompletionRequest completion;        // messages (chat, or generate through the chat template) or a raw prompt
     std::optional<int64_t> num_predict;  // none (or -1, -2): until a stop or the end of the context
     std::optional<int64_t> num_ctx;      // at most the server's context: this request's prompt + answer fit in it
     bool load_only = false;              // generate with no prompt: Ollama's "load the model" request

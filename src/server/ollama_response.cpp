@@ -34,8 +34,8 @@ json ollama_tool_calls(const std::vector<ToolCall>& calls) {
 std::string ollama_timestamp() {
     const auto now = std::chrono::system_clock::now();
     const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-    const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() %
-                       1000000000;
+    const auto nanos =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() % 1000000000;
     std::tm utc{};
     gmtime_r(&seconds, &utc);
     char text[64];

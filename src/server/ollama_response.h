@@ -40,8 +40,8 @@ private:
     OllamaEndpoint endpoint_;
     std::string model_;
     ToolCallFormat tool_format_;
-    std::string text_;           // the whole reply so far
-    size_t sent_ = 0;            // streaming: bytes of text_ sent
+    std::string text_;  // the whole reply so far
+    size_t sent_ = 0;   // streaming: bytes of text_ sent
     std::string finish_reason_ = "stop";
     std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point first_piece_{};

@@ -46,8 +46,8 @@ std::string tagged_name(const ServerContext& ctx) { return ctx.model_id + ":late
 // The served model a request names, or 404. (The place a registry of several models would look a name up.)
 ServerContext& find_model(ServerContext& ctx, const std::string& name) {
     if (name == ctx.model_id || name == tagged_name(ctx)) return ctx;
-    throw ApiError(404, "model '" + name + "' not found; this server serves '" + tagged_name(ctx) +
-                            "' (GET /api/tags lists it)");
+    throw ApiError(
+        404, "model '" + name + "' not found; this server serves '" + tagged_name(ctx) + "' (GET /api/tags lists it)");
 }
 
 uint64_t model_bytes(const ServerContext& ctx) {
@@ -82,7 +82,8 @@ void require_room(const OllamaRequest& request, GenerationJob& job, int64_t serv
     if (request.num_ctx) {
         if (*request.num_ctx > server_ctx) {
             throw bad_request("options.num_ctx " + std::to_string(*request.num_ctx) + " is more than the " +
-                                  std::to_string(server_ctx) + " tokens of context this server has (kvstash serve --ctx)",
+                                  std::to_string(server_ctx) +
+                                  " tokens of context this server has (kvstash serve --ctx)",
                               "num_ctx", "context_length_exceeded");
         }
         limit = *request.num_ctx;
@@ -173,8 +174,8 @@ void handle_generation(const httplib::Request& req, httplib::Response& res, Serv
     auto channel = job->channel;
     auto formatter = std::make_shared<OllamaFormatter>(endpoint, request.model, job->tool_call_format);
     if (!ctx.scheduler->submit(std::move(job))) {
-        throw ApiError(503, "the server is busy (" + std::to_string(ctx.options.queue) +
-                                " requests waiting); retry later");
+        throw ApiError(503,
+                       "the server is busy (" + std::to_string(ctx.options.queue) + " requests waiting); retry later");
     }
     if (request.stream) {
         stream_ndjson(res, channel, formatter);

@@ -69,8 +69,8 @@ int list() {
             }
         }
         if (gguf == 0) files = other ? "model directory (" + std::to_string(other) + " files)" : "(no snapshot)";
-        std::printf("%-48s %10s  %-12.12s %s\n", repo.repo.c_str(), size_text(repo.bytes).c_str(),
-                    repo.commit.c_str(), files.c_str());
+        std::printf("%-48s %10s  %-12.12s %s\n", repo.repo.c_str(), size_text(repo.bytes).c_str(), repo.commit.c_str(),
+                    files.c_str());
     }
     for (const PypiModel& m : pypi_models()) {
         const std::string path = models_dir() + "/" + m.file;
@@ -123,7 +123,8 @@ void register_pull(CLI::App& root, Action& action) {
 }
 
 void register_list(CLI::App& root, Action& action) {
-    auto* cmd = root.add_subcommand("list", "List the models in the hub cache and those installed from PyPI, with sizes");
+    auto* cmd =
+        root.add_subcommand("list", "List the models in the hub cache and those installed from PyPI, with sizes");
     cmd->callback([&action] { action = [] { return list(); }; });
 }
 

