@@ -100,7 +100,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     ServerContext& ctx = *ctx_;
     ctx.model = model;
     ctx.options = options;
-    ctx.model_id = std::filesystem::path(model->path()).stem().string();
+    ctx.model_id = options.model_id.empty() ? std::filesystem::path(model->path()).stem().string() : options.model_id;
     try {
         ctx.chat_template = options.chat_template.empty() ? ChatTemplate::for_model(*model)
                                                           : ChatTemplate::named(options.chat_template);

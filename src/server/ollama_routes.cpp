@@ -41,7 +41,12 @@ void ollama_guarded(httplib::Response& res, const std::function<void()>& body) {
     }
 }
 
-std::string tagged_name(const ServerContext& ctx) { return ctx.model_id + ":latest"; }
+// Ollama's names carry a tag: "ID:latest", unless the ID has one ("owner/name:Q8_0" for `serve -m hf:...`).
+std::string tagged_name(const ServerContext& ctx) {
+    const size_t slash = ctx.model_id.rfind('/');
+    const bool tagged = ctx.model_id.find(':', slash == std::string::npos ? 0 : slash) != std::string::npos;
+    return tagged ? ctx.model_id : ctx.model_id + ":latest";
+}
 
 // The served model a request names, or 404. (The place a registry of several models would look a name up.)
 ServerContext& find_model(ServerContext& ctx, const std::string& name) {
