@@ -46,17 +46,16 @@ void DownloadProgressBar::update(const hub::DownloadProgress& p) {
         finish_line();
         file_ = p.path;
         file_start_ = now;
-        last_draw_ = {};
+        last_draw_ = now;  // logs: the first line after an interval, not at 0 bytes
         if (p.resumed > 0) {
             std::fprintf(stderr, "%s: resuming at %.1f of %.1f MiB\n", p.path.c_str(), mib(p.resumed), mib(p.total));
         }
     }
     const bool done = p.done == p.total;
-    if (!done && now - last_draw_ < (tty_ ? kTerminalInterval : kLogInterval) && !new_file) return;
-    if (!tty_ && !done && new_file) return;  // logs: the first line after an interval, not at 0 bytes
+    if (!done && !(tty_ && new_file) && now - last_draw_ < (tty_ ? kTerminalInterval : kLogInterval)) return;
     last_draw_ = now;
     const double seconds = std::chrono::duration<double>(now - file_start_).count();
-    const double rate = seconds > 0.05 ? mib(p.done - p.resumed) / seconds : 0.0;
+    const double rate = seconds > 0.001 ? mib(p.done - p.resumed) / seconds : 0.0;
     const double eta = rate > 0 ? mib(p.total - p.done) / rate : -1.0;
     const double percent = p.total ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 100.0;
     if (tty_) {
@@ -73,7 +72,6 @@ void DownloadProgressBar::update(const hub::DownloadProgress& p) {
                      percent, rate, done ? ", done" : (", ETA " + eta_text(eta)).c_str());
     }
     std::fflush(stderr);
-    last_done_ = p.done;
 }
 
 }  // namespace kvstash::cli

