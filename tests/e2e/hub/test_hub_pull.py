@@ -12,6 +12,7 @@ sharded safetensors directory qwen2_f32_sharded.
 import hashlib
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -274,3 +275,18 @@ def test_pypi_models_by_name(home):
     assert r.stdout.strip() == models + "/SmolLM2-135M-Instruct.Q4_1.gguf"
     r = kvstash(["list"], env)
     assert any(line.startswith("smollm2 ") and "MiB" in line for line in r.stdout.splitlines()), r.stdout
+
+
+def test_disk_full_exits_5_and_installs_nothing(hub, home):
+    """A 100 KiB tmpfs as the cache (a private mount namespace: needs root, as CI runs) cannot hold the
+    152 KiB model: exit 5 with what to do, no blob, no snapshot link, no ref."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("LOUD SKIP: mounting a small tmpfs needs root and unshare(1); CI runs as root")
+    home.mkdir(parents=True)
+    env = env_for(hub, home)
+    script = 'mount -t tmpfs -o size=100k tmpfs "$HF_HOME" && "$0" pull "$1"; rc=$?; ' \
+             'find "$HF_HOME" -name "*.gguf" -o -name main | grep . && exit 99; exit $rc'
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, CLI, GGUF_REPO + ":F32"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 5, (r.returncode, r.stdout, r.stderr)
+    assert "No space left on device" in r.stderr and "HF_HUB_CACHE" in r.stderr, r.stderr
