@@ -155,9 +155,16 @@ RepoListing HubClient::listing(const std::string& repo, const std::string& revis
     auto client = make_client(endpoint.origin);
     httplib::Headers headers = {{"User-Agent", "kvstash"}};
     if (!settings_.token.empty()) headers.emplace("Authorization", "Bearer " + settings_.token);
-    const std::string path =
+    std::string path =
         endpoint.path + "/api/models/" + encode_path(repo) + "/revision/" + encode_path(revision) + "?blobs=true";
-    const auto res = client->Get(path, headers);
+    auto res = client->Get(path, headers);
+    // A renamed repository answers with a redirect on the hub itself (relative): follow it, token included.
+    for (int hop = 0; res && res->status >= 301 && res->status <= 308 && hop < kMaxRedirects; ++hop) {
+        const std::string location = header(res->headers, "Location");
+        if (!location.starts_with("/")) break;
+        path = location;
+        res = client->Get(path, headers);
+    }
     if (!res) throw_unreachable(settings_.endpoint, res.error());
     if (res->status != 200) {
         throw_http_error(res->status, res->headers, res->body, repo, repo, !settings_.token.empty());

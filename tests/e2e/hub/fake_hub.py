@@ -9,7 +9,7 @@ It answers in the hub's URL and header layout (as huggingface_hub 2.x reads it):
                                                         (another origin, like a CDN) with X-Linked-Etag = its sha256,
                                                         X-Linked-Size, X-Repo-Commit
   HEAD|GET /blobs/{sha256}   (storage server)           the bytes, with Range (206 + Content-Range) and ETag
-Errors as the hub sends them: 404 with X-Error-Code RepoNotFound / EntryNotFound / RevisionNotFound, 401 for a
+A repository in `renamed` answers with a relative 307 to its new name. Errors as the hub sends them: 404 with X-Error-Code RepoNotFound / EntryNotFound / RevisionNotFound, 401 for a
 private repository without the right "Authorization: Bearer" token. Faults for the tests: `cut` (blob sha256s
 whose next GET stops halfway and closes the connection) and `corrupt` (blobs served with one byte changed).
 Every request is logged in `requests` (method, path, Range and Authorization headers).
@@ -50,6 +50,7 @@ class Repo:
 class FakeHub:
     def __init__(self):
         self.repos = {}
+        self.renamed = {}  # old name -> new name: answered with a relative 307, as the hub does for a moved repo
         self.blobs = {}  # sha256 -> bytes
         self.cut = set()
         self.corrupt = set()
@@ -119,6 +120,12 @@ class FakeHub:
                 if storage:
                     return self._blob(path, head)
                 parts = path.strip("/").split("/")
+                for at in (0, 2):
+                    old = "/".join(parts[at:at + 2])
+                    if len(parts) >= at + 2 and old in hub.renamed and (at == 2) == (parts[:2] == ["api", "models"]):
+                        moved = "/" + "/".join(parts[:at] + hub.renamed[old].split("/") + parts[at + 2:])
+                        return self._send(307, b"", {"Location": moved + ("?" + url.query if url.query else "")},
+                                          head)
                 if parts[:2] == ["api", "models"] and len(parts) >= 6:
                     return self._api(parts[2] + "/" + parts[3], parts[4], parts[5], "/".join(parts[6:]), head)
                 if len(parts) >= 5 and parts[2] == "resolve":

@@ -46,6 +46,7 @@ def hub():
     server.add_repo(DIR_REPO, {p.name: p.read_bytes() for p in sorted(qwen.iterdir()) if p.is_file()} |
                     {"README.md": b"tiny qwen2\n"})
     server.add_repo(PRIVATE_REPO, {"secret-Q8_0.gguf": q8}, private_token=TOKEN)
+    server.renamed["old-owner/tiny-llama-GGUF"] = GGUF_REPO
     yield server
     server.close()
 
@@ -290,3 +291,9 @@ def test_disk_full_exits_5_and_installs_nothing(hub, home):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 5, (r.returncode, r.stdout, r.stderr)
     assert "No space left on device" in r.stderr and "HF_HUB_CACHE" in r.stderr, r.stderr
+
+
+def test_a_renamed_repository_is_followed(hub, home):
+    r = kvstash(["pull", "old-owner/tiny-llama-GGUF:Q8_0"], env_for(hub, home))
+    assert r.returncode == 0, r.stderr
+    assert pathlib.Path(r.stdout.strip()).read_bytes() == hub.repos[GGUF_REPO].files["tiny-llama-Q8_0.gguf"]
