@@ -297,3 +297,13 @@ def test_a_renamed_repository_is_followed(hub, home):
     r = kvstash(["pull", "old-owner/tiny-llama-GGUF:Q8_0"], env_for(hub, home))
     assert r.returncode == 0, r.stderr
     assert pathlib.Path(r.stdout.strip()).read_bytes() == hub.repos[GGUF_REPO].files["tiny-llama-Q8_0.gguf"]
+
+
+def test_hf_hub_cache_overrides_hf_home(hub, home):
+    cache = home.parent / "elsewhere"
+    r = kvstash(["pull", GGUF_REPO + ":Q8_0"], env_for(hub, home, HF_HUB_CACHE=str(cache)))
+    assert r.returncode == 0, r.stderr
+    assert pathlib.Path(r.stdout.strip()).is_relative_to(cache) and not (home / "hub").exists()
+    found = hf_python("print(h.hf_hub_download(%r, 'tiny-llama-Q8_0.gguf'))" % GGUF_REPO,
+                      env_for(None, home, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache)))
+    assert pathlib.Path(found) == pathlib.Path(r.stdout.strip())
