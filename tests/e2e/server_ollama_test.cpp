@@ -70,6 +70,22 @@ TEST(ServerOllama, ToolsOnAModelWithTools) {
     auto round_trip = client.Post("/api/chat", body.dump(), "application/json");
     ASSERT_TRUE(round_trip);
     EXPECT_EQ(round_trip->status, 200) << round_trip->body;
+    // Streamed with tools: NDJSON lines, the last with done and the reply's calls (if any) in Ollama's shape.
+    body["stream"] = true;
+    auto streamed = client.Post("/api/chat", body.dump(), "application/json");
+    ASSERT_TRUE(streamed);
+    ASSERT_EQ(streamed->status, 200) << streamed->body;
+    std::vector<json> lines;
+    for (size_t at = 0, end; (end = streamed->body.find('\n', at)) != std::string::npos; at = end + 1) {
+        lines.push_back(json::parse(streamed->body.substr(at, end - at)));
+    }
+    ASSERT_FALSE(lines.empty());
+    EXPECT_TRUE(lines.back()["done"].get<bool>()) << streamed->body;
+    for (size_t i = 0; i + 1 < lines.size(); ++i) EXPECT_FALSE(lines[i]["done"].get<bool>());
+    if (lines.back()["message"].contains("tool_calls")) {
+        EXPECT_TRUE(lines.back()["message"]["tool_calls"][0]["function"]["arguments"].is_object());
+    }
+    body["stream"] = false;
     body["tools"] = json::parse(R"([{"type": "function", "function": {"name": "bad name!"}}])");
     auto bad = client.Post("/api/chat", body.dump(), "application/json");
     ASSERT_TRUE(bad);
