@@ -203,7 +203,11 @@ OllamaRequest parse_ollama_request(const json& body, OllamaEndpoint endpoint, co
     if (chat) {
         const json* messages = field(body, "messages");
         if (!messages) throw bad_request("'messages' is required", "messages", "missing_field");
-        openai["messages"] = openai_messages(*messages);
+        if (messages->is_array() && messages->empty()) {
+            out.load_only = true;  // Ollama's way of loading a model through /api/chat
+        } else {
+            openai["messages"] = openai_messages(*messages);
+        }
         if (const json* tools = field(body, "tools"); tools && !tools->empty()) openai["tools"] = *tools;
     } else {
         const json* prompt = field(body, "prompt");

@@ -25,7 +25,7 @@ struct OllamaRequest {
     CompletionRequest completion;        // messages (chat, or generate through the chat template) or a raw prompt
     std::optional<int64_t> num_predict;  // none (or -1, -2): until a stop or the end of the context
     std::optional<int64_t> num_ctx;      // at most the server's context: this request's prompt + answer fit in it
-    bool load_only = false;              // generate with no prompt: Ollama's "load the model" request
+    bool load_only = false;  // generate with no prompt, chat with no messages: Ollama's "load the model" request
 };
 
 // Throws ApiError 400 naming the field for a bad or meaningless one. `raw_body` (the body's text), when given,

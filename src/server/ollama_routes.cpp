@@ -168,7 +168,12 @@ void handle_generation(const httplib::Request& req, httplib::Response& res, Serv
         parse_ollama_request(parse_json_body(req.body), endpoint, request_limits(server), &req.body);
     ServerContext& ctx = find_model(server, request.model);
     if (request.load_only) {
-        json out = {{"model", request.model}, {"created_at", ollama_timestamp()}, {"response", ""}};
+        json out = {{"model", request.model}, {"created_at", ollama_timestamp()}};
+        if (endpoint == OllamaEndpoint::chat) {
+            out["message"] = {{"role", "assistant"}, {"content", ""}};
+        } else {
+            out["response"] = "";
+        }
         out["done"] = true;
         out["done_reason"] = "load";
         send_json(res, out);

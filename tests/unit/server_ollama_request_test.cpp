@@ -98,6 +98,7 @@ TEST(ServerOllamaRequest, GenerateUsesTheChatTemplateUnlessRaw) {
     EXPECT_EQ(raw.completion.prompt, "Hi");
     EXPECT_TRUE(parse(R"({"model": "m"})", OllamaEndpoint::generate).load_only);
     EXPECT_TRUE(parse(R"({"model": "m", "prompt": "", "keep_alive": 0})", OllamaEndpoint::generate).load_only);
+    EXPECT_TRUE(parse(R"({"model": "m", "messages": []})").load_only);
 }
 
 TEST(ServerOllamaRequest, FieldsWithoutAMeaningHereAreRefused) {

@@ -66,6 +66,8 @@ streamed = "".join(p.response for p in client.generate(model=model, prompt="The 
 check(streamed == raw.response, f"raw stream {streamed!r}")
 load = client.generate(model=model, prompt="", keep_alive="5m")
 check(load.done and load.done_reason == "load", f"load: {load}")
+load = client.chat(model=model, messages=[])
+check(load.done and load.done_reason == "load" and load.message.content == "", f"chat load: {load}")
 
 # Options: num_predict, seed, stop.
 short = client.generate(model=model, prompt="Once upon a time", raw=True, options={"num_predict": 3, "seed": 7})
