@@ -26,7 +26,7 @@ bool is_upload(const httplib::Request& req) {
 std::string route_label(const std::string& path) {
     for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health",
                               "/metrics", "/tokenize", "/detokenize", "/v1/embeddings", "/api/chat", "/api/generate",
-                              "/api/tags", "/api/ps", "/api/show", "/api/embed", "/api/version"}) {
+                              "/api/tags", "/api/ps", "/api/show", "/api/embed", "/api/embeddings", "/api/version"}) {
         if (path == known) return known;
     }
     if (is_webui_path(path)) return path == "/" ? "/" : "/webui/{file}";

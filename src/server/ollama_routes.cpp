@@ -1,5 +1,6 @@
 // Ollama's API beside OpenAI's: POST /api/chat, /api/generate (NDJSON streams, or one object with
-// "stream": false), GET /api/tags, /api/ps, /api/version, POST /api/show, /api/embed. Requests become the
+// "stream": false), GET /api/tags, /api/ps, /api/version, POST /api/show, /api/embed (and the older
+// /api/embeddings: vectors not normalised, as Ollama's). Requests become the
 // OpenAI routes' jobs (server/ollama_request.h -> build_completion_job -> the one scheduler); errors are
 // Ollama's {"error": "..."} with the HTTP status the OpenAI routes would give.
 //
@@ -227,6 +228,27 @@ json embed(const json& body, ServerContext& server, const EmbeddingFunction& emb
             {"prompt_eval_count", answer["usage"]["prompt_tokens"]}};
 }
 
+// POST /api/embeddings {"model", "prompt"} -> {"embedding": [...]}: Ollama's older route, whose vectors are not
+// normalised (embd_normalize -1), unlike /api/embed's.
+json legacy_embedding(const json& body, ServerContext& server, const EmbeddingFunction& embedding) {
+    for (const auto& [key, value] : body.items()) {
+        if (key != "model" && key != "prompt" && key != "options" && key != "keep_alive") {
+            throw bad_request("unknown field '" + key + "' for /api/embeddings", key);
+        }
+    }
+    check_keep_alive(body);
+    if (const auto* options = field(body, "options"); options && !options->empty()) {
+        throw bad_request("'options' have no meaning for embeddings here; remove them", "options");
+    }
+    const json* model = field(body, "model");
+    if (!model || !model->is_string()) throw bad_request("'model' is required (see GET /api/tags)", "model");
+    find_model(server, model->get<std::string>());
+    const json* prompt = field(body, "prompt");
+    if (!prompt || !prompt->is_string()) throw bad_request("'prompt' is required: a string", "prompt");
+    const json answer = embedding({{"input", *prompt}, {"encoding_format", "float"}, {"embd_normalize", -1}});
+    return {{"embedding", answer["data"][0]["embedding"]}};
+}
+
 json show(const json& body, ServerContext& server) {
     const json* model = field(body, "model");
     if (!model) model = field(body, "name");  // older clients
@@ -289,6 +311,12 @@ void register_ollama_routes(httplib::Server& http, ServerContext& ctx) {
         ollama_guarded(res, [&] {
             require_body_size(req, ctx);
             send_json(res, embed(parse_json_body(req.body), ctx, embedding));
+        });
+    });
+    http.Post("/api/embeddings", [&ctx, embedding](const httplib::Request& req, httplib::Response& res) {
+        ollama_guarded(res, [&] {
+            require_body_size(req, ctx);
+            send_json(res, legacy_embedding(parse_json_body(req.body), ctx, embedding));
         });
     });
 }

@@ -92,6 +92,10 @@ check(sj.done_reason == "stop" and "capital" in json.loads(sj.message.content), 
 emb = client.embed(model=model, input=["Hello", "The capital of France"])
 check(len(emb.embeddings) == 2 and len(emb.embeddings[0]) == show.modelinfo["llama.embedding_length"], "embed")
 check(abs(math.sqrt(sum(x * x for x in emb.embeddings[0])) - 1) < 1e-4, "unit length")
+legacy = client.embeddings(model=model, prompt="Hello").embedding  # the older route: not normalised
+norm = math.sqrt(sum(x * x for x in legacy))
+check(len(legacy) == len(emb.embeddings[0]) and abs(norm - 1) > 1e-3, f"legacy norm {norm}")
+check(max(abs(a / norm - b) for a, b in zip(legacy, emb.embeddings[0])) < 1e-4, "same direction as /api/embed")
 
 # Errors in Ollama's shape, with the status the client reports.
 expect_error(404, "not found", lambda: client.chat(model="no-such-model", messages=messages))
