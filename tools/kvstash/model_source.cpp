@@ -38,8 +38,10 @@ std::string resolve_model_path(const std::string& path) {
     const hub::ModelRef ref = hub::parse_model_ref(path);
     const hub::HubSettings settings = hub::HubSettings::from_environment();
     if (auto cached = hub::find_cached_model(ref, settings)) return cached->model_path;
-    std::cerr << "kvstash: " << ref.repo << " is not in the hub cache (" << settings.cache_dir << "); fetching it from "
-              << settings.endpoint << "\n";
+    if (!settings.offline) {
+        std::cerr << "kvstash: " << ref.repo << " is not in the hub cache (" << settings.cache_dir
+                  << "); fetching it from " << settings.endpoint << "\n";
+    }
     DownloadProgressBar bar;
     return hub::pull_model(ref, settings, bar.callback()).model_path;
 }

@@ -220,6 +220,8 @@ def test_offline_without_the_model(hub, home):
     assert r.returncode == 3 and "HF_HUB_OFFLINE" in r.stderr, r.stderr
     r = kvstash(["info", "-m", "hf:" + GGUF_REPO], env_for(None, home))
     assert r.returncode == 3 and "cannot reach the model hub" in r.stderr, r.stderr
+    r = kvstash(["info", "-m", "hf:" + GGUF_REPO], env_for(hub, home, HF_HUB_OFFLINE="1"))
+    assert r.returncode == 3 and "HF_HUB_OFFLINE is set" in r.stderr and "fetching" not in r.stderr, r.stderr
 
 
 def test_list_and_rm(hub, home):
