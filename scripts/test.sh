@@ -14,6 +14,22 @@ echo "==> source checks (format, file length, layers)" >&2
 "$ROOT/scripts/check_format.sh"
 "$ROOT/scripts/check_layers.sh"
 
+echo "==> CUDA kernels and GPU tests: compile only (docs/cuda.md)" >&2
+# The kernels (src/backends/cuda) and the GPU test binary, alone in build-cuda/ (about 1 minute of nvcc on 2 cores,
+# cold), so that they never rot on machines without a GPU. The binary runs too: without a GPU every test skips.
+NVCC="$(command -v nvcc || true)"
+[ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+if [ -n "$NVCC" ]; then
+  GENERATOR=(); command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+  [ -f "$ROOT/build-cuda/CMakeCache.txt" ] && GENERATOR=()  # keep the generator it was configured with
+  cmake -S "$ROOT/tests/gpu/standalone" -B "$ROOT/build-cuda" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_COMPILER="$NVCC" >/dev/null
+  cmake --build "$ROOT/build-cuda" -j"$JOBS"
+  "$ROOT/build-cuda/gpu/gpu_tests" --gtest_brief=1
+else
+  printf '\033[1;31m!!! nvcc not found (PATH, /usr/local/cuda/bin): the CUDA kernels were NOT compiled !!!\033[0m\n' >&2
+fi
+
 echo "==> tests (Release build)" >&2
 ctest --test-dir "$ROOT/build" --output-on-failure -j"$JOBS" --timeout 1200
 

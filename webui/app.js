@@ -10,6 +10,10 @@ const STATE_MESSAGES = 'kvstash.webui.state.'; // + name: the messages a named s
 const $ = (id) => document.getElementById(id);
 
 let db = loadStore();
+// The sampler settings' fields and the request keys they fill (an empty field is left out: the server's default).
+const SAMPLER_FIELDS = [['top-k', 'top_k'], ['top-p', 'top_p'], ['min-p', 'min_p'], ['repeat-penalty', 'repeat_penalty'],
+                        ['presence-penalty', 'presence_penalty'], ['frequency-penalty', 'frequency_penalty'],
+                        ['seed', 'seed']];
 let busy = null; // the AbortController of the request in flight
 
 function loadStore() {
@@ -75,7 +79,7 @@ function el(tag, props, children) {
   return node;
 }
 
-// "prompt 41 tokens: 30 reused · 11 computed · 16 generated · 0.8 s"
+// "prompt 41 tokens: 30 reused · 11 computed · 16 generated · 0.8 s · 21.3 tokens/s"
 function usageNode(usage) {
   const reused = usage.cached_tokens;
   const computed = usage.prompt_tokens - reused;
@@ -85,19 +89,59 @@ function usageNode(usage) {
     el('b', { className: 'computed', textContent: String(computed) }), ' computed · ',
     el('span', { className: 'generated', textContent: String(usage.completion_tokens) }), ' generated',
     usage.seconds !== undefined ? ' · ' + usage.seconds.toFixed(1) + ' s' : '',
+    usage.tokens_per_second !== undefined
+      ? el('span', { className: 'speed', textContent: ' · ' + usage.tokens_per_second.toFixed(1) + ' tokens/s' }) : '',
   ]);
 }
 
+// An answer's text as Markdown (markdown.js builds DOM nodes, never HTML from the model).
+function textNode(message) {
+  if (message.role === 'assistant' && message.content) {
+    const node = el('div', { className: 'text md' });
+    node.append(markdown.render(message.content));
+    return node;
+  }
+  return el('div', { className: 'text',
+                     textContent: message.content || (message.pending ? '…' : message.error ? '' : '(no text)') });
+}
+
+function actionButton(label, className, title, aria, action) {
+  const b = el('button', { type: 'button', className, textContent: label, title });
+  b.setAttribute('aria-label', aria);
+  b.addEventListener('click', action);
+  return b;
+}
+
+// Edit a user message in place: saving forks the conversation there with the new text and answers it.
+function startEdit(branch, index, node) {
+  if (busy) return;
+  const box = el('textarea', { className: 'edit-box', value: branch.messages[index].content, rows: 3 });
+  box.setAttribute('aria-label', 'New text of message ' + (index + 1));
+  const save = actionButton('Send edit', 'send-edit', 'Fork the conversation here with this text and answer it',
+                            'Send the edited message ' + (index + 1), () => editAt(branch, index, box.value));
+  const cancel = actionButton('Cancel', 'cancel-edit', 'Keep the message', 'Cancel the edit', () => render());
+  node.querySelector('.text').replaceWith(el('div', { className: 'edit' }, [box, el('div', { className: 'row' },
+                                                                                     [save, cancel])]));
+  box.focus();
+}
+
 function messageNode(branch, message, index) {
-  const fork = el('button', { type: 'button', className: 'fork', textContent: 'Fork here',
-                              title: 'A new branch with the messages up to this one' });
-  fork.setAttribute('aria-label', 'Fork the conversation at message ' + (index + 1));
-  fork.addEventListener('click', () => forkAt(branch, index));
+  const fork = actionButton('Fork here', 'fork', 'A new branch with the messages up to this one',
+                            'Fork the conversation at message ' + (index + 1), () => forkAt(branch, index));
+  const actions = [fork];
+  if (message.role === 'user' && !branch.raw) {
+    actions.unshift(actionButton('Edit', 'edit', 'Change this message: a new branch from here',
+                                 'Edit message ' + (index + 1), () => startEdit(branch, index, node)));
+  }
+  if (message.role === 'assistant' && !message.pending && index > 0) {
+    actions.unshift(actionButton('Regenerate', 'regenerate', 'Answer the previous message again in a new branch',
+                                 'Regenerate answer ' + (index + 1), () => regenerateAt(branch, index)));
+  }
   const node = el('li', { className: 'msg ' + message.role + (message.error ? ' error' : '') +
                                      (message.pending ? ' pending' : '') }, [
-    el('div', { className: 'head' }, [el('span', { className: 'role', textContent: message.role }), fork]),
-    el('div', { className: 'text',
-                textContent: message.content || (message.pending ? '…' : message.error ? '' : '(no text)') }),
+    el('div', { className: 'head' }, [el('span', { className: 'role', textContent: message.role }),
+                                      el('span', { className: 'actions' }, actions)]),
+    textNode(message),
   ]);
   if (message.error) node.append(el('div', { className: 'text', textContent: 'Error: ' + message.error }));
   if (message.usage) node.append(usageNode(message.usage));
@@ -139,13 +183,37 @@ function deleteBranch(branch) {
   render();
 }
 
+// A new branch with `messages` (the start of `branch`'s, maybe changed at the end): it keeps the branch's
+// named state while it still starts with the state's messages.
+function forkWith(branch, messages, label) {
+  const keepState = branch.state && messages.length >= branch.stateMessages;
+  return newBranch(branch.title.replace(/ · (fork|edit|regenerate).*$/, '') + ' · ' + label, messages,
+                   keepState ? { state: branch.state, stateMessages: branch.stateMessages, raw: branch.raw } : {});
+}
+
+function plainMessages(branch, end) {
+  return branch.messages.slice(0, end).filter((m) => !m.error).map((m) => ({ role: m.role, content: m.content }));
+}
+
+// Regenerate answer `index`: a fork that ends with the message it answered, answered again.
+function regenerateAt(branch, index) {
+  if (busy) return;
+  forkWith(branch, plainMessages(branch, index), 'regenerate #' + (index + 1));
+  send(true);
+}
+
+function editAt(branch, index, text) {
+  if (busy || text.trim() === '') return;
+  const messages = plainMessages(branch, index);
+  messages.push({ role: 'user', content: text });
+  forkWith(branch, messages, 'edit at #' + (index + 1));
+  send(true);
+}
+
 function forkAt(branch, index) {
   if (busy) return;
-  const messages = branch.messages.slice(0, index + 1).filter((m) => !m.error)
-    .map((m) => ({ role: m.role, content: m.content }));
-  const keepState = branch.state && messages.length >= branch.stateMessages;
-  newBranch(branch.title.replace(/ · fork.*$/, '') + ' · fork at #' + (index + 1), messages,
-            keepState ? { state: branch.state, stateMessages: branch.stateMessages, raw: branch.raw } : {});
+  const messages = plainMessages(branch, index + 1);
+  forkWith(branch, messages, 'fork at #' + (index + 1));
   setStatus(messages.length && messages[messages.length - 1].role === 'user'
     ? 'Forked: Send with an empty box answers the last message again, or type a new one.'
     : 'Forked: the shared start is reused from the prefix cache.');
@@ -179,17 +247,27 @@ async function readEvents(res, onChunk) {
   }
 }
 
-async function send() {
+// Sends the composer's text as the next message, or with answerOnly (regenerate, edit) answers the branch's
+// last message as it is.
+async function send(answerOnly) {
   if (busy) return;
-  const text = $('input').value;
+  const text = answerOnly ? '' : $('input').value;
   let branch = currentBranch() || newBranch('Chat ' + db.next, []);
+  // A new chat starts with the system prompt of the settings (a message of the branch: forks and saved
+  // states carry it).
+  const system = $('system-prompt').value.trim();
+  if (system && branch.messages.length === 0 && !branch.raw && text.trim() !== '') {
+    branch.messages.push({ role: 'system', content: system });
+  }
   const last = branch.messages[branch.messages.length - 1];
   if (text.trim() === '' && !(last && last.role === 'user' && !branch.raw)) return;
   if (text.trim() !== '') {
     branch.messages.push({ role: 'user', content: text });
-    if (branch.title.startsWith('Chat ') && branch.messages.length === 1) branch.title = text.slice(0, 40);
+    if (branch.title.startsWith('Chat ') && branch.messages.filter((m) => m.role === 'user').length === 1) {
+      branch.title = text.slice(0, 40);
+    }
   }
-  $('input').value = '';
+  if (!answerOnly) $('input').value = '';
   const reply = { role: 'assistant', content: '', pending: true };
   branch.messages.push(reply);
   persist();
@@ -201,6 +279,10 @@ async function send() {
     max_tokens: Number($('max-tokens').value) || 256,
     temperature: Number($('temperature').value),
   };
+  for (const [id, key] of SAMPLER_FIELDS) {
+    const value = $(id).value.trim();
+    if (value !== '' && !Number.isNaN(Number(value))) body[key] = Number(value);
+  }
   // Raw: the state's text, then this branch's turns as plain text (what was typed and what came back).
   if (branch.raw) body.prompt = requestMessages(branch).map((m) => m.content).join('');
   else body.messages = requestMessages(branch);
@@ -214,6 +296,7 @@ async function send() {
   $('stop').hidden = false;
   setStatus('Generating…');
   const started = performance.now();
+  let firstPiece = null;
   try {
     let res;
     try {
@@ -231,10 +314,11 @@ async function send() {
       const choice = chunk.choices && chunk.choices[0];
       const piece = choice ? (choice.delta ? choice.delta.content : choice.text) : '';
       if (piece) {
+        if (firstPiece === null) firstPiece = performance.now();
         reply.content += piece;
         // Looked up each time: switching branches while this one streams re-renders the list.
-        const textNode = branch.id === db.current && document.querySelector('#messages .msg.pending .text');
-        if (textNode) textNode.textContent = reply.content;
+        const shown = branch.id === db.current && document.querySelector('#messages .msg.pending .text');
+        if (shown) shown.replaceWith(textNode(reply));
         $('messages').scrollTop = $('messages').scrollHeight;
       }
       if (chunk.usage) {
@@ -242,7 +326,14 @@ async function send() {
                         cached_tokens: (chunk.usage.prompt_tokens_details || {}).cached_tokens || 0 };
       }
     });
-    if (reply.usage) reply.usage.seconds = (performance.now() - started) / 1000;
+    if (reply.usage) {
+      const ended = performance.now();
+      reply.usage.seconds = (ended - started) / 1000;
+      // Decode speed: the tokens after the first over the time since the first arrived.
+      if (firstPiece !== null && ended > firstPiece && reply.usage.completion_tokens > 1) {
+        reply.usage.tokens_per_second = (reply.usage.completion_tokens - 1) / ((ended - firstPiece) / 1000);
+      }
+    }
     if ($('status').textContent === 'Generating…') setStatus('');
   } catch (e) {
     if (e.name === 'AbortError') {
@@ -387,19 +478,19 @@ function init() {
     refreshStates();
     loadModel();
   });
-  // Max tokens and temperature survive a reload.
+  // The settings survive a reload.
   const SETTINGS = 'kvstash.webui.settings';
   const settings = JSON.parse(localStorage.getItem(SETTINGS) || '{}');
-  for (const id of ['max-tokens', 'temperature']) {
+  for (const id of ['max-tokens', 'temperature', 'system-prompt', ...SAMPLER_FIELDS.map(([field]) => field)]) {
     if (settings[id] !== undefined) $(id).value = settings[id];
     $(id).addEventListener('change', () => {
       settings[id] = $(id).value;
       localStorage.setItem(SETTINGS, JSON.stringify(settings));
     });
   }
-  $('composer').addEventListener('submit', (e) => { e.preventDefault(); send(); });
+  $('composer').addEventListener('submit', (e) => { e.preventDefault(); send(false); });
   $('input').addEventListener('keydown', (e) => {
-    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(false); }
   });
   $('stop').addEventListener('click', () => busy && busy.abort());
   $('new-chat').addEventListener('click', () => { if (!busy) { newBranch('Chat ' + db.next, []); $('input').focus(); } });

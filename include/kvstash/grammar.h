@@ -49,6 +49,12 @@ struct GrammarTrigger {
 // The trigger of a tool-call format (none: an empty text).
 GrammarTrigger tool_call_trigger(ToolCallFormat format);
 
+// When a generation under a grammar ends by itself: when nothing may follow (GBNF grammars: the
+// grammar decides), or as soon as the text is complete and only whitespace may follow (JSON documents,
+// from_json_schema and json_object: the root value is complete, and trailing whitespace, which means
+// nothing, must not count against max_tokens).
+enum class GrammarEnd { nothing_may_follow, only_whitespace_may_follow };
+
 // A parsed grammar: immutable, shared by every generation that uses it.
 class Grammar {
 public:
@@ -69,12 +75,15 @@ public:
 
     const std::string& gbnf() const { return gbnf_; }  // the GBNF text (converted, for a schema)
     const std::shared_ptr<const grammar::ParsedGrammar>& parsed() const { return parsed_; }
+    GrammarEnd end() const { return end_; }
 
-    Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed);
+    Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed,
+            GrammarEnd end = GrammarEnd::nothing_may_follow);
 
 private:
     std::string gbnf_;
     std::shared_ptr<const grammar::ParsedGrammar> parsed_;
+    GrammarEnd end_ = GrammarEnd::nothing_may_follow;
 };
 
 // A tokenizer's vocabulary indexed for grammar matching (a byte trie of the token pieces): build once
@@ -115,14 +124,17 @@ public:
     // Moves past text (e.g. an assistant prefix already in the prompt); false and no change when the
     // grammar rejects it.
     bool accept_text(std::string_view text);
-    bool can_end() const;                    // the text so far is complete
-    bool must_end() const;                   // complete, and nothing may follow: only an end-of-generation token
+    bool can_end() const;  // the text so far is complete
+    // Complete, and nothing may follow (only an end-of-generation token), or, for a grammar whose end()
+    // is only_whitespace_may_follow, only whitespace: the generation ends here.
+    bool must_end() const;
     bool active() const { return active_; }  // false: a lazy constraint before its trigger (or given up)
 
 private:
     void watch_for_trigger(int32_t token);
 
     std::unique_ptr<grammar::GrammarMatcher> matcher_;
+    GrammarEnd end_ = GrammarEnd::nothing_may_follow;
     std::shared_ptr<const GrammarVocabulary> vocabulary_;
     GrammarTrigger trigger_;
     bool active_ = true;

@@ -10,8 +10,8 @@
 
 namespace kvstash {
 
-Grammar::Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed)
-    : gbnf_(std::move(gbnf)), parsed_(std::move(parsed)) {}
+Grammar::Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed, GrammarEnd end)
+    : gbnf_(std::move(gbnf)), parsed_(std::move(parsed)), end_(end) {}
 
 std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf) {
     auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
@@ -22,11 +22,13 @@ GrammarVocabulary::GrammarVocabulary(std::shared_ptr<const grammar::TokenTrie> t
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const GrammarVocabulary> vocabulary)
-    : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())) {}
+    : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())),
+      end_(grammar->end()) {}
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const GrammarVocabulary> vocabulary, GrammarTrigger trigger)
     : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())),
+      end_(grammar->end()),
       vocabulary_(std::move(vocabulary)),
       trigger_(std::move(trigger)),
       active_(trigger_.text.empty()) {}
@@ -109,6 +111,10 @@ void GrammarConstraint::accept(int32_t token) {
 // A lazy constraint before its trigger takes any text (it constrains nothing yet).
 bool GrammarConstraint::accept_text(std::string_view text) { return !active_ || matcher_->accept_bytes(text); }
 bool GrammarConstraint::can_end() const { return !active_ || matcher_->can_end(); }
-bool GrammarConstraint::must_end() const { return active_ && matcher_->must_end(); }
+bool GrammarConstraint::must_end() const {
+    if (!active_) return false;
+    if (matcher_->must_end()) return true;
+    return end_ == GrammarEnd::only_whitespace_may_follow && matcher_->only_whitespace_may_follow();
+}
 
 }  // namespace kvstash

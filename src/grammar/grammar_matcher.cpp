@@ -368,6 +368,18 @@ bool GrammarMatcher::must_end() const { return can_end() && sets_[static_cast<si
 
 bool GrammarMatcher::is_dead() const { return state_.set == 0; }
 
+// Every byte but the four whitespace ones stepped from the current state (transitions are cached: after
+// the first time a state is asked, a lookup per byte).
+bool GrammarMatcher::only_whitespace_may_follow() {
+    if (!can_end()) return false;
+    for (int b = 0; b < 256; ++b) {
+        if (b == ' ' || b == '\t' || b == '\n' || b == '\r') continue;
+        State probe = state_;
+        if (step(probe, static_cast<uint8_t>(b))) return false;
+    }
+    return true;
+}
+
 void GrammarMatcher::set_cache_limits(size_t max_nodes, size_t max_sets) {
     max_nodes_ = max_nodes;
     max_sets_ = max_sets;

@@ -99,7 +99,9 @@ public:
     bool accept_bytes(std::string_view bytes);
     bool can_end() const;   // the whole input so far is a sentence of the grammar
     bool must_end() const;  // and nothing can follow it
-    bool is_dead() const;   // no stack left (never after accept_* succeeded)
+    // It can end, and only whitespace (space, tab, newline, carriage return) can follow it.
+    bool only_whitespace_may_follow();
+    bool is_dead() const;  // no stack left (never after accept_* succeeded)
     // Past these many stack nodes / stack sets the caches are dropped and rebuilt from the current stacks
     // (defaults bound a matcher's memory; tests set small ones to exercise the rebuild).
     void set_cache_limits(size_t max_nodes, size_t max_sets);

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "grammar/gbnf_parse.h"
 #include "kvstash/error.h"
 #include "kvstash/grammar.h"
 
@@ -334,12 +335,22 @@ std::string json_object_gbnf() {
 
 namespace kvstash {
 
+namespace {
+
+// A JSON document's grammar: generation ends when the root value is complete (GrammarEnd).
+std::shared_ptr<const Grammar> json_document(std::string gbnf) {
+    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
+    return std::make_shared<const Grammar>(std::move(gbnf), std::move(parsed), GrammarEnd::only_whitespace_may_follow);
+}
+
+}  // namespace
+
 std::shared_ptr<const Grammar> Grammar::from_json_schema(std::string_view schema_json) {
-    return from_gbnf(grammar::json_schema_to_gbnf(schema_json));
+    return json_document(grammar::json_schema_to_gbnf(schema_json));
 }
 
 std::shared_ptr<const Grammar> Grammar::json_object() {
-    static const std::shared_ptr<const Grammar> grammar = from_gbnf(grammar::json_object_gbnf());
+    static const std::shared_ptr<const Grammar> grammar = json_document(grammar::json_object_gbnf());
     return grammar;
 }
 

@@ -24,15 +24,53 @@ bool is_upload(const httplib::Request& req) {
 
 // The metrics label of a path: the route template, never the caller's text (bounded label set).
 std::string route_label(const std::string& path) {
-    for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health",
-                              "/metrics", "/tokenize", "/detokenize", "/v1/embeddings", "/api/chat", "/api/generate",
-                              "/api/tags", "/api/ps", "/api/show", "/api/embed", "/api/embeddings", "/api/version"}) {
+    for (const char* known : {"/v1/chat/completions",
+                              "/v1/completions",
+                              "/v1/models",
+                              "/v1/states",
+                              "/health",
+                              "/metrics",
+                              "/tokenize",
+                              "/detokenize",
+                              "/v1/embeddings",
+                              "/v1/responses",
+                              "/completion",
+                              "/props",
+                              "/slots",
+                              "/apply-template",
+                              "/api/chat",
+                              "/api/generate",
+                              "/api/tags",
+                              "/api/ps",
+                              "/api/show",
+                              "/api/embed",
+                              "/api/embeddings",
+                              "/api/version"}) {
         if (path == known) return known;
     }
     if (is_webui_path(path)) return path == "/" ? "/" : "/webui/{file}";
     if (path.starts_with("/v1/states/"))
         return path.ends_with("/file") ? "/v1/states/{name}/file" : "/v1/states/{name}";
     return "other";
+}
+
+// CORS (--cors-origin): a request from an allowed origin gets Access-Control-Allow-Origin on its answer
+// (errors included), and a preflight OPTIONS is answered here, before the API key is asked for (browsers
+// send no credentials with a preflight). Returns true when the request was a preflight (answered).
+bool apply_cors(const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
+    if (o.cors_origins.empty() || !req.has_header("Origin")) return false;
+    const std::string origin = req.get_header_value("Origin");
+    const bool any = std::find(o.cors_origins.begin(), o.cors_origins.end(), "*") != o.cors_origins.end();
+    if (!any && std::find(o.cors_origins.begin(), o.cors_origins.end(), origin) == o.cors_origins.end()) return false;
+    res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+    if (!any) res.set_header("Vary", "Origin");
+    if (req.method != "OPTIONS" || !req.has_header("Access-Control-Request-Method")) return false;
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+    res.set_header("Access-Control-Max-Age", "600");
+    return true;
 }
 
 // What is decided from the request head alone, before any of the body is read: the API key (401), a body
@@ -158,6 +196,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     http.set_payload_max_length(static_cast<size_t>(std::max(options.max_body, options.max_state_bytes)));
     http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
         request_log_begin();
+        if (apply_cors(ctx.options, req, res)) return httplib::Server::HandlerResponse::Handled;
         return refuse_before_body(ctx.options, req, res) ? httplib::Server::HandlerResponse::Handled
                                                          : httplib::Server::HandlerResponse::Unhandled;
     });
@@ -195,6 +234,8 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     register_state_routes(http, ctx);
     register_text_routes(http, ctx);
     register_embedding_routes(http, ctx);
+    register_llama_routes(http, ctx);
+    register_responses_routes(http, ctx);
     register_ollama_routes(http, ctx);
     register_webui_routes(http);
 }

@@ -150,6 +150,23 @@ void apply_options(const json& body, OllamaRequest& out, json& openai) {
     if (const json* v = field(*options, "stop")) openai["stop"] = *v;
 }
 
+// The translated body's `tools` and JSON Schema `format` as the client wrote them (keys in their order: tools
+// reach the prompt so, a schema's properties are generated so), for parse_completion_request's raw_body.
+std::string written_order_body(const std::string* raw_body) {
+    if (!raw_body) return {};
+    try {
+        const auto written = nlohmann::ordered_json::parse(*raw_body);
+        nlohmann::ordered_json out = nlohmann::ordered_json::object();
+        if (written.contains("tools")) out["tools"] = written["tools"];
+        if (written.contains("format") && written["format"].is_object()) {
+            out["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"schema", written["format"]}}}};
+        }
+        return out.dump();
+    } catch (const nlohmann::json::exception&) {
+        return {};  // then the keys are read in sorted order
+    }
+}
+
 }  // namespace
 
 void check_keep_alive(const json& body) {
@@ -233,7 +250,9 @@ OllamaRequest parse_ollama_request(const json& body, OllamaEndpoint endpoint, co
     if (out.load_only) return out;
     const SamplerParams sampling = out.completion.sampling;
     const std::optional<uint64_t> seed = out.completion.seed;
-    out.completion = parse_completion_request(openai, openai_endpoint, limits, raw_body);
+    const std::string openai_raw = written_order_body(raw_body);
+    out.completion =
+        parse_completion_request(openai, openai_endpoint, limits, openai_raw.empty() ? nullptr : &openai_raw);
     out.completion.sampling = sampling;
     out.completion.seed = seed;
     return out;

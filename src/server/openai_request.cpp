@@ -80,9 +80,6 @@ SamplerParams parse_sampling(const json& body, std::optional<uint64_t>& seed) {
 }
 
 void reject_unsupported(const json& body) {
-    if (const json* v = field(body, "echo"); v && v->is_boolean() && v->get<bool>()) {
-        throw bad_request("'echo' is not supported", "echo", "unsupported");
-    }
     if (field(body, "suffix")) throw bad_request("'suffix' is not supported", "suffix", "unsupported");
     if (const json* v = field(body, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
         throw bad_request("'best_of' is not supported (use n)", "best_of", "unsupported");
@@ -97,9 +94,21 @@ void reject_unsupported(const json& body) {
     if (const json* v = field(body, "model"); v && !v->is_string()) throw wrong_type("model", "a string");
 }
 
+// body[key] with its object keys in the order the client wrote them (nlohmann::json sorts keys): read
+// again from the body's text when it is given, else the sorted copy.
+nlohmann::ordered_json in_written_order(const std::string* raw_body, const char* key, const json& value) {
+    if (raw_body) {
+        try {
+            return nlohmann::ordered_json::parse(*raw_body).at(key);
+        } catch (const nlohmann::json::exception&) {}
+    }
+    return nlohmann::ordered_json::parse(value.dump());
+}
+
 // response_format and grammar -> a Grammar (400 naming the field for a bad one; unsupported JSON Schema
-// keywords are named in the message, code "unsupported").
-std::shared_ptr<const Grammar> parse_grammar(const json& body) {
+// keywords are named in the message, code "unsupported"). A schema keeps its properties' order (read
+// from `raw_body`): the output's keys come in that order, as docs/constrained-output.md promises.
+std::shared_ptr<const Grammar> parse_grammar(const json& body, const std::string* raw_body) {
     const json* format = field(body, "response_format");
     const json* gbnf = field(body, "grammar");
     std::shared_ptr<const Grammar> grammar;
@@ -120,7 +129,8 @@ std::shared_ptr<const Grammar> parse_grammar(const json& body) {
                     throw bad_request("'response_format.json_schema.schema' is required", "response_format",
                                       "missing_field");
                 param = "response_format.json_schema.schema";
-                grammar = Grammar::from_json_schema(schema->dump());
+                const nlohmann::ordered_json ordered = in_written_order(raw_body, "response_format", *format);
+                grammar = Grammar::from_json_schema(ordered.at("json_schema").at("schema").dump());
             } else if (t != "text") {
                 throw bad_request("response_format type '" + t + "' is not supported (text, json_object, json_schema)",
                                   "response_format", "unsupported");
@@ -153,6 +163,46 @@ void parse_logprobs(const json& body, CompletionRequest& out) {
         out.top_logprobs = static_cast<int>(get_int(*v, "logprobs", 0, 20));
         out.logprobs = true;
     }
+}
+
+// Token ids (OpenAI's prompt as an array of integers); 400 for anything else. The ids are checked
+// against the vocabulary when the job is built.
+std::vector<int32_t> parse_prompt_tokens(const json& value) {
+    std::vector<int32_t> tokens;
+    for (const json& id : value) tokens.push_back(static_cast<int32_t>(get_int(id, "prompt", 0, INT32_MAX)));
+    return tokens;
+}
+
+// `prompt`: a string, token ids, or an array of strings / of token-id arrays (OpenAI's completions). A
+// single prompt goes to prompt / prompt_tokens, several to `prompts`.
+void parse_prompt(const json& prompt, CompletionRequest& out) {
+    constexpr const char* expected = "a string, an array of strings, an array of token ids or an array of those";
+    if (prompt.is_string()) {
+        out.prompt = prompt.get<std::string>();
+        return;
+    }
+    if (!prompt.is_array() || prompt.empty()) throw wrong_type("prompt", expected);
+    if (prompt[0].is_number()) {
+        out.prompt_tokens = parse_prompt_tokens(prompt);
+        return;
+    }
+    std::vector<PromptInput> inputs;
+    for (const json& item : prompt) {
+        if (item.is_string()) {
+            inputs.push_back({item.get<std::string>(), std::nullopt});
+        } else if (item.is_array() && !item.empty() && item[0].is_number()) {
+            inputs.push_back({{}, parse_prompt_tokens(item)});
+        } else {
+            throw wrong_type("prompt", expected);
+        }
+    }
+    if (inputs.size() == 1) {
+        out.prompt = std::move(inputs[0].text);
+        out.prompt_tokens = std::move(inputs[0].tokens);
+        if (out.prompt_tokens) out.prompt.reset();
+        return;
+    }
+    out.prompts = std::move(inputs);
 }
 
 bool valid_tool_name(const std::string& name) {
@@ -295,22 +345,12 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     if (const json* v = field(body, "stop")) out.stop = parse_stop(*v);
     out.sampling = parse_sampling(body, out.seed);
     parse_logprobs(body, out);
-    out.grammar = parse_grammar(body);
+    out.grammar = parse_grammar(body, raw_body);
     if (const json* tools = field(body, "tools"); tools && (chat || !tools->empty())) {
         if (!chat) {
             throw bad_request("'tools' need the chat endpoint (/v1/chat/completions)", "tools", "unsupported");
         }
-        nlohmann::ordered_json ordered;
-        if (raw_body) {
-            try {
-                ordered = nlohmann::ordered_json::parse(*raw_body).at("tools");
-            } catch (const nlohmann::json::exception&) {
-                ordered = nlohmann::ordered_json::parse(tools->dump());
-            }
-        } else {
-            ordered = nlohmann::ordered_json::parse(tools->dump());
-        }
-        parse_tools(ordered, out.tools);
+        parse_tools(in_written_order(raw_body, "tools", *tools), out.tools);
     }
     parse_tool_choice(body, out.tools);
     if (out.grammar && out.tools.choice != ToolChoice::none) {
@@ -327,14 +367,15 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
         if (!messages) throw bad_request("'messages' is required", "messages", "missing_field");
         out.messages = get_messages(*messages);
     } else {
-        const json* prompt = field(body, "prompt");
-        if (prompt && prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
-            out.prompt = (*prompt)[0].get<std::string>();
-        } else if (prompt) {
-            out.prompt = get_string(*prompt, "prompt");
+        if (const json* prompt = field(body, "prompt")) {
+            parse_prompt(*prompt, out);
         } else if (!out.state) {
             throw bad_request("'prompt' is required", "prompt", "missing_field");
         }
+        if (const json* v = field(body, "echo")) out.echo = get_bool(*v, "echo");
+        if (out.echo && out.logprobs)
+            throw bad_request("'echo' with 'logprobs' is not supported", "echo", "unsupported");
+        if (out.echo && out.state) throw bad_request("'echo' with 'state' is not supported", "echo", "unsupported");
     }
     const json* max_tokens = field(body, "max_tokens");
     if (!max_tokens) max_tokens = field(body, "max_completion_tokens");

@@ -2,7 +2,7 @@
 // with the field as `param`). Pure: no model, tokenizer or scheduler is needed (the fuzz target
 // tests/fuzz/request_fuzz.cpp drives these); server/request_job.h turns a request into a job.
 // Unknown fields are ignored, as OpenAI's clients send fields a server may not know; a few known ones
-// kvstash does not implement (echo, suffix, best_of > 1, functions) are refused instead.
+// kvstash does not implement (suffix, best_of > 1, functions, echo with logprobs) are refused instead.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +37,12 @@ struct ToolRequest {
     bool parallel = true;  // more than one call in a reply (Qwen 2.5; Llama 3.1 makes one)
 };
 
+// One prompt of an array `prompt` (OpenAI's completions): text, or token ids.
+struct PromptInput {
+    std::string text;
+    std::optional<std::vector<int32_t>> tokens;  // set: the prompt is these ids, as given (no BOS added)
+};
+
 // Which completion endpoint a request came to: POST /v1/completions (text) or /v1/chat/completions (chat).
 enum class Endpoint { text, chat };
 
@@ -54,8 +60,14 @@ struct CompletionRequest {
     std::optional<std::string> state;    // a valid state name to continue from
     std::optional<std::string> adapter;  // an adapter set's name (`serve --lora NAME=...`)
     std::vector<ChatMessage> messages;   // chat: non-empty
-    std::optional<std::string> prompt;   // text: none only when continuing a state
-    std::optional<int64_t> max_tokens;   // max_tokens or max_completion_tokens; none: OpenAI's default
+    // text: the prompt as text, or as token ids (exactly one of the two, or neither when continuing a state
+    // or when `prompts` holds several).
+    std::optional<std::string> prompt;
+    std::optional<std::vector<int32_t>> prompt_tokens;
+    // text: an array `prompt` of several prompts; each gets n choices, choice i of prompt p has index p * n + i.
+    std::vector<PromptInput> prompts;
+    bool echo = false;                  // text: each choice's text starts with its prompt (not with logprobs)
+    std::optional<int64_t> max_tokens;  // max_tokens or max_completion_tokens; none: OpenAI's default
     // response_format {"type": "json_object"} / {"type": "json_schema", "json_schema": {"schema": ...}},
     // or `grammar` (GBNF text); null: unconstrained ("type": "text" too).
     std::shared_ptr<const Grammar> grammar;
@@ -77,8 +89,9 @@ nlohmann::json parse_json_body(const std::string& body);
 
 // Throw ApiError (400) for a bad field. A few fields read with json::value() may throw json::exception
 // for a value of the wrong type; the routes answer that with 400 "bad JSON value" too.
-// `raw_body`, when given, is the body's text: tools are read from it in their keys' order (nlohmann::json
-// sorts keys), so that they reach the prompt as the client wrote them, as transformers renders them.
+// `raw_body`, when given, is the body's text: tools and a response_format's JSON Schema are read from it
+// in their keys' order (nlohmann::json sorts keys), so that tools reach the prompt as the client wrote
+// them, as transformers renders them, and a schema's properties are generated in the schema's order.
 CompletionRequest parse_completion_request(const nlohmann::json& body, Endpoint endpoint, const RequestLimits& limits,
                                            const std::string* raw_body = nullptr);
 PrefillRequest parse_prefill_request(const nlohmann::json& body);

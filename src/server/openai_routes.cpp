@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "kvstash/error.h"
+#include "server/completion_run.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_job.h"
@@ -55,8 +56,8 @@ void log_usage(const Usage& usage) {
     request_log_tokens(usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens);
 }
 
-// Blocks until the job is done; feeds every piece / finish to `formatter`. Throws ApiError on an error event.
-Usage wait_for_job(RequestChannel& channel, CompletionFormatter* formatter, std::shared_ptr<State>* state) {
+// Blocks until a prefill job is done. Throws ApiError on an error event.
+Usage wait_for_prefill(RequestChannel& channel, std::shared_ptr<State>* state) {
     std::vector<ChannelEvent> events;
     while (true) {
         events.clear();
@@ -64,12 +65,7 @@ Usage wait_for_job(RequestChannel& channel, CompletionFormatter* formatter, std:
         for (ChannelEvent& event : events) {
             switch (event.kind) {
                 case ChannelEvent::Kind::piece:
-                    request_log_first_token();
-                    if (formatter) formatter->add(event);
-                    break;
-                case ChannelEvent::Kind::finish:
-                    if (formatter) formatter->add(event);
-                    break;
+                case ChannelEvent::Kind::finish: break;
                 case ChannelEvent::Kind::done:
                     log_usage(event.usage);
                     if (state) *state = std::move(event.state);
@@ -80,29 +76,28 @@ Usage wait_for_job(RequestChannel& channel, CompletionFormatter* formatter, std:
     }
 }
 
-void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> channel,
+void stream_response(httplib::Response& res, std::shared_ptr<CompletionRun> run,
                      std::shared_ptr<CompletionFormatter> formatter, bool include_usage) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [channel, formatter, include_usage](size_t, httplib::DataSink& sink) {
-            auto write = [&sink, &channel](const std::string& text) {
+        [run, formatter, include_usage](size_t, httplib::DataSink& sink) {
+            auto write = [&sink, &run](const std::string& text) {
                 if (text.empty() || sink.write(text.data(), text.size())) return true;
-                channel->cancel();  // the client went away: the scheduler frees the sequence at its next step
+                run->cancel();  // the client went away: the scheduler frees the sequences at its next step
                 return false;
             };
             std::vector<ChannelEvent> events;
-            while (!channel->wait(events, std::chrono::milliseconds(100))) {
+            while (!run->wait(events, std::chrono::milliseconds(100))) {
                 if (!sink.is_writable()) {
-                    channel->cancel();
+                    run->cancel();
                     return false;
                 }
             }
             for (const ChannelEvent& event : events) {
                 if (event.kind == ChannelEvent::Kind::piece) request_log_first_token();
                 if (event.kind == ChannelEvent::Kind::done) {
-                    log_usage(event.usage);
                     if (include_usage && !write(formatter->sse_usage(event.usage))) return false;
                     if (!write("data: [DONE]\n\n")) return false;
                     sink.done();
@@ -117,8 +112,8 @@ void stream_response(httplib::Response& res, std::shared_ptr<RequestChannel> cha
             }
             return true;
         },
-        [channel](bool success) {
-            if (!success) channel->cancel();
+        [run](bool success) {
+            if (!success) run->cancel();
         });
 }
 
@@ -126,16 +121,14 @@ void handle_completion(const httplib::Request& req, httplib::Response& res, Serv
     require_body_size(req, ctx);
     const CompletionRequest request =
         parse_completion_request(parse_json_body(req.body), endpoint, request_limits(ctx), &req.body);
-    std::unique_ptr<GenerationJob> job = build_completion_job(request, ctx);
-    auto channel = job->channel;
-    auto formatter = std::make_shared<CompletionFormatter>(request.chat, ctx.model_id, ctx.model->tokenizer(), job->n,
-                                                           request.logprobs, job->tool_call_format);
-    if (!ctx.scheduler->submit(std::move(job))) throw queue_full(ctx);
+    auto run = std::make_shared<CompletionRun>(ctx, request);
+    auto formatter = std::make_shared<CompletionFormatter>(request.chat, ctx.model_id, ctx.model->tokenizer(),
+                                                           run->n_choices(), request.logprobs, run->tool_call_format());
     if (request.stream) {
-        stream_response(res, channel, formatter, request.include_usage);
+        stream_response(res, run, formatter, request.include_usage);
         return;
     }
-    const Usage usage = wait_for_job(*channel, formatter.get(), nullptr);
+    const Usage usage = wait_for_run(*run, [&](const ChannelEvent& event) { formatter->add(event); });
     send_json(res, formatter->response(usage));
 }
 
@@ -146,7 +139,7 @@ std::shared_ptr<State> run_prefill(ServerContext& ctx, std::unique_ptr<Generatio
     auto channel = job->channel;
     if (!ctx.scheduler->submit(std::move(job))) throw queue_full(ctx);
     std::shared_ptr<State> state;
-    usage = wait_for_job(*channel, nullptr, &state);
+    usage = wait_for_prefill(*channel, &state);
     if (!state) throw ApiError(500, "the prefill finished without a state");
     return state;
 }

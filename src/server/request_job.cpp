@@ -164,7 +164,19 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
         set_tool_grammar(request, *job, ctx);
         job->prompt = chat_tokens(request.messages, AddGenerationPrompt::yes, ctx, request.tools.definitions);
         if (job->base) drop_state_tokens(*job->base, job->prompt);
+    } else if (request.prompt_tokens) {
+        // Token ids are taken as given (no BOS is added), as OpenAI and llama-server take them.
+        for (const int32_t id : *request.prompt_tokens) {
+            if (id >= ctx.model->n_vocab()) {
+                throw bad_request("prompt token id " + std::to_string(id) + " is outside the vocabulary (" +
+                                      std::to_string(ctx.model->n_vocab()) + " tokens)",
+                                  "prompt", "invalid_value");
+            }
+        }
+        job->prompt = *request.prompt_tokens;
     } else {
+        if (!request.prompts.empty())
+            throw ApiError(500, "a request with several prompts reached build_completion_job (one job per prompt)");
         // A continued state already has its BOS.
         job->prompt = ctx.model->tokenizer().encode(request.prompt.value_or(""),
                                                     job->base ? AddSpecial::no : AddSpecial::yes, ParseSpecial::yes);

@@ -16,6 +16,9 @@ void register_openai_routes(httplib::Server& http, ServerContext& ctx);
 void register_state_routes(httplib::Server& http, ServerContext& ctx);
 void register_text_routes(httplib::Server& http, ServerContext& ctx);       // /tokenize, /detokenize
 void register_embedding_routes(httplib::Server& http, ServerContext& ctx);  // /v1/embeddings
+// llama-server's /completion, /props, /slots, /apply-template
+void register_llama_routes(httplib::Server& http, ServerContext& ctx);
+void register_responses_routes(httplib::Server& http, ServerContext& ctx);  // /v1/responses
 void register_webui_routes(httplib::Server& http);                          // /, /webui/<file>
 void register_ollama_routes(httplib::Server& http, ServerContext& ctx);     // /api/chat, /api/generate, ... (Ollama)
 

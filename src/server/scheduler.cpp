@@ -6,6 +6,7 @@
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"
 #include "server/api_error.h"
+#include "state/state_access.h"
 
 namespace kvstash::server {
 
@@ -41,10 +42,30 @@ Scheduler::~Scheduler() {
     thread_.join();
 }
 
+namespace {
+
+int slots_needed(const GenerationJob& job) { return job.kind == GenerationJob::Kind::prefill ? 1 : job.n; }
+
+}  // namespace
+
 bool Scheduler::submit(std::unique_ptr<GenerationJob> job) {
     {
         std::lock_guard lock(mutex_);
-        if (stopping_ || static_cast<int>(queue_.size()) >= options_.queue) return false;
+        if (stopping_) return false;
+        // Jobs that the free slots take at the scheduler's next pass (first come, first served, as run()
+        // admits them) are not waiting: only the others count against --queue. A burst arriving while
+        // the scheduler is inside a step would otherwise find the queue full with slots free.
+        int free_slots = options_.parallel - slots_used_.load();
+        int waiting = 0;
+        for (const auto& queued : queue_) {
+            const int need = slots_needed(*queued);
+            if (waiting == 0 && need <= free_slots) {
+                free_slots -= need;
+            } else {
+                ++waiting;
+            }
+        }
+        if (!(waiting == 0 && slots_needed(*job) <= free_slots) && waiting >= options_.queue) return false;
         queue_.push_back(std::move(job));
         metrics_.queue_depth.store(static_cast<int64_t>(queue_.size()));
     }
@@ -60,7 +81,7 @@ void Scheduler::run() {
             if (sequences_.empty()) wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
             if (stopping_) break;
             for (auto it = queue_.begin(); it != queue_.end();) {
-                const int need = (*it)->kind == GenerationJob::Kind::prefill ? 1 : (*it)->n;
+                const int need = slots_needed(**it);
                 if (slots_used_ + need > options_.parallel) break;  // first come, first served
                 if (waits_for_shared_prefix(**it, admitted)) {
                     ++it;
@@ -141,6 +162,12 @@ void Scheduler::admit(std::unique_ptr<GenerationJob> job) {
     }
     seq->job = progress;
     const int64_t to_compute = static_cast<int64_t>(j.prompt.size()) - seq->prompt_done;
+    // A recurrent state cannot be cut back, so the prefix cache reuses a prefix only up to a checkpoint.
+    // One just before the prompt's last token lets the same prompt again reuse all but that token (the
+    // logits of the last one are needed); the state where the generation ends is cached at release, so
+    // a next turn reuses the whole exchange. Kept within the State's checkpoint budget; O(1) when taken.
+    if (model_->info().n_recurrent_layers > 0 && to_compute >= 2)
+        StateAccess::want_checkpoint(seq->state, seq->state.n_tokens() + to_compute - 1);
     progress->usage.prompt_tokens = seq->state.n_tokens() + to_compute;
     progress->usage.cached_tokens = reused;
     metrics_.count_prompt(to_compute, reused);

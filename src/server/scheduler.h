@@ -11,6 +11,7 @@
 // request's tokens do not depend on what else is being served.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -51,7 +52,8 @@ public:
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
 
-    // False when the queue is full (the caller answers 503). The job's channel then receives nothing.
+    // False when the queue is full (the caller answers 503): `queue` jobs wait already, not counting those
+    // the free sequence slots take at the next pass. The job's channel then receives nothing.
     bool submit(std::unique_ptr<GenerationJob> job);
 
     int64_t n_ctx() const { return n_ctx_; }
@@ -88,9 +90,12 @@ private:
     std::deque<std::unique_ptr<GenerationJob>> queue_;  // guarded by mutex_
     bool stopping_ = false;                             // guarded by mutex_
 
+    // Sequence slots taken by admitted jobs: raised under mutex_ (with the queue), lowered by the scheduler
+    // thread alone; submit() reads it under mutex_ to tell a free slot from a wait.
+    std::atomic<int> slots_used_ = 0;
+
     // Scheduler thread only.
     std::vector<std::unique_ptr<Sequence>> sequences_;
-    int slots_used_ = 0;
     std::thread thread_;
 };
 

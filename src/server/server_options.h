@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvstash/adapter.h"
 #include "kvstash/kv_type.h"
@@ -45,6 +46,9 @@ struct ServerOptions {
     std::string state_store;
     int redis_connect_timeout_ms = 100;  // both: a connect, then each command, never waits longer
     int redis_io_timeout_ms = 500;
+
+    // Origins whose web pages may call the API from a browser (CORS; "*": any); empty: none (no CORS headers).
+    std::vector<std::string> cors_origins;
 };
 
 }  // namespace kvstash::server

@@ -133,6 +133,70 @@ TEST(ServerConstrained, JsonObjectAndGrammarStreamed) {
     EXPECT_TRUE(text.ends_with(".")) << text;
 }
 
+// Issue 33 item 1: the schema's order is `reasoning` then `answer` (not alphabetical). The body is sent as
+// text: a json object would sort the keys before they leave the client.
+TEST(ServerConstrained, JsonSchemaKeepsThePropertiesOrder) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    httplib::Client client(server().url());
+    client.set_read_timeout(300);
+    const std::string body = R"({"messages": [{"role": "user", "content": "What is 3 + 4? Think, then answer."}],
+        "max_tokens": 80, "seed": 2, "temperature": 0.7,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "worked", "schema": {
+          "type": "object",
+          "properties": {"reasoning": {"type": "string", "maxLength": 60}, "answer": {"type": "integer"}},
+          "required": ["reasoning", "answer"]}}}})";
+    const Reply r = post(client, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.text;
+    const std::string content = r.body["choices"][0]["message"]["content"];
+    const size_t reasoning = content.find("\"reasoning\"");
+    ASSERT_NE(reasoning, std::string::npos) << content;
+    EXPECT_EQ(content.find_first_not_of(" \t\n{"), reasoning) << content;  // the first key
+    const size_t answer = content.find("\"answer\"");
+    if (r.body["choices"][0]["finish_reason"] == "stop") {
+        EXPECT_NE(answer, std::string::npos) << content;
+    }
+    if (answer != std::string::npos) {
+        EXPECT_GT(answer, reasoning) << content;
+    }
+}
+
+// Issue 33 item 5: with whitespace made likelier than anything else (logit_bias on the newline and tab
+// tokens), the document is still ended when its root object closes: finish "stop", no trailing
+// whitespace, and never "length" for whitespace the grammar would have allowed after the "}".
+TEST(ServerConstrained, JsonEndsWhenTheRootValueIsComplete) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    httplib::Client client(server().url());
+    client.set_read_timeout(300);
+    json bias = json::object();
+    for (const char* ws : {"\n", "\t", "\t\t", "\n\t"}) {
+        const Reply ids = post(client, "/tokenize", json{{"content", ws}});
+        ASSERT_EQ(ids.status, 200) << ids.text;
+        if (ids.body["tokens"].size() == 1) bias[std::to_string(ids.body["tokens"][0].get<int>())] = 30;
+    }
+    ASSERT_FALSE(bias.empty());
+    const json schema = {
+        {"type", "object"}, {"properties", {{"ok", {{"type", "boolean"}}}}}, {"required", json::array({"ok"})}};
+    for (const bool object_mode : {false, true}) {
+        json format = object_mode
+                          ? json{{"type", "json_object"}}
+                          : json{{"type", "json_schema"}, {"json_schema", {{"name", "ok"}, {"schema", schema}}}};
+        const Reply r = post(client, "/v1/chat/completions",
+                             chat_body({{"seed", 4},
+                                        {"max_tokens", object_mode ? 120 : 200},
+                                        {"logit_bias", bias},
+                                        {"response_format", format}}));
+        ASSERT_EQ(r.status, 200) << r.text;
+        const json& choice = r.body["choices"][0];
+        const std::string content = choice["message"]["content"];
+        if (!object_mode || choice["finish_reason"] == "stop") {
+            EXPECT_EQ(choice["finish_reason"], "stop") << content;
+            ASSERT_FALSE(content.empty());
+            EXPECT_EQ(content.back(), '}') << json(content).dump();
+            EXPECT_TRUE(json::parse(content, nullptr, false).is_object()) << content;
+        }
+    }
+}
+
 TEST(ServerConstrained, UnconstrainedRequestsAreUnchanged) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     httplib::Client client(server().url());

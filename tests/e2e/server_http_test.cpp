@@ -255,7 +255,7 @@ TEST_F(ServerHttp, BadRequestsAreOpenAIErrors) {
         {"/v1/completions", R"({"prompt": "hi", "stream": "yes"})", "stream"},
         {"/v1/completions", R"({"prompt": "hi", "logprobs": 50})", "logprobs"},
         {"/v1/completions", R"({"prompt": "hi", "logit_bias": {"99999999": 1}})", "logit_bias"},
-        {"/v1/completions", R"({"prompt": "hi", "echo": true})", "echo"},
+        {"/v1/completions", R"({"prompt": "hi", "echo": true, "logprobs": 1})", "echo"},
         {"/v1/completions", R"({"max_tokens": 3})", "prompt"},
         {"/v1/chat/completions", R"({"messages": []})", "messages"},
         {"/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages"},

@@ -44,7 +44,7 @@ void check_completion(const srv::CompletionRequest& r, bool chat) {
     if (chat) {
         check_messages(r.messages);
     } else {
-        require(r.prompt || r.state);
+        require(r.prompt || r.prompt_tokens || r.prompts.size() > 1 || r.state);
     }
     require(r.sampling.temperature >= 0.0f && r.sampling.top_p >= 0.0f && r.sampling.top_p <= 1.0f);
     for (const auto& [id, bias] : r.sampling.logit_bias) require(id >= 0 && bias >= -100.0f && bias <= 100.0f);

@@ -103,8 +103,27 @@ TEST(ServerRequest, UnknownFieldsAreIgnored) {
     EXPECT_EQ(r.prompt, "x");
 }
 
+// OpenAI's prompt shapes (issue 33 item 8): a string, token ids, or an array of either.
+TEST(ServerRequest, PromptArraysAndTokenIds) {
+    EXPECT_EQ(text(R"({"prompt": ["Hi"]})").prompt, "Hi");
+    const CompletionRequest ids = text(R"({"prompt": [1, 2, 3], "echo": true})");
+    EXPECT_FALSE(ids.prompt);
+    EXPECT_EQ(ids.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+    EXPECT_TRUE(ids.echo);
+    const CompletionRequest several = text(R"({"prompt": ["a", [4, 5], "c"], "n": 2})");
+    EXPECT_FALSE(several.prompt);
+    EXPECT_FALSE(several.prompt_tokens);
+    ASSERT_EQ(several.prompts.size(), 3u);
+    EXPECT_EQ(several.prompts[0].text, "a");
+    EXPECT_EQ(several.prompts[1].tokens, (std::vector<int32_t>{4, 5}));
+    EXPECT_EQ(several.prompts[2].text, "c");
+    EXPECT_FALSE(several.prompts[2].tokens);
+    expect_bad_request([] { text(R"({"prompt": [1, -2]})"); }, "prompt", "invalid_value", "must be between");
+}
+
 TEST(ServerRequest, UnsupportedFieldsAreRefused) {
-    expect_bad_request([] { text(R"({"prompt": "x", "echo": true})"); }, "echo", "unsupported", "not supported");
+    expect_bad_request([] { text(R"({"prompt": "x", "echo": true, "logprobs": 1})"); }, "echo", "unsupported",
+                       "not supported");
     expect_bad_request([] { text(R"({"prompt": "x", "suffix": "y"})"); }, "suffix", "unsupported", "not supported");
     expect_bad_request([] { text(R"({"prompt": "x", "best_of": 2})"); }, "best_of", "unsupported", "use n");
     expect_bad_request([] { chat(R"({"messages": [], "tools": [{"type": "retrieval"}]})"); }, "tools", "unsupported",
@@ -182,7 +201,9 @@ TEST(ServerRequest, WrongTypesNameTheField) {
     };
     for (const Case& c : std::vector<Case>{
              {R"({"prompt": 5})", "prompt"},
-             {R"({"prompt": ["a", "b"]})", "prompt"},
+             {R"({"prompt": ["a", 1]})", "prompt"},
+             {R"({"prompt": [[1], "b", []]})", "prompt"},
+             {R"({"prompt": []})", "prompt"},
              {R"({"prompt": "x", "max_tokens": "8"})", "max_tokens"},
              {R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens"},
              {R"({"prompt": "x", "temperature": "hot"})", "temperature"},

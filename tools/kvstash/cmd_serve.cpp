@@ -130,6 +130,9 @@ void register_serve(CLI::App& root, Action& action) {
                     "require 'Authorization: Bearer KEY' on every route but /health (or set $KVSTASH_API_KEY, "
                     "which other users cannot read in the process list)")
         ->envname("KVSTASH_API_KEY");
+    cmd->add_option("--cors-origin", o.cors_origins,
+                    "let web pages from this origin call the API from a browser (e.g. http://localhost:3000; "
+                    "'*' for any; repeat for several): CORS headers and preflight OPTIONS answers");
     cmd->add_option("--max-body", o.max_body,
                     "largest JSON request body in bytes (413 past it, checked before reading; bodies need a "
                     "Content-Length: chunked ones are refused with 411)")

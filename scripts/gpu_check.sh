@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The one prepared GPU check (docs/cuda.md, issue 29): run on the GPU machine, in the repository root, with
+# build-gpu-pack/ carried (scripts/gpu_pack.sh, run beforehand on a machine with nvcc):
+#   scripts/gpu_check.sh OUTDIR            run the carried build-gpu-pack/gpu_tests (built elsewhere)
+#   scripts/gpu_check.sh OUTDIR --build    rebuild the kernels and tests with this machine's nvcc first
+# Without a carried binary, or when it does not start here, it rebuilds (CMake, nvcc, GoogleTest from the
+# system or from build-gpu-pack/googletest). Then: the GPU tests (label gpu), compute-sanitizer memcheck and
+# racecheck on the kernels' tests where the tool works, the kernel timings (gpu_bench) when built, and a
+# summary. Writes at most 8 files into OUTDIR (the device tool's limit): summary.md, env.txt, gpu_tests.log,
+# gpu_tests.xml, sanitizer.log, bench.txt, build.log. Each step has its own timeout; the whole stays under
+# about 8 minutes. Exit status: 0 when the GPU tests ran on a GPU and passed, 1 otherwise.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+if [ $# -lt 1 ]; then
+  echo "usage: scripts/gpu_check.sh OUTDIR [--build]" >&2
+  exit 2
+fi
+OUTDIR="$1"
+BUILD=0
+[ "${2:-}" = "--build" ] && BUILD=1
+mkdir -p "$OUTDIR"
+START=$(date +%s)
+elapsed() { echo $(($(date +%s) - START)); }
+PATH="$PATH:/usr/local/cuda/bin"
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "uname: $(uname -a)"
+  echo "glibc: $(ldd --version 2>&1 | head -1)"
+  echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo absent)"
+  echo "cmake: $(cmake --version 2>/dev/null | head -1 || echo absent)"
+  echo "--- nvidia-smi"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+  echo "--- carried pack"
+  cat build-gpu-pack/MANIFEST 2>/dev/null || echo "no build-gpu-pack/MANIFEST"
+} >"$OUTDIR/env.txt" 2>&1
+
+BIN="$ROOT/build-gpu-pack/gpu_tests"
+BENCH="$ROOT/build-gpu-pack/gpu_bench"
+for f in "$BIN" "$BENCH"; do [ -f "$f" ] && chmod +x "$f" 2>/dev/null; done  # in case the copy lost the mode
+if [ "$BUILD" -eq 0 ] && { [ ! -x "$BIN" ] || ! "$BIN" --gtest_list_tests >/dev/null 2>&1; }; then
+  echo "gpu_check: the carried build-gpu-pack/gpu_tests is missing or does not start here: rebuilding" | tee -a "$OUTDIR/env.txt"
+  BUILD=1
+fi
+BUILD_RESULT="not rebuilt (carried binary)"
+if [ "$BUILD" -eq 1 ]; then
+  B=/tmp/kvstash-build-cuda
+  GTEST=()
+  [ -d build-gpu-pack/googletest ] && GTEST=(-DKVSTASH_GTEST_SOURCE_DIR="$ROOT/build-gpu-pack/googletest")
+  GENERATOR=(); command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+  if timeout 360 bash -c "cmake -S tests/gpu/standalone -B $B ${GENERATOR[*]} -DCMAKE_BUILD_TYPE=Release ${GTEST[*]} &&
+      cmake --build $B -j$(nproc)" >"$OUTDIR/build.log" 2>&1; then
+    BIN="$B/gpu/gpu_tests"
+    BENCH="$B/gpu/gpu_bench"
+    BUILD_RESULT="rebuilt here in $(elapsed) s"
+  else
+    BUILD_RESULT="REBUILD FAILED (build.log)"
+  fi
+fi
+
+if [ -x "$BIN" ] && command -v cuobjdump >/dev/null; then
+  { echo "--- device code in $(basename "$BIN")"; cuobjdump --list-elf --list-ptx "$BIN" 2>&1 | head -20; } >>"$OUTDIR/env.txt"
+fi
+
+TESTS_RC=1
+if [ -x "$BIN" ]; then
+  timeout 240 "$BIN" --gtest_output=xml:"$OUTDIR/gpu_tests.xml" >"$OUTDIR/gpu_tests.log" 2>&1
+  TESTS_RC=$?
+else
+  echo "no gpu_tests binary" >"$OUTDIR/gpu_tests.log"
+fi
+TESTS_DONE=$(elapsed)
+
+SANITIZER="not run"
+SAN="$(command -v compute-sanitizer || true)"
+if [ -n "$SAN" ] && [ -x "$BIN" ] && [ "$(elapsed)" -lt 300 ]; then
+  # The correctness tests on small inputs (the 256-row batch tests would take minutes under the tool).
+  FILTER='GpuDequantize.*:GpuMatmul.EveryType*:GpuMatmul.Bf16*:GpuLogits.*:GpuRmsNorm.*:GpuRope.*:GpuSwiglu.*:GpuKvStore.*:GpuAttention.BitwiseTheCpu*'
+  {
+    echo "=== memcheck"
+    timeout 120 "$SAN" --tool memcheck --error-exitcode 9 "$BIN" --gtest_filter="$FILTER" 2>&1 | tail -40
+    echo "memcheck exit: ${PIPESTATUS[0]}"
+    echo "=== racecheck (attention and norm: the kernels with shared memory)"
+    timeout 90 "$SAN" --tool racecheck --error-exitcode 9 "$BIN" \
+      --gtest_filter='GpuAttention.BitwiseTheCpu*:GpuRmsNorm.*' 2>&1 | tail -40
+    echo "racecheck exit: ${PIPESTATUS[0]}"
+  } >"$OUTDIR/sanitizer.log" 2>&1
+  SANITIZER="$(grep -E '^(memcheck|racecheck) exit' "$OUTDIR/sanitizer.log" | tr '\n' ' ')"
+fi
+
+BENCH_RESULT="not run (no gpu_bench)"
+if [ -x "$BENCH" ] && [ "$(elapsed)" -lt 420 ]; then
+  timeout 60 "$BENCH" >"$OUTDIR/bench.txt" 2>&1
+  BENCH_RESULT="exit $? (bench.txt)"
+fi
+
+LOG="$OUTDIR/gpu_tests.log"
+passed=$(grep -o '\[  PASSED  \] [0-9]* test' "$LOG" | grep -o '[0-9]*' || echo 0)
+skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$LOG" | grep -o '[0-9]*' || echo 0)
+failed=$(grep -o '[0-9]* FAILED TEST' "$LOG" | grep -o '[0-9]*' || echo 0)
+OK=0
+if [ "$TESTS_RC" -eq 0 ] && [ "${skipped:-0}" = "0" ] && [ "${passed:-0}" != "0" ]; then OK=1; fi
+{
+  echo "# kvstash GPU check"
+  echo
+  echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); binary: $BUILD_RESULT"
+  echo "- GPU tests (tests/gpu, label gpu): exit $TESTS_RC; passed ${passed:-0}, failed ${failed:-0}, skipped ${skipped:-0} (gpu_tests.log, gpu_tests.xml)"
+  grep '^\[  FAILED  \]' "$LOG" | sort -u | sed 's/^/  - /'
+  echo "- compute-sanitizer: $SANITIZER"
+  echo "- kernel timings: $BENCH_RESULT"
+  echo "- result: $([ "$OK" -eq 1 ] && echo 'PASSED on a GPU' || echo 'NOT PASSED (see above)')"
+  echo "- time: tests done at ${TESTS_DONE} s, all done at $(elapsed) s"
+  echo
+  echo "Not covered by this check yet (issue 29): the forward pass on the GPU (the seam wiring), model parity"
+  echo "against transformers and the CPU, the state features, and the end-to-end benchmarks."
+} >"$OUTDIR/summary.md"
+cat "$OUTDIR/summary.md"
+[ "$OK" -eq 1 ]
