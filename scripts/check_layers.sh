@@ -15,7 +15,7 @@
 #   7 text       src/text/          chat templates
 #   8 grammar    src/grammar/       GBNF grammars, JSON Schema -> GBNF, the token-mask matcher
 #   9 engine     src/engine/        evaluator, generation, sampler, sessions, prefix cache
-#  10 frontends  src/server/ tools/ examples/ bench/
+#  10 frontends  src/server/ src/hub/ tools/ examples/ bench/
 # A public header belongs to the layer that implements it (PUBLIC_LAYER below); tests/ may include
 # anything. Every include is resolved as the compiler does for each target: "x" in the including file's
 # directory first, then (like <x>) in src/, tools/ (the CLI) and include/; "a/../b" is normalised. An
@@ -29,7 +29,7 @@ LAYERS=(base format kernels kv tokenizer model state text grammar engine fronten
 declare -A DIR_LAYER=(
     [src/base]=base [src/format]=format [src/kernels]=kernels [src/kv]=kv [src/tokenizer]=tokenizer
     [src/model]=model [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
-    [src/server]=frontends [tools]=frontends [examples]=frontends [bench]=frontends
+    [src/server]=frontends [src/hub]=frontends [tools]=frontends [examples]=frontends [bench]=frontends
 )
 declare -A PUBLIC_LAYER=(
     [error.h]=base

@@ -21,7 +21,7 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 # 1. System packages (Debian bookworm). See docs/architecture.md for why each is there.
 PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip python3-venv unzip curl
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
-          libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libutf8proc-dev libedit-dev clang-format
+          libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libssl-dev libutf8proc-dev libedit-dev clang-format
           nginx-light redis-server libhiredis-dev chromium chromium-driver python3-dev iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -31,6 +31,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
+  # libssl-dev: libcrypto's SHA-256 / SHA-1 verify models fetched from a hub (src/hub/); Debian's cpp-httplib is
+  # built with OpenSSL (https), so the library is loaded anyway.
   # chromium + chromium-driver: the headless browser of the web page's test (tests/e2e/webui/, with selenium below).
   # nginx-light is the documented front proxy (docs/architecture.md, "Connections and limits"); the reliability
   # probes start their own on loopback. A policy-rc.d refusing service starts keeps apt from starting Debian's
@@ -54,7 +56,8 @@ fi
 # tokenizer parity tests, from the llama-cpp-python source package on PyPI.
 "$ROOT/scripts/fetch_vocabs.sh"
 
-# The project venv (.venv): `openai` (a real client for the server's end-to-end tests), `selenium` (drives
+# The project venv (.venv): `openai` and `ollama` (real clients for the server's end-to-end tests),
+# `huggingface_hub` (must agree with `kvstash pull` about the model cache: tests/e2e/hub/), `selenium` (drives
 # Debian's chromium in the web page's browser test, tests/e2e/webui/), nanobind + scikit-build-core (the
 # Python module's build), numpy and pytest (the Python package's tests), jsonschema (the constrained-output
 # e2e test validates what the model wrote with it, independently of kvstash). Offline, this warns and goes on.
@@ -64,9 +67,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV" || echo "setup.sh: warning: cannot create $VENV; the Python-driven tests fail until it exists" >&2
 fi
 if [ -x "$VENV/bin/python" ] &&
-   ! "$VENV/bin/python" -c "import openai, selenium, nanobind, scikit_build_core, numpy, pytest, jsonschema" 2>/dev/null; then
-  say "installing Python packages into $VENV (openai selenium nanobind scikit-build-core numpy pytest jsonschema)"
-  "$VENV/bin/pip" install -q openai selenium nanobind scikit-build-core numpy pytest jsonschema ||
+   ! "$VENV/bin/python" -c "import openai, ollama, huggingface_hub, selenium, nanobind, scikit_build_core, numpy, pytest, jsonschema" 2>/dev/null; then
+  say "installing Python packages into $VENV (openai ollama huggingface_hub selenium nanobind scikit-build-core numpy pytest jsonschema)"
+  "$VENV/bin/pip" install -q openai ollama huggingface_hub selenium nanobind scikit-build-core numpy pytest jsonschema ||
     echo "setup.sh: warning: could not install the venv's packages (offline?); the Python-driven tests fail until they are installed" >&2
 fi
 # 3. Build: the CLI, the server, the tests, the benchmarks and the Python module kvstash._core, all in one

@@ -182,12 +182,17 @@ json embeddings(const json& body, ServerContext& ctx, Embedder& embedder) {
 
 }  // namespace
 
-void register_embedding_routes(httplib::Server& http, ServerContext& ctx) {
+EmbeddingFunction make_embedding_function(ServerContext& ctx) {
     auto embedder = std::make_shared<Embedder>();
-    http.Post("/v1/embeddings", [&ctx, embedder](const httplib::Request& req, httplib::Response& res) {
+    return [&ctx, embedder](const json& body) { return embeddings(body, ctx, *embedder); };
+}
+
+void register_embedding_routes(httplib::Server& http, ServerContext& ctx) {
+    EmbeddingFunction embed = make_embedding_function(ctx);
+    http.Post("/v1/embeddings", [&ctx, embed](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
             require_body_size(req, ctx);
-            send_json(res, embeddings(parse_json_body(req.body), ctx, *embedder));
+            send_json(res, embed(parse_json_body(req.body)));
         });
     });
 }

@@ -24,9 +24,28 @@ bool is_upload(const httplib::Request& req) {
 
 // The metrics label of a path: the route template, never the caller's text (bounded label set).
 std::string route_label(const std::string& path) {
-    for (const char* known :
-         {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/states", "/health", "/metrics", "/tokenize",
-          "/detokenize", "/v1/embeddings", "/v1/responses", "/completion", "/props", "/slots", "/apply-template"}) {
+    for (const char* known : {"/v1/chat/completions",
+                              "/v1/completions",
+                              "/v1/models",
+                              "/v1/states",
+                              "/health",
+                              "/metrics",
+                              "/tokenize",
+                              "/detokenize",
+                              "/v1/embeddings",
+                              "/v1/responses",
+                              "/completion",
+                              "/props",
+                              "/slots",
+                              "/apply-template",
+                              "/api/chat",
+                              "/api/generate",
+                              "/api/tags",
+                              "/api/ps",
+                              "/api/show",
+                              "/api/embed",
+                              "/api/embeddings",
+                              "/api/version"}) {
         if (path == known) return known;
     }
     if (is_webui_path(path)) return path == "/" ? "/" : "/webui/{file}";
@@ -119,7 +138,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     ServerContext& ctx = *ctx_;
     ctx.model = model;
     ctx.options = options;
-    ctx.model_id = std::filesystem::path(model->path()).stem().string();
+    ctx.model_id = options.model_id.empty() ? std::filesystem::path(model->path()).stem().string() : options.model_id;
     try {
         ctx.chat_template = options.chat_template.empty() ? ChatTemplate::for_model(*model)
                                                           : ChatTemplate::named(options.chat_template);
@@ -218,6 +237,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     register_embedding_routes(http, ctx);
     register_llama_routes(http, ctx);
     register_responses_routes(http, ctx);
+    register_ollama_routes(http, ctx);
     register_webui_routes(http);
 }
 

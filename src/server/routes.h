@@ -20,6 +20,12 @@ void register_embedding_routes(httplib::Server& http, ServerContext& ctx);  // /
 void register_llama_routes(httplib::Server& http, ServerContext& ctx);
 void register_responses_routes(httplib::Server& http, ServerContext& ctx);  // /v1/responses
 void register_webui_routes(httplib::Server& http);                          // /, /webui/<file>
+void register_ollama_routes(httplib::Server& http, ServerContext& ctx);     // /api/chat, /api/generate, ... (Ollama)
+
+// The /v1/embeddings computation (an OpenAI-shaped body in, the OpenAI-shaped answer out), for other routes
+// that embed (Ollama's /api/embed); each function has its own evaluator, made at its first call.
+using EmbeddingFunction = std::function<nlohmann::json(const nlohmann::json& openai_body)>;
+EmbeddingFunction make_embedding_function(ServerContext& ctx);
 // Whether `path` is one of the web page's files (served without the API key: they hold no data).
 bool is_webui_path(const std::string& path);
 

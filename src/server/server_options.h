@@ -19,6 +19,7 @@ struct ServerOptions {
     int port = 8080;                // 0: any free port (the chosen one is printed)
     int threads = 0;                // evaluator threads (0 = hardware threads)
     int64_t n_ctx = 0;              // context per sequence (0 = the model's training context)
+    std::string model_id;           // the model's name in the APIs (empty: its file name without .gguf)
     KvType kv_type = KvType::f16;   // KV cache type of the sequences it computes (f16, f32 or q8_0)
     int parallel = 8;               // maximum sequences evaluated together
     int queue = 64;                 // maximum requests waiting for a sequence slot (then 503)

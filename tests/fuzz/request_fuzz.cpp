@@ -4,12 +4,15 @@
 // request that breaks what the job builder relies on: n within 1..max_n, logprobs within 0..20, at most
 // 16 non-empty stop strings, a chat request with messages of known roles, a text request with a prompt
 // or a state, max_tokens >= 1, a state name that is safe as a file name. Each body is read as a text
-// completion, a chat completion and a prefill. Run: tests/fuzz/run_request_fuzz.sh.
+// completion, a chat completion and a prefill, and as Ollama's /api/chat and /api/generate
+// (server/ollama_request.h: the same guarantees for what they hand to the job builder, num_predict >= 1 and
+// num_ctx >= 1 when given). Run: tests/fuzz/run_request_fuzz.sh.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "server/api_error.h"
+#include "server/ollama_request.h"
 #include "server/openai_request.h"
 #include "server/state_name.h"
 
@@ -25,7 +28,8 @@ void require(bool ok) {
 
 void check_messages(const std::vector<kvstash::ChatMessage>& messages) {
     require(!messages.empty());
-    for (const auto& m : messages) require(m.role == "system" || m.role == "user" || m.role == "assistant");
+    for (const auto& m : messages)
+        require(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool");
 }
 
 void check_completion(const srv::CompletionRequest& r, bool chat) {
@@ -70,6 +74,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         expect_parsed_or_rejected([&] {
             check_completion(srv::parse_completion_request(json, endpoint, srv::RequestLimits{kMaxN}),
                              endpoint == srv::Endpoint::chat);
+        });
+    }
+    for (srv::OllamaEndpoint endpoint : {srv::OllamaEndpoint::chat, srv::OllamaEndpoint::generate}) {
+        expect_parsed_or_rejected([&] {
+            const srv::OllamaRequest r = srv::parse_ollama_request(json, endpoint, srv::RequestLimits{kMaxN}, &body);
+            require(!r.model.empty());
+            if (r.num_predict) require(*r.num_predict >= 1);
+            if (r.num_ctx) require(*r.num_ctx >= 1);
+            if (!r.load_only) check_completion(r.completion, r.completion.chat);
         });
     }
     expect_parsed_or_rejected([&] {

@@ -65,6 +65,8 @@ int run_serve(const ServeFlags& f) {
     auto model = load_model(f.model_path);
     server::ServerOptions options = f.options;
     options.kv_type = parse_cache_kv_type(f.kv_type);
+    // A hub model is named as it was asked for ("owner/name:Q8_0"), not by its snapshot's file or commit.
+    if (f.model_path.starts_with("hf:")) options.model_id = f.model_path.substr(3);
     // A cache type the model cannot hold (q8_0 with a head size not a multiple of 32) is refused now, not
     // by every request.
     const State probe(*model, StateOptions{.kv_type = options.kv_type, .n_ctx = 1});

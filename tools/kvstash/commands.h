@@ -17,5 +17,8 @@ void register_chat(CLI::App& root, Action& action);
 void register_prefill(CLI::App& root, Action& action);
 void register_state(CLI::App& root, Action& action);
 void register_serve(CLI::App& root, Action& action);
+void register_pull(CLI::App& root, Action& action);
+void register_list(CLI::App& root, Action& action);
+void register_rm(CLI::App& root, Action& action);
 
 }  // namespace kvstash::cli

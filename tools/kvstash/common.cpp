@@ -12,6 +12,7 @@
 #include "base/regular_file.h"
 #include "base/utf8.h"
 #include "kvstash/error.h"
+#include "kvstash/model_source.h"
 #include "kvstash/state_file.h"
 
 namespace kvstash::cli {
@@ -31,7 +32,8 @@ std::string g_quantize = "none";  // --quantize: one process runs one subcommand
 void add_model_option(CLI::App& app, std::string& model_path) {
     model_path = default_model_path();
     app.add_option("-m,--model", model_path,
-                   "GGUF model file or Hugging Face model directory (config.json, *.safetensors, tokenizer.json) "
+                   "GGUF model file, Hugging Face model directory (config.json, *.safetensors, tokenizer.json), or "
+                   "hf:OWNER/NAME[:QUANT] from the hub cache (fetched when missing; see kvstash pull) "
                    "(default: $KVSTASH_MODEL or the model installed by scripts/setup.sh)")
         ->capture_default_str();
     app.add_option("--quantize", g_quantize,
@@ -46,7 +48,7 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
     ModelLoadOptions options;
     if (g_quantize == "q8_0") options.quantize = LoadQuantization::q8_0;
     if (g_quantize == "q4_K") options.quantize = LoadQuantization::q4_K;
-    return Model::load(path, options);
+    return Model::load(resolve_model_path(path), options);
 }
 
 void add_threads_option(CLI::App& app, int& n_threads) {
