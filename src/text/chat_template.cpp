@@ -61,11 +61,11 @@ ChatTemplate ChatTemplate::for_model(const Model& model) {
                     "the model '" + model.info().name + "' has no chat template (no tokenizer.chat_template in " +
                         model.path() +
                         "): it is likely a base (pretrained) model rather than a chat model; continue text without "
-                        "a template (generate -p), or pick one kvstash renders by name (" +
-                        choices() + ")" +
+                        "a template (generate -p), or use one of the templates kvstash renders by name: " +
+                        choices() +
                         (family.empty() ? std::string()
-                                        : ": its family's chat models use '" + family +
-                                              "' (a base model follows it only loosely)"));
+                                        : " (its family's chat models use '" + family +
+                                              "'; a base model follows it only loosely)"));
     }
     return detect_chat_template(*text);
 }
