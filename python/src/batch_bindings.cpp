@@ -13,8 +13,8 @@ namespace kvstash::python {
 namespace {
 
 std::vector<Completion> complete_batch(PyModel& m, const std::vector<PyState*>& py_states, const nb::handle& prompts,
-                                       int64_t max_tokens, float temperature, float top_p, int32_t top_k,
-                                       float min_p, std::optional<uint64_t> seed, std::vector<std::string> stop,
+                                       int64_t max_tokens, float temperature, float top_p, int32_t top_k, float min_p,
+                                       std::optional<uint64_t> seed, std::vector<std::string> stop,
                                        float repeat_penalty, int32_t repeat_last_n, float presence_penalty,
                                        float frequency_penalty, std::vector<std::pair<int32_t, float>> logit_bias,
                                        bool stop_at_eog) {
@@ -51,8 +51,16 @@ std::vector<Completion> complete_batch(PyModel& m, const std::vector<PyState*>& 
         busy.push_back(std::make_unique<PyState::Busy>(*py_states[i]));
         tokens[i] = prompt_tokens(m.model(), prompt_items[i], py_states[i]->get().n_tokens() == 0);
     }
-    const SamplingArgs args{temperature,      top_p,          top_k, min_p, repeat_penalty, repeat_last_n,
-                            presence_penalty, frequency_penalty, seed,  std::move(logit_bias)};
+    const SamplingArgs args{temperature,
+                            top_p,
+                            top_k,
+                            min_p,
+                            repeat_penalty,
+                            repeat_last_n,
+                            presence_penalty,
+                            frequency_penalty,
+                            seed,
+                            std::move(logit_bias)};
     GenerateOptions options;
     options.max_tokens = max_tokens;
     options.stop_strings = std::move(stop);
@@ -96,18 +104,18 @@ std::vector<Completion> complete_batch(PyModel& m, const std::vector<PyState*>& 
 }  // namespace
 
 void bind_batch(ModelClass& model_class) {
-    model_class.def(
-        "complete_batch", &complete_batch, nb::arg("states"), nb::arg("prompts") = nb::none(),
-        nb::arg("max_tokens") = 256, nb::kw_only(), nb::arg("temperature") = 0.8f, nb::arg("top_p") = 0.95f,
-        nb::arg("top_k") = 40, nb::arg("min_p") = 0.05f, nb::arg("seed") = nb::none(),
-        nb::arg("stop") = std::vector<std::string>{}, nb::arg("repeat_penalty") = 1.0f, nb::arg("repeat_last_n") = 64,
-        nb::arg("presence_penalty") = 0.0f, nb::arg("frequency_penalty") = 0.0f,
-        nb::arg("logit_bias") = std::vector<std::pair<int32_t, float>>{}, nb::arg("stop_at_eog") = true,
-        "Model.complete for several States at once, decoded together: each step samples one token per "
-        "unfinished State and evaluates them all in one batched pass (not threads). prompts: None, or one "
-        "prompt (str, token ids or None) per State, appended first (together). The States must be distinct "
-        "(forks of one prefix are fine). Each Completion, State and random sequence is bitwise what "
-        "complete() on that State alone gives with the same arguments. Returns a list of Completion.");
+    model_class.def("complete_batch", &complete_batch, nb::arg("states"), nb::arg("prompts") = nb::none(),
+                    nb::arg("max_tokens") = 256, nb::kw_only(), nb::arg("temperature") = 0.8f, nb::arg("top_p") = 0.95f,
+                    nb::arg("top_k") = 40, nb::arg("min_p") = 0.05f, nb::arg("seed") = nb::none(),
+                    nb::arg("stop") = std::vector<std::string>{}, nb::arg("repeat_penalty") = 1.0f,
+                    nb::arg("repeat_last_n") = 64, nb::arg("presence_penalty") = 0.0f,
+                    nb::arg("frequency_penalty") = 0.0f,
+                    nb::arg("logit_bias") = std::vector<std::pair<int32_t, float>>{}, nb::arg("stop_at_eog") = true,
+                    "Model.complete for several States at once, decoded together: each step samples one token per "
+                    "unfinished State and evaluates them all in one batched pass (not threads). prompts: None, or one "
+                    "prompt (str, token ids or None) per State, appended first (together). The States must be distinct "
+                    "(forks of one prefix are fine). Each Completion, State and random sequence is bitwise what "
+                    "complete() on that State alone gives with the same arguments. Returns a list of Completion.");
 }
 
 }  // namespace kvstash::python

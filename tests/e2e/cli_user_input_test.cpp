@@ -122,8 +122,8 @@ TEST(CliUserInput, BaseModelWithoutChatTemplateIsExplained) {
     EXPECT_NE(r.err.find("base (pretrained) model"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("family's chat models use 'gemma'"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("--chat-template NAME"), std::string::npos) << r.err;
-    const auto with_template = run_cli({"generate", "-m", model, "--chat", "--chat-template", "gemma", "-p", "Hi",
-                                        "-n", "2", "--temp", "0"});
+    const auto with_template =
+        run_cli({"generate", "-m", model, "--chat", "--chat-template", "gemma", "-p", "Hi", "-n", "2", "--temp", "0"});
     EXPECT_EQ(with_template.exit_code, 0) << with_template.err;
 }
 
