@@ -85,11 +85,14 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
     } else if (s.hf_architecture == "Gemma3ForCausalLM") {
         s.architecture = "gemma3";
         s.norm_plus_one = true;
+    } else if (s.hf_architecture == "MambaForCausalLM") {
+        s.architecture = "mamba";
     } else {
         throw Error(ErrorCode::unsupported,
                     path + ": Hugging Face architecture '" + s.hf_architecture +
                         "' is not supported by kvstash yet (supported in a directory: LlamaForCausalLM, "
-                        "Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM)");
+                        "Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM, MambaForCausalLM; convert "
+                        "Mamba2ForCausalLM and GraniteMoeHybridForCausalLM to GGUF with llama.cpp)");
     }
     const std::string a = s.architecture + ".";
     gguf::Metadata& m = s.metadata;
@@ -101,6 +104,24 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
 
     s.n_layer = r.require_int({"num_hidden_layers", "n_layer", "num_layers"});
     put_u32("block_count", s.n_layer);
+    if (s.architecture == "mamba") {
+        // MambaModel.set_gguf_parameters: d_inner = expand × d_model (or intermediate_size), dt_rank defaults to
+        // ceil(d_model / 16), no attention, context 2^20 (a recurrent model has no trained limit).
+        const int64_t n_embd = r.require_int({"hidden_size", "d_model"});
+        const int64_t d_inner =
+            r.get_int({"intermediate_size", "d_inner"}).value_or(r.get_int({"expand"}).value_or(2) * n_embd);
+        put_u32("context_length", int64_t{1} << 20);
+        put_u32("embedding_length", n_embd);
+        put_u32("feed_forward_length", 0);
+        put_u32("attention.head_count", 0);
+        put_u32("ssm.conv_kernel", r.get_int({"conv_kernel", "d_conv"}).value_or(4));
+        put_u32("ssm.inner_size", d_inner);
+        put_u32("ssm.state_size", r.get_int({"state_size", "d_state"}).value_or(16));
+        put_u32("ssm.time_step_rank", r.get_int({"time_step_rank", "dt_rank"}).value_or((n_embd + 15) / 16));
+        put_f32("attention.layer_norm_rms_epsilon", r.get_float({"layer_norm_epsilon", "rms_norm_eps"}).value_or(1e-5));
+        m.emplace_back(a + "ssm.dt_b_c_rms", gguf::bool_value(false));
+        return s;
+    }
     if (s.architecture == "gpt2") {
         // GPT2Model.set_gguf_parameters: n_ctx (transformers 5 omits it; it equals n_positions), FFN 4 × n_embd.
         const int64_t n_embd = r.require_int({"n_embd"});

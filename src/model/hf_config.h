@@ -1,6 +1,7 @@
 // A Hugging Face config.json read as llama.cpp's converter (convert_hf_to_gguf.py) reads it: the GGUF
 // hyper-parameter keys it would write (`general.architecture`, `<arch>.*`, with its value types), and the tensor
-// transforms it would apply. Architectures: LlamaForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM.
+// transforms it would apply. Architectures: LlamaForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM,
+// MambaForCausalLM.
 #pragma once
 
 #include <cstdint>

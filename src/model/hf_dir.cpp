@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -142,12 +143,15 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
                         shard.path() + " has no tensor '" + hf_name + "' (the index says it does)");
         const std::optional<std::string> name = gguf_tensor_name(spec, hf_name);
         if (!name) continue;  // buffers the converter drops (rotary inv_freq, GPT-2's attention mask)
-        if (t->shape.empty() || t->shape.size() > 2) {
+        // Mamba's conv1d weight [d_inner, 1, k] is read as [d_inner, k] (the converter squeezes it).
+        const bool squeeze = t->shape.size() == 3 && t->shape[1] == 1 && name->ends_with("ssm_conv1d.weight");
+        if (t->shape.empty() || (t->shape.size() > 2 && !squeeze)) {
             throw Error(ErrorCode::unsupported, "tensor '" + hf_name + "' has " + std::to_string(t->shape.size()) +
                                                     " dimensions; kvstash reads 1-D and 2-D tensors");
         }
         if (t->n_elements() == 0) throw Error(ErrorCode::bad_format, "tensor '" + hf_name + "' is empty");
         std::vector<int64_t> shape = t->shape;  // row-major
+        if (squeeze) shape = {t->shape[0], t->shape[2]};
         const uint8_t* src = shard.tensor_data(*t);
         const uint64_t esize = element_size(t->type);
         int64_t rows = shape[0];
@@ -168,6 +172,8 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
                                (hf_name.ends_with("c_attn.weight") || hf_name.ends_with("c_proj.weight") ||
                                 hf_name.ends_with("c_fc.weight"));
         const bool plus_one = spec.norm_plus_one && hf_name.ends_with("norm.weight");
+        // Mamba: the converter stores A = -exp(A_log) (in f32, as torch computes it).
+        const bool negative_exp = spec.architecture == "mamba" && name->ends_with(".ssm_a");
         const uint8_t* data = src;
         if (permute || transpose) {
             std::vector<uint8_t> out(static_cast<size_t>(t->n_bytes));
@@ -191,7 +197,7 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
         }
         TensorType type = t->type;
         const int64_t n = static_cast<int64_t>(shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
-        if (to_f32 && (type != TensorType::F32 || plus_one)) {
+        if (to_f32 && (type != TensorType::F32 || plus_one || negative_exp)) {
             std::vector<uint8_t> out(static_cast<size_t>(n) * 4);
             auto* f = reinterpret_cast<float*>(out.data());
             dequantize_row(type, data, f, n);
@@ -201,6 +207,9 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
                     // widened to f32 first.
                     f[i] = type == TensorType::F16 ? fp16_to_fp32(fp32_to_fp16(f[i] + 1.0f)) : f[i] + 1.0f;
                 }
+            }
+            if (negative_exp) {
+                for (int64_t i = 0; i < n; ++i) f[i] = -std::exp(f[i]);
             }
             storage->owned.push_back(std::move(out));
             data = storage->owned.back().data();

@@ -43,6 +43,25 @@ constexpr Pair kGpt2Layer[] = {
     {"mlp.c_fc.weight", "ffn_up.weight"},         {"mlp.c_fc.bias", "ffn_up.bias"},
     {"mlp.c_proj.weight", "ffn_down.weight"},     {"mlp.c_proj.bias", "ffn_down.bias"},
 };
+// MambaForCausalLM (after "backbone.layers.N."): A_log becomes ssm_a = -exp(A_log) and conv1d's
+// [d_inner, 1, k] weight [d_inner, k] in hf_dir.cpp, as the converter does.
+constexpr Pair kMambaLayer[] = {
+    {"norm.weight", "attn_norm.weight"},
+    {"mixer.in_proj.weight", "ssm_in.weight"},
+    {"mixer.x_proj.weight", "ssm_x.weight"},
+    {"mixer.dt_proj.weight", "ssm_dt.weight"},
+    {"mixer.dt_proj.bias", "ssm_dt.bias"},
+    {"mixer.out_proj.weight", "ssm_out.weight"},
+    {"mixer.conv1d.weight", "ssm_conv1d.weight"},
+    {"mixer.conv1d.bias", "ssm_conv1d.bias"},
+    {"mixer.A_log", "ssm_a"},
+    {"mixer.D", "ssm_d"},
+};
+constexpr Pair kMambaTop[] = {
+    {"embeddings.weight", "token_embd.weight"},
+    {"norm_f.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
 constexpr Pair kLlamaTop[] = {
     {"embed_tokens.weight", "token_embd.weight"},
     {"norm.weight", "output_norm.weight"},
@@ -71,6 +90,7 @@ bool strip_prefix(std::string& s, const std::string& prefix) {
 
 std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::string& hf_name) {
     const bool gpt2 = spec.architecture == "gpt2";
+    const bool mamba = spec.architecture == "mamba";
     std::string name = hf_name;
     if (name.ends_with("rotary_emb.inv_freq") ||
         (gpt2 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")))) {
@@ -79,6 +99,8 @@ std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::
     if (name != "lm_head.weight") {
         if (gpt2) {
             strip_prefix(name, "transformer.");
+        } else if (mamba) {
+            strip_prefix(name, "backbone.");
         } else if (!strip_prefix(name, "model.language_model.")) {
             strip_prefix(name, "model.");
         }
@@ -91,11 +113,14 @@ std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::
             const int64_t layer = std::stoll(name.substr(0, digits));
             const std::string rest = name.substr(digits + 1);
             const char* mapped = gpt2                            ? lookup(kGpt2Layer, rest)
+                                 : mamba                         ? lookup(kMambaLayer, rest)
                                  : spec.architecture == "gemma3" ? lookup(kGemma3Layer, rest)
                                                                  : lookup(kLlamaLayer, rest);
             if (mapped && layer < spec.n_layer) return "blk." + std::to_string(layer) + "." + mapped;
         }
-    } else if (const char* mapped = gpt2 ? lookup(kGpt2Top, name) : lookup(kLlamaTop, name)) {
+    } else if (const char* mapped = gpt2    ? lookup(kGpt2Top, name)
+                                    : mamba ? lookup(kMambaTop, name)
+                                            : lookup(kLlamaTop, name)) {
         return std::string(mapped);
     }
     throw Error(ErrorCode::unsupported, "tensor '" + hf_name + "' of a " + spec.hf_architecture +

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Hugging Face model directories of the recurrent fixtures, written back from their GGUFs (issue 33 item 7).
+
+tests/fixtures/recurrent/mamba1_f32.gguf was made by make_recurrent_models.py: a tiny random
+transformers MambaForCausalLM converted by llama.cpp's convert_hf_to_gguf.py. This script undoes that
+conversion with numpy only (no torch or transformers needed), so that the directory holds the checkpoint
+transformers would have saved, up to float32 rounding of A:
+  backbone.embeddings.weight        token_embd.weight
+  backbone.layers.N.norm.weight     blk.N.attn_norm.weight
+  backbone.layers.N.mixer.in_proj.weight / x_proj / dt_proj(.bias) / out_proj
+                                    blk.N.ssm_in / ssm_x / ssm_dt(.bias) / ssm_out
+  backbone.layers.N.mixer.conv1d.weight [d_inner, 1, k]  blk.N.ssm_conv1d.weight [d_inner, k] (the converter squeezes)
+  backbone.layers.N.mixer.conv1d.bias   blk.N.ssm_conv1d.bias
+  backbone.layers.N.mixer.A_log     log(-blk.N.ssm_a) (the converter writes A = -exp(A_log)), in float64, stored f32
+  backbone.layers.N.mixer.D         blk.N.ssm_d
+  backbone.norm_f.weight            output_norm.weight
+  lm_head.weight                    output.weight (absent: tied embeddings)
+config.json has the converter's inputs (hidden_size, state_size, expand, conv_kernel, time_step_rank, ...);
+tokenizer.json is the GGUF's byte-level BPE (tokens, merges; <|endoftext|> as the special added token).
+
+  python tests/reference/make_hf_recurrent_dirs.py      # writes tests/fixtures/hf/mamba1_f32/
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCE = os.path.join(ROOT, "tests", "fixtures", "recurrent", "mamba1_f32.gguf")
+OUT = os.path.join(ROOT, "tests", "fixtures", "hf", "mamba1_f32")
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_gguf(path):
+    """(metadata dict, {name: float32 array in row-major [ne[-1], ..., ne[0]]}) of an all-F32 GGUF."""
+    data = open(path, "rb").read()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        values = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return values[0] if len(values) == 1 else values
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        s = data[pos:pos + n].decode("utf-8")
+        pos += n
+        return s
+
+    def value(kind):
+        if kind == 8:
+            return string()
+        if kind == 9:
+            item, n = take("<I"), take("<Q")
+            return [value(item) for _ in range(n)]
+        return take(_SCALARS[kind])
+
+    magic, version, n_tensors, n_kv = take("<I"), take("<I"), take("<Q"), take("<Q")
+    assert magic == 0x46554747 and version == 3, "not a GGUF v3 file"
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        meta[key] = value(take("<I"))
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        dims = [take("<Q") for _ in range(take("<I"))]
+        kind, offset = take("<I"), take("<Q")
+        assert kind == 0, f"{name}: only F32 tensors are read here"
+        infos.append((name, dims, offset))
+    alignment = meta.get("general.alignment", 32)
+    base = (pos + alignment - 1) // alignment * alignment
+    tensors = {}
+    for name, dims, offset in infos:
+        count = int(np.prod(dims))
+        array = np.frombuffer(data, dtype="<f4", count=count, offset=base + offset)
+        tensors[name] = array.reshape(list(reversed(dims))).copy()
+    return meta, tensors
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        blob = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def tokenizer_json(meta):
+    tokens = meta["tokenizer.ggml.tokens"]
+    types = meta["tokenizer.ggml.token_type"]
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, (t, kind) in enumerate(zip(tokens, types)) if kind == 3]
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": {t: i for i, t in enumerate(tokens)}, "merges": meta["tokenizer.ggml.merges"]},
+    }
+
+
+def mamba1():
+    meta, g = read_gguf(SOURCE)
+    a = "mamba."
+    n_layer = meta[a + "block_count"]
+    d_model, d_inner = meta[a + "embedding_length"], meta[a + "ssm.inner_size"]
+    hf = {"backbone.embeddings.weight": g["token_embd.weight"], "backbone.norm_f.weight": g["output_norm.weight"]}
+    if "output.weight" in g:
+        hf["lm_head.weight"] = g["output.weight"]
+    for i in range(n_layer):
+        b, p = f"blk.{i}.", f"backbone.layers.{i}."
+        hf[p + "norm.weight"] = g[b + "attn_norm.weight"]
+        m = p + "mixer."
+        hf[m + "in_proj.weight"] = g[b + "ssm_in.weight"]
+        hf[m + "x_proj.weight"] = g[b + "ssm_x.weight"]
+        hf[m + "dt_proj.weight"] = g[b + "ssm_dt.weight"]
+        hf[m + "dt_proj.bias"] = g[b + "ssm_dt.bias"]
+        hf[m + "out_proj.weight"] = g[b + "ssm_out.weight"]
+        hf[m + "conv1d.weight"] = g[b + "ssm_conv1d.weight"].reshape(d_inner, 1, -1)
+        hf[m + "conv1d.bias"] = g[b + "ssm_conv1d.bias"]
+        hf[m + "A_log"] = np.log(-g[b + "ssm_a"].astype(np.float64)).astype(np.float32)
+        hf[m + "D"] = g[b + "ssm_d"]
+    config = {
+        "architectures": ["MambaForCausalLM"], "model_type": "mamba",
+        "vocab_size": len(meta["tokenizer.ggml.tokens"]), "hidden_size": d_model, "state_size": meta[a + "ssm.state_size"],
+        "num_hidden_layers": n_layer, "expand": d_inner // d_model, "conv_kernel": meta[a + "ssm.conv_kernel"],
+        "time_step_rank": meta[a + "ssm.time_step_rank"], "layer_norm_epsilon": meta[a + "attention.layer_norm_rms_epsilon"],
+        "use_bias": False, "use_conv_bias": True, "tie_word_embeddings": "output.weight" not in g,
+        "bos_token_id": meta["tokenizer.ggml.bos_token_id"], "eos_token_id": meta["tokenizer.ggml.eos_token_id"],
+        "pad_token_id": meta["tokenizer.ggml.eos_token_id"],
+        "generator": "tests/reference/make_hf_recurrent_dirs.py (from tests/fixtures/recurrent/mamba1_f32.gguf)",
+    }
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    with open(os.path.join(OUT, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer_json(meta), f, ensure_ascii=False)
+    write_safetensors(os.path.join(OUT, "model.safetensors"), hf)
+    print(f"{OUT}: {len(hf)} tensors, {n_layer} layers, d_model {d_model}, d_inner {d_inner}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    mamba1()
