@@ -87,12 +87,14 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
         s.norm_plus_one = true;
     } else if (s.hf_architecture == "MambaForCausalLM") {
         s.architecture = "mamba";
+    } else if (s.hf_architecture == "Mamba2ForCausalLM") {
+        s.architecture = "mamba2";
     } else {
         throw Error(ErrorCode::unsupported,
                     path + ": Hugging Face architecture '" + s.hf_architecture +
                         "' is not supported by kvstash yet (supported in a directory: LlamaForCausalLM, "
-                        "Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM, MambaForCausalLM; convert "
-                        "Mamba2ForCausalLM and GraniteMoeHybridForCausalLM to GGUF with llama.cpp)");
+                        "Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM, MambaForCausalLM, "
+                        "Mamba2ForCausalLM; convert GraniteMoeHybridForCausalLM to GGUF with llama.cpp)");
     }
     const std::string a = s.architecture + ".";
     gguf::Metadata& m = s.metadata;
@@ -104,6 +106,25 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
 
     s.n_layer = r.require_int({"num_hidden_layers", "n_layer", "num_layers"});
     put_u32("block_count", s.n_layer);
+    if (s.architecture == "mamba2") {
+        // Mamba2Model.set_gguf_parameters: time_step_rank is the number of heads, group_count the norm's groups.
+        const int64_t n_embd = r.require_int({"hidden_size", "d_model"});
+        const int64_t d_inner = r.get_int({"mamba_d_ssm", "intermediate_size", "d_inner"})
+                                    .value_or(r.get_int({"expand"}).value_or(2) * n_embd);
+        const int64_t head_dim = r.get_int({"mamba_d_head", "head_dim"}).value_or(64);
+        s.ssm_group_count = r.get_int({"mamba_n_groups", "n_groups"}).value_or(1);
+        put_u32("context_length", int64_t{1} << 20);
+        put_u32("embedding_length", n_embd);
+        put_u32("feed_forward_length", 0);
+        put_u32("attention.head_count", 0);
+        put_u32("ssm.conv_kernel", r.get_int({"conv_kernel", "mamba_d_conv", "d_conv"}).value_or(4));
+        put_u32("ssm.inner_size", d_inner);
+        put_u32("ssm.state_size", r.get_int({"state_size", "mamba_d_state", "d_state"}).value_or(128));
+        put_u32("ssm.time_step_rank", r.get_int({"num_heads", "mamba_n_heads"}).value_or(d_inner / head_dim));
+        put_u32("ssm.group_count", s.ssm_group_count);
+        put_f32("attention.layer_norm_rms_epsilon", r.get_float({"layer_norm_epsilon", "rms_norm_eps"}).value_or(1e-5));
+        return s;
+    }
     if (s.architecture == "mamba") {
         // MambaModel.set_gguf_parameters: d_inner = expand × d_model (or intermediate_size), dt_rank defaults to
         // ceil(d_model / 16), no attention, context 2^20 (a recurrent model has no trained limit).

@@ -152,6 +152,17 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
         if (t->n_elements() == 0) throw Error(ErrorCode::bad_format, "tensor '" + hf_name + "' is empty");
         std::vector<int64_t> shape = t->shape;  // row-major
         if (squeeze) shape = {t->shape[0], t->shape[2]};
+        if (spec.architecture == "mamba2" && shape.size() == 1) {
+            // The converter writes A and D per head as [n_head, 1], the gated norm as [n_group, d_inner / n_group].
+            if (name->ends_with(".ssm_a") || name->ends_with(".ssm_d")) shape = {shape[0], 1};
+            if (name->ends_with(".ssm_norm.weight")) {
+                const int64_t groups = spec.ssm_group_count;
+                if (groups <= 0 || shape[0] % groups != 0) {
+                    throw Error(ErrorCode::bad_format, "tensor '" + hf_name + "' does not split into n_groups");
+                }
+                shape = {groups, shape[0] / groups};
+            }
+        }
         const uint8_t* src = shard.tensor_data(*t);
         const uint64_t esize = element_size(t->type);
         int64_t rows = shape[0];
@@ -173,7 +184,7 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
                                 hf_name.ends_with("c_fc.weight"));
         const bool plus_one = spec.norm_plus_one && hf_name.ends_with("norm.weight");
         // Mamba: the converter stores A = -exp(A_log) (in f32, as torch computes it).
-        const bool negative_exp = spec.architecture == "mamba" && name->ends_with(".ssm_a");
+        const bool negative_exp = spec.architecture.starts_with("mamba") && name->ends_with(".ssm_a");
         const uint8_t* data = src;
         if (permute || transpose) {
             std::vector<uint8_t> out(static_cast<size_t>(t->n_bytes));

@@ -43,7 +43,7 @@ constexpr Pair kGpt2Layer[] = {
     {"mlp.c_fc.weight", "ffn_up.weight"},         {"mlp.c_fc.bias", "ffn_up.bias"},
     {"mlp.c_proj.weight", "ffn_down.weight"},     {"mlp.c_proj.bias", "ffn_down.bias"},
 };
-// MambaForCausalLM (after "backbone.layers.N."): A_log becomes ssm_a = -exp(A_log) and conv1d's
+// MambaForCausalLM and Mamba2ForCausalLM (after "backbone.layers.N."): A_log becomes ssm_a = -exp(A_log) and conv1d's
 // [d_inner, 1, k] weight [d_inner, k] in hf_dir.cpp, as the converter does.
 constexpr Pair kMambaLayer[] = {
     {"norm.weight", "attn_norm.weight"},
@@ -56,6 +56,8 @@ constexpr Pair kMambaLayer[] = {
     {"mixer.conv1d.bias", "ssm_conv1d.bias"},
     {"mixer.A_log", "ssm_a"},
     {"mixer.D", "ssm_d"},
+    {"mixer.dt_bias", "ssm_dt.bias"},          // Mamba 2
+    {"mixer.norm.weight", "ssm_norm.weight"},  // Mamba 2's gated norm
 };
 constexpr Pair kMambaTop[] = {
     {"embeddings.weight", "token_embd.weight"},
@@ -90,7 +92,7 @@ bool strip_prefix(std::string& s, const std::string& prefix) {
 
 std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::string& hf_name) {
     const bool gpt2 = spec.architecture == "gpt2";
-    const bool mamba = spec.architecture == "mamba";
+    const bool mamba = spec.architecture == "mamba" || spec.architecture == "mamba2";
     std::string name = hf_name;
     if (name.ends_with("rotary_emb.inv_freq") ||
         (gpt2 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")))) {

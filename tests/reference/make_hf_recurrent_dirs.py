@@ -18,7 +18,9 @@ transformers would have saved, up to float32 rounding of A:
 config.json has the converter's inputs (hidden_size, state_size, expand, conv_kernel, time_step_rank, ...);
 tokenizer.json is the GGUF's byte-level BPE (tokens, merges; <|endoftext|> as the special added token).
 
-  python tests/reference/make_hf_recurrent_dirs.py      # writes tests/fixtures/hf/mamba1_f32/
+Mamba2ForCausalLM likewise from mamba2_f32.gguf (see mamba2()).
+
+  python tests/reference/make_hf_recurrent_dirs.py      # writes tests/fixtures/hf/mamba1_f32/ and mamba2_f32/
 """
 import json
 import os
@@ -28,8 +30,7 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE = os.path.join(ROOT, "tests", "fixtures", "recurrent", "mamba1_f32.gguf")
-OUT = os.path.join(ROOT, "tests", "fixtures", "hf", "mamba1_f32")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
@@ -112,8 +113,19 @@ def tokenizer_json(meta):
     }
 
 
+def write_dir(name, config, meta, hf):
+    out = os.path.join(FIXTURES, "hf", name)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer_json(meta), f, ensure_ascii=False)
+    write_safetensors(os.path.join(out, "model.safetensors"), hf)
+    print(f"{out}: {len(hf)} tensors", file=sys.stderr)
+
+
 def mamba1():
-    meta, g = read_gguf(SOURCE)
+    meta, g = read_gguf(os.path.join(FIXTURES, "recurrent", "mamba1_f32.gguf"))
     a = "mamba."
     n_layer = meta[a + "block_count"]
     d_model, d_inner = meta[a + "embedding_length"], meta[a + "ssm.inner_size"]
@@ -143,14 +155,46 @@ def mamba1():
         "pad_token_id": meta["tokenizer.ggml.eos_token_id"],
         "generator": "tests/reference/make_hf_recurrent_dirs.py (from tests/fixtures/recurrent/mamba1_f32.gguf)",
     }
-    os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "config.json"), "w") as f:
-        json.dump(config, f, indent=1)
-    with open(os.path.join(OUT, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer_json(meta), f, ensure_ascii=False)
-    write_safetensors(os.path.join(OUT, "model.safetensors"), hf)
-    print(f"{OUT}: {len(hf)} tensors, {n_layer} layers, d_model {d_model}, d_inner {d_inner}", file=sys.stderr)
+    write_dir("mamba1_f32", config, meta, hf)
+
+
+def mamba2():
+    """Mamba2ForCausalLM: as Mamba 1, plus dt_bias, per-head A_log and D ([n_head]; the converter writes them
+    [n_head, 1]) and the gated norm's weight ([d_inner]; written [n_group, d_inner / n_group])."""
+    meta, g = read_gguf(os.path.join(FIXTURES, "recurrent", "mamba2_f32.gguf"))
+    a = "mamba2."
+    n_layer = meta[a + "block_count"]
+    d_model, d_inner = meta[a + "embedding_length"], meta[a + "ssm.inner_size"]
+    n_head = meta[a + "ssm.time_step_rank"]
+    hf = {"backbone.embeddings.weight": g["token_embd.weight"], "backbone.norm_f.weight": g["output_norm.weight"]}
+    if "output.weight" in g:
+        hf["lm_head.weight"] = g["output.weight"]
+    for i in range(n_layer):
+        b, p = f"blk.{i}.", f"backbone.layers.{i}."
+        hf[p + "norm.weight"] = g[b + "attn_norm.weight"]
+        m = p + "mixer."
+        hf[m + "in_proj.weight"] = g[b + "ssm_in.weight"]
+        hf[m + "out_proj.weight"] = g[b + "ssm_out.weight"]
+        hf[m + "conv1d.weight"] = g[b + "ssm_conv1d.weight"].reshape(g[b + "ssm_conv1d.weight"].shape[0], 1, -1)
+        hf[m + "conv1d.bias"] = g[b + "ssm_conv1d.bias"]
+        hf[m + "dt_bias"] = g[b + "ssm_dt.bias"]
+        hf[m + "A_log"] = np.log(-g[b + "ssm_a"].astype(np.float64)).astype(np.float32).reshape(n_head)
+        hf[m + "D"] = g[b + "ssm_d"].reshape(n_head)
+        hf[m + "norm.weight"] = g[b + "ssm_norm.weight"].reshape(d_inner)
+    config = {
+        "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2",
+        "vocab_size": len(meta["tokenizer.ggml.tokens"]), "hidden_size": d_model, "state_size": meta[a + "ssm.state_size"],
+        "num_hidden_layers": n_layer, "expand": d_inner // d_model, "conv_kernel": meta[a + "ssm.conv_kernel"],
+        "n_groups": meta[a + "ssm.group_count"], "num_heads": n_head, "head_dim": d_inner // n_head,
+        "layer_norm_epsilon": meta[a + "attention.layer_norm_rms_epsilon"], "rms_norm": True,
+        "use_bias": False, "use_conv_bias": True, "tie_word_embeddings": "output.weight" not in g,
+        "bos_token_id": meta["tokenizer.ggml.bos_token_id"], "eos_token_id": meta["tokenizer.ggml.eos_token_id"],
+        "pad_token_id": meta["tokenizer.ggml.eos_token_id"],
+        "generator": "tests/reference/make_hf_recurrent_dirs.py (from tests/fixtures/recurrent/mamba2_f32.gguf)",
+    }
+    write_dir("mamba2_f32", config, meta, hf)
 
 
 if __name__ == "__main__":
     mamba1()
+    mamba2()
