@@ -59,6 +59,26 @@ constexpr Pair kMambaLayer[] = {
     {"mixer.dt_bias", "ssm_dt.bias"},          // Mamba 2
     {"mixer.norm.weight", "ssm_norm.weight"},  // Mamba 2's gated norm
 };
+// GraniteMoeHybridForCausalLM (after "model.layers.N."): shared_mlp.input_linear holds gate then up rows; hf_dir.cpp
+// splits "ffn_gate_up.weight" into ffn_gate.weight and ffn_up.weight, as the converter does.
+constexpr Pair kGraniteHybridLayer[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"mamba.in_proj.weight", "ssm_in.weight"},
+    {"mamba.out_proj.weight", "ssm_out.weight"},
+    {"mamba.conv1d.weight", "ssm_conv1d.weight"},
+    {"mamba.conv1d.bias", "ssm_conv1d.bias"},
+    {"mamba.dt_bias", "ssm_dt.bias"},
+    {"mamba.A_log", "ssm_a"},
+    {"mamba.D", "ssm_d"},
+    {"mamba.norm.weight", "ssm_norm.weight"},
+    {"shared_mlp.input_linear.weight", "ffn_gate_up.weight"},
+    {"shared_mlp.output_linear.weight", "ffn_down.weight"},
+};
 constexpr Pair kMambaTop[] = {
     {"embeddings.weight", "token_embd.weight"},
     {"norm_f.weight", "output_norm.weight"},
@@ -114,10 +134,11 @@ std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::
         if (digits > 0 && digits < 7 && digits < name.size() && name[digits] == '.') {
             const int64_t layer = std::stoll(name.substr(0, digits));
             const std::string rest = name.substr(digits + 1);
-            const char* mapped = gpt2                            ? lookup(kGpt2Layer, rest)
-                                 : mamba                         ? lookup(kMambaLayer, rest)
-                                 : spec.architecture == "gemma3" ? lookup(kGemma3Layer, rest)
-                                                                 : lookup(kLlamaLayer, rest);
+            const char* mapped = gpt2                                   ? lookup(kGpt2Layer, rest)
+                                 : mamba                                ? lookup(kMambaLayer, rest)
+                                 : spec.architecture == "granitehybrid" ? lookup(kGraniteHybridLayer, rest)
+                                 : spec.architecture == "gemma3"        ? lookup(kGemma3Layer, rest)
+                                                                        : lookup(kLlamaLayer, rest);
             if (mapped && layer < spec.n_layer) return "blk." + std::to_string(layer) + "." + mapped;
         }
     } else if (const char* mapped = gpt2    ? lookup(kGpt2Top, name)

@@ -1,9 +1,9 @@
-// `-m DIR` for the recurrent families (issue 33 item 7). tests/fixtures/hf/mamba1_f32 (and mamba2_f32) is the
-// Hugging Face directory of tests/fixtures/recurrent/mamba1_f32.gguf (mamba2_f32.gguf), written back by
+// `-m DIR` for the recurrent families (issue 33 item 7). tests/fixtures/hf/mamba1_f32 (mamba2_f32,
+// granitehybrid_f32) is the Hugging Face directory of tests/fixtures/recurrent/mamba1_f32.gguf (...), written back by
 // tests/reference/make_hf_recurrent_dirs.py (A_log = log(-A) in float64, stored f32). Loaded as a directory,
 // it gives the GGUF's logits within a few float32 units (A = -exp(A_log) is recomputed in f32, as the converter
 // does) and transformers' reference logits of the fixture (tests/fixtures/recurrent/mamba1_f32.json) as closely
-// as the GGUF does. Granite hybrid (and other unknown) directories are refused by name, with the way to run them.
+// as the GGUF does. Other hybrid families' directories are refused by name, with the way to run them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -40,8 +40,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     return worst;
 }
 
-TEST(HfDirRecurrent, MambaDirectoriesGiveTheGgufsLogits) {
-    for (const std::string name : {"mamba1_f32", "mamba2_f32"}) {
+TEST(HfDirRecurrent, RecurrentDirectoriesGiveTheGgufsLogits) {
+    for (const std::string name : {"mamba1_f32", "mamba2_f32", "granitehybrid_f32"}) {
         SCOPED_TRACE(name);
         const auto j = load_json(fixture_path("recurrent/" + name + ".json"));
         const auto tokens = j.at("tokens").get<std::vector<int32_t>>();
@@ -74,7 +74,7 @@ TEST(HfDirRecurrent, MambaDirectoriesGiveTheGgufsLogits) {
 }
 
 TEST(HfDirRecurrent, OtherRecurrentFamiliesAreRefusedByName) {
-    for (const char* arch : {"GraniteMoeHybridForCausalLM", "FalconH1ForCausalLM"}) {
+    for (const char* arch : {"FalconH1ForCausalLM", "JambaForCausalLM"}) {
         const fs::path dir = fs::temp_directory_path() / ("kvstash_hf_" + std::string(arch) + std::to_string(getpid()));
         fs::create_directories(dir);
         std::ofstream(dir / "config.json") << R"({"architectures": [")" << arch << R"("], "num_hidden_layers": 2})";

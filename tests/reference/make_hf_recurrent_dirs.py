@@ -18,7 +18,8 @@ transformers would have saved, up to float32 rounding of A:
 config.json has the converter's inputs (hidden_size, state_size, expand, conv_kernel, time_step_rank, ...);
 tokenizer.json is the GGUF's byte-level BPE (tokens, merges; <|endoftext|> as the special added token).
 
-Mamba2ForCausalLM likewise from mamba2_f32.gguf (see mamba2()).
+Mamba2ForCausalLM likewise from mamba2_f32.gguf (see mamba2()), GraniteMoeHybridForCausalLM from
+granitehybrid_f32.gguf (see granite_hybrid()).
 
   python tests/reference/make_hf_recurrent_dirs.py      # writes tests/fixtures/hf/mamba1_f32/ and mamba2_f32/
 """
@@ -195,6 +196,69 @@ def mamba2():
     write_dir("mamba2_f32", config, meta, hf)
 
 
+def unpermute(w, n_head):
+    """The inverse of the converter's LlamaModel.permute (rotate-half rows -> GGUF's interleaved pairs)."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def granite_hybrid():
+    """GraniteMoeHybridForCausalLM without experts: Mamba 2 layers (model.layers.N.mamba.*), attention layers
+    where layer_types says "attention" (q/k rows un-permuted: the converter permutes them as for Llama), the
+    shared MLP's gate and up rows concatenated into shared_mlp.input_linear (gate first), Granite's multipliers."""
+    meta, g = read_gguf(os.path.join(FIXTURES, "recurrent", "granitehybrid_f32.gguf"))
+    a = "granitehybrid."
+    n_layer = meta[a + "block_count"]
+    d_model, d_inner = meta[a + "embedding_length"], meta[a + "ssm.inner_size"]
+    n_ssm_head, n_head = meta[a + "ssm.time_step_rank"], meta[a + "attention.head_count"]
+    kv_heads = meta[a + "attention.head_count_kv"]
+    hf = {"model.embed_tokens.weight": g["token_embd.weight"], "model.norm.weight": g["output_norm.weight"]}
+    if "output.weight" in g:
+        hf["lm_head.weight"] = g["output.weight"]
+    for i in range(n_layer):
+        b, p = f"blk.{i}.", f"model.layers.{i}."
+        hf[p + "input_layernorm.weight"] = g[b + "attn_norm.weight"]
+        hf[p + "post_attention_layernorm.weight"] = g[b + "ffn_norm.weight"]
+        hf[p + "shared_mlp.input_linear.weight"] = np.concatenate([g[b + "ffn_gate.weight"], g[b + "ffn_up.weight"]])
+        hf[p + "shared_mlp.output_linear.weight"] = g[b + "ffn_down.weight"]
+        if kv_heads[i] > 0:
+            hf[p + "self_attn.q_proj.weight"] = unpermute(g[b + "attn_q.weight"], n_head)
+            hf[p + "self_attn.k_proj.weight"] = unpermute(g[b + "attn_k.weight"], kv_heads[i])
+            hf[p + "self_attn.v_proj.weight"] = g[b + "attn_v.weight"]
+            hf[p + "self_attn.o_proj.weight"] = g[b + "attn_output.weight"]
+            continue
+        m = p + "mamba."
+        hf[m + "in_proj.weight"] = g[b + "ssm_in.weight"]
+        hf[m + "out_proj.weight"] = g[b + "ssm_out.weight"]
+        hf[m + "conv1d.weight"] = g[b + "ssm_conv1d.weight"].reshape(g[b + "ssm_conv1d.weight"].shape[0], 1, -1)
+        hf[m + "conv1d.bias"] = g[b + "ssm_conv1d.bias"]
+        hf[m + "dt_bias"] = g[b + "ssm_dt.bias"]
+        hf[m + "A_log"] = np.log(-g[b + "ssm_a"].astype(np.float64)).astype(np.float32).reshape(n_ssm_head)
+        hf[m + "D"] = g[b + "ssm_d"].reshape(n_ssm_head)
+        hf[m + "norm.weight"] = g[b + "ssm_norm.weight"].reshape(d_inner)
+    config = {
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+        "vocab_size": meta[a + "vocab_size"], "hidden_size": d_model, "num_hidden_layers": n_layer,
+        "num_attention_heads": n_head, "num_key_value_heads": max(kv_heads),
+        "layer_types": ["attention" if k > 0 else "mamba" for k in kv_heads],
+        "intermediate_size": meta[a + "feed_forward_length"],
+        "shared_intermediate_size": meta[a + "expert_shared_feed_forward_length"],
+        "num_local_experts": meta[a + "expert_count"], "num_experts_per_tok": meta[a + "expert_used_count"],
+        "mamba_n_heads": n_ssm_head, "mamba_d_head": d_inner // n_ssm_head, "mamba_n_groups": meta[a + "ssm.group_count"],
+        "mamba_d_state": meta[a + "ssm.state_size"], "mamba_d_conv": meta[a + "ssm.conv_kernel"],
+        "mamba_expand": d_inner // d_model, "mamba_chunk_size": 16, "mamba_conv_bias": True, "mamba_proj_bias": False,
+        "rms_norm_eps": meta[a + "attention.layer_norm_rms_epsilon"], "rope_theta": meta[a + "rope.freq_base"],
+        "position_embedding_type": "rope" if meta.get(a + "rope.scaling.finetuned", True) else "nope",
+        "embedding_multiplier": meta[a + "embedding_scale"], "residual_multiplier": meta[a + "residual_scale"],
+        "attention_multiplier": meta[a + "attention.scale"], "logits_scaling": meta[a + "logit_scale"],
+        "tie_word_embeddings": "output.weight" not in g,
+        "bos_token_id": meta["tokenizer.ggml.bos_token_id"], "eos_token_id": meta["tokenizer.ggml.eos_token_id"],
+        "pad_token_id": meta["tokenizer.ggml.eos_token_id"],
+        "generator": "tests/reference/make_hf_recurrent_dirs.py (from tests/fixtures/recurrent/granitehybrid_f32.gguf)",
+    }
+    write_dir("granitehybrid_f32", config, meta, hf)
+
+
 if __name__ == "__main__":
     mamba1()
     mamba2()
+    granite_hybrid()
