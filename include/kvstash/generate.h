@@ -97,4 +97,20 @@ using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
 GenerateResult generate(Evaluator& evaluator, State& state, Sampler& sampler, const GenerateOptions& options,
                         const TokenCallback& on_text = {});
 
+// One sequence of generate_batch(): its State (holding at least one token), its own Sampler and options.
+struct BatchSequence {
+    State* state = nullptr;
+    Sampler* sampler = nullptr;
+    GenerateOptions options;
+};
+
+// Generates for several sequences together: each step samples one token per unfinished sequence, then
+// evaluates them all in one Evaluator::eval_batch (each weight matrix read once for all of them). Each
+// sequence's result, State and sampler state are bitwise what generate() on it alone would give (the
+// evaluation is batch-invariant, the sampling per sequence). The States must be distinct (forks are
+// fine). Not supported here: a grammar constraint (Error(invalid_argument)); no text callback. Throws as
+// generate() does, checking every sequence first; on an error thrown mid-way each State holds the tokens
+// evaluated so far and its sampler state.
+std::vector<GenerateResult> generate_batch(Evaluator& evaluator, std::span<const BatchSequence> sequences);
+
 }  // namespace kvstash

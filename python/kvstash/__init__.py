@@ -13,16 +13,15 @@ See docs/python.md for the whole API, what may be shared across threads, and the
 (kvstash.interop).
 """
 
-from __future__ import annotations
-
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from . import errors
-from ._core import Completion, State, file_info
+from ._core import Adapters, Completion, State, file_info
 from ._core import Model as _Model
 from ._core import Session as _Session
 from ._stream import TextStream, TokenCallback
 from .errors import (
+    AdapterMismatch,
     BadInputFile,
     ContextOverflow,
     Error,
@@ -34,17 +33,25 @@ from .errors import (
     Unsupported,
 )
 
+if _TYPE_CHECKING:  # names for annotations only: `import kvstash` exposes just the API below
+    from typing import List, Optional, Sequence, Tuple, Union
+
+    Prompt = Union[str, Sequence[int], None]
+
 __all__ = [
     "Model",
     "State",
     "Session",
+    "Adapters",
     "Completion",
     "TextStream",
+    "TokenCallback",
     "file_info",
     "errors",
     "Error",
     "InvalidArgument",
     "ModelMismatch",
+    "AdapterMismatch",
     "FileError",
     "OutputError",
     "BadInputFile",
@@ -53,8 +60,6 @@ __all__ = [
     "InternalError",
 ]
 __version__ = "0.1.0"
-
-Prompt = Union[str, Sequence[int], None]
 
 
 class Model(_Model):
@@ -67,13 +72,13 @@ class Model(_Model):
     def generate(
         self,
         state: State,
-        prompt: Prompt = None,
+        prompt: "Prompt" = None,
         max_tokens: int = 256,
         *,
         stream: bool = False,
-        callback: Optional[TokenCallback] = None,
+        callback: "Optional[TokenCallback]" = None,
         **sampling: object,
-    ) -> Union[str, TextStream]:
+    ) -> "Union[str, TextStream]":
         """Appends `prompt` to `state` and generates up to `max_tokens` tokens into it.
 
         Sampling keywords: temperature (<= 0: greedy), top_p, top_k, min_p, seed (None: continue the
@@ -88,7 +93,20 @@ class Model(_Model):
             )
         return self.complete(state, prompt, max_tokens, callback=callback, **sampling).text
 
-    def generate_iter(self, state: State, prompt: Prompt = None, max_tokens: int = 256, **kwargs: object) -> TextStream:
+    def generate_batch(
+        self, prompts: "Sequence[Union[str, Sequence[int], State]]", max_tokens: int = 256, **sampling: object
+    ) -> "List[str]":
+        """Generates for several prompts at once, decoded together through the evaluator's batching (one
+        batched pass per token for all of them, not threads). Each item is a prompt (str or token ids: a
+        new State) or a State to continue (e.g. forks of one prefix; it then holds the result). Sampling
+        keywords as generate(). Each text is bitwise what generate() gives for that item alone; see
+        complete_batch() for the Completions.
+        """
+        states = [p if isinstance(p, State) else State(self) for p in prompts]
+        appended = [None if isinstance(p, State) else p for p in prompts]
+        return [c.text for c in self.complete_batch(states, appended, max_tokens, **sampling)]
+
+    def generate_iter(self, state: State, prompt: "Prompt" = None, max_tokens: int = 256, **kwargs: object) -> TextStream:
         """The same as generate(..., stream=True)."""
         return self.generate(state, prompt, max_tokens, stream=True, **kwargs)  # type: ignore[return-value]
 
@@ -99,9 +117,10 @@ class Model(_Model):
 class Session:
     """A multi-turn chat: the system prompt is evaluated once, each turn only its new tokens.
 
-    ``Session(model, system_prompt="", template=None, n_ctx=0, kv_type="f16", use_cache=True)``:
+    ``Session(model, system_prompt="", template=None, n_ctx=0, kv_type="f16", use_cache=True, adapters=None)``:
     template names a chat template ("chatml", "llama3", "gemma", ...; None: the model's own);
-    use_cache takes the system prompt from (and offers it to) the model's prefix cache.
+    use_cache takes the system prompt from (and offers it to) the model's prefix cache; adapters: a
+    :class:`Adapters` (LoRA / control vectors) the conversation is computed under (see set_adapters).
     ``Session.open(model, path)`` resumes one saved with :meth:`save`, bit-exactly.
     Use a Session from one thread at a time.
     """
@@ -110,20 +129,33 @@ class Session:
         self,
         model: Model,
         system_prompt: str = "",
-        template: Optional[str] = None,
+        template: "Optional[str]" = None,
         n_ctx: int = 0,
         kv_type: str = "f16",
         use_cache: bool = True,
+        adapters: "Optional[Adapters]" = None,
         *,
-        _core: Optional[_Session] = None,
+        _core: "Optional[_Session]" = None,
     ):
         self.model = model
-        self._core = _core if _core is not None else _Session(model, system_prompt, template, n_ctx, kv_type, use_cache)
+        self._core = (
+            _core
+            if _core is not None
+            else _Session(model, system_prompt, template, n_ctx, kv_type, use_cache, adapters)
+        )
 
     @classmethod
-    def open(cls, model: Model, path: str, template: Optional[str] = None, use_cache: bool = True) -> "Session":
-        """A session saved by save(), resumed. Raises ModelMismatch for a file of another model."""
-        return cls(model, _core=_Session.open(model, path, template, use_cache))
+    def open(
+        cls,
+        model: Model,
+        path: str,
+        template: "Optional[str]" = None,
+        use_cache: bool = True,
+        adapters: "Optional[Adapters]" = None,
+    ) -> "Session":
+        """A session saved by save(), resumed. Raises ModelMismatch for a file of another model,
+        AdapterMismatch for one saved under other adapters."""
+        return cls(model, _core=_Session.open(model, path, template, use_cache, adapters))
 
     def reply(
         self,
@@ -131,9 +163,9 @@ class Session:
         max_tokens: int = 256,
         *,
         stream: bool = False,
-        callback: Optional[TokenCallback] = None,
+        callback: "Optional[TokenCallback]" = None,
         **sampling: object,
-    ) -> Union[str, TextStream]:
+    ) -> "Union[str, TextStream]":
         """Adds the user's message and generates the assistant's reply (text, or a TextStream).
 
         Sampling keywords: temperature, top_p, top_k, min_p, seed (None: continue the session's random
@@ -166,9 +198,19 @@ class Session:
         self._core.load(path)
 
     @property
-    def messages(self) -> List[Tuple[str, str]]:
+    def messages(self) -> "List[Tuple[str, str]]":
         """[(role, content), ...] of the conversation."""
         return self._core.messages
+
+    def set_adapters(self, adapters: "Optional[Adapters]") -> None:
+        """Continues under other adapters (None: the model alone); the conversation's tokens are computed
+        again under them (bitwise a cold evaluation)."""
+        self._core.set_adapters(adapters)
+
+    @property
+    def adapters(self) -> str:
+        """What the conversation is computed under ("no adapters" when none)."""
+        return self._core.adapters
 
     @property
     def state(self) -> State:

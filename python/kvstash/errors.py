@@ -10,6 +10,7 @@ __all__ = [
     "Error",
     "InvalidArgument",
     "ModelMismatch",
+    "AdapterMismatch",
     "FileError",
     "OutputError",
     "BadInputFile",
@@ -33,6 +34,13 @@ class InvalidArgument(Error, ValueError):
 
 class ModelMismatch(InvalidArgument):
     """A state file belongs to another model (its weights + tokenizer fingerprint differs)."""
+
+    code = "invalid_argument"
+
+
+class AdapterMismatch(ModelMismatch):
+    """A state file of this model was saved under other adapters (LoRA / control vectors) than it is loaded
+    under: its KV was computed with other weights. Load it with the adapters it was saved with."""
 
     code = "invalid_argument"
 

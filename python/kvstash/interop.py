@@ -19,6 +19,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._core import Model, State
+from .errors import Unsupported
 
 __all__ = ["kv_layers", "state_from_kv", "to_dynamic_cache", "from_dynamic_cache"]
 
@@ -76,8 +77,10 @@ def state_from_kv(
     """A State holding `tokens` with the given per-layer (K, V) [n_tokens, n_head_kv, head_dim].
 
     The State has no logits yet: evaluate at least one more token (model.eval) before sampling. Its KV
-    was not computed by kvstash, so the prefix cache never takes it.
+    was not computed by kvstash, so the prefix cache never takes it. Raises Unsupported for a model with
+    recurrent layers (their state is not K/V).
     """
+    _refuse_recurrent(model, "state_from_kv")
     _check_layout(layout)
     dtype = np.float32 if kv_type == "f32" else np.float16
     permute, n_rot = _needs_permute(model)
@@ -94,8 +97,22 @@ def state_from_kv(
     return State._kv_import(model, list(tokens), keys, values, kv_type, n_ctx)
 
 
+def _refuse_recurrent(model: Model, what: str) -> None:
+    """A DynamicCache holds attention K/V only: a model with recurrent (Mamba) layers has state it cannot hold."""
+    info = model.info
+    if info["n_recurrent_layers"] > 0:
+        raise Unsupported(
+            f"{what}: {info['architecture']} has {info['n_recurrent_layers']} recurrent (Mamba) layers, whose "
+            "convolution and SSM states a DynamicCache cannot hold (transformers keeps them in the model's own "
+            "hybrid cache class, which kvstash does not convert yet); keep the State in kvstash (fork, save, "
+            "State.load) or use kv_layers() for its attention layers' K/V"
+        )
+
+
 def to_dynamic_cache(state: State, dtype: Optional[Any] = None) -> Any:
-    """A transformers DynamicCache holding the State's KV (HF layout), for model(..., past_key_values=)."""
+    """A transformers DynamicCache holding the State's KV (HF layout), for model(..., cache=) (transformers
+    5.x; past_key_values= in 4.x). Raises Unsupported for a model with recurrent layers (Mamba, hybrids)."""
+    _refuse_recurrent(state.model, "to_dynamic_cache")
     import torch
     from transformers import DynamicCache
 

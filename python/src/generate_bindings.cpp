@@ -32,15 +32,17 @@ Sampler make_sampler(const SamplingArgs& args, const SamplerState* previous) {
     return Sampler(params);
 }
 
+nb::str text_from_bytes(std::string_view bytes) {
+    return nb::steal<nb::str>(PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace"));
+}
+
 TokenCallback PyTokenCallback::as_callback() {
     if (!callable_.is_valid() || callable_.is_none()) return {};
     return [this](int32_t token, std::string_view text) -> bool {
         if (failure_) return false;
         nb::gil_scoped_acquire acquire;
         try {
-            nb::object piece =
-                nb::steal(PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace"));
-            nb::object keep_going = callable_(token, piece);
+            nb::object keep_going = callable_(token, text_from_bytes(text));
             return keep_going.is_none() || nb::cast<bool>(keep_going);
         } catch (...) {
             failure_ = std::current_exception();
@@ -134,7 +136,10 @@ Completion complete(PyModel& m, PyState& s, const nb::handle& prompt, int64_t ma
 
 void bind_completion(nb::module_& m) {
     nb::class_<Completion>(m, "Completion", "What one generation produced.")
-        .def_ro("text", &Completion::text, "The generated text (without an end-of-generation token or stop string).")
+        .def_prop_ro(
+            "text", [](const Completion& c) { return text_from_bytes(c.text); },
+            "The generated text (without an end-of-generation token or stop string); bytes that are not valid "
+            "UTF-8 (a character cut by max_tokens) become U+FFFD.")
         .def_ro("tokens", &Completion::tokens, "The generated token ids (an end-of-generation token included).")
         .def_ro("stop_reason", &Completion::stop_reason,
                 "\"end_of_generation\", \"stop_string\", \"max_tokens\", \"callback\" or \"context_full\".")
@@ -142,7 +147,7 @@ void bind_completion(nb::module_& m) {
         .def_ro("prompt_tokens", &Completion::prompt_tokens, "Tokens in the State before the first generated one.")
         .def_ro("drafted", &Completion::drafted, "Speculative decoding: draft tokens verified (0 without).")
         .def_ro("accepted", &Completion::accepted, "Speculative decoding: draft tokens kept.")
-        .def("__str__", [](const Completion& c) { return c.text; })
+        .def("__str__", [](const Completion& c) { return text_from_bytes(c.text); })
         .def("__repr__", [](const Completion& c) {
             return "<kvstash.Completion tokens=" + std::to_string(c.tokens.size()) + " stop_reason=" + c.stop_reason +
                    ">";

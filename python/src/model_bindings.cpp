@@ -128,7 +128,8 @@ nb::object eval(PyModel& m, PyState& s, const std::vector<int32_t>& tokens, bool
 
 // A new State holding `prompt` evaluated; with the prefix cache, its longest cached prefix is reused
 // and the result offered back to the cache.
-PyState* prefill(nb::object self, const nb::handle& prompt, int64_t n_ctx, const std::string& kv_type) {
+PyState* prefill(nb::object self, const nb::handle& prompt, int64_t n_ctx, const std::string& kv_type,
+                 nb::object adapters) {
     PyModel& m = nb::cast<PyModel&>(self);
     std::vector<int32_t> tokens = prompt_tokens(m.model(), prompt, true);
     if (tokens.empty()) throw Error(ErrorCode::invalid_argument, "prefill: the prompt has no tokens");
@@ -137,6 +138,7 @@ PyState* prefill(nb::object self, const nb::handle& prompt, int64_t n_ctx, const
         throw Error(ErrorCode::invalid_argument,
                     "kv_type must be \"f16\", \"f32\" or \"q8_0\", not \"" + kv_type + "\"");
     StateOptions options{.kv_type = *type, .n_ctx = n_ctx};
+    options.adapters = adapter_set_arg(m, adapters);
     std::optional<State> result;
     {
         nb::gil_scoped_release release;
@@ -195,9 +197,7 @@ ModelClass bind_model(nb::module_& m) {
         .def(
             "detokenize",
             [](const PyModel& self, const std::vector<int32_t>& ids) {
-                std::string bytes = self.model().tokenizer().decode(ids);
-                return nb::steal<nb::str>(
-                    PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace"));
+                return text_from_bytes(self.model().tokenizer().decode(ids));
             },
             nb::arg("tokens"), "The text of `tokens` (invalid UTF-8 replaced by U+FFFD).")
         .def(
@@ -220,9 +220,11 @@ ModelClass bind_model(nb::module_& m) {
              "Appends `tokens` to `state` and computes their logits (GIL released). Returns None, or with "
              "all_logits=True a [len(tokens), n_vocab] float32 array. Raises ContextOverflow past the "
              "state's context; the state is unchanged when it raises.")
-        .def("prefill", &prefill, nb::arg("prompt"), nb::arg("n_ctx") = 0, nb::arg("kv_type") = "f16",
-             "A new State holding `prompt` (str: tokenized with BOS; or token ids) evaluated. With the "
-             "prefix cache on, the longest cached prefix is reused and the result offered back.")
+        .def("prefill", &prefill, nb::arg("prompt"), nb::arg("n_ctx") = 0, nb::arg("kv_type") = "f16", nb::kw_only(),
+             nb::arg("adapters") = nb::none(),
+             "A new State holding `prompt` (str: tokenized with BOS; or token ids) evaluated, under "
+             "`adapters` (a kvstash.Adapters) if given. With the prefix cache on, the longest cached prefix "
+             "(of the same adapters) is reused and the result offered back.")
         .def_prop_ro("has_cache", [](const PyModel& self) { return self.cache() != nullptr; })
         .def("cache_stats", &cache_stats, "The prefix cache's counters ({} without a cache).")
         .def(

@@ -42,5 +42,7 @@ NB_MODULE(_core, m) {
     kvstash::python::StateClass state_class = kvstash::python::bind_state(m);
     kvstash::python::bind_generate(m, model_class);
     kvstash::python::bind_session(m);
+    kvstash::python::bind_adapters(m);
+    kvstash::python::bind_batch(model_class);
     kvstash::python::bind_kv(model_class, state_class);
 }

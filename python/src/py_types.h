@@ -10,8 +10,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "kvstash/adapter.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/generate.h"
 #include "kvstash/model.h"
@@ -102,6 +104,17 @@ private:
     std::atomic<bool> busy_{false};
 };
 
+// kvstash.Adapters: an AdapterSet loaded for the Model `model_ref` (adapter_bindings.cpp).
+struct PyAdapters {
+    nb::object model_ref;
+    std::shared_ptr<const AdapterSet> set;
+};
+// The set of an `adapters=` argument (None: null), checked to belong to `model`.
+std::shared_ptr<const AdapterSet> adapter_set_arg(const PyModel& model, const nb::handle& adapters);
+// AdapterSet::describe(), "no adapters" for null.
+nb::str adapters_description(const std::shared_ptr<const AdapterSet>& set);
+void bind_adapters(nb::module_& m);
+
 // Sampling settings as the Python calls take them.
 struct SamplingArgs {
     float temperature = 0.8f;
@@ -134,8 +147,14 @@ private:
 // Token ids from a Python str (tokenized) or sequence of ints; None gives none.
 std::vector<int32_t> prompt_tokens(const Model& model, const nb::handle& prompt, bool at_start);
 
-// Raises kvstash.errors.ModelMismatch when the state file at `path` belongs to another model.
-void check_state_file_model(const PyModel& model, const std::string& path);
+// Raises kvstash.errors.ModelMismatch when the state file at `path` belongs to another model, and
+// kvstash.errors.AdapterMismatch when it is this model's but was saved under other adapters than
+// `adapters` (null: none).
+void check_state_file_model(const PyModel& model, const std::string& path, const AdapterSet* adapters);
+
+// `bytes` as a Python str, invalid UTF-8 (a character cut by max_tokens, a tiny random model's bytes) replaced
+// by U+FFFD as streaming does: text from model output never raises UnicodeDecodeError.
+nb::str text_from_bytes(std::string_view bytes);
 
 // GenerateResult as returned to Python (kvstash.Completion), with the prompt's size.
 struct Completion {
@@ -156,5 +175,6 @@ StateClass bind_state(nb::module_& m);
 void bind_generate(nb::module_& m, ModelClass& model_class);
 void bind_session(nb::module_& m);
 void bind_kv(ModelClass& model_class, StateClass& state_class);
+void bind_batch(ModelClass& model_class);
 
 }  // namespace kvstash::python

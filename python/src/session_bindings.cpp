@@ -26,8 +26,9 @@ public:
         nb::gil_scoped_release release;
         session_.emplace(*evaluator_, template_, system_prompt, options);
     }
-    void open(const std::string& path, bool use_cache) {
+    void open(const std::string& path, bool use_cache, std::shared_ptr<const AdapterSet> adapters) {
         SessionOptions options{.state = {}, .cache = use_cache ? model_->cache() : nullptr};
+        options.state.adapters = std::move(adapters);
         nb::gil_scoped_release release;
         session_.emplace(Session::open(*evaluator_, template_, path, options));
     }
@@ -98,23 +99,27 @@ void bind_session(nb::module_& m) {
         .def(
             "__init__",
             [](PySession* self, nb::object model, const std::string& system_prompt, std::optional<std::string> tmpl,
-               int64_t n_ctx, const std::string& kv_type, bool use_cache) {
+               int64_t n_ctx, const std::string& kv_type, bool use_cache, nb::object adapters) {
                 PyModel& pm = nb::cast<PyModel&>(model);
+                StateOptions state_options{.kv_type = state_kv_type(kv_type), .n_ctx = n_ctx};
+                state_options.adapters = adapter_set_arg(pm, adapters);
                 new (self) PySession(model, pm, tmpl);
-                self->start(system_prompt, StateOptions{.kv_type = state_kv_type(kv_type), .n_ctx = n_ctx}, use_cache);
+                self->start(system_prompt, state_options, use_cache);
             },
             nb::arg("model"), nb::arg("system_prompt") = "", nb::arg("template") = nb::none(), nb::arg("n_ctx") = 0,
-            nb::arg("kv_type") = "f16", nb::arg("use_cache") = true,
+            nb::arg("kv_type") = "f16", nb::arg("use_cache") = true, nb::arg("adapters") = nb::none(),
             "A chat with `model`. template: a name (\"chatml\", \"llama3\", \"gemma\", ...) or None for the "
             "model's own; use_cache: take/offer the system prompt from/to the model's prefix cache.")
         .def_static(
             "open",
-            [](nb::object model, const std::string& path, std::optional<std::string> tmpl, bool use_cache) {
+            [](nb::object model, const std::string& path, std::optional<std::string> tmpl, bool use_cache,
+               nb::object adapters) {
                 PyModel& pm = nb::cast<PyModel&>(model);
-                check_state_file_model(pm, path);
+                std::shared_ptr<const AdapterSet> set = adapter_set_arg(pm, adapters);
+                check_state_file_model(pm, path, set.get());
                 auto* s = new PySession(model, pm, tmpl);
                 try {
-                    s->open(path, use_cache);
+                    s->open(path, use_cache, std::move(set));
                 } catch (...) {
                     delete s;
                     throw;
@@ -122,7 +127,24 @@ void bind_session(nb::module_& m) {
                 return s;
             },
             nb::arg("model"), nb::arg("path"), nb::arg("template") = nb::none(), nb::arg("use_cache") = true,
-            "A session saved by Session.save, resumed (bit-exactly).")
+            nb::arg("adapters") = nb::none(),
+            "A session saved by Session.save, resumed (bit-exactly), under the adapters it was saved with.")
+        .def(
+            "set_adapters",
+            [](PySession& self, nb::object adapters) {
+                PySession::Busy busy(self);
+                std::shared_ptr<const AdapterSet> set = adapter_set_arg(self.model(), adapters);
+                // The model's prefix cache holds States of any adapter set (its keys include the set).
+                PrefixCache* cache = self.model().cache();
+                nb::gil_scoped_release release;
+                self.session().set_adapters(std::move(set), cache);
+            },
+            nb::arg("adapters").none(),
+            "Continues the conversation under other adapters (None: the model alone): its tokens are computed "
+            "again under them, bitwise as a cold evaluation would.")
+        .def_prop_ro(
+            "adapters", [](PySession& self) { return adapters_description(self.session().state().adapters()); },
+            "What the session's State is computed under (\"no adapters\" when none).")
         .def(
             "_reply",
             [](PySession& self, const std::string& message, int64_t max_tokens, float temperature, float top_p,
@@ -168,7 +190,7 @@ void bind_session(nb::module_& m) {
             "load",
             [](PySession& self, const std::string& path) {
                 PySession::Busy busy(self);
-                check_state_file_model(self.model(), path);
+                check_state_file_model(self.model(), path, self.session().state().adapters().get());
                 nb::gil_scoped_release release;
                 self.session().load(path);
             },
@@ -176,11 +198,13 @@ void bind_session(nb::module_& m) {
         .def_prop_ro(
             "messages",
             [](PySession& self) {
-                std::vector<std::pair<std::string, std::string>> out;
-                for (const ChatMessage& msg : self.session().messages()) out.emplace_back(msg.role, msg.content);
+                nb::list out;
+                for (const ChatMessage& msg : self.session().messages()) {
+                    out.append(nb::make_tuple(text_from_bytes(msg.role), text_from_bytes(msg.content)));
+                }
                 return out;
             },
-            "[(role, content), ...] of the conversation.")
+            "[(role, content), ...] of the conversation (invalid UTF-8 in a reply replaced by U+FFFD).")
         .def_prop_ro(
             "state",
             [](PySession& self) { return new PyState(self.model_ref(), self.model(), self.session().state().fork()); },

@@ -6,6 +6,7 @@
 
 #include "kvstash/state_file.h"
 #include "py_types.h"
+#include "state/adapter_fingerprint.h"
 
 namespace kvstash::python {
 
@@ -87,34 +88,56 @@ nb::dict file_info_dict(const StateFileInfo& info) {
     return d;
 }
 
+[[noreturn]] void raise_mismatch(const char* error_class, const std::string& message) {
+    nb::object cls = nb::module_::import_("kvstash.errors").attr(error_class);
+    PyErr_SetString(cls.ptr(), message.c_str());
+    throw nb::python_error();
+}
+
 // Refuses a file of another model with ModelMismatch before reading it (the C++ loader says
-// invalid_argument; Python users want the kind).
-void check_fingerprint(const PyModel& m, const std::string& path) {
+// invalid_argument; Python users want the kind), and this model's file saved under other adapters with
+// AdapterMismatch (a ModelMismatch) saying so, as the CLI does: the model is right, the weights are not.
+void check_fingerprint(const PyModel& m, const std::string& path, const AdapterSet* adapters) {
     StateFileInfo info = inspect_state_file(path, Checksums::skip);
     std::string ours = model_fingerprint(m.model());
-    if (info.model_fingerprint != ours) {
-        nb::object cls = nb::module_::import_("kvstash.errors").attr("ModelMismatch");
-        std::string message = "state file '" + path + "' belongs to another model (fingerprint " +
-                              info.model_fingerprint + ", model '" + info.model_name + "'), not to '" +
-                              m.model().path() + "' (fingerprint " + ours + ")";
-        PyErr_SetString(cls.ptr(), message.c_str());
-        throw nb::python_error();
+    const bool saved_with_adapters = !info.base_model_fingerprint.empty();
+    const std::string& saved_base = saved_with_adapters ? info.base_model_fingerprint : info.model_fingerprint;
+    if (saved_base != ours) {
+        raise_mismatch("ModelMismatch", "state file '" + path + "' belongs to another model (fingerprint " +
+                                            saved_base + ", model '" + info.model_name + "'), not to '" +
+                                            m.model().path() + "' (fingerprint " + ours + ")");
+    }
+    const std::string expected = combined_fingerprint(m.model(), adapters).hex();
+    if (info.model_fingerprint != expected) {
+        const bool with_adapters = adapters != nullptr && !adapters->empty();
+        raise_mismatch(
+            "AdapterMismatch",
+            "state file '" + path + "' was saved " +
+                (saved_with_adapters ? "under adapters (model + adapters fingerprint " + info.model_fingerprint + ")"
+                                     : std::string("without adapters")) +
+                ", but is being loaded " +
+                (with_adapters ? "under " + adapters->describe() + " (fingerprint " + expected + ")"
+                               : std::string("without adapters")) +
+                "; its KV was computed with other weights: load it under the adapters it was saved with "
+                "(adapters=kvstash.Adapters(model, lora=..., control_vectors=...))");
     }
 }
 
-PyState* load(nb::object model_obj, const std::string& path) {
+PyState* load(nb::object model_obj, const std::string& path, std::shared_ptr<const AdapterSet> adapters) {
     PyModel& m = nb::cast<PyModel&>(model_obj);
     std::optional<State> state;
     {
         nb::gil_scoped_release release;
-        state.emplace(load_state(m.model(), path));
+        state.emplace(load_state(m.model(), path, LoadOptions{std::move(adapters)}));
     }
     return new PyState(model_obj, m, std::move(*state));
 }
 
 }  // namespace
 
-void check_state_file_model(const PyModel& m, const std::string& path) { check_fingerprint(m, path); }
+void check_state_file_model(const PyModel& m, const std::string& path, const AdapterSet* adapters) {
+    check_fingerprint(m, path, adapters);
+}
 
 StateClass bind_state(nb::module_& m) {
     StateClass state_class(m, "State",
@@ -123,14 +146,19 @@ StateClass bind_state(nb::module_& m) {
     state_class
         .def(
             "__init__",
-            [](PyState* self, nb::object model, int64_t n_ctx, const std::string& kv_type) {
+            [](PyState* self, nb::object model, int64_t n_ctx, const std::string& kv_type, nb::object adapters) {
                 PyModel& m = nb::cast<PyModel&>(model);
                 StateOptions options{.kv_type = parse_state_kv_type(kv_type), .n_ctx = n_ctx};
+                options.adapters = adapter_set_arg(m, adapters);
                 new (self) PyState(model, m, State(m.model(), options));
             },
-            nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("kv_type") = "f16",
+            nb::arg("model"), nb::arg("n_ctx") = 0, nb::arg("kv_type") = "f16", nb::kw_only(),
+            nb::arg("adapters") = nb::none(),
             "An empty State. n_ctx: maximum tokens (0 = the model's training context); kv_type: \"f16\" or "
-            "\"f32\".")
+            "\"f32\"; adapters: a kvstash.Adapters every token of this State (and its forks) is computed under.")
+        .def_prop_ro(
+            "adapters", [](const PyState& self) { return adapters_description(self.get().adapters()); },
+            "What the State is computed under: \"lora a.gguf ×0.8, control-vector b.gguf ×1\" or \"no adapters\".")
         .def_prop_ro(
             "model", [](const PyState& self) { return self.model_ref(); }, "The Model this State belongs to.")
         .def(
@@ -186,14 +214,16 @@ StateClass bind_state(nb::module_& m) {
             "halves the file but continuation is then no longer bit-exact; compress: zstd.")
         .def_static(
             "load",
-            [](nb::object model, const std::string& path) {
-                check_fingerprint(nb::cast<PyModel&>(model), path);
-                return load(model, path);
+            [](nb::object model, const std::string& path, nb::object adapters) {
+                PyModel& m = nb::cast<PyModel&>(model);
+                std::shared_ptr<const AdapterSet> set = adapter_set_arg(m, adapters);
+                check_fingerprint(m, path, set.get());
+                return load(model, path, std::move(set));
             },
-            nb::arg("model"), nb::arg("path"),
+            nb::arg("model"), nb::arg("path"), nb::kw_only(), nb::arg("adapters") = nb::none(),
             "A State read from a file saved by State.save (in any process): continues bit-exactly. Raises "
-            "ModelMismatch for a file of another model, BadInputFile for a corrupt one, FileError when it "
-            "cannot be read.")
+            "ModelMismatch for a file of another model, AdapterMismatch (a ModelMismatch) for one saved under "
+            "other adapters than `adapters`, BadInputFile for a corrupt one, FileError when it cannot be read.")
         .def("__repr__", [](const PyState& self) {
             return "<kvstash.State n_tokens=" + std::to_string(self.get().n_tokens()) +
                    " n_ctx=" + std::to_string(self.get().n_ctx()) +

@@ -43,15 +43,32 @@ void write_all(int fd, const void* data, size_t size, const std::string& what_pa
     }
 }
 
-void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
-           const Options& options) {
-    // rename() would replace a FIFO, device or directory entry (as root, even /dev/full): only regular
-    // files (or links, which rename replaces, not follows) are ours to replace.
+namespace {
+
+// rename() would replace a FIFO, device or directory entry (as root, even /dev/full): only regular
+// files (or links, which rename replaces, not follows) are ours to replace.
+void require_replaceable(const std::string& path, const Options& options) {
     if (struct stat st{}; ::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
         throw Error(ErrorCode::output, "cannot save " + options.what + " '" + path + "': it is " +
                                            std::string(regular_file::describe_file_type(st.st_mode)) +
                                            ", and only a regular file is replaced");
     }
+}
+
+}  // namespace
+
+void check_writable(const std::string& path, const Options& options) {
+    require_replaceable(path, options);
+    const std::string temp = temp_path_for(path);
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) fail(options, path, "creating '" + temp + "'", errno);
+    ::close(fd);
+    ::unlink(temp.c_str());
+}
+
+void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
+           const Options& options) {
+    require_replaceable(path, options);
     if (options.remove_abandoned_temps) {
         const size_t slash = path.find_last_of('/');
         temp_file_name::remove_abandoned(parent_directory(path),

@@ -44,6 +44,11 @@ std::string temp_path_for(const std::string& path);
 void write(const std::string& path, const std::function<void(int fd, const std::string& temp_path)>& write_content,
            const Options& options = {});
 
+// Checks, before any work whose result would be lost, that write(path) can create its temporary file:
+// creates one and removes it. Throws the Error(output) write() would (a missing or read-only directory, no
+// permission, a `path` that is not a regular file); leaves nothing behind and a previous file unchanged.
+void check_writable(const std::string& path, const Options& options = {});
+
 // Writes `parts` one after another to `path` atomically (see write()); false instead of an exception on
 // any failure, for best-effort caches (which clean their directories at startup instead of per write).
 bool try_write(const std::string& path, std::initializer_list<std::string_view> parts,

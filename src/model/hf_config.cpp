@@ -58,6 +58,59 @@ json rope_parameters(const json& config) {
     return p;
 }
 
+// GraniteHybridModel.set_gguf_parameters (Mamba 2 layers, attention layers where layer_types says so, a dense
+// shared SwiGLU MLP in every layer, Granite's four multipliers). Mixture-of-experts checkpoints are refused.
+template <typename PutU32, typename PutF32>
+void read_granite_hybrid(const Reader& r, const json& config, const PutU32& put_u32, const PutF32& put_f32,
+                         HfModelSpec& s) {
+    if (r.get_int({"num_local_experts"}).value_or(0) > 0) {
+        throw Error(ErrorCode::unsupported,
+                    r.path +
+                        ": GraniteMoeHybrid with experts (num_local_experts > 0) is not supported in a model "
+                        "directory; convert it to GGUF with llama.cpp");
+    }
+    const int64_t n_embd = r.require_int({"hidden_size"});
+    s.n_head = r.require_int({"num_attention_heads"});
+    s.n_head_kv = r.get_int({"num_key_value_heads"}).value_or(s.n_head);
+    const int64_t n_ff = r.require_int({"shared_intermediate_size", "intermediate_size"});
+    const int64_t n_ssm_head = r.require_int({"mamba_n_heads"});
+    s.ssm_group_count = r.get_int({"mamba_n_groups"}).value_or(1);
+    const int64_t d_inner = r.get_int({"mamba_expand"}).value_or(2) * n_embd;
+    std::vector<gguf::Value> kv_heads;
+    const auto types = config.find("layer_types");
+    for (int64_t il = 0; il < s.n_layer; ++il) {
+        const bool attention = types != config.end() && types->is_array() && static_cast<size_t>(il) < types->size() &&
+                               (*types)[static_cast<size_t>(il)] == "attention";
+        kv_heads.push_back(gguf::u32_value(static_cast<uint32_t>(attention ? s.n_head_kv : 0)));
+    }
+    const std::string a = s.architecture + ".";
+    put_u32("context_length", int64_t{1} << 20);
+    put_u32("embedding_length", n_embd);
+    put_u32("feed_forward_length", n_ff);
+    put_u32("attention.head_count", s.n_head);
+    s.metadata.emplace_back(a + "attention.head_count_kv",
+                            gguf::array_value(gguf::ValueType::UINT32, std::move(kv_heads)));
+    put_f32("rope.freq_base", r.get_float({"rope_theta"}).value_or(10000.0));
+    put_f32("attention.layer_norm_rms_epsilon", r.get_float({"rms_norm_eps"}).value_or(1e-6));
+    put_u32("expert_count", 0);
+    put_u32("expert_used_count", 0);
+    put_u32("vocab_size", r.require_int({"vocab_size"}));
+    put_u32("rope.dimension_count", r.get_int({"head_dim"}).value_or(n_embd / std::max<int64_t>(1, s.n_head)));
+    put_f32("attention.scale", r.get_float({"attention_multiplier"}).value_or(0.0));
+    put_f32("embedding_scale", r.get_float({"embedding_multiplier"}).value_or(0.0));
+    put_f32("residual_scale", r.get_float({"residual_multiplier"}).value_or(0.0));
+    put_f32("logit_scale", r.get_float({"logits_scaling"}).value_or(0.0));
+    put_u32("expert_shared_feed_forward_length", n_ff);
+    put_u32("ssm.conv_kernel", r.get_int({"mamba_d_conv"}).value_or(4));
+    put_u32("ssm.state_size", r.get_int({"mamba_d_state"}).value_or(128));
+    put_u32("ssm.group_count", s.ssm_group_count);
+    put_u32("ssm.inner_size", d_inner);
+    put_u32("ssm.time_step_rank", n_ssm_head);
+    if (config.value("position_embedding_type", std::string("rope")) == "nope") {
+        s.metadata.emplace_back(a + "rope.scaling.finetuned", gguf::bool_value(false));  // llama.cpp's "no RoPE"
+    }
+}
+
 }  // namespace
 
 HfModelSpec read_hf_config(const json& root, const std::string& path) {
@@ -85,11 +138,20 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
     } else if (s.hf_architecture == "Gemma3ForCausalLM") {
         s.architecture = "gemma3";
         s.norm_plus_one = true;
+    } else if (s.hf_architecture == "MambaForCausalLM") {
+        s.architecture = "mamba";
+    } else if (s.hf_architecture == "Mamba2ForCausalLM") {
+        s.architecture = "mamba2";
+    } else if (s.hf_architecture == "GraniteMoeHybridForCausalLM") {
+        s.architecture = "granitehybrid";
+        s.permute_qk = true;  // GraniteModel is a LlamaModel in the converter (irrelevant without RoPE, but the bytes)
     } else {
         throw Error(ErrorCode::unsupported,
                     path + ": Hugging Face architecture '" + s.hf_architecture +
                         "' is not supported by kvstash yet (supported in a directory: LlamaForCausalLM, "
-                        "Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM)");
+                        "Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM, MambaForCausalLM, "
+                        "Mamba2ForCausalLM, GraniteMoeHybridForCausalLM; convert others to GGUF with llama.cpp's "
+                        "convert_hf_to_gguf.py)");
     }
     const std::string a = s.architecture + ".";
     gguf::Metadata& m = s.metadata;
@@ -101,6 +163,47 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
 
     s.n_layer = r.require_int({"num_hidden_layers", "n_layer", "num_layers"});
     put_u32("block_count", s.n_layer);
+    if (s.architecture == "granitehybrid") {
+        read_granite_hybrid(r, config, put_u32, put_f32, s);
+        return s;
+    }
+    if (s.architecture == "mamba2") {
+        // Mamba2Model.set_gguf_parameters: time_step_rank is the number of heads, group_count the norm's groups.
+        const int64_t n_embd = r.require_int({"hidden_size", "d_model"});
+        const int64_t d_inner = r.get_int({"mamba_d_ssm", "intermediate_size", "d_inner"})
+                                    .value_or(r.get_int({"expand"}).value_or(2) * n_embd);
+        const int64_t head_dim = r.get_int({"mamba_d_head", "head_dim"}).value_or(64);
+        s.ssm_group_count = r.get_int({"mamba_n_groups", "n_groups"}).value_or(1);
+        put_u32("context_length", int64_t{1} << 20);
+        put_u32("embedding_length", n_embd);
+        put_u32("feed_forward_length", 0);
+        put_u32("attention.head_count", 0);
+        put_u32("ssm.conv_kernel", r.get_int({"conv_kernel", "mamba_d_conv", "d_conv"}).value_or(4));
+        put_u32("ssm.inner_size", d_inner);
+        put_u32("ssm.state_size", r.get_int({"state_size", "mamba_d_state", "d_state"}).value_or(128));
+        put_u32("ssm.time_step_rank", r.get_int({"num_heads", "mamba_n_heads"}).value_or(d_inner / head_dim));
+        put_u32("ssm.group_count", s.ssm_group_count);
+        put_f32("attention.layer_norm_rms_epsilon", r.get_float({"layer_norm_epsilon", "rms_norm_eps"}).value_or(1e-5));
+        return s;
+    }
+    if (s.architecture == "mamba") {
+        // MambaModel.set_gguf_parameters: d_inner = expand × d_model (or intermediate_size), dt_rank defaults to
+        // ceil(d_model / 16), no attention, context 2^20 (a recurrent model has no trained limit).
+        const int64_t n_embd = r.require_int({"hidden_size", "d_model"});
+        const int64_t d_inner =
+            r.get_int({"intermediate_size", "d_inner"}).value_or(r.get_int({"expand"}).value_or(2) * n_embd);
+        put_u32("context_length", int64_t{1} << 20);
+        put_u32("embedding_length", n_embd);
+        put_u32("feed_forward_length", 0);
+        put_u32("attention.head_count", 0);
+        put_u32("ssm.conv_kernel", r.get_int({"conv_kernel", "d_conv"}).value_or(4));
+        put_u32("ssm.inner_size", d_inner);
+        put_u32("ssm.state_size", r.get_int({"state_size", "d_state"}).value_or(16));
+        put_u32("ssm.time_step_rank", r.get_int({"time_step_rank", "dt_rank"}).value_or((n_embd + 15) / 16));
+        put_f32("attention.layer_norm_rms_epsilon", r.get_float({"layer_norm_epsilon", "rms_norm_eps"}).value_or(1e-5));
+        m.emplace_back(a + "ssm.dt_b_c_rms", gguf::bool_value(false));
+        return s;
+    }
     if (s.architecture == "gpt2") {
         // GPT2Model.set_gguf_parameters: n_ctx (transformers 5 omits it; it equals n_positions), FFN 4 × n_embd.
         const int64_t n_embd = r.require_int({"n_embd"});

@@ -1,6 +1,7 @@
 // A Hugging Face config.json read as llama.cpp's converter (convert_hf_to_gguf.py) reads it: the GGUF
 // hyper-parameter keys it would write (`general.architecture`, `<arch>.*`, with its value types), and the tensor
-// transforms it would apply. Architectures: LlamaForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM.
+// transforms it would apply. Architectures: LlamaForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel, Gemma3ForCausalLM,
+// MambaForCausalLM, Mamba2ForCausalLM.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,8 @@ struct HfModelSpec {
     bool transpose_conv1d = false;
     // gemma3: RMSNorm weights w are used as 1 + w; the converter stores 1 + w.
     bool norm_plus_one = false;
+    // mamba2: the gated norm's groups (its weight [d_inner] is stored [n_group, d_inner / n_group]).
+    int64_t ssm_group_count = 0;
     // llama with rope_type llama3: the rope_freqs.weight tensor the converter adds (n_rot / 2 floats), else empty.
     std::vector<float> rope_freq_factors;
     gguf::Metadata metadata;  // general.architecture and the <arch>.* keys

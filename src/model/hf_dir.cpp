@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -142,12 +143,26 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
                         shard.path() + " has no tensor '" + hf_name + "' (the index says it does)");
         const std::optional<std::string> name = gguf_tensor_name(spec, hf_name);
         if (!name) continue;  // buffers the converter drops (rotary inv_freq, GPT-2's attention mask)
-        if (t->shape.empty() || t->shape.size() > 2) {
+        // Mamba's conv1d weight [d_inner, 1, k] is read as [d_inner, k] (the converter squeezes it).
+        const bool squeeze = t->shape.size() == 3 && t->shape[1] == 1 && name->ends_with("ssm_conv1d.weight");
+        if (t->shape.empty() || (t->shape.size() > 2 && !squeeze)) {
             throw Error(ErrorCode::unsupported, "tensor '" + hf_name + "' has " + std::to_string(t->shape.size()) +
                                                     " dimensions; kvstash reads 1-D and 2-D tensors");
         }
         if (t->n_elements() == 0) throw Error(ErrorCode::bad_format, "tensor '" + hf_name + "' is empty");
         std::vector<int64_t> shape = t->shape;  // row-major
+        if (squeeze) shape = {t->shape[0], t->shape[2]};
+        if (spec.ssm_group_count > 0 && shape.size() == 1) {
+            // The converter writes A and D per head as [n_head, 1], the gated norm as [n_group, d_inner / n_group].
+            if (name->ends_with(".ssm_a") || name->ends_with(".ssm_d")) shape = {shape[0], 1};
+            if (name->ends_with(".ssm_norm.weight")) {
+                const int64_t groups = spec.ssm_group_count;
+                if (groups <= 0 || shape[0] % groups != 0) {
+                    throw Error(ErrorCode::bad_format, "tensor '" + hf_name + "' does not split into n_groups");
+                }
+                shape = {groups, shape[0] / groups};
+            }
+        }
         const uint8_t* src = shard.tensor_data(*t);
         const uint64_t esize = element_size(t->type);
         int64_t rows = shape[0];
@@ -168,6 +183,9 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
                                (hf_name.ends_with("c_attn.weight") || hf_name.ends_with("c_proj.weight") ||
                                 hf_name.ends_with("c_fc.weight"));
         const bool plus_one = spec.norm_plus_one && hf_name.ends_with("norm.weight");
+        // Mamba: the converter stores A = -exp(A_log) (in f32, as torch computes it).
+        const bool negative_exp =
+            (spec.architecture == "mamba" || spec.ssm_group_count > 0) && name->ends_with(".ssm_a");
         const uint8_t* data = src;
         if (permute || transpose) {
             std::vector<uint8_t> out(static_cast<size_t>(t->n_bytes));
@@ -191,7 +209,7 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
         }
         TensorType type = t->type;
         const int64_t n = static_cast<int64_t>(shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
-        if (to_f32 && (type != TensorType::F32 || plus_one)) {
+        if (to_f32 && (type != TensorType::F32 || plus_one || negative_exp)) {
             std::vector<uint8_t> out(static_cast<size_t>(n) * 4);
             auto* f = reinterpret_cast<float*>(out.data());
             dequantize_row(type, data, f, n);
@@ -201,6 +219,9 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
                     // widened to f32 first.
                     f[i] = type == TensorType::F16 ? fp16_to_fp32(fp32_to_fp16(f[i] + 1.0f)) : f[i] + 1.0f;
                 }
+            }
+            if (negative_exp) {
+                for (int64_t i = 0; i < n; ++i) f[i] = -std::exp(f[i]);
             }
             storage->owned.push_back(std::move(out));
             data = storage->owned.back().data();
@@ -236,15 +257,31 @@ std::unique_ptr<gguf::File> open_hf_directory(const std::string& dir_in, LoadQua
             data = storage->owned.back().data();
             type = out_type;
         }
-        gguf::TensorInfo info;
-        info.name = *name;
-        info.dims.assign(shape.rbegin(), shape.rend());  // ggml order: contiguous dimension first
-        info.type = type;
-        info.raw_type = static_cast<uint32_t>(type);
-        info.offset = 0;
-        info.n_bytes = tensor_row_bytes(type, shape.back()) * static_cast<uint64_t>(n / shape.back());
-        infos.push_back(std::move(info));
-        bytes.push_back(data);
+        // Granite's shared MLP: gate rows then up rows in one matrix, two tensors in the GGUF (no copy: each
+        // half is a contiguous run of rows).
+        const bool gate_up = name->ends_with(".ffn_gate_up.weight");
+        if (gate_up && (shape.size() != 2 || shape[0] % 2 != 0)) {
+            throw Error(ErrorCode::bad_format, "tensor '" + hf_name + "' does not split into gate and up halves");
+        }
+        const int64_t parts = gate_up ? 2 : 1;
+        const int64_t part_rows = shape[0] / parts;
+        const uint64_t row_bytes = tensor_row_bytes(type, shape.back());
+        for (int64_t part = 0; part < parts; ++part) {
+            std::vector<int64_t> part_shape = shape;
+            if (gate_up) part_shape[0] = part_rows;
+            const int64_t part_n = n / parts;
+            gguf::TensorInfo info;
+            info.name = !gate_up ? *name
+                                 : name->substr(0, name->size() - std::string("gate_up.weight").size()) +
+                                       (part == 0 ? "gate.weight" : "up.weight");
+            info.dims.assign(part_shape.rbegin(), part_shape.rend());  // ggml order: contiguous dimension first
+            info.type = type;
+            info.raw_type = static_cast<uint32_t>(type);
+            info.offset = 0;
+            info.n_bytes = row_bytes * static_cast<uint64_t>(part_n / shape.back());
+            infos.push_back(std::move(info));
+            bytes.push_back(data + static_cast<uint64_t>(part * part_rows) * row_bytes);
+        }
     }
     if (!spec.rope_freq_factors.empty()) {
         // Llama 3.1 rope scaling: the tensor the converter generates (hf_rope_scaling.h), F32 as it writes it.

@@ -43,6 +43,47 @@ constexpr Pair kGpt2Layer[] = {
     {"mlp.c_fc.weight", "ffn_up.weight"},         {"mlp.c_fc.bias", "ffn_up.bias"},
     {"mlp.c_proj.weight", "ffn_down.weight"},     {"mlp.c_proj.bias", "ffn_down.bias"},
 };
+// MambaForCausalLM and Mamba2ForCausalLM (after "backbone.layers.N."): A_log becomes ssm_a = -exp(A_log) and conv1d's
+// [d_inner, 1, k] weight [d_inner, k] in hf_dir.cpp, as the converter does.
+constexpr Pair kMambaLayer[] = {
+    {"norm.weight", "attn_norm.weight"},
+    {"mixer.in_proj.weight", "ssm_in.weight"},
+    {"mixer.x_proj.weight", "ssm_x.weight"},
+    {"mixer.dt_proj.weight", "ssm_dt.weight"},
+    {"mixer.dt_proj.bias", "ssm_dt.bias"},
+    {"mixer.out_proj.weight", "ssm_out.weight"},
+    {"mixer.conv1d.weight", "ssm_conv1d.weight"},
+    {"mixer.conv1d.bias", "ssm_conv1d.bias"},
+    {"mixer.A_log", "ssm_a"},
+    {"mixer.D", "ssm_d"},
+    {"mixer.dt_bias", "ssm_dt.bias"},          // Mamba 2
+    {"mixer.norm.weight", "ssm_norm.weight"},  // Mamba 2's gated norm
+};
+// GraniteMoeHybridForCausalLM (after "model.layers.N."): shared_mlp.input_linear holds gate then up rows; hf_dir.cpp
+// splits "ffn_gate_up.weight" into ffn_gate.weight and ffn_up.weight, as the converter does.
+constexpr Pair kGraniteHybridLayer[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"mamba.in_proj.weight", "ssm_in.weight"},
+    {"mamba.out_proj.weight", "ssm_out.weight"},
+    {"mamba.conv1d.weight", "ssm_conv1d.weight"},
+    {"mamba.conv1d.bias", "ssm_conv1d.bias"},
+    {"mamba.dt_bias", "ssm_dt.bias"},
+    {"mamba.A_log", "ssm_a"},
+    {"mamba.D", "ssm_d"},
+    {"mamba.norm.weight", "ssm_norm.weight"},
+    {"shared_mlp.input_linear.weight", "ffn_gate_up.weight"},
+    {"shared_mlp.output_linear.weight", "ffn_down.weight"},
+};
+constexpr Pair kMambaTop[] = {
+    {"embeddings.weight", "token_embd.weight"},
+    {"norm_f.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
 constexpr Pair kLlamaTop[] = {
     {"embed_tokens.weight", "token_embd.weight"},
     {"norm.weight", "output_norm.weight"},
@@ -71,6 +112,7 @@ bool strip_prefix(std::string& s, const std::string& prefix) {
 
 std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::string& hf_name) {
     const bool gpt2 = spec.architecture == "gpt2";
+    const bool mamba = spec.architecture == "mamba" || spec.architecture == "mamba2";
     std::string name = hf_name;
     if (name.ends_with("rotary_emb.inv_freq") ||
         (gpt2 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")))) {
@@ -79,6 +121,8 @@ std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::
     if (name != "lm_head.weight") {
         if (gpt2) {
             strip_prefix(name, "transformer.");
+        } else if (mamba) {
+            strip_prefix(name, "backbone.");
         } else if (!strip_prefix(name, "model.language_model.")) {
             strip_prefix(name, "model.");
         }
@@ -90,12 +134,16 @@ std::optional<std::string> gguf_tensor_name(const HfModelSpec& spec, const std::
         if (digits > 0 && digits < 7 && digits < name.size() && name[digits] == '.') {
             const int64_t layer = std::stoll(name.substr(0, digits));
             const std::string rest = name.substr(digits + 1);
-            const char* mapped = gpt2                            ? lookup(kGpt2Layer, rest)
-                                 : spec.architecture == "gemma3" ? lookup(kGemma3Layer, rest)
-                                                                 : lookup(kLlamaLayer, rest);
+            const char* mapped = gpt2                                   ? lookup(kGpt2Layer, rest)
+                                 : mamba                                ? lookup(kMambaLayer, rest)
+                                 : spec.architecture == "granitehybrid" ? lookup(kGraniteHybridLayer, rest)
+                                 : spec.architecture == "gemma3"        ? lookup(kGemma3Layer, rest)
+                                                                        : lookup(kLlamaLayer, rest);
             if (mapped && layer < spec.n_layer) return "blk." + std::to_string(layer) + "." + mapped;
         }
-    } else if (const char* mapped = gpt2 ? lookup(kGpt2Top, name) : lookup(kLlamaTop, name)) {
+    } else if (const char* mapped = gpt2    ? lookup(kGpt2Top, name)
+                                    : mamba ? lookup(kMambaTop, name)
+                                            : lookup(kLlamaTop, name)) {
         return std::string(mapped);
     }
     throw Error(ErrorCode::unsupported, "tensor '" + hf_name + "' of a " + spec.hf_architecture +

@@ -33,6 +33,14 @@ std::string choices() {
     return out;
 }
 
+// The template the instruction-tuned models of an architecture's family use ("" when kvstash has no
+// single answer): the advice when a base model has none.
+std::string family_chat_template(const std::string& architecture) {
+    if (architecture == "gemma3") return "gemma";
+    if (architecture == "qwen2") return "chatml";
+    return "";
+}
+
 void append_chatml_turn(std::string& out, std::string_view role, std::string_view content) {
     out.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
 }
@@ -46,9 +54,18 @@ void append_llama3_header(std::string& out, std::string_view role) {
 ChatTemplate ChatTemplate::for_model(const Model& model) {
     const std::optional<std::string> text = ModelAccess::impl(model).file->get_string("tokenizer.chat_template");
     if (!text) {
-        throw Error(ErrorCode::unsupported, "the model has no chat template (no tokenizer.chat_template in " +
-                                                model.path() +
-                                                "); use one of the templates kvstash renders by name: " + choices());
+        // Base (pretrained) checkpoints ship without a template (Gemma 3 270M's GGUF does): say so, and name
+        // the format their family's instruction-tuned models use rather than guessing it silently.
+        const std::string family = family_chat_template(model.info().architecture);
+        throw Error(ErrorCode::unsupported,
+                    "the model '" + model.info().name + "' has no chat template (no tokenizer.chat_template in " +
+                        model.path() +
+                        "): it is likely a base (pretrained) model rather than a chat model; continue text without "
+                        "a template (generate -p), or use one of the templates kvstash renders by name: " +
+                        choices() +
+                        (family.empty() ? std::string()
+                                        : " (its family's chat models use '" + family +
+                                              "'; a base model follows it only loosely)"));
     }
     return detect_chat_template(*text);
 }

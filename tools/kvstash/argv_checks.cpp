@@ -24,11 +24,17 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 
 // llama.cpp flags with no counterpart here, and why.
 constexpr std::string_view kNoGpu = "kvstash runs on the CPU: there are no GPU layers to offload; drop it";
-constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kRefused{{
+// Without this entry CLI11 would read "-fa" as "-f a" (the prompt from a file named "a").
+constexpr std::string_view kFlashAttention =
+    "kvstash's attention always reads the cache in key chunks with a running softmax, never the whole score "
+    "matrix (what llama.cpp's flash attention does), so there is nothing to turn on or off; drop it";
+constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kRefused{{
     {"-ngl", kNoGpu},
     {"--n-gpu-layers", kNoGpu},
     {"--gpu-layers", kNoGpu},
     {"-ctk", "the KV cache type is --kv-type (f16, f32 or q8_0; one type for K and V)"},
+    {"-fa", kFlashAttention},
+    {"--flash-attn", kFlashAttention},
 }};
 
 }  // namespace

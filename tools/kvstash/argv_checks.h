@@ -1,6 +1,7 @@
 // Checks on the raw command line that CLI11 cannot phrase well: an unknown subcommand (named, with the
 // closest known one suggested) and llama.cpp flags that have no meaning here (-ngl: kvstash runs on the
-// CPU), each refused with a message that says what to do instead.
+// CPU; -fa: its attention is always chunked with a running softmax), each refused with a message that says
+// what to do instead.
 #pragma once
 
 #include <optional>

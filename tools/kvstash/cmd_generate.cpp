@@ -113,6 +113,8 @@ int run_generate(const GenerateFlags& f) {
         throw Error(ErrorCode::invalid_argument,
                     "--save-state needs a single prompt (it saves the state after that continuation)");
     }
+    // A path that cannot be written fails now (exit 5), not after the whole generation.
+    if (!f.save_state_path.empty()) require_writable_output(f.save_state_path);
 
     auto model = load_model(f.model_path);
     Evaluator evaluator(model, f.threads);
@@ -287,7 +289,9 @@ void register_generate(CLI::App& root, Action& action) {
         "shared by runs and processes) and add this run's blocks to it");
     cmd->callback([&action, f, text, cmd] {
         if (!text.given() && f->state_path.empty()) {
-            throw CLI::RequiredError("one of -p/--prompt, -f/--file or --state");
+            std::optional<std::string> piped = piped_prompt();
+            if (!piped) throw CLI::RequiredError("one of -p/--prompt, -f/--file, --state or text on standard input");
+            f->prompts.push_back(std::move(*piped));
         }
         if (f->prompts.empty() && f->prompt_file.empty()) f->prompts.push_back("");  // --state alone: continue as is
         if (!f->system.empty() && !f->chat) throw CLI::ValidationError("--system", "needs --chat");

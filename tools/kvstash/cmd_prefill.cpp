@@ -37,6 +37,7 @@ int run_prefill(const PrefillFlags& f) {
     const std::string text = f.file.empty() ? f.prompt : read_text_file(f.file);
     if (text.empty()) throw Error(ErrorCode::invalid_argument, "the text is empty; give some with -p or -f");
     require_valid_utf8(text, f.file.empty() ? "the prompt" : "'" + f.file + "'");
+    require_writable_output(f.output);  // before the prefill, whose result it would lose
     auto model = load_model(f.model_path);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
     State state(*model, StateOptions{.kv_type = parse_cache_kv_type(f.kv_type),
@@ -93,7 +94,11 @@ void register_prefill(CLI::App& root, Action& action) {
     add_adapter_flags(*cmd, f->adapters);
     add_threads_option(*cmd, f->threads);
     cmd->callback([&action, f, text] {
-        if (!text.given()) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
+        if (!text.given()) {
+            std::optional<std::string> piped = piped_prompt();
+            if (!piped) throw CLI::RequiredError("one of -p/--prompt, -f/--file or text on standard input");
+            f->prompt = std::move(*piped);
+        }
         action = [f] { return run_prefill(*f); };
     });
 }

@@ -18,7 +18,11 @@ void register_tokenize(CLI::App& root, Action& action) {
     add_model_option(*cmd, o->model_path);
     const PromptFlags text = add_prompt_flags(*cmd, o->prompt, o->file);
     cmd->callback([&action, o, text] {
-        if (!text.given()) throw CLI::RequiredError("one of -p/--prompt or -f/--file");
+        if (!text.given()) {
+            std::optional<std::string> piped = piped_prompt();
+            if (!piped) throw CLI::RequiredError("one of -p/--prompt, -f/--file or text on standard input");
+            o->prompt = std::move(*piped);
+        }
         action = [o] {
             auto model = load_model(o->model_path);
             const std::string text = o->file.empty() ? o->prompt : read_text_file(o->file);

@@ -1,14 +1,17 @@
 #include "kvstash/common.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <sstream>
 
+#include "base/atomic_file.h"
 #include "base/regular_file.h"
 #include "base/utf8.h"
 #include "kvstash/error.h"
@@ -58,7 +61,29 @@ void add_threads_option(CLI::App& app, int& n_threads) {
 }
 
 std::string read_text_file(const std::string& path) {
+    if (path == "-") return read_standard_input();
     return regular_file::read_all(path, "text file");  // a FIFO or directory: refused at once
+}
+
+std::string read_standard_input() {
+    std::ostringstream text;
+    text << std::cin.rdbuf();
+    if (std::cin.bad()) throw Error(ErrorCode::io, "cannot read the text from standard input");
+    return text.str();
+}
+
+bool stdin_is_piped() {
+    // A pipe or a redirected file carries text; a terminal waits for typing and /dev/null (a character
+    // device, what CI and service managers give) carries none: both mean "no text given".
+    struct stat info {};
+    if (fstat(STDIN_FILENO, &info) != 0) return false;
+    return S_ISFIFO(info.st_mode) || S_ISREG(info.st_mode);
+}
+
+void require_writable_output(const std::string& path) {
+    atomic_file::Options options;
+    options.what = "state file";
+    atomic_file::check_writable(path, options);
 }
 
 bool stderr_is_tty() { return isatty(STDERR_FILENO) != 0; }

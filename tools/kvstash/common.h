@@ -22,8 +22,15 @@ void add_model_option(CLI::App& app, std::string& model_path);
 std::shared_ptr<const Model> load_model(const std::string& path);
 // Adds -t/--threads (0 = all hardware threads).
 void add_threads_option(CLI::App& app, int& n_threads);
-// Whole file as bytes; throws kvstash::Error(io) naming the path.
+// Whole file as bytes; throws kvstash::Error(io) naming the path. "-" reads standard input.
 std::string read_text_file(const std::string& path);
+// All of standard input, as bytes.
+std::string read_standard_input();
+// True when standard input is a pipe or a redirected file (not a terminal, not /dev/null).
+bool stdin_is_piped();
+// Throws Error(output) (exit 5) now when a state file could not be saved at `path` later (no such
+// directory, no permission, not a regular file), so that no work is done for a result that would be lost.
+void require_writable_output(const std::string& path);
 // True when stderr is a terminal (progress lines are shown only then).
 bool stderr_is_tty();
 // Throws Error(invalid_argument) "<what> is not valid UTF-8 (byte N)" for malformed text.

@@ -52,6 +52,11 @@ int main(int argc, char** argv) {
         "Run 'kvstash SUBCOMMAND --help' for the options of each subcommand.");
     app.set_version_flag("--version", version_text, "print the version, git commit and kernel ISA, and exit");
     app.require_subcommand(1);
+    // Every usage error starts as the library's errors do, whichever check found it (CLI11's own messages
+    // come bare); subcommands inherit this when they are added.
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+        return std::string("kvstash: error: ") + e.what() + "\nRun 'kvstash --help' or 'kvstash COMMAND --help'.\n";
+    });
     kvstash::cli::Action action;
     kvstash::cli::register_info(app, action);
     kvstash::cli::register_tokenize(app, action);

@@ -8,7 +8,9 @@ namespace {
 
 CLI::Option* add_file_option(CLI::App& cmd, std::string& file) {
     // No CLI::ExistingFile check: a missing file is bad input (exit 3, from the read), not bad usage (2).
-    return cmd.add_option("-f,--file", file, "read the text from a file");
+    return cmd.add_option("-f,--file", file,
+                          "read the text from a file ('-': standard input; text piped in without -p or -f is "
+                          "read too)");
 }
 
 }  // namespace
@@ -17,6 +19,13 @@ PromptFlags add_prompt_flags(CLI::App& cmd, std::string& prompt, std::string& fi
     PromptFlags flags{cmd.add_option("-p,--prompt", prompt, "text"), add_file_option(cmd, file)};
     flags.prompt->excludes(flags.file);
     return flags;
+}
+
+std::optional<std::string> piped_prompt() {
+    if (!stdin_is_piped()) return std::nullopt;
+    std::string text = read_standard_input();
+    if (text.empty()) return std::nullopt;
+    return text;
 }
 
 PromptFlags add_prompt_flags(CLI::App& cmd, std::vector<std::string>& prompts, std::string& file,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct PromptFlags {
 // -p/--prompt TEXT or -f/--file PATH (an existing file), not both. The caller decides whether one is
 // required (see PromptFlags::given).
 PromptFlags add_prompt_flags(CLI::App& cmd, std::string& prompt, std::string& file);
+// The text piped to standard input, for a command given neither -p nor -f (`echo hi | kvstash generate`):
+// nullopt when standard input is a terminal or /dev/null, or holds nothing.
+std::optional<std::string> piped_prompt();
 // generate's form: -p repeatable (`prompt_help` says what several mean); -f adds the file's text as
 // one more prompt.
 PromptFlags add_prompt_flags(CLI::App& cmd, std::vector<std::string>& prompts, std::string& file,
