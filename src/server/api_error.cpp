@@ -1,6 +1,37 @@
 #include "server/api_error.h"
 
+#include <cstdio>
+
 namespace kvstash::server {
+
+namespace {
+
+bool ends_token(char c) { return c == ' ' || c == '\'' || c == '"' || c == '(' || c == ')' || c == ',' || c == '\n'; }
+
+}  // namespace
+
+std::string without_paths(const std::string& message) {
+    std::string out;
+    for (size_t i = 0; i < message.size();) {
+        if (ends_token(message[i])) {
+            out += message[i++];
+            continue;
+        }
+        size_t end = i;
+        while (end < message.size() && !ends_token(message[end])) ++end;
+        const std::string_view token(message.data() + i, end - i);
+        if (token.find('/') != std::string_view::npos) {
+            // A trailing ':' or '.' is punctuation of the message, not part of the path.
+            const size_t keep = token.find_last_not_of(":.;") + 1;
+            out += "<path>";
+            out += token.substr(keep);
+        } else {
+            out += token;
+        }
+        i = end;
+    }
+    return out;
+}
 
 int http_status(ErrorCode code) {
     switch (code) {
@@ -33,7 +64,13 @@ const char* error_type(int status) {
 }
 
 nlohmann::json error_json(int status, const std::string& message, const std::string& param, const std::string& code) {
-    nlohmann::json error = {{"message", message}, {"type", error_type(status)}, {"param", nullptr}, {"code", nullptr}};
+    std::string shown = message;
+    if (status >= 500) {
+        shown = without_paths(message);
+        // The operator's log keeps what the client is not shown.
+        if (shown != message) std::fprintf(stderr, "kvstash serve: HTTP %d: %s\n", status, message.c_str());
+    }
+    nlohmann::json error = {{"message", shown}, {"type", error_type(status)}, {"param", nullptr}, {"code", nullptr}};
     if (!param.empty()) error["param"] = param;
     if (!code.empty()) error["code"] = code;
     return {{"error", error}};

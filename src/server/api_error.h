@@ -46,7 +46,11 @@ ApiError request_error(const Error& e, std::string param, std::string code);
 
 // The OpenAI error type for a status: invalid_request_error, authentication_error, not_found_error, ...
 const char* error_type(int status);
-// {"error": {...}}; empty param / code become null.
+// `message` with every word that contains a '/' (a file path: a model, a state file, a cache block) replaced by
+// "<path>": what a 5xx tells the client, since the server's file layout is none of its business.
+std::string without_paths(const std::string& message);
+// {"error": {...}}; empty param / code become null. A 5xx message is shown without_paths (the full message
+// goes to stderr).
 nlohmann::json error_json(int status, const std::string& message, const std::string& param = {},
                           const std::string& code = {});
 // JSON text for the wire: invalid UTF-8 (a token's bytes can be part of a character) is replaced by U+FFFD

@@ -9,7 +9,9 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
+#include "server/api_key.h"
 #include "server/connection_pool.h"
+#include "server/guarded_server.h"
 #include "server/request_log.h"
 #include "server/routes.h"
 #include "server/state_store.h"
@@ -39,9 +41,10 @@ std::string route_label(const std::string& path) {
 // or returns false.
 bool refuse_before_body(const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
     if (!o.api_key.empty() && req.path != "/health" && !is_webui_path(req.path) &&
-        req.get_header_value("Authorization") != "Bearer " + o.api_key) {
+        !api_key_presented(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"), o.api_key)) {
         send_error(
-            res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+            res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'", "",
+                          "invalid_api_key"));
         return true;
     }
     // cpp-httplib 0.11 reads a chunked body whole into memory, whatever set_payload_max_length says,
@@ -131,7 +134,14 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.adapters = options.adapters;
     ctx.scheduler = std::make_unique<Scheduler>(model, sched, ctx.metrics);
 
-    http_ = std::make_unique<httplib::Server>();
+    ConnectionLimits limits;
+    limits.head.first_byte = std::chrono::seconds(options.idle_timeout_s);
+    limits.head.whole_head = std::chrono::seconds(options.header_timeout_s);
+    limits.head.max_head_bytes = static_cast<size_t>(options.max_header_bytes);
+    limits.head.max_line_bytes = std::min<size_t>(limits.head.max_head_bytes, 8 * 1024);
+    limits.max_connections = options.max_connections;
+    limits.max_per_address = options.max_connections_per_ip;
+    http_ = std::make_unique<GuardedServer>(limits);
     httplib::Server& http = *http_;
     // Slow or idle clients must not lock others out (issue 19). cpp-httplib 0.11 serves a connection on
     // one thread from accept to close, so: a thread per open connection up to --max-connections (not a
@@ -181,6 +191,9 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
         std::string message = "internal error";
         try {
             std::rethrow_exception(ep);
+        } catch (const ApiError& e) {  // a route outside guarded(): keep its status
+            send_error(res, e);
+            return;
         } catch (const std::exception& e) {
             message = std::string("internal error: ") + e.what();
         } catch (...) {}

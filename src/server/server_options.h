@@ -35,8 +35,11 @@ struct ServerOptions {
     int max_connections = 1024;
     int read_timeout_s = 10;
     int idle_timeout_s = 5;
-    std::string log_format = "text";  // the per-request log line on stderr: text or json
-    bool verbose = false;             // also log /health and /metrics, with client and body size
+    int header_timeout_s = 10;              // the whole request head must arrive within it (408)
+    uint64_t max_header_bytes = 32 * 1024;  // request line + headers (431 past it; one line: 8 KiB at most)
+    int max_connections_per_ip = 0;         // connections one client address may hold (429 past it; 0: no limit)
+    std::string log_format = "text";        // the per-request log line on stderr: text or json
+    bool verbose = false;                   // also log /health and /metrics, with client and body size
 
     // Shared by replicas through Redis (docs/deploy.md): the prefix cache's Redis tier (--cache-redis) and
     // the named states (--state-store, instead of state_dir), each a redis:// URL (empty: none).

@@ -165,6 +165,20 @@ void register_serve(CLI::App& root, Action& action) {
                     "seconds a new connection may wait before sending its request (one request per connection)")
         ->check(CLI::Range(1, 3600))
         ->capture_default_str();
+    cmd->add_option("--header-timeout", o.header_timeout_s,
+                    "seconds from a connection's start until its whole request head (request line and headers) has "
+                    "arrived (408 past it)")
+        ->check(CLI::Range(1, 3600))
+        ->capture_default_str();
+    cmd->add_option("--max-header-bytes", o.max_header_bytes,
+                    "bytes of a request's head, request line and headers together (431 past it; one line at most "
+                    "8 KiB)")
+        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-connections-per-ip", o.max_connections_per_ip,
+                    "connections one client address may hold open (429 past it; 0: no limit, as behind a proxy)")
+        ->check(CLI::Range(0, 65536))
+        ->capture_default_str();
     add_chat_template_option(*cmd, o.chat_template);
     cmd->add_option("--lora", f->lora,
                     "NAME=FILE[:SCALE]: a LoRA (llama.cpp GGUF, or a PEFT adapter directory) loaded at start, used by "
