@@ -32,9 +32,8 @@ size_t nesting_depth(std::string_view text, size_t stop_after) {
 
 void require_depth_at_most(std::string_view text, std::string_view what, ErrorCode code, size_t max_depth) {
     if (nesting_depth(text, max_depth) > max_depth) {
-        throw Error(code, std::string(what) + " nests arrays/objects deeper than " +
-                                                     std::to_string(max_depth) +
-                                                     " levels (the limit on JSON nesting); flatten it");
+        throw Error(code, std::string(what) + " nests arrays/objects deeper than " + std::to_string(max_depth) +
+                              " levels (the limit on JSON nesting); flatten it");
     }
 }
 

@@ -46,7 +46,18 @@ int http_status(ErrorCode code) {
     return 500;
 }
 
-ApiError api_error(const Error& e) { return ApiError(http_status(e.code()), e.what()); }
+ApiError api_error(const Error& e) {
+    const std::string message = e.what();
+    // A full disk is the operator's to fix, but the client should know it is not a bug: 507 (RFC 4918).
+    if (e.code() == ErrorCode::output && (message.find("No space left on device") != std::string::npos ||
+                                          message.find("Disk quota exceeded") != std::string::npos)) {
+        return ApiError(507,
+                        "the server's disk is full: " + message +
+                            " (delete named states, or give the server more space or a smaller --cache-disk)",
+                        "", "insufficient_storage");
+    }
+    return ApiError(http_status(e.code()), message);
+}
 
 ApiError request_error(const Error& e, std::string param, std::string code) {
     if (http_status(e.code()) != 400) return api_error(e);

@@ -38,7 +38,8 @@ inline ApiError bad_request(std::string message, std::string param = {}, std::st
 // Files a client sends (PUT /v1/states/NAME/file) are checked where they arrive, and a malformed one is
 // answered 400 invalid_state_file there, before any error reaches this table.
 int http_status(ErrorCode code);
-// An ApiError with http_status(e.code()) and the library's message.
+// An ApiError with http_status(e.code()) and the library's message; 507 for an output error of a full disk
+// (ENOSPC, EDQUOT).
 ApiError api_error(const Error& e);
 // For a library call on request data: a 400 naming `param` / `code` when http_status says the client can
 // fix it, else api_error(e) (the server's fault keeps its 500, without the request's field).

@@ -9,8 +9,8 @@ bool equal_in_constant_time(std::string_view presented, std::string_view key) {
     // Every byte of `presented` is compared (against the key, repeated): no early exit, no branch on a byte.
     volatile uint8_t differ = presented.size() == key.size() ? 0 : 1;
     for (size_t i = 0; i < presented.size(); ++i) {
-        differ = static_cast<uint8_t>(differ | (static_cast<uint8_t>(presented[i]) ^
-                                                static_cast<uint8_t>(key[i % key.size()])));
+        differ = static_cast<uint8_t>(differ |
+                                      (static_cast<uint8_t>(presented[i]) ^ static_cast<uint8_t>(key[i % key.size()])));
     }
     return differ == 0;
 }

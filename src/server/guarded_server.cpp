@@ -99,9 +99,10 @@ private:
 // 1 MiB or 1 s), so that closing does not reset the connection before the client reads the answer.
 void refuse_and_close(int fd, int status, const char* reason, const std::string& message, const char* code) {
     const std::string body = error_json(status, message, "", code).dump();
-    const std::string response = "HTTP/1.1 " + std::to_string(status) + " " + reason +
-                                 "\r\nContent-Type: application/json\r\nContent-Length: " +
-                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    const std::string response =
+        "HTTP/1.1 " + std::to_string(status) + " " + reason +
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\nConnection: close\r\n\r\n" + body;
     Connection connection(fd, std::chrono::milliseconds(1000), std::chrono::milliseconds(1000));
     for (size_t sent = 0; sent < response.size();) {
         const ssize_t n = connection.write(response.data() + sent, response.size() - sent);
@@ -158,12 +159,12 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     --waiting_for_head_;
     bool ok = false;
     if (outcome == RequestHead::complete) {
-        Connection connection(sock, std::chrono::seconds(read_timeout_sec_) +
-                                        std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            std::chrono::microseconds(read_timeout_usec_)),
-                              std::chrono::seconds(write_timeout_sec_) +
-                                  std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      std::chrono::microseconds(write_timeout_usec_)));
+        Connection connection(
+            sock,
+            std::chrono::seconds(read_timeout_sec_) +
+                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::microseconds(read_timeout_usec_)),
+            std::chrono::seconds(write_timeout_sec_) +
+                std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::microseconds(write_timeout_usec_)));
         bool connection_closed = false;
         ok = process_request(connection, /*close_connection=*/true, connection_closed, nullptr);
         ::shutdown(sock, SHUT_RDWR);

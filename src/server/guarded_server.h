@@ -20,8 +20,8 @@ namespace kvstash::server {
 
 struct ConnectionLimits {
     RequestHeadLimits head;
-    int max_connections = 1024;     // --max-connections (the thread pool's size)
-    int max_per_address = 0;        // connections one client address may hold (0: no limit)
+    int max_connections = 1024;                           // --max-connections (the thread pool's size)
+    int max_per_address = 0;                              // connections one client address may hold (0: no limit)
     std::chrono::milliseconds head_under_pressure{1000};  // the head deadline once 3/4 are waiting for heads
 };
 

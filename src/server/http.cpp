@@ -128,6 +128,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.step_tokens = options.step_tokens;
     sched.cache.ram_budget_bytes = options.cache_ram_mib << 20;
     sched.cache.disk_dir = options.cache_dir;
+    sched.cache.disk_budget_bytes = options.cache_disk_mib << 20;
     sched.cache.redis_url = options.cache_redis;
     sched.cache.redis_connect_timeout_ms = options.redis_connect_timeout_ms;
     sched.cache.redis_io_timeout_ms = options.redis_io_timeout_ms;

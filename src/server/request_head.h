@@ -14,17 +14,17 @@
 namespace kvstash::server {
 
 struct RequestHeadLimits {
-    std::chrono::milliseconds first_byte{5000};  // a new connection's wait for its first byte (--idle-timeout)
+    std::chrono::milliseconds first_byte{5000};   // a new connection's wait for its first byte (--idle-timeout)
     std::chrono::milliseconds whole_head{10000};  // from the first wait to the blank line that ends the head
     size_t max_head_bytes = 32 * 1024;            // request line, headers and the blank line (431 past it)
     size_t max_line_bytes = 8 * 1024;             // one request or header line (431 past it)
 };
 
 enum class RequestHead {
-    complete,      // the whole head is in the socket's buffer, within the limits
-    closed,        // the client closed (or sent nothing within first_byte): close without an answer
-    timed_out,     // the head did not complete within whole_head: 408
-    too_large,     // a line or the whole head over its limit: 431
+    complete,   // the whole head is in the socket's buffer, within the limits
+    closed,     // the client closed (or sent nothing within first_byte): close without an answer
+    timed_out,  // the head did not complete within whole_head: 408
+    too_large,  // a line or the whole head over its limit: 431
 };
 
 // Waits on connected socket `fd` as the limits say; gives up (closed) soon after `stopping` turns true.

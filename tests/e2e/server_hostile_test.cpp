@@ -76,26 +76,31 @@ TEST(ServerHostile, DeepNestingAndHugeGrammarsAre400) {
     EXPECT_NE(error_message(r).find("deeper than 256"), std::string::npos) << r.text;
     // GBNF with 50k nested groups: SIGSEGV before.
     r = post(c, "/v1/completions",
-             json{{"prompt", "hi"}, {"max_tokens", 1}, {"grammar", "root ::= " + repeat("(", 50000) + "\"x\"" + repeat(")", 50000)}});
+             json{{"prompt", "hi"},
+                  {"max_tokens", 1},
+                  {"grammar", "root ::= " + repeat("(", 50000) + "\"x\"" + repeat(")", 50000)}});
     EXPECT_EQ(r.status, 400) << r.text;
     EXPECT_NE(error_message(r).find("nested deeper than 256"), std::string::npos) << r.text;
     // Stacked repetitions: 7.4 s and 2.9 GB for a 200 before.
-    r = post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 1}, {"grammar", "root ::= \"x\"{10000}{10000}"}});
+    r = post(c, "/v1/completions",
+             json{{"prompt", "hi"}, {"max_tokens", 1}, {"grammar", "root ::= \"x\"{10000}{10000}"}});
     EXPECT_EQ(r.status, 400) << r.text;
     EXPECT_NE(error_message(r).find("expands to more than"), std::string::npos) << r.text;
-    // A JSON Schema of nested properties, within the body's depth but past the converter's.
+    // A JSON Schema of nested items, within the body's depth but past the converter's.
     std::string schema = R"({"type": "string"})";
-    for (int i = 0; i < 120; ++i) schema = R"({"type": "object", "properties": {"a": )" + schema + "}}";
-    r = post(c, "/v1/chat/completions",
-             R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": )" +
-                 schema + "}}}");
+    for (int i = 0; i < 200; ++i) schema = R"({"type": "array", "items": )" + schema + "}";
+    r = post(
+        c, "/v1/chat/completions",
+        R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": )" +
+            schema + "}}}");
     EXPECT_EQ(r.status, 400) << r.text;
     // tools[].function.parameters nested 20k deep (0.4 s to a crash before).
     std::string params = R"({"type": "string"})";
     for (int i = 0; i < 20000; ++i) params = R"({"type": "array", "items": )" + params + "}";
-    r = post(c, "/v1/chat/completions",
-             R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tools": [{"type": "function", "function": {"name": "f", "parameters": )" +
-                 params + "}}]}");
+    r = post(
+        c, "/v1/chat/completions",
+        R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tools": [{"type": "function", "function": {"name": "f", "parameters": )" +
+            params + "}}]}");
     EXPECT_EQ(r.status, 400) << r.text;
     EXPECT_NE(error_message(r).find("deeper than 256"), std::string::npos) << r.text;
     EXPECT_EQ(get(c, "/health").status, 200);  // and the server is still there
@@ -128,8 +133,8 @@ TEST(ServerHostile, UserTextNeverBecomesControlTokens) {
 
 TEST(ServerHostile, RequestHeadDeadlineSizeAndPerAddressCap) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
-    ServerProcess server({"-t", "1", "--header-timeout", "2", "--max-connections-per-ip", "3", "--max-connections",
-                          "16"});
+    ServerProcess server(
+        {"-t", "1", "--header-timeout", "2", "--max-connections-per-ip", "3", "--max-connections", "16"});
     // A head trickled a byte at a time: 408 once 2 s have passed since the connection began.
     {
         RawConnection slow(server.port());

@@ -51,7 +51,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 if (!j.is_discarded()) kvstash::read_hf_config(j, "config.json");
             }
         }
-    } catch (const kvstash::Error&) {
-    }
+    } catch (const kvstash::Error&) {}
     return 0;
 }

@@ -17,16 +17,17 @@
 namespace kvstash {
 namespace {
 
-const std::vector<std::string> kControls = {"<|im_start|>",      "<|im_end|>",    "<|begin_of_text|>",
-                                            "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-                                            "<bos>",             "<start_of_turn>", "<end_of_turn>"};
+const std::vector<std::string> kControls = {
+    "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|eot_id|>",   "<bos>",      "<start_of_turn>",   "<end_of_turn>"};
 
 // Byte-level BPE without merges (token b is byte b), the control tokens above after the 256 bytes.
 Tokenizer control_tokenizer() {
     Vocabulary vocab;
     vocab.model = "gpt2";
     vocab.pre = "gpt2";
-    for (int b = 0; b < 256; ++b) vocab.tokens.push_back(tokenization::to_byte_level(std::string(1, static_cast<char>(b))));
+    for (int b = 0; b < 256; ++b)
+        vocab.tokens.push_back(tokenization::to_byte_level(std::string(1, static_cast<char>(b))));
     vocab.token_types.assign(256, static_cast<int32_t>(TokenType::normal));
     for (const std::string& c : kControls) {
         vocab.tokens.push_back(c);

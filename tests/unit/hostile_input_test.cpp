@@ -65,8 +65,8 @@ TEST(HostileGbnf, DeeplyNestedGroupsAreRefused) {
 
 TEST(HostileGbnf, StackedRepetitionsAreBoundedBeforeExpansion) {
     // "x"{10000}{10000} took 7.4 s and 2.9 GB; three levels reached std::bad_alloc.
-    for (const char* gbnf : {"root ::= \"x\"{10000}{10000}", "root ::= \"x\"{10000}{10000}{10000}",
-                             "root ::= \"abcd\"{1000,2000}{500}"}) {
+    for (const char* gbnf :
+         {"root ::= \"x\"{10000}{10000}", "root ::= \"x\"{10000}{10000}{10000}", "root ::= \"abcd\"{1000,2000}{500}"}) {
         const std::string m = error_of([&] { grammar::parse_gbnf(gbnf); });
         EXPECT_NE(m.find("expands to more than"), std::string::npos) << m;
     }
@@ -141,13 +141,20 @@ nlohmann::json llama_config() {
 TEST(HostileHfConfig, FieldsOfTheWrongTypeOrRangeAreRefused) {
     EXPECT_NO_THROW(read_hf_config(llama_config(), "config.json"));
     const std::vector<std::pair<std::string, nlohmann::json>> bad = {
-        {"num_hidden_layers", 0},           {"hidden_size", 0},
-        {"num_attention_heads", 0},         {"num_key_value_heads", 0},
-        {"vocab_size", -1},                 {"intermediate_size", "128"},
-        {"max_position_embeddings", 0},     {"max_position_embeddings", 4294967295LL},
-        {"rms_norm_eps", "small"},          {"rms_norm_eps", -1.0},
-        {"head_dim", 0},                    {"rope_scaling", {{"rope_type", "linear"}, {"factor", "two"}}},
-        {"rope_scaling", {{"rope_type", 7}}}, {"hidden_size", 1.5},
+        {"num_hidden_layers", 0},
+        {"hidden_size", 0},
+        {"num_attention_heads", 0},
+        {"num_key_value_heads", 0},
+        {"vocab_size", -1},
+        {"intermediate_size", "128"},
+        {"max_position_embeddings", 0},
+        {"max_position_embeddings", 4294967295LL},
+        {"rms_norm_eps", "small"},
+        {"rms_norm_eps", -1.0},
+        {"head_dim", 0},
+        {"rope_scaling", {{"rope_type", "linear"}, {"factor", "two"}}},
+        {"rope_scaling", {{"rope_type", 7}}},
+        {"hidden_size", 1.5},
     };
     for (const auto& [key, value] : bad) {
         nlohmann::json c = llama_config();
@@ -169,8 +176,7 @@ void run_corpus(const std::string& dir, const std::function<void(const std::stri
         text << in.rdbuf();
         try {
             parse(text.str());
-        } catch (const Error&) {
-        }
+        } catch (const Error&) {}
         ++seen;
     }
     EXPECT_GT(seen, 3u) << root;

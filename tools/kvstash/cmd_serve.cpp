@@ -139,9 +139,16 @@ void register_serve(CLI::App& root, Action& action) {
                     "MiB of KV blocks the prefix cache keeps in memory when unused (with or without --cache-dir)")
         ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
         ->capture_default_str();
-    cmd->add_option("--cache-dir", o.cache_dir,
-                    "prefix cache disk tier: every full block is also written here once (write-through) and read "
-                    "back when RAM no longer holds it, also by other kvstash processes");
+    auto* cache_dir =
+        cmd->add_option("--cache-dir", o.cache_dir,
+                        "prefix cache disk tier: every full block is also written here once (write-through) and read "
+                        "back when RAM no longer holds it, also by other kvstash processes");
+    cmd->add_option("--cache-disk", o.cache_disk_mib,
+                    "MiB of block files kept in --cache-dir (least recently used deleted first); on a file system "
+                    "shared with --state-dir, leave room for the states")
+        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
+        ->capture_default_str()
+        ->needs(cache_dir);
     add_redis_cache_flags(*cmd, o.cache_redis, o.redis_connect_timeout_ms, o.redis_io_timeout_ms);
     auto* state_store =
         cmd->add_option("--state-store", o.state_store,
