@@ -38,6 +38,7 @@ struct ServerOptions {
     int idle_timeout_s = 5;
     int header_timeout_s = 10;              // the whole request head must arrive within it (408)
     uint64_t max_header_bytes = 32 * 1024;  // request line + headers (431 past it; one line: 8 KiB at most)
+    int max_embedding_inputs = 2048;        // inputs of one /v1/embeddings request (400 past it; OpenAI's limit)
     int max_connections_per_ip = 0;         // connections one client address may hold (429 past it; 0: no limit)
     std::string log_format = "text";        // the per-request log line on stderr: text or json
     bool verbose = false;                   // also log /health and /metrics, with client and body size

@@ -210,6 +210,19 @@ TEST(ServerHostile, ApiKeyForms) {
     EXPECT_EQ(c.Get("/health")->status, 200);
 }
 
+TEST(ServerHostile, EmbeddingInputCountIsBounded) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    // 10k inputs took 203 s before: each is evaluated alone.
+    ServerProcess server({"-t", "1", "--max-embedding-inputs", "4"});
+    httplib::Client c = server.client();
+    c.set_read_timeout(60, 0);
+    Reply r = post(c, "/v1/embeddings", json{{"input", {"a", "b", "c", "d", "e"}}});
+    EXPECT_EQ(r.status, 400) << r.text;
+    EXPECT_NE(error_message(r).find("--max-embedding-inputs"), std::string::npos) << r.text;
+    r = post(c, "/v1/embeddings", json{{"input", {"a", "b", "c", "d"}}});
+    EXPECT_EQ(r.status, 200) << r.text;
+}
+
 TEST(ServerHostile, ListingStatesWithRedisDownIs503) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     // Nothing listens on port 1: every state route answers 503, the listing too (500 before).

@@ -42,7 +42,8 @@ TEST(ServerHostileErrors, ServerErrorsShowNoPaths) {
 }
 
 TEST(ServerHostileErrors, FullDiskIs507) {
-    const ApiError full = api_error(Error(ErrorCode::output, "cannot save state file '/s/a.kvs': No space left on device"));
+    const ApiError full =
+        api_error(Error(ErrorCode::output, "cannot save state file '/s/a.kvs': No space left on device"));
     EXPECT_EQ(full.status(), 507);
     EXPECT_EQ(full.code(), "insufficient_storage");
     EXPECT_EQ(api_error(Error(ErrorCode::output, "cannot save: Permission denied")).status(), 500);

@@ -182,6 +182,10 @@ void register_serve(CLI::App& root, Action& action) {
                     "8 KiB)")
         ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 20))
         ->capture_default_str();
+    cmd->add_option("--max-embedding-inputs", o.max_embedding_inputs,
+                    "inputs one /v1/embeddings request may hold (400 past it)")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
     cmd->add_option("--max-connections-per-ip", o.max_connections_per_ip,
                     "connections one client address may hold open (429 past it; 0: no limit, as behind a proxy)")
         ->check(CLI::Range(0, 65536))
