@@ -172,7 +172,8 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     } else if (outcome == RequestHead::timed_out) {
         refuse_and_close(sock, 408, "Request Timeout",
                          "the request head (request line and headers) did not arrive within " +
-                             std::to_string(head.whole_head.count()) + " ms (--header-timeout)",
+                             std::to_string(head.whole_head.count()) + " ms (--header-timeout), or paused for " +
+                             std::to_string(head.between_bytes.count()) + " ms (--read-timeout)",
                          "request_timeout");
     } else if (outcome == RequestHead::too_large) {
         refuse_and_close(sock, 431, "Request Header Fields Too Large",

@@ -138,6 +138,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     ConnectionLimits limits;
     limits.head.first_byte = std::chrono::seconds(options.idle_timeout_s);
     limits.head.whole_head = std::chrono::seconds(options.header_timeout_s);
+    limits.head.between_bytes = std::chrono::seconds(options.read_timeout_s);
     limits.head.max_head_bytes = static_cast<size_t>(options.max_header_bytes);
     limits.head.max_line_bytes = std::min<size_t>(limits.head.max_head_bytes, 8 * 1024);
     limits.max_connections = options.max_connections;

@@ -37,10 +37,13 @@ void set_low_water(int fd, int bytes) { setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, 
 RequestHead wait_for_request_head(int fd, const RequestHeadLimits& limits, const std::function<bool()>& stopping) {
     std::vector<char> buffer(limits.max_head_bytes);
     const Clock::time_point start = Clock::now();
+    Clock::time_point last_byte = start;
     RequestHead outcome = RequestHead::closed;
     size_t seen = 0;
     for (;;) {
-        const Clock::time_point deadline = start + (seen == 0 ? limits.first_byte : limits.whole_head);
+        const Clock::time_point deadline = seen == 0
+                                               ? start + limits.first_byte
+                                               : std::min(start + limits.whole_head, last_byte + limits.between_bytes);
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (left <= 0) {
             outcome = seen == 0 ? RequestHead::closed : RequestHead::timed_out;
@@ -63,6 +66,7 @@ RequestHead wait_for_request_head(int fd, const RequestHeadLimits& limits, const
         // Readable with no byte more than last time: the client closed its side (or the socket failed).
         if (static_cast<size_t>(n) <= seen) break;
         seen = static_cast<size_t>(n);
+        last_byte = Clock::now();
         outcome = check(std::string_view(buffer.data(), seen), limits);
         if (outcome != RequestHead::closed) break;
     }

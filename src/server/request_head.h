@@ -14,10 +14,11 @@
 namespace kvstash::server {
 
 struct RequestHeadLimits {
-    std::chrono::milliseconds first_byte{5000};   // a new connection's wait for its first byte (--idle-timeout)
-    std::chrono::milliseconds whole_head{10000};  // from the first wait to the blank line that ends the head
-    size_t max_head_bytes = 32 * 1024;            // request line, headers and the blank line (431 past it)
-    size_t max_line_bytes = 8 * 1024;             // one request or header line (431 past it)
+    std::chrono::milliseconds first_byte{5000};      // a new connection's wait for its first byte (--idle-timeout)
+    std::chrono::milliseconds whole_head{10000};     // from the first wait to the blank line that ends the head
+    std::chrono::milliseconds between_bytes{10000};  // silence once the head has begun (--read-timeout)
+    size_t max_head_bytes = 32 * 1024;               // request line, headers and the blank line (431 past it)
+    size_t max_line_bytes = 8 * 1024;                // one request or header line (431 past it)
 };
 
 enum class RequestHead {
