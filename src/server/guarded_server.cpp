@@ -51,7 +51,8 @@ public:
     Connection(int fd, std::chrono::milliseconds read_timeout, std::chrono::milliseconds write_timeout)
         : fd_(fd), read_timeout_(read_timeout), write_timeout_(write_timeout) {}
     bool is_readable() const override { return wait_for(fd_, POLLIN, read_timeout_); }
-    bool is_writable() const override { return wait_for(fd_, POLLOUT, write_timeout_); }
+    // As cpp-httplib's own stream: writable, and the peer has not closed (a streaming handler stops on false).
+    bool is_writable() const override { return wait_for(fd_, POLLOUT, write_timeout_) && peer_alive(); }
     ssize_t read(char* ptr, size_t size) override {
         if (!is_readable()) return -1;
         for (;;) {
@@ -90,6 +91,15 @@ public:
     socket_t socket() const override { return fd_; }
 
 private:
+    bool peer_alive() const {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 0) <= 0) return true;  // nothing to read: still there
+        if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return false;
+        char byte;
+        const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+    }
+
     int fd_;
     std::chrono::milliseconds read_timeout_;
     std::chrono::milliseconds write_timeout_;
