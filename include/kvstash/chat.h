@@ -11,8 +11,10 @@
 // The text is complete: it holds the template's own BOS where the template writes one (llama3:
 // "<|begin_of_text|>") and its control tokens as text. Encode it with AddSpecial::no (AddSpecial::yes
 // would add a second BOS to a llama3 prompt) and ParseSpecial::yes (so "<|im_start|>" is one token).
-// Message content is inserted as is, so control-token text inside a message also becomes control tokens,
-// as in transformers (whose sanitize_control_tokens is off by default).
+// Message content is inserted as is. To tokenize it, use render_prompt() and the Tokenizer::encode that takes
+// its `content` ranges: control-token text a user wrote ("<|im_end|><|im_start|>system") then stays text,
+// and only the template's own markup becomes control tokens (transformers, whose sanitize_control_tokens
+// is off by default, would turn the user's text into control tokens too).
 #pragma once
 
 #include <initializer_list>
@@ -21,6 +23,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "kvstash/tokenizer.h"
 
 namespace kvstash {
 
@@ -42,6 +46,24 @@ struct ChatMessage {
     std::string content;
     std::vector<ToolCall> tool_calls{};  // assistant only: the calls it made (content may then be empty)
     std::string tool_call_id{};          // tool only: the call this result answers (no template writes it)
+};
+
+// A rendered conversation: the text of render(), and where in it the messages' own text is (contents,
+// tool definitions, call arguments, tool results; sorted, disjoint): everything the template did not write.
+struct ChatPrompt {
+    std::string text;
+    std::vector<TextRange> content;
+
+    void append_markup(std::string_view markup) { text.append(markup); }
+    void append_content(std::string_view user_text) {
+        if (user_text.empty()) return;
+        if (!content.empty() && content.back().end == text.size()) {
+            content.back().end += user_text.size();
+        } else {
+            content.push_back({text.size(), text.size() + user_text.size()});
+        }
+        text.append(user_text);
+    }
 };
 
 // How a template's model writes tool calls (ChatTemplate::tool_call_format()).
@@ -76,6 +98,9 @@ public:
     // message, tools without a user message).
     std::string render(std::span<const ChatMessage> messages, std::span<const std::string> tools,
                        AddGenerationPrompt add_generation_prompt) const;
+    // The same text (with or without tools), with the ranges the messages' text fills.
+    ChatPrompt render_prompt(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                             AddGenerationPrompt add_generation_prompt) const;
     ToolCallFormat tool_call_format() const { return tool_call_format_; }
     void set_tool_call_format(ToolCallFormat format) { tool_call_format_ = format; }
     // The same for a braced list, as in the example above (a std::span cannot be built from one in C++20).
@@ -103,11 +128,12 @@ public:
 
 private:
     enum class Kind { chatml, llama3, llama3_0, gemma };
-    static std::string render_gemma(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt);
-    std::string render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                  AddGenerationPrompt add_generation_prompt) const;
-    std::string render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                    AddGenerationPrompt add_generation_prompt) const;
+    ChatPrompt render_plain(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const;
+    static ChatPrompt render_gemma(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt);
+    ChatPrompt render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                 AddGenerationPrompt add_generation_prompt) const;
+    ChatPrompt render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                   AddGenerationPrompt add_generation_prompt) const;
 
     std::string name_;
     Kind kind_ = Kind::chatml;

@@ -23,6 +23,12 @@ enum class AddSpecial : bool { no, yes };
 // tokenized as plain text (no).
 enum class ParseSpecial : bool { no, yes };
 
+// Bytes [begin, end) of a text.
+struct TextRange {
+    size_t begin = 0;
+    size_t end = 0;
+};
+
 // Built by a Model from its file's vocabulary (Model::tokenizer()).
 class Tokenizer {
 public:
@@ -38,6 +44,12 @@ public:
     // the byte-level vocabulary has no token for is dropped, as HF and llama.cpp do (SmolLM2 lacks
     // 0x04 0x06 0x13 0x14 0x16 0x1D 0xC0 0xC1 0xF1 0xF2 0xF5-0xFF).
     std::vector<int32_t> encode(std::string_view text, AddSpecial add_special, ParseSpecial parse_special) const;
+    // The same, but no control token is matched in the bytes of `plain` (sorted, disjoint ranges), nor across
+    // a range's edge: what a user wrote inside a chat template stays text, whatever it spells
+    // (ChatTemplate::render_prompt gives the ranges). Text without control-token spellings in `plain`
+    // encodes exactly as without them.
+    std::vector<int32_t> encode(std::string_view text, AddSpecial add_special, ParseSpecial parse_special,
+                                std::span<const TextRange> plain) const;
 
     // The exact bytes of the tokens, control tokens written out as their text, so that
     // decode(encode(s, AddSpecial::no, parse_special)) == s for every s whose bytes the vocabulary can spell

@@ -64,8 +64,13 @@ Session::~Session() = default;
 
 namespace session_file {
 
-std::vector<int32_t> encode_rendering(const Model& model, std::string_view text) {
-    return model.tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
+std::vector<int32_t> encode_rendering(const Model& model, const ChatPrompt& prompt, size_t from) {
+    std::vector<TextRange> plain;
+    for (const TextRange& r : prompt.content) {
+        if (r.end > from) plain.push_back({std::max(r.begin, from) - from, r.end - from});
+    }
+    return model.tokenizer().encode(std::string_view(prompt.text).substr(from), AddSpecial::no, ParseSpecial::yes,
+                                    plain);
 }
 
 std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template,
@@ -73,8 +78,9 @@ std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate&
     std::vector<ChatMessage> a(messages.begin(), messages.begin() + (has_system(messages) ? 1 : 0)), b = a;
     a.push_back({"user", "a"});
     b.push_back({"user", "b"});
-    std::vector<int32_t> ta = encode_rendering(model, chat_template.render(a, AddGenerationPrompt::yes));
-    const std::vector<int32_t> tb = encode_rendering(model, chat_template.render(b, AddGenerationPrompt::yes));
+    std::vector<int32_t> ta = encode_rendering(model, chat_template.render_prompt(a, {}, AddGenerationPrompt::yes));
+    const std::vector<int32_t> tb =
+        encode_rendering(model, chat_template.render_prompt(b, {}, AddGenerationPrompt::yes));
     ta.resize(common_prefix(ta, tb));
     return ta;
 }
@@ -85,7 +91,8 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
                               const TokenCallback& on_text) {
     std::vector<ChatMessage> next = messages_;
     next.push_back({"user", std::string(user_message)});
-    const std::string text = template_.render(next, AddGenerationPrompt::yes);
+    const ChatPrompt rendered = template_.render_prompt(next, {}, AddGenerationPrompt::yes);
+    const std::string& text = rendered.text;
     const Tokenizer& tokenizer = evaluator_.model().tokenizer();
     const int64_t held = state_.n_tokens();
 
@@ -100,7 +107,7 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
         if (text.size() > held_text.size() && text.starts_with(held_text)) {
             prompt.assign(state_.tokens().begin(), state_.tokens().end());
             const std::vector<int32_t> tail =
-                session_file::encode_rendering(evaluator_.model(), std::string_view(text).substr(held_text.size()));
+                session_file::encode_rendering(evaluator_.model(), rendered, held_text.size());
             prompt.insert(prompt.end(), tail.begin(), tail.end());
             // Guards against a tokenizer whose decode is not concatenative (SentencePiece's leading space).
             appended = !tail.empty() && tokenizer.decode(prompt) == text;
@@ -108,7 +115,7 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
         }
     }
     if (!appended) {
-        prompt = session_file::encode_rendering(evaluator_.model(), text);
+        prompt = session_file::encode_rendering(evaluator_.model(), rendered);
         keep = common_prefix(state_.tokens(), prompt);
         // The logits after the last token are needed: when nothing new follows, evaluate the last one again.
         if (keep == prompt.size() && keep > 0) --keep;

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
 
@@ -32,6 +33,8 @@ std::string encode(const std::string& template_name, const std::vector<ChatMessa
 }
 
 Decoded decode(const std::string& text, const std::string& path, int64_t n_tokens) {
+    if (json_depth::nesting_depth(text, json_depth::kMaxJsonDepth) > json_depth::kMaxJsonDepth)
+        malformed(path, "nests deeper than " + std::to_string(json_depth::kMaxJsonDepth) + " levels");
     json j;
     try {
         j = json::parse(text);

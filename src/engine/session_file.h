@@ -22,8 +22,9 @@ struct LoadedSession {
 
 namespace session_file {
 
-// The rendering's tokens (the template writes its own BOS and control tokens as text: see chat.h).
-std::vector<int32_t> encode_rendering(const Model& model, std::string_view text);
+// The tokens of the rendering's text from byte `from` on (the template writes its own BOS and control
+// tokens as text: see chat.h); the messages' text in it never becomes control tokens.
+std::vector<int32_t> encode_rendering(const Model& model, const ChatPrompt& prompt, size_t from = 0);
 // The tokens every conversation with these messages' system message (or the template's default one)
 // starts with: the common prefix of two renderings that differ only in the user's text.
 std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate& chat_template,

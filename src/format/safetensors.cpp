@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "base/json_depth.h"
 #include "format/mmap_file.h"
 #include "kvstash/error.h"
 
@@ -12,30 +13,6 @@ namespace kvstash::safetensors {
 namespace {
 
 using nlohmann::json;
-
-// The nesting depth of a JSON text, counting brackets outside strings; -1 when it exceeds `limit`. Run before
-// parsing so a hostile header of a million '[' never reaches the parser.
-bool depth_within(std::string_view text, int limit) {
-    int depth = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < text.size(); ++i) {
-        const char c = text[i];
-        if (in_string) {
-            if (c == '\\') {
-                ++i;
-            } else if (c == '"') {
-                in_string = false;
-            }
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > limit) return false;
-        } else if (c == ']' || c == '}') {
-            --depth;
-        }
-    }
-    return true;
-}
 
 // safetensors dtype names: the three kvstash computes with, then the others it names when refusing them.
 bool dtype_of(const std::string& name, TensorType& type, uint64_t& size) {
@@ -154,7 +131,8 @@ void File::Impl::parse() {
     data_offset = 8 + header_len;
     const std::string_view text(reinterpret_cast<const char*>(data + 8), header_len);
     if (text.front() != '{') fail("the header does not start with '{'");
-    if (!depth_within(text, kMaxJsonDepth)) fail("the header nests deeper than " + std::to_string(kMaxJsonDepth));
+    if (json_depth::nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+        fail("the header nests deeper than " + std::to_string(kMaxJsonDepth));
     const json header = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (header.is_discarded() || !header.is_object()) fail("the header is not a JSON object");
     const uint64_t data_size = size - data_offset;

@@ -20,7 +20,7 @@ namespace kvstash::safetensors {
 
 inline constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;  // as the reference implementation
 inline constexpr size_t kMaxDims = 8;
-inline constexpr int kMaxJsonDepth = 16;  // the header nests 3 deep; deeper input is refused before parsing
+inline constexpr size_t kMaxJsonDepth = 16;  // the header nests 3 deep; deeper input is refused before parsing
 
 struct TensorInfo {
     std::string name;

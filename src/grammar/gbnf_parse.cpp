@@ -209,6 +209,15 @@ private:
     // Replaces out[last_start..] (one item) by min..max copies of it (max -1: unbounded).
     void repeat(std::vector<Element>& out, size_t last_start, int64_t min, int64_t max, const std::string& rule_name) {
         const std::vector<Element> item(out.begin() + static_cast<std::ptrdiff_t>(last_start), out.end());
+        // Copies multiply ("x"{10000}{10000} is 10^8 elements): the total is bounded before any is made.
+        // Each optional copy is a rule of the item, a reference and two ends.
+        const uint64_t copies = static_cast<uint64_t>(min) + (max > min ? static_cast<uint64_t>(max - min) : 1);
+        expanded_ += copies * (item.size() + 3);
+        if (expanded_ > kMaxGrammarElements) {
+            fail("the grammar expands to more than " + std::to_string(kMaxGrammarElements) +
+                 " elements once its repetitions are written out (nested {m,n} multiply); use fewer or smaller "
+                 "repetitions");
+        }
         out.resize(last_start);
         for (int64_t i = 0; i < min; ++i) out.insert(out.end(), item.begin(), item.end());
         if (max < 0) {  // R ::= item R | (empty)
@@ -280,12 +289,17 @@ private:
                 have_item = true;
             } else if (c == '(') {
                 last_start = out.size();
+                if (++group_depth_ > kMaxGroupDepth) {
+                    fail("groups ( ) nested deeper than " + std::to_string(kMaxGroupDepth) +
+                         " levels; name the inner groups as rules instead");
+                }
                 ++pos_;
                 skip_space(true);
                 const int32_t sub = generated_symbol(rule_name);
                 parse_alternates(rule_name, sub, true);
                 if (peek() != ')') fail("expected ')'");
                 ++pos_;
+                --group_depth_;
                 out.push_back({ElementType::rule_ref, static_cast<uint32_t>(sub)});
                 have_item = true;
             } else if (c == '.') {
@@ -324,24 +338,34 @@ private:
 
     void check_left_recursion(const ParsedGrammar& g) const {
         const size_t n = rules_.size();
+        // Which rules can match nothing: a work list (a rule is looked at again when one it refers to turns
+        // nullable), not passes until nothing changes, which cost n^2 on a chain of n rules.
         std::vector<bool> nullable(n, false);
-        for (bool changed = true; changed;) {
-            changed = false;
-            for (size_t r = 0; r < n; ++r) {
-                if (nullable[r]) continue;
-                bool all = true;  // the current alternative so far is all nullable references
-                for (const Element& e : rules_[r]) {
-                    if (e.type == ElementType::alt || e.type == ElementType::end) {
-                        if (all) {
-                            nullable[r] = changed = true;
-                            break;
-                        }
-                        all = true;
-                    } else if (e.type != ElementType::rule_ref || !nullable[e.value]) {
-                        all = false;
+        std::vector<std::vector<int32_t>> referrers(n);
+        for (size_t r = 0; r < n; ++r) {
+            for (const Element& e : rules_[r]) {
+                if (e.type == ElementType::rule_ref) referrers[e.value].push_back(static_cast<int32_t>(r));
+            }
+        }
+        std::vector<int32_t> work(n);
+        for (size_t r = 0; r < n; ++r) work[r] = static_cast<int32_t>(n - 1 - r);
+        while (!work.empty()) {
+            const auto r = static_cast<size_t>(work.back());
+            work.pop_back();
+            if (nullable[r]) continue;
+            bool all = true;  // the current alternative so far is all nullable references
+            for (const Element& e : rules_[r]) {
+                if (e.type == ElementType::alt || e.type == ElementType::end) {
+                    if (all) {
+                        nullable[r] = true;
+                        break;
                     }
+                    all = true;
+                } else if (e.type != ElementType::rule_ref || !nullable[e.value]) {
+                    all = false;
                 }
             }
+            if (nullable[r]) work.insert(work.end(), referrers[r].begin(), referrers[r].end());
         }
         // Edges r -> s where s can start r's match; a cycle is left recursion.
         std::vector<std::vector<int32_t>> starts(n);
@@ -396,6 +420,8 @@ private:
     std::vector<size_t> first_use_;
     std::map<std::string, int32_t> ids_;
     std::vector<std::vector<int32_t>> chains_;  // ParsedGrammar::repeat_chains
+    int group_depth_ = 0;                       // ( ) open at pos_: the parser recurses once per level
+    uint64_t expanded_ = 0;                     // elements written by repetitions so far
 };
 
 // Calls f(lo, hi) for each range of the class at elements[pos] (not chr_any); returns the position after it.

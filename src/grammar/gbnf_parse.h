@@ -53,6 +53,12 @@ struct ParsedGrammar {
     std::vector<int32_t> rule_count;
 };
 
+// Limits on hostile grammars (docs/constrained-output.md, "Limits"): ( ) groups nest at most
+// kMaxGroupDepth deep (the parser recurses once per level), and repetitions together write out at most
+// kMaxGrammarElements elements (8 bytes each: 8 MiB), since {m,n} copies its item and nested ones multiply.
+inline constexpr int kMaxGroupDepth = 256;
+inline constexpr uint64_t kMaxGrammarElements = uint64_t{1} << 20;
+
 // Parses GBNF text. The start rule is `root`. Throws Error(invalid_argument) with "line L, column C: "
 // and what was expected for a syntax error; naming the rule for an undefined reference, a missing
 // root or left recursion (a rule that can reach itself before consuming a character, which a

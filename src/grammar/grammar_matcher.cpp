@@ -2,6 +2,7 @@
 #include "grammar/grammar_matcher.h"
 
 #include <algorithm>
+#include <deque>
 #include <numeric>
 
 #include "grammar/mask_cache.h"
@@ -151,20 +152,39 @@ void GrammarMatcher::set_chain_targets() {
         }
         return std::pair{total, pos};
     };
-    std::vector<int32_t> rule_min(grammar_->rule_start.size(), kInf);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < rule_min.size(); ++r) {
-            int32_t best = kInf;
-            for (int32_t pos = grammar_->rule_start[r];; ++pos) {
-                const auto [n, end] = sequence_min(rule_min, pos);
-                best = std::min(best, n);
-                pos = end;
-                if (elements[static_cast<size_t>(pos)].type == ElementType::end) break;
-            }
-            if (best < rule_min[r]) {
-                rule_min[r] = best;
-                changed = true;
+    // A work list rather than passes over all rules until nothing changes: a chain of n rules each
+    // referring to the next settles one rule per pass, n^2 work (100k rules: minutes).
+    const size_t n_rules = grammar_->rule_start.size();
+    std::vector<std::vector<int32_t>> referrers(n_rules);  // referrers[s]: rules whose elements refer to s
+    for (size_t r = 0; r < n_rules; ++r) {
+        for (int32_t pos = grammar_->rule_start[r];; ++pos) {
+            const Element& e = elements[static_cast<size_t>(pos)];
+            if (e.type == ElementType::rule_ref) referrers[e.value].push_back(static_cast<int32_t>(r));
+            if (e.type == ElementType::end) break;
+        }
+    }
+    std::vector<int32_t> rule_min(n_rules, kInf);
+    std::deque<int32_t> work;
+    std::vector<bool> queued(n_rules, true);
+    for (size_t r = 0; r < n_rules; ++r) work.push_back(static_cast<int32_t>(r));
+    while (!work.empty()) {
+        const int32_t r = work.front();
+        work.pop_front();
+        queued[r] = false;
+        int32_t best = kInf;
+        for (int32_t pos = grammar_->rule_start[r];; ++pos) {
+            const auto [n, end] = sequence_min(rule_min, pos);
+            best = std::min(best, n);
+            pos = end;
+            if (elements[static_cast<size_t>(pos)].type == ElementType::end) break;
+        }
+        if (best < rule_min[r]) {
+            rule_min[r] = best;
+            for (const int32_t q : referrers[r]) {
+                if (!queued[q]) {
+                    queued[q] = true;
+                    work.push_back(q);
+                }
             }
         }
     }
@@ -195,26 +215,44 @@ int32_t GrammarMatcher::intern_set(std::vector<int32_t>& stacks) {
 
 // Adds to `out` the stacks `stack` stands for once every rule reference on top is replaced by the
 // alternatives of its rule (recursively): stacks whose top is a character class, or -1 (empty).
+// An explicit work list instead of recursion: a chain of rules that each start with the next one
+// (r1 ::= r2 "x", r2 ::= r3 "y", ...) is as deep as the grammar is long. Work is taken in the order the
+// recursion would take it (alternatives first to last, each expanded fully before the next), and a node
+// is interned when its work is taken, so node ids come out as they did.
 void GrammarMatcher::expand(int32_t stack, std::vector<int32_t>& out) {
-    if (stack < 0) {
-        out.push_back(-1);
-        return;
-    }
-    const auto [pos, parent] = nodes_[static_cast<size_t>(stack)];
+    struct Work {
+        int32_t stack;     // expand this stack (when alt < 0)
+        int32_t alt = -1;  // else: the stack (alt, rest)
+        int32_t rest = -1;
+    };
+    std::vector<Work> work{{stack}};
+    std::vector<Work> alternatives;
     const auto& elements = grammar_->elements;
-    if (elements[pos].type != ElementType::rule_ref) {
-        out.push_back(stack);
-        return;
-    }
-    const int32_t rest = ends_alternative(elements[pos + 1]) ? parent : intern_node(pos + 1, parent);
-    for (int32_t alt = grammar_->rule_start[elements[pos].value];; ++alt) {
-        if (ends_alternative(elements[alt])) {
-            expand(rest, out);
-        } else {
-            expand(intern_node(alt, rest), out);
-            while (!ends_alternative(elements[alt])) ++alt;
+    while (!work.empty()) {
+        const Work w = work.back();
+        work.pop_back();
+        const int32_t s = w.alt < 0 ? w.stack : intern_node(w.alt, w.rest);
+        if (s < 0) {
+            out.push_back(-1);
+            continue;
         }
-        if (elements[alt].type == ElementType::end) break;
+        const auto [pos, parent] = nodes_[static_cast<size_t>(s)];
+        if (elements[pos].type != ElementType::rule_ref) {
+            out.push_back(s);
+            continue;
+        }
+        const int32_t rest = ends_alternative(elements[pos + 1]) ? parent : intern_node(pos + 1, parent);
+        alternatives.clear();
+        for (int32_t alt = grammar_->rule_start[elements[pos].value];; ++alt) {
+            if (ends_alternative(elements[alt])) {
+                alternatives.push_back({rest});
+            } else {
+                alternatives.push_back({-1, alt, rest});
+                while (!ends_alternative(elements[alt])) ++alt;
+            }
+            if (elements[alt].type == ElementType::end) break;
+        }
+        work.insert(work.end(), alternatives.rbegin(), alternatives.rend());
     }
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "base/json_depth.h"
 #include "grammar/gbnf_parse.h"
 #include "kvstash/error.h"
 #include "kvstash/grammar.h"
@@ -18,6 +19,8 @@ namespace kvstash::grammar {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+
+constexpr size_t kMaxRuleNameChars = 64;
 
 // Primitive rules, added to the grammar when used (name -> (body, dependencies)).
 const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& primitives() {
@@ -119,19 +122,47 @@ private:
         return primitive;
     }
 
+    // Names are the hint's first kMaxRuleNameChars characters (a hint is a path of property names, which
+    // a hostile schema makes long) and a number when taken; the next number to try is kept per name, so
+    // 20k properties of one object cost 20k lookups, not 20k^2/2.
     std::string new_rule(const std::string& hint, const std::string& body) {
         std::string name;
-        for (const char c : hint) name += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
+        for (const char c : hint.substr(0, kMaxRuleNameChars))
+            name += (std::isalnum(static_cast<unsigned char>(c)) ? c : '-');
         if (name.empty()) name = "r";
         std::string unique = name;
-        for (int i = 1; rules_.count(unique) || primitives().count(unique); ++i)
-            unique = name + "-" + std::to_string(i);
+        for (int& i = next_suffix_[name]; rules_.count(unique) || primitives().count(unique);)
+            unique = name + "-" + std::to_string(++i);
         rules_[unique] = body;
         return unique;
     }
 
+    // Counts one more schema node (visit) against the limits of json_schema_gbnf.h.
+    void enter(const std::string& path) {
+        if (++depth_ > kMaxSchemaDepth) {
+            invalid("schemas nest deeper than " + std::to_string(kMaxSchemaDepth) + " levels at '" +
+                    path.substr(0, 200) + "' (counting $ref); flatten the schema");
+        }
+        if (++nodes_ > kMaxSchemaNodes) {
+            invalid("the schema has more than " + std::to_string(kMaxSchemaNodes) +
+                    " subschemas (properties, items, anyOf entries together); split or simplify it");
+        }
+    }
+
+    // A path segment for messages and rule names: long keys are cut so that paths stay short.
+    static std::string segment(const std::string& key) {
+        return key.size() <= kMaxRuleNameChars ? key : key.substr(0, kMaxRuleNameChars) + "...";
+    }
+
     // A rule name (or a parenthesised expression) matching `schema`. `path` names unsupported keywords.
     std::string visit(const ojson& schema, const std::string& name, const std::string& path) {
+        enter(path);
+        const std::string rule = visit_node(schema, name, path);
+        --depth_;
+        return rule;
+    }
+
+    std::string visit_node(const ojson& schema, const std::string& name, const std::string& path) {
         if (schema.is_boolean()) {
             if (!schema.get<bool>())
                 invalid("the schema at '" + (path.empty() ? "/" : path) + "' is false: nothing matches");
@@ -281,7 +312,7 @@ private:
         }
         std::vector<std::string> req, opt;  // key-value expressions, in the schema's order
         for (const auto& [key, sub] : props->items()) {
-            const std::string value = visit(sub, name + "-" + key, path + "/properties/" + key);
+            const std::string value = visit(sub, name + "-" + segment(key), path + "/properties/" + segment(key));
             const std::string kv = literal(ojson(key).dump()) + " space \":\" space " + value;
             (required.count(key) ? req : opt).push_back(kv);
         }
@@ -300,6 +331,9 @@ private:
     }
 
     const ojson& root_;
+    int depth_ = 0;      // visits open now: the converter recurses once per level and per $ref
+    int64_t nodes_ = 0;  // visits so far
+    std::map<std::string, int> next_suffix_;
     std::map<std::string, std::string> rules_;
     std::map<std::string, std::string> refs_;
     std::set<std::string> unsupported_;
@@ -308,6 +342,7 @@ private:
 }  // namespace
 
 std::string json_schema_to_gbnf(std::string_view schema_json) {
+    json_depth::require_depth_at_most(schema_json, "JSON Schema:");
     ojson schema;
     try {
         schema = ojson::parse(schema_json);

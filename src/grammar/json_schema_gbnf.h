@@ -11,10 +11,18 @@
 // cannot pad forever.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace kvstash::grammar {
+
+// Limits on hostile schemas (docs/constrained-output.md, "Limits"): subschemas nest at most
+// kMaxSchemaDepth deep, $ref chains included (the converter recurses once per level), and a schema has
+// at most kMaxSchemaNodes subschemas (each becomes rules the matcher walks). The JSON text itself nests
+// at most base/json_depth.h's 256 levels.
+inline constexpr int kMaxSchemaDepth = 128;
+inline constexpr int64_t kMaxSchemaNodes = 5000;
 
 // Throws Error(invalid_argument) for text that is not JSON or a schema that is not an object/boolean
 // or is inconsistent (a $ref to nothing, minItems > maxItems), Error(unsupported) naming every

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "base/json_depth.h"
 #include "base/regular_file.h"
 #include "format/safetensors.h"
 #include "kvstash/error.h"
@@ -42,6 +43,7 @@ std::string parent_dir(const std::string& path) {
 // The options of adapter_config.json that change the arithmetic; anything kvstash does not compute is refused
 // rather than silently applied differently. Returns lora_alpha; sets `rank` to r.
 float read_config(const std::string& text, const std::string& path, int64_t& rank) {
+    json_depth::require_depth_at_most(text, path, ErrorCode::bad_format);
     json c;
     try {
         c = json::parse(text);

@@ -10,6 +10,8 @@
 namespace kvstash {
 namespace {
 
+constexpr int64_t kMaxContextLength = int64_t{1} << 26;  // tokens (67M)
+
 [[noreturn]] void inconsistent(const std::string& what) {
     throw Error(ErrorCode::bad_format, "inconsistent model hyper-parameters: " + what);
 }
@@ -160,6 +162,12 @@ ModelConfig read_model_config(const gguf::File& file) {
     c.n_layer = file.require_int(a + "block_count");
     c.n_embd = file.require_int(a + "embedding_length");
     c.n_ctx_train = file.get_int(a + "context_length").value_or(0);
+    // Absent is 0 ("unknown"; --ctx-size then decides). Present, it sizes every default context: 0 or
+    // 2^32-1 is a broken file, not a model (the longest published contexts are ~10M tokens).
+    if (file.get_int(a + "context_length") && (c.n_ctx_train <= 0 || c.n_ctx_train > kMaxContextLength)) {
+        inconsistent("context_length " + std::to_string(c.n_ctx_train) + " is outside 1.." +
+                     std::to_string(kMaxContextLength));
+    }
     if (c.family == ModelFamily::gpt2) {
         c.norm = NormKind::layer;
         c.norm_eps = static_cast<float>(file.require_float(a + "attention.layer_norm_epsilon"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -30,8 +31,10 @@ struct Reader {
     std::optional<int64_t> get_int(std::initializer_list<const char*> keys) const {
         const json* v = find(keys);
         if (!v) return std::nullopt;
-        if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > UINT32_MAX) {
-            fail(std::string("'") + *keys.begin() + "' must be a non-negative integer below 2^32");
+        // Every count and size the loader reads is at least 1 (a 0 divides, or sizes nothing), and below
+        // 2^31: each becomes a GGUF u32 and then an int32 in places.
+        if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > INT32_MAX) {
+            fail(std::string("'") + *keys.begin() + "' must be an integer from 1 to 2^31-1");
         }
         return v->get<int64_t>();
     }
@@ -42,7 +45,8 @@ struct Reader {
     std::optional<double> get_float(std::initializer_list<const char*> keys) const {
         const json* v = find(keys);
         if (!v) return std::nullopt;
-        if (!v->is_number()) fail(std::string("'") + *keys.begin() + "' must be a number");
+        if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0)
+            fail(std::string("'") + *keys.begin() + "' must be a finite non-negative number");
         return v->get<double>();
     }
 };
@@ -111,9 +115,23 @@ void read_granite_hybrid(const Reader& r, const json& config, const PutU32& put_
     }
 }
 
+HfModelSpec read_hf_config_fields(const json& root, const std::string& path);
+
 }  // namespace
 
+// Fields of the wrong JSON type that the reader does not check one by one (a rope_scaling "factor" that
+// is a string) throw nlohmann's type_error: reported as the malformed file it is.
 HfModelSpec read_hf_config(const json& root, const std::string& path) {
+    try {
+        return read_hf_config_fields(root, path);
+    } catch (const json::exception& e) {
+        throw Error(ErrorCode::bad_format, path + ": a field has a value of the wrong type (" + e.what() + ")");
+    }
+}
+
+namespace {
+
+HfModelSpec read_hf_config_fields(const json& root, const std::string& path) {
     if (!root.is_object()) throw Error(ErrorCode::bad_format, path + ": config.json is not a JSON object");
     // Multimodal wrappers keep the language model's hyper-parameters in text_config.
     json config = root;
@@ -315,4 +333,5 @@ HfModelSpec read_hf_config(const json& root, const std::string& path) {
     return s;
 }
 
+}  // namespace
 }  // namespace kvstash

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "base/json_depth.h"
 #include "base/regular_file.h"
 #include "format/quantize.h"
 #include "format/safetensors.h"
@@ -37,6 +38,7 @@ std::optional<std::string> read_text(const std::string& path) {
 json read_json(const std::string& path) {
     const auto text = read_text(path);
     if (!text) throw Error(ErrorCode::bad_format, "model directory has no '" + path + "'");
+    json_depth::require_depth_at_most(*text, "'" + path + "'", ErrorCode::bad_format);
     json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) throw Error(ErrorCode::bad_format, "'" + path + "' is not valid JSON");
     return j;

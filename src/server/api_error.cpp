@@ -1,6 +1,37 @@
 #include "server/api_error.h"
 
+#include <cstdio>
+
 namespace kvstash::server {
+
+namespace {
+
+bool ends_token(char c) { return c == ' ' || c == '\'' || c == '"' || c == '(' || c == ')' || c == ',' || c == '\n'; }
+
+}  // namespace
+
+std::string without_paths(const std::string& message) {
+    std::string out;
+    for (size_t i = 0; i < message.size();) {
+        if (ends_token(message[i])) {
+            out += message[i++];
+            continue;
+        }
+        size_t end = i;
+        while (end < message.size() && !ends_token(message[end])) ++end;
+        const std::string_view token(message.data() + i, end - i);
+        if (token.find('/') != std::string_view::npos) {
+            // A trailing ':' or '.' is punctuation of the message, not part of the path.
+            const size_t keep = token.find_last_not_of(":.;") + 1;
+            out += "<path>";
+            out += token.substr(keep);
+        } else {
+            out += token;
+        }
+        i = end;
+    }
+    return out;
+}
 
 int http_status(ErrorCode code) {
     switch (code) {
@@ -15,7 +46,18 @@ int http_status(ErrorCode code) {
     return 500;
 }
 
-ApiError api_error(const Error& e) { return ApiError(http_status(e.code()), e.what()); }
+ApiError api_error(const Error& e) {
+    const std::string message = e.what();
+    // A full disk is the operator's to fix, but the client should know it is not a bug: 507 (RFC 4918).
+    if (e.code() == ErrorCode::output && (message.find("No space left on device") != std::string::npos ||
+                                          message.find("Disk quota exceeded") != std::string::npos)) {
+        return ApiError(507,
+                        "the server's disk is full: " + message +
+                            " (delete named states, or give the server more space or a smaller --cache-disk)",
+                        "", "insufficient_storage");
+    }
+    return ApiError(http_status(e.code()), message);
+}
 
 ApiError request_error(const Error& e, std::string param, std::string code) {
     if (http_status(e.code()) != 400) return api_error(e);
@@ -33,7 +75,13 @@ const char* error_type(int status) {
 }
 
 nlohmann::json error_json(int status, const std::string& message, const std::string& param, const std::string& code) {
-    nlohmann::json error = {{"message", message}, {"type", error_type(status)}, {"param", nullptr}, {"code", nullptr}};
+    std::string shown = message;
+    if (status >= 500) {
+        shown = without_paths(message);
+        // The operator's log keeps what the client is not shown.
+        if (shown != message) std::fprintf(stderr, "kvstash serve: HTTP %d: %s\n", status, message.c_str());
+    }
+    nlohmann::json error = {{"message", shown}, {"type", error_type(status)}, {"param", nullptr}, {"code", nullptr}};
     if (!param.empty()) error["param"] = param;
     if (!code.empty()) error["code"] = code;
     return {{"error", error}};

@@ -38,7 +38,8 @@ inline ApiError bad_request(std::string message, std::string param = {}, std::st
 // Files a client sends (PUT /v1/states/NAME/file) are checked where they arrive, and a malformed one is
 // answered 400 invalid_state_file there, before any error reaches this table.
 int http_status(ErrorCode code);
-// An ApiError with http_status(e.code()) and the library's message.
+// An ApiError with http_status(e.code()) and the library's message; 507 for an output error of a full disk
+// (ENOSPC, EDQUOT).
 ApiError api_error(const Error& e);
 // For a library call on request data: a 400 naming `param` / `code` when http_status says the client can
 // fix it, else api_error(e) (the server's fault keeps its 500, without the request's field).
@@ -46,7 +47,11 @@ ApiError request_error(const Error& e, std::string param, std::string code);
 
 // The OpenAI error type for a status: invalid_request_error, authentication_error, not_found_error, ...
 const char* error_type(int status);
-// {"error": {...}}; empty param / code become null.
+// `message` with every word that contains a '/' (a file path: a model, a state file, a cache block) replaced by
+// "<path>": what a 5xx tells the client, since the server's file layout is none of its business.
+std::string without_paths(const std::string& message);
+// {"error": {...}}; empty param / code become null. A 5xx message is shown without_paths (the full message
+// goes to stderr).
 nlohmann::json error_json(int status, const std::string& message, const std::string& param = {},
                           const std::string& code = {});
 // JSON text for the wire: invalid UTF-8 (a token's bytes can be part of a character) is replaced by U+FFFD

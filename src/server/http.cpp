@@ -9,7 +9,9 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
+#include "server/api_key.h"
 #include "server/connection_pool.h"
+#include "server/guarded_server.h"
 #include "server/request_log.h"
 #include "server/routes.h"
 #include "server/state_store.h"
@@ -78,9 +80,10 @@ bool apply_cors(const ServerOptions& o, const httplib::Request& req, httplib::Re
 // or returns false.
 bool refuse_before_body(const ServerOptions& o, const httplib::Request& req, httplib::Response& res) {
     if (!o.api_key.empty() && req.path != "/health" && !is_webui_path(req.path) &&
-        req.get_header_value("Authorization") != "Bearer " + o.api_key) {
+        !api_key_presented(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"), o.api_key)) {
         send_error(
-            res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "", "invalid_api_key"));
+            res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'", "",
+                          "invalid_api_key"));
         return true;
     }
     // cpp-httplib 0.11 reads a chunked body whole into memory, whatever set_payload_max_length says,
@@ -164,6 +167,7 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.step_tokens = options.step_tokens;
     sched.cache.ram_budget_bytes = options.cache_ram_mib << 20;
     sched.cache.disk_dir = options.cache_dir;
+    sched.cache.disk_budget_bytes = options.cache_disk_mib << 20;
     sched.cache.redis_url = options.cache_redis;
     sched.cache.redis_connect_timeout_ms = options.redis_connect_timeout_ms;
     sched.cache.redis_io_timeout_ms = options.redis_io_timeout_ms;
@@ -171,7 +175,15 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.draft_model = options.draft_model;
     ctx.scheduler = std::make_unique<Scheduler>(model, sched, ctx.metrics);
 
-    http_ = std::make_unique<httplib::Server>();
+    ConnectionLimits limits;
+    limits.head.first_byte = std::chrono::seconds(options.idle_timeout_s);
+    limits.head.whole_head = std::chrono::seconds(options.header_timeout_s);
+    limits.head.between_bytes = std::chrono::seconds(options.read_timeout_s);
+    limits.head.max_head_bytes = static_cast<size_t>(options.max_header_bytes);
+    limits.head.max_line_bytes = std::min<size_t>(limits.head.max_head_bytes, 8 * 1024);
+    limits.max_connections = options.max_connections;
+    limits.max_per_address = options.max_connections_per_ip;
+    http_ = std::make_unique<GuardedServer>(limits);
     httplib::Server& http = *http_;
     // Slow or idle clients must not lock others out (issue 19). cpp-httplib 0.11 serves a connection on
     // one thread from accept to close, so: a thread per open connection up to --max-connections (not a
@@ -222,6 +234,9 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
         std::string message = "internal error";
         try {
             std::rethrow_exception(ep);
+        } catch (const ApiError& e) {  // a route outside guarded(): keep its status
+            send_error(res, e);
+            return;
         } catch (const std::exception& e) {
             message = std::string("internal error: ") + e.what();
         } catch (...) {}

@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "base/json_depth.h"
 #include "grammar/json_schema_gbnf.h"
 #include "kvstash/error.h"
 #include "server/api_error.h"
@@ -319,6 +320,11 @@ void require_state_name(const std::string& name, const char* param) {
 }
 
 json parse_json_body(const std::string& body) {
+    if (json_depth::nesting_depth(body, json_depth::kMaxJsonDepth) > json_depth::kMaxJsonDepth) {
+        throw bad_request("the request body nests arrays/objects deeper than " +
+                              std::to_string(json_depth::kMaxJsonDepth) + " levels (the limit on JSON nesting)",
+                          "", "invalid_json");
+    }
     json value;
     try {
         value = json::parse(body);

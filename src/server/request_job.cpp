@@ -14,8 +14,9 @@ std::vector<int32_t> chat_tokens(const std::vector<ChatMessage>& messages, AddGe
                                  ServerContext& ctx, const std::vector<std::string>& tools = {}) {
     if (!ctx.chat_template) throw bad_request(ctx.chat_template_error, "messages", "no_chat_template");
     try {
-        const std::string text = ctx.chat_template->render(messages, tools, add_generation_prompt);
-        return ctx.model->tokenizer().encode(text, AddSpecial::no, ParseSpecial::yes);
+        // Only the template's markup becomes control tokens; what the client wrote stays text.
+        const ChatPrompt prompt = ctx.chat_template->render_prompt(messages, tools, add_generation_prompt);
+        return ctx.model->tokenizer().encode(prompt.text, AddSpecial::no, ParseSpecial::yes, prompt.content);
     } catch (const Error& e) {
         throw request_error(e, "messages", "invalid_value");
     }

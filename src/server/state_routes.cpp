@@ -156,9 +156,11 @@ void register_state_routes(httplib::Server& http, ServerContext& ctx) {
         });
     });
     http.Get("/v1/states", [&ctx](const httplib::Request&, httplib::Response& res) {
-        json data = json::array();
-        for (const NamedStateInfo& info : ctx.states->list()) data.push_back(info_json(info, ctx));
-        send_json(res, {{"object", "list"}, {"data", data}});
+        guarded(res, [&] {  // the Redis store answers 503 while Redis is down, as on every state route
+            json data = json::array();
+            for (const NamedStateInfo& info : ctx.states->list()) data.push_back(info_json(info, ctx));
+            send_json(res, {{"object", "list"}, {"data", data}});
+        });
     });
     http.Get(R"(/v1/states/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/atomic_file.h"
+#include "base/json_depth.h"
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
 #include "server/api_error.h"
@@ -55,6 +56,7 @@ struct RemovedOnExit {
 NamedStateInfo info_from(const std::string& name, const std::string& text) {
     NamedStateInfo info;
     info.name = name;
+    if (json_depth::nesting_depth(text, json_depth::kMaxJsonDepth) > json_depth::kMaxJsonDepth) return info;
     const json j = json::parse(text, nullptr, false);
     if (!j.is_object()) return info;
     info.n_tokens = j.value("n_tokens", int64_t{0});

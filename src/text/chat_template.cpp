@@ -41,12 +41,18 @@ std::string family_chat_template(const std::string& architecture) {
     return "";
 }
 
-void append_chatml_turn(std::string& out, std::string_view role, std::string_view content) {
-    out.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
+void append_chatml_turn(ChatPrompt& out, std::string_view role, std::string_view content) {
+    out.append_markup("<|im_start|>");
+    out.append_markup(role);
+    out.append_markup("\n");
+    out.append_content(content);
+    out.append_markup("<|im_end|>\n");
 }
 
-void append_llama3_header(std::string& out, std::string_view role) {
-    out.append("<|start_header_id|>").append(role).append("<|end_header_id|>\n\n");
+void append_llama3_header(ChatPrompt& out, std::string_view role) {
+    out.append_markup("<|start_header_id|>");
+    out.append_markup(role);
+    out.append_markup("<|end_header_id|>\n\n");
 }
 
 }  // namespace
@@ -95,12 +101,11 @@ std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "ll
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                  AddGenerationPrompt add_generation_prompt) const {
-    if (messages.empty()) {
-        throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
-    }
-    for (const ChatMessage& message : messages) {
-        if (message.role == "tool" || !message.tool_calls.empty()) return render(messages, {}, add_generation_prompt);
-    }
+    return render_prompt(messages, {}, add_generation_prompt).text;
+}
+
+ChatPrompt ChatTemplate::render_plain(std::span<const ChatMessage> messages,
+                                      AddGenerationPrompt add_generation_prompt) const {
     for (size_t i = 0; i < messages.size(); ++i) {
         const std::string& role = messages[i].role;
         if (role != "system" && role != "user" && role != "assistant") {
@@ -108,17 +113,17 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
                                                          "\"; a chat message's role is system, user or assistant");
         }
     }
-    std::string out;
+    ChatPrompt out;
     if (kind_ == Kind::chatml) {
         if (has_default_system_ && messages.front().role != "system") {
             append_chatml_turn(out, "system", default_system_);
         }
         for (const ChatMessage& message : messages) append_chatml_turn(out, message.role, message.content);
-        if (add_generation_prompt == AddGenerationPrompt::yes) out += "<|im_start|>assistant\n";
+        if (add_generation_prompt == AddGenerationPrompt::yes) out.append_markup("<|im_start|>assistant\n");
         return out;
     }
     if (kind_ == Kind::gemma) return render_gemma(messages, add_generation_prompt);
-    out = "<|begin_of_text|>";
+    out.append_markup("<|begin_of_text|>");
     size_t first = 0;
     if (kind_ == Kind::llama3) {
         // Llama 3.1/3.2 always open with a system header; a leading system message goes into it.
@@ -128,12 +133,16 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages,
             first = 1;
         }
         append_llama3_header(out, "system");
-        out.append("Cutting Knowledge Date: December 2023\nToday Date: ").append(date_string_).append("\n\n");
-        out.append(system).append("<|eot_id|>");
+        out.append_markup("Cutting Knowledge Date: December 2023\nToday Date: ");
+        out.append_markup(date_string_);
+        out.append_markup("\n\n");
+        out.append_content(system);
+        out.append_markup("<|eot_id|>");
     }
     for (size_t i = first; i < messages.size(); ++i) {
         append_llama3_header(out, messages[i].role);
-        out.append(python_strip(messages[i].content)).append("<|eot_id|>");
+        out.append_content(python_strip(messages[i].content));
+        out.append_markup("<|eot_id|>");
     }
     if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");
     return out;
@@ -143,9 +152,10 @@ std::string ChatTemplate::end_of_turn_suffix() const {
     return kind_ == Kind::chatml || kind_ == Kind::gemma ? "\n" : "";
 }
 
-std::string ChatTemplate::render_gemma(std::span<const ChatMessage> messages,
-                                       AddGenerationPrompt add_generation_prompt) {
-    std::string out = "<bos>";
+ChatPrompt ChatTemplate::render_gemma(std::span<const ChatMessage> messages,
+                                      AddGenerationPrompt add_generation_prompt) {
+    ChatPrompt out;
+    out.append_markup("<bos>");
     // A leading system message is no turn of its own: its text, untrimmed, opens the first turn.
     std::string first_turn_prefix;
     const size_t skipped = messages.front().role == "system" ? 1 : 0;
@@ -160,11 +170,14 @@ std::string ChatTemplate::render_gemma(std::span<const ChatMessage> messages,
                         "optional leading system message; message " +
                             std::to_string(i + skipped) + " has the role \"" + messages[i].role + "\"");
         }
-        out.append("<start_of_turn>").append(messages[i].role == "assistant" ? "model" : messages[i].role).append("\n");
-        if (i == 0) out.append(first_turn_prefix);
-        out.append(python_strip(messages[i].content)).append("<end_of_turn>\n");
+        out.append_markup("<start_of_turn>");
+        out.append_markup(messages[i].role == "assistant" ? "model" : messages[i].role);
+        out.append_markup("\n");
+        if (i == 0) out.append_content(first_turn_prefix);
+        out.append_content(python_strip(messages[i].content));
+        out.append_markup("<end_of_turn>\n");
     }
-    if (add_generation_prompt == AddGenerationPrompt::yes) out += "<start_of_turn>model\n";
+    if (add_generation_prompt == AddGenerationPrompt::yes) out.append_markup("<start_of_turn>model\n");
     return out;
 }
 

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
 #include "text/python_json.h"
@@ -28,6 +29,7 @@ namespace {
 using nlohmann::ordered_json;
 
 ordered_json parse_json(const std::string& text, const std::string& what) {
+    json_depth::require_depth_at_most(text, what);
     try {
         return ordered_json::parse(text);
     } catch (const nlohmann::json::exception&) {
@@ -53,20 +55,27 @@ void check_roles(std::span<const ChatMessage> messages) {
     }
 }
 
-void append_llama3_header(std::string& out, std::string_view role) {
-    out.append("<|start_header_id|>").append(role).append("<|end_header_id|>\n\n");
+void append_llama3_header(ChatPrompt& out, std::string_view role) {
+    out.append_markup("<|start_header_id|>");
+    out.append_markup(role);
+    out.append_markup("<|end_header_id|>\n\n");
 }
 
 }  // namespace
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages, std::span<const std::string> tools,
                                  AddGenerationPrompt add_generation_prompt) const {
+    return render_prompt(messages, tools, add_generation_prompt).text;
+}
+
+ChatPrompt ChatTemplate::render_prompt(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                       AddGenerationPrompt add_generation_prompt) const {
     if (messages.empty()) {
         throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
     }
     bool tool_messages = false;
     for (const ChatMessage& message : messages) tool_messages |= message.role == "tool" || !message.tool_calls.empty();
-    if (tools.empty() && !tool_messages) return render(messages, add_generation_prompt);  // the plain template
+    if (tools.empty() && !tool_messages) return render_plain(messages, add_generation_prompt);
     if (tool_call_format_ == ToolCallFormat::none) {
         const std::string why = "the chat template '" + name_ +
                                 "' defines no tools (tool calling needs Qwen 2.5's or Llama 3.1/3.2's template)";
@@ -84,85 +93,118 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, std::spa
                                                      : render_llama3_tools(messages, tools, add_generation_prompt);
 }
 
-std::string ChatTemplate::render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                            AddGenerationPrompt add_generation_prompt) const {
-    std::string out = "<|im_start|>system\n";
+ChatPrompt ChatTemplate::render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                           AddGenerationPrompt add_generation_prompt) const {
+    ChatPrompt out;
+    out.append_markup("<|im_start|>system\n");
     const bool leading_system = messages.front().role == "system";
-    out += leading_system ? messages.front().content : default_system_;
+    if (leading_system) {
+        out.append_content(messages.front().content);
+    } else {
+        out.append_markup(default_system_);
+    }
     if (!tools.empty()) {
-        out +=
+        out.append_markup(
             "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
-            "with function signatures within <tools></tools> XML tags:\n<tools>";
-        for (const std::string& tool : tools) out.append("\n").append(python_json_dumps(parse_json(tool, "a tool")));
-        out +=
+            "with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (const std::string& tool : tools) {
+            out.append_markup("\n");
+            out.append_content(python_json_dumps(parse_json(tool, "a tool")));
+        }
+        out.append_markup(
             "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-            "<args-json-object>}\n</tool_call>";
+            "<args-json-object>}\n</tool_call>");
     }
-    out += "<|im_end|>\n";
+    out.append_markup("<|im_end|>\n");
     for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         if (m.role == "user" || (m.role == "system" && i > 0) || (m.role == "assistant" && m.tool_calls.empty())) {
-            out.append("<|im_start|>").append(m.role).append("\n").append(m.content).append("<|im_end|>\n");
+            out.append_markup("<|im_start|>");
+            out.append_markup(m.role);
+            out.append_markup("\n");
+            out.append_content(m.content);
+            out.append_markup("<|im_end|>\n");
         } else if (m.role == "assistant") {
-            out += "<|im_start|>assistant";
-            if (!m.content.empty()) out.append("\n").append(m.content);
-            for (const ToolCall& call : m.tool_calls) {
-                out.append("\n<tool_call>\n{\"name\": \"").append(call.name).append("\", \"arguments\": ");
-                out.append(arguments_json(call)).append("}\n</tool_call>");
+            out.append_markup("<|im_start|>assistant");
+            if (!m.content.empty()) {
+                out.append_markup("\n");
+                out.append_content(m.content);
             }
-            out += "<|im_end|>\n";
+            for (const ToolCall& call : m.tool_calls) {
+                out.append_markup("\n<tool_call>\n{\"name\": \"");
+                out.append_content(call.name);
+                out.append_markup("\", \"arguments\": ");
+                out.append_content(arguments_json(call));
+                out.append_markup("}\n</tool_call>");
+            }
+            out.append_markup("<|im_end|>\n");
         } else if (m.role == "tool") {
-            if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
-            out.append("\n<tool_response>\n").append(m.content).append("\n</tool_response>");
-            if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+            if (i == 0 || messages[i - 1].role != "tool") out.append_markup("<|im_start|>user");
+            out.append_markup("\n<tool_response>\n");
+            out.append_content(m.content);
+            out.append_markup("\n</tool_response>");
+            if (i + 1 == messages.size() || messages[i + 1].role != "tool") out.append_markup("<|im_end|>\n");
         }
     }
-    if (add_generation_prompt == AddGenerationPrompt::yes) out += "<|im_start|>assistant\n";
+    if (add_generation_prompt == AddGenerationPrompt::yes) out.append_markup("<|im_start|>assistant\n");
     return out;
 }
 
-std::string ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                              AddGenerationPrompt add_generation_prompt) const {
-    std::string out = "<|begin_of_text|>";
+ChatPrompt ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                             AddGenerationPrompt add_generation_prompt) const {
+    ChatPrompt out;
+    out.append_markup("<|begin_of_text|>");
     std::string_view system;
     if (messages.front().role == "system") {
         system = python_strip(messages.front().content);
         messages = messages.subspan(1);
     }
     append_llama3_header(out, "system");
-    if (!tools.empty()) out += "Environment: ipython\n";
-    out.append("Cutting Knowledge Date: December 2023\nToday Date: ").append(date_string_).append("\n\n");
-    out.append(system).append("<|eot_id|>");
+    if (!tools.empty()) out.append_markup("Environment: ipython\n");
+    out.append_markup("Cutting Knowledge Date: December 2023\nToday Date: ");
+    out.append_markup(date_string_);
+    out.append_markup("\n\n");
+    out.append_content(system);
+    out.append_markup("<|eot_id|>");
     if (!tools.empty()) {
         if (messages.empty()) {
             throw Error(ErrorCode::invalid_argument,
                         "Cannot put tools in the first user message when there's no first user message!");
         }
         append_llama3_header(out, "user");
-        out +=
+        out.append_markup(
             "Given the following functions, please respond with a JSON for a function call with its proper arguments "
             "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
-            "dictionary of argument name and its value}.Do not use variables.\n\n";
-        for (const std::string& tool : tools) out += python_json_dumps(parse_json(tool, "a tool"), 4) + "\n\n";
-        out.append(python_strip(messages.front().content)).append("<|eot_id|>");
+            "dictionary of argument name and its value}.Do not use variables.\n\n");
+        for (const std::string& tool : tools) {
+            out.append_content(python_json_dumps(parse_json(tool, "a tool"), 4));
+            out.append_markup("\n\n");
+        }
+        out.append_content(python_strip(messages.front().content));
+        out.append_markup("<|eot_id|>");
         messages = messages.subspan(1);
     }
     for (const ChatMessage& m : messages) {
         if (m.role == "tool") {
             append_llama3_header(out, "ipython");
-            out += python_json_dumps(ordered_json(m.content)) + "<|eot_id|>";
+            out.append_content(python_json_dumps(ordered_json(m.content)));
+            out.append_markup("<|eot_id|>");
         } else if (!m.tool_calls.empty()) {
             if (m.tool_calls.size() != 1) {
                 throw Error(ErrorCode::invalid_argument, "This model only supports single tool-calls at once!");
             }
             const ToolCall& call = m.tool_calls.front();
             append_llama3_header(out, "assistant");
-            out.append("{\"name\": \"").append(call.name).append("\", \"parameters\": ");
-            out.append(arguments_json(call)).append("}<|eot_id|>");
+            out.append_markup("{\"name\": \"");
+            out.append_content(call.name);
+            out.append_markup("\", \"parameters\": ");
+            out.append_content(arguments_json(call));
+            out.append_markup("}<|eot_id|>");
         } else {
             append_llama3_header(out, m.role);
-            out.append(python_strip(m.content)).append("<|eot_id|>");
+            out.append_content(python_strip(m.content));
+            out.append_markup("<|eot_id|>");
         }
     }
     if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");

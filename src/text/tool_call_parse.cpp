@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
+
 namespace kvstash {
 namespace {
 
@@ -21,6 +23,9 @@ std::string_view trim(std::string_view s) {
 
 // {"name": N, <key>: {...}} -> a call; none for anything else.
 std::optional<ToolCall> read_call(std::string_view json_text, const char* key) {
+    // Deeper output is text, not a call: rendering it back would recurse once per level.
+    if (json_depth::nesting_depth(json_text, json_depth::kMaxJsonDepth) > json_depth::kMaxJsonDepth)
+        return std::nullopt;
     ordered_json value;
     try {
         value = ordered_json::parse(json_text);

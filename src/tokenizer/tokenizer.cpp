@@ -274,6 +274,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, AddSpecial add_special_tokens,
                                        ParseSpecial parse_special_tokens) const {
+    return encode(text, add_special_tokens, parse_special_tokens, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, AddSpecial add_special_tokens,
+                                       ParseSpecial parse_special_tokens, std::span<const TextRange> plain) const {
     const bool add_special = add_special_tokens == AddSpecial::yes;
     const bool parse_special = parse_special_tokens == ParseSpecial::yes;
     const Impl& im = *impl_;
@@ -290,9 +295,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, AddSpecial add_spe
         }
     };
     if (!im.specials.empty()) {
+        size_t range = 0;  // plain[range]: the first range that ends after pos
         for (size_t pos = 0; pos < text.size();) {
-            const auto [id, length] = im.specials.match(text, pos, parse_special);
-            if (id < 0) {
+            while (range < plain.size() && plain[range].end <= pos) ++range;
+            const bool in_plain = range < plain.size() && plain[range].begin <= pos;
+            // A match may not cross into or out of a plain range.
+            const size_t limit = range == plain.size() ? text.size() : in_plain ? plain[range].end : plain[range].begin;
+            const auto [id, length] = im.specials.match(text, pos, parse_special && !in_plain);
+            if (id < 0 || pos + length > limit) {
                 ++pos;
                 continue;
             }

@@ -27,6 +27,8 @@
 #                     a request without the key 401
 #   trickle           the same while 100 connections trickle header lines
 #   concurrent_clients 32 (64 with --long) simultaneous authenticated completions: all 200
+# and the probes of issue 34 (hostile_probes.sh: deep_json, deep_grammar, stacked_repeat, deep_tools,
+# slow_head, long_header, control_text, api_key_forms, states_redis_down, deep_config),
 # and, when nginx is found, the front proxy's probes (proxy_probes.sh: proxy_trickle, proxy_long_header,
 # proxy_chunked, proxy_stream).
 set -uo pipefail
@@ -194,6 +196,8 @@ probe_requests() {  # on the running server
 source "$ROOT/tests/reliability/connection_probes.sh"
 # shellcheck source=tests/reliability/proxy_probes.sh
 source "$ROOT/tests/reliability/proxy_probes.sh"
+# shellcheck source=tests/reliability/hostile_probes.sh
+source "$ROOT/tests/reliability/hostile_probes.sh"
 
 # RELIABILITY_ONLY=files|connections runs one group (files: everything but the connection probes).
 ONLY="${RELIABILITY_ONLY:-}"
@@ -210,6 +214,7 @@ for round in $(seq "$REPEAT"); do
       probe_requests
       stop_server
     fi
+    probe_hostile
   fi
   if [ "$ONLY" != files ]; then
     probe_connection_timeouts

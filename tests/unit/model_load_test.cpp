@@ -42,6 +42,7 @@ struct TinyLlama {
     std::string reshape_tensor;  // written with reshape_dims instead of its proper shape
     std::vector<uint64_t> reshape_dims;
     std::string q5_1_tensor;  // written with the (unsupported) q5_1 type
+    uint32_t context_length = kCtx;
 
     std::vector<uint8_t> build() const {
         GgufBuilder b;
@@ -55,7 +56,7 @@ struct TinyLlama {
         key("llama.feed_forward_length", gv::u32(kFf));
         key("llama.attention.head_count", gv::u32(static_cast<uint32_t>(n_head)));
         key("llama.attention.head_count_kv", gv::u32(static_cast<uint32_t>(n_head_kv)));
-        key("llama.context_length", gv::u32(kCtx));
+        key("llama.context_length", gv::u32(context_length));
         key("llama.attention.layer_norm_rms_epsilon", gv::f32(1e-5f));
         key("llama.rope.freq_base", gv::f32(10000.0f));
 
@@ -133,6 +134,17 @@ protected:
         std::filesystem::remove_all(std::filesystem::path(temp_path("x")).parent_path(), ignored);
     }
 };
+
+// Issue 34, item 9: a context_length of 0 or 2^32-1 sized every default context (a server with n_ctx 0, or
+// one that tried to reserve 4 billion positions): refused as the broken file it is.
+TEST_F(ModelLoadTest, ContextLengthOutOfRangeIsRefused) {
+    for (const uint32_t n : {0u, 0xFFFFFFFFu}) {
+        TinyLlama spec;
+        spec.context_length = n;
+        expect_load_error("ctx_" + std::to_string(n), spec.build(), ErrorCode::bad_format,
+                          {"context_length " + std::to_string(n), "outside 1.."});
+    }
+}
 
 TEST_F(ModelLoadTest, MissingTensorIsNamed) {
     for (const std::string name : {"blk.1.ffn_up.weight", "output_norm.weight", "token_embd.weight"}) {

@@ -89,7 +89,8 @@ std::vector<int32_t> prompt_tokens(const Model& model, const GenerateFlags& f, c
         std::vector<ChatMessage> messages;
         if (!f.system.empty()) messages.push_back({"system", f.system});
         messages.push_back({"user", text});
-        return tokenizer.encode(tmpl.render(messages, AddGenerationPrompt::yes), AddSpecial::no, ParseSpecial::yes);
+        const ChatPrompt prompt = tmpl.render_prompt(messages, {}, AddGenerationPrompt::yes);
+        return tokenizer.encode(prompt.text, AddSpecial::no, ParseSpecial::yes, prompt.content);
     }
     // A continued state already has its BOS; a fresh one gets it if the vocabulary asks for one.
     return tokenizer.encode(text, continuing ? AddSpecial::no : AddSpecial::yes, ParseSpecial::yes);

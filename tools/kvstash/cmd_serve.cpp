@@ -159,9 +159,16 @@ void register_serve(CLI::App& root, Action& action) {
                     "MiB of KV blocks the prefix cache keeps in memory when unused (with or without --cache-dir)")
         ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
         ->capture_default_str();
-    cmd->add_option("--cache-dir", o.cache_dir,
-                    "prefix cache disk tier: every full block is also written here once (write-through) and read "
-                    "back when RAM no longer holds it, also by other kvstash processes");
+    auto* cache_dir =
+        cmd->add_option("--cache-dir", o.cache_dir,
+                        "prefix cache disk tier: every full block is also written here once (write-through) and read "
+                        "back when RAM no longer holds it, also by other kvstash processes");
+    cmd->add_option("--cache-disk", o.cache_disk_mib,
+                    "MiB of block files kept in --cache-dir (least recently used deleted first); on a file system "
+                    "shared with --state-dir, leave room for the states")
+        ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 24))
+        ->capture_default_str()
+        ->needs(cache_dir);
     add_redis_cache_flags(*cmd, o.cache_redis, o.redis_connect_timeout_ms, o.redis_io_timeout_ms);
     auto* state_store =
         cmd->add_option("--state-store", o.state_store,
@@ -184,6 +191,24 @@ void register_serve(CLI::App& root, Action& action) {
     cmd->add_option("--idle-timeout", o.idle_timeout_s,
                     "seconds a new connection may wait before sending its request (one request per connection)")
         ->check(CLI::Range(1, 3600))
+        ->capture_default_str();
+    cmd->add_option("--header-timeout", o.header_timeout_s,
+                    "seconds from a connection's start until its whole request head (request line and headers) has "
+                    "arrived (408 past it)")
+        ->check(CLI::Range(1, 3600))
+        ->capture_default_str();
+    cmd->add_option("--max-header-bytes", o.max_header_bytes,
+                    "bytes of a request's head, request line and headers together (431 past it; one line at most "
+                    "8 KiB)")
+        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-embedding-inputs", o.max_embedding_inputs,
+                    "inputs one /v1/embeddings request may hold (400 past it)")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-connections-per-ip", o.max_connections_per_ip,
+                    "connections one client address may hold open (429 past it; 0: no limit, as behind a proxy)")
+        ->check(CLI::Range(0, 65536))
         ->capture_default_str();
     add_chat_template_option(*cmd, o.chat_template);
     cmd->add_option("--lora", f->lora,
