@@ -10,12 +10,13 @@
 #   2 kernels    src/kernels/       matmul, attention, norm, rope, dispatch, thread pool
 #   3 kv         src/kv/            KV cache, blocks, block pool, block hash
 #   4 tokenizer  src/tokenizer/     BPE, SentencePiece (a Model builds its tokenizer)
-#   5 model      src/model/         config, weights, the forward pass (writes into KV caches passed in)
-#   6 state      src/state/         State, state files, fingerprints
-#   7 text       src/text/          chat templates
-#   8 grammar    src/grammar/       GBNF grammars, JSON Schema -> GBNF, the token-mask matcher
-#   9 engine     src/engine/        evaluator, generation, sampler, sessions, prefix cache
-#  10 frontends  src/server/ tools/ examples/ bench/
+#   5 model      src/model/         config, weights, the forward pass over the Backend ops (model/backend.h)
+#   6 backends   src/backends/      the ops' implementations: cpu/ (on the kernels), a device backend beside it
+#   7 state      src/state/         State, state files, fingerprints
+#   8 text       src/text/          chat templates
+#   9 grammar    src/grammar/       GBNF grammars, JSON Schema -> GBNF, the token-mask matcher
+#  10 engine     src/engine/        evaluator (owns a backend), generation, sampler, sessions, prefix cache
+#  11 frontends  src/server/ tools/ examples/ bench/
 # A public header belongs to the layer that implements it (PUBLIC_LAYER below); tests/ may include
 # anything. Every include is resolved as the compiler does for each target: "x" in the including file's
 # directory first, then (like <x>) in src/, tools/ (the CLI) and include/; "a/../b" is normalised. An
@@ -25,10 +26,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-LAYERS=(base format kernels kv tokenizer model state text grammar engine frontends)
+LAYERS=(base format kernels kv tokenizer model backends state text grammar engine frontends)
 declare -A DIR_LAYER=(
     [src/base]=base [src/format]=format [src/kernels]=kernels [src/kv]=kv [src/tokenizer]=tokenizer
-    [src/model]=model [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
+    [src/model]=model [src/backends]=backends [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
     [src/server]=frontends [tools]=frontends [examples]=frontends [bench]=frontends
 )
 declare -A PUBLIC_LAYER=(

@@ -47,6 +47,18 @@ struct ForwardBuffers {
     float* rope_sin_swa = nullptr;  // (rows, rope_swa.n_rot / 2)
 };
 
+// Floats per row of each activation (ForwardBuffers) and of the FFN's intermediates, for a backend's
+// reserve(); 0 for parts the model lacks.
+struct ForwardWidths {
+    int64_t embd = 0;          // n_embd: x, xn, proj
+    int64_t q = 0;             // n_head * head_dim: q, attn
+    int64_t kv = 0;            // n_head_kv * head_dim: k, v
+    int64_t ff = 0;            // n_ff: the FFN's gate and up
+    int64_t half_rot = 0;      // rope.n_rot / 2: rope_cos, rope_sin
+    int64_t half_rot_swa = 0;  // rope_swa.n_rot / 2 when the sliding layers have their own angles, else 0
+};
+ForwardWidths forward_widths(const ModelConfig& c);  // model/forward.cpp
+
 // Which half of a KV cache a kv_store writes.
 enum class KvHalf { keys, values };
 
@@ -91,6 +103,9 @@ public:
     // out (rows × n_embd) = the config's norm (RMSNorm, or LayerNorm with `bias`) of each row of x.
     virtual void norm(const ModelConfig& c, const float* x, const std::vector<float>& weight,
                       const std::vector<float>& bias, float* out, int64_t rows) = 0;
+    // The config's norm of each row of x (rows × n_embd) in place, without bias (gemma3's post-attention
+    // and post-FFN norms); nothing when weight is empty.
+    virtual void norm_in_place(const ModelConfig& c, const std::vector<float>& weight, float* x, int64_t rows) = 0;
     // RMSNorm in place of n_vectors consecutive vectors of weight.size() floats (per-head q/k norms);
     // nothing when weight is empty.
     virtual void head_norm(const ModelConfig& c, const std::vector<float>& weight, float* x, int64_t n_vectors) = 0;
@@ -103,7 +118,7 @@ public:
     virtual void add_bias(float* y, const std::vector<float>& bias, int64_t rows) = 0;
     // Rotates the first n_rot dims of each of n_heads head vectors of each row of x (rows × n_heads ×
     // head_dim) in place, row t with angles row t.
-    virtual void rope(const RopeAngles& angles, float* x, int64_t rows, int64_t n_heads) = 0;
+    virtual void rope(const RopeAngles& angles, float* x, int64_t rows, int64_t n_heads, int64_t head_dim) = 0;
     // x[i] += y[i] × scale for i < n (scale 1: a plain add).
     virtual void add_residual(float* x, const float* y, int64_t n, float scale) = 0;
 
@@ -120,8 +135,8 @@ public:
 
     // --- blocks --------------------------------------------------------------------------------------
     // out (rows × n_embd) = the layer's feed-forward block of xn (SwiGLU, GeGLU or GELU, biases, LoRA).
-    virtual void feed_forward(const ModelConfig& c, const LayerWeights& l, const float* xn, int64_t rows,
-                              float* out, const AdapterBatch& adapters, int64_t layer) = 0;
+    virtual void feed_forward(const ModelConfig& c, const LayerWeights& l, const float* xn, int64_t rows, float* out,
+                              const AdapterBatch& adapters, int64_t layer) = 0;
     // out (rows × n_embd) = the Mamba mixer of layer `layer` over xn: projections, then each segment's
     // causal convolution and selective scan over its own recurrent state (advanced, snapshots filled).
     virtual void ssm_block(const ModelImpl& model, int64_t layer, std::span<const ForwardSegment> segments,
