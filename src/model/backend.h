@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kv/kv_cache.h"  // KvHalf
 #include "model/adapter_apply.h"
 #include "model/config.h"
 #include "model/forward_segment.h"
@@ -28,8 +29,6 @@
 #include "model/weights.h"
 
 namespace kvstash {
-
-class KvCache;
 
 // Activation rows of one micro-batch in the backend's memory, each (rows, width) row-major. Widths of
 // parts the model lacks are 0 (no attention in Mamba models, no FFN).
@@ -58,9 +57,6 @@ struct ForwardWidths {
     int64_t half_rot_swa = 0;  // rope_swa.n_rot / 2 when the sliding layers have their own angles, else 0
 };
 ForwardWidths forward_widths(const ModelConfig& c);  // model/forward.cpp
-
-// Which half of a KV cache a kv_store writes.
-enum class KvHalf { keys, values };
 
 // The rotation a rope op applies: the table and the angles of each row (rows × width cos and sin).
 struct RopeAngles {
