@@ -7,7 +7,8 @@
 # Layers, bottom up (rank: directories):
 #   0 base       src/base/          small shared utilities; no kvstash dependency but kvstash/error.h
 #   1 format     src/format/        GGUF reader, tensor types
-#   2 kernels    src/kernels/       matmul, attention, norm, rope, dispatch, thread pool
+#   2 kernels    src/backends/cpu/<op>/  the CPU kernels, one folder per op (matmul, attention, norm, rope,
+#                                   ...; runtime/: dispatch, thread pool), ISA variants and reference/ beside
 #   3 kv         src/kv/            KV cache, blocks, block pool, block hash
 #   4 tokenizer  src/tokenizer/     BPE, SentencePiece (a Model builds its tokenizer)
 #   5 model      src/model/         config, weights, the forward pass over the Backend ops (model/backend.h)
@@ -28,7 +29,10 @@ cd "$ROOT"
 
 LAYERS=(base format kernels kv tokenizer model backends state text grammar engine frontends)
 declare -A DIR_LAYER=(
-    [src/base]=base [src/format]=format [src/kernels]=kernels [src/kv]=kv [src/tokenizer]=tokenizer
+    [src/base]=base [src/format]=format [src/kv]=kv [src/tokenizer]=tokenizer
+    [src/backends/cpu/activation]=kernels [src/backends/cpu/attention]=kernels [src/backends/cpu/exp]=kernels
+    [src/backends/cpu/matmul]=kernels [src/backends/cpu/norm]=kernels [src/backends/cpu/rope]=kernels
+    [src/backends/cpu/runtime]=kernels [src/backends/cpu/ssm]=kernels
     [src/model]=model [src/backends]=backends [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
     [src/server]=frontends [tools]=frontends [examples]=frontends [bench]=frontends
 )
@@ -67,12 +71,16 @@ layer_of() {
         LAYER="${PUBLIC_LAYER[${path#include/kvstash/}]:-?}"
         return
     fi
+    local longest=""  # the longest matching directory wins (src/backends/cpu/matmul over src/backends)
     for dir in "${!DIR_LAYER[@]}"; do
-        if [[ "$path" == "$dir"/* ]]; then
-            LAYER="${DIR_LAYER[$dir]}"
-            return
+        if [[ "$path" == "$dir"/* && ${#dir} -gt ${#longest} ]]; then
+            longest="$dir"
         fi
     done
+    if [[ -n "$longest" ]]; then
+        LAYER="${DIR_LAYER[$longest]}"
+        return
+    fi
     [[ "$path" == src/* ]] && LAYER="!"
     return 0
 }

@@ -18,8 +18,8 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/attention/attention.h"
 #include "format/tensor_type.h"
-#include "kernels/attention.h"
 #include "kv/kv_block_buffer.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/kv_type.h"

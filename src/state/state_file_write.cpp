@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/runtime/numerics.h"
 #include "base/atomic_file.h"
 #include "base/utf8.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
-#include "kernels/numerics.h"
 #include "kv/kv_block_staging.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/error.h"

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/runtime/thread_pool.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
-#include "kernels/thread_pool.h"
 #include "kv/kv_cache.h"
 #include "model/block_ops.h"
 #include "model/mamba_block.h"
