@@ -30,12 +30,12 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/attention/attention.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "bench_common.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
-#include "kernels/attention.h"
-#include "kernels/dispatch.h"
-#include "kernels/thread_pool.h"
 #include "kv/kv_block_buffer.h"
 #include "kvstash/model.h"
 

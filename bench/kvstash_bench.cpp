@@ -31,10 +31,10 @@
 #include <vector>
 #include "bench_common.h"
 
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
-#include "kernels/dispatch.h"
-#include "kernels/matmul.h"
-#include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/model.h"

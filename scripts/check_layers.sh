@@ -7,15 +7,17 @@
 # Layers, bottom up (rank: directories):
 #   0 base       src/base/          small shared utilities; no kvstash dependency but kvstash/error.h
 #   1 format     src/format/        GGUF reader, tensor types
-#   2 kernels    src/kernels/       matmul, attention, norm, rope, dispatch, thread pool
+#   2 kernels    src/backends/cpu/<op>/  the CPU kernels, one folder per op (matmul, attention, norm, rope,
+#                                   ...; runtime/: dispatch, thread pool), ISA variants and reference/ beside
 #   3 kv         src/kv/            KV cache, blocks, block pool, block hash
 #   4 tokenizer  src/tokenizer/     BPE, SentencePiece (a Model builds its tokenizer)
-#   5 model      src/model/         config, weights, the forward pass (writes into KV caches passed in)
-#   6 state      src/state/         State, state files, fingerprints
-#   7 text       src/text/          chat templates
-#   8 grammar    src/grammar/       GBNF grammars, JSON Schema -> GBNF, the token-mask matcher
-#   9 engine     src/engine/        evaluator, generation, sampler, sessions, prefix cache
-#  10 frontends  src/server/ src/hub/ tools/ examples/ bench/
+#   5 model      src/model/         config, weights, the forward pass over the Backend ops (model/backend.h)
+#   6 backends   src/backends/      the ops' implementations: cpu/ (on the kernels), a device backend beside it
+#   7 state      src/state/         State, state files, fingerprints
+#   8 text       src/text/          chat templates
+#   9 grammar    src/grammar/       GBNF grammars, JSON Schema -> GBNF, the token-mask matcher
+#  10 engine     src/engine/        evaluator (owns a backend), generation, sampler, sessions, prefix cache
+#  11 frontends  src/server/ src/hub/ tools/ examples/ bench/
 # A public header belongs to the layer that implements it (PUBLIC_LAYER below); tests/ may include
 # anything. Every include is resolved as the compiler does for each target: "x" in the including file's
 # directory first, then (like <x>) in src/, tools/ (the CLI) and include/; "a/../b" is normalised. An
@@ -25,10 +27,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-LAYERS=(base format kernels kv tokenizer model state text grammar engine frontends)
+LAYERS=(base format kernels kv tokenizer model backends state text grammar engine frontends)
 declare -A DIR_LAYER=(
-    [src/base]=base [src/format]=format [src/kernels]=kernels [src/kv]=kv [src/tokenizer]=tokenizer
-    [src/model]=model [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
+    [src/base]=base [src/format]=format [src/kv]=kv [src/tokenizer]=tokenizer
+    [src/backends/cpu/activation]=kernels [src/backends/cpu/attention]=kernels [src/backends/cpu/exp]=kernels
+    [src/backends/cpu/matmul]=kernels [src/backends/cpu/norm]=kernels [src/backends/cpu/rope]=kernels
+    [src/backends/cpu/runtime]=kernels [src/backends/cpu/ssm]=kernels
+    [src/model]=model [src/backends]=backends [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
     [src/server]=frontends [src/hub]=frontends [tools]=frontends [examples]=frontends [bench]=frontends
 )
 declare -A PUBLIC_LAYER=(
@@ -66,12 +71,16 @@ layer_of() {
         LAYER="${PUBLIC_LAYER[${path#include/kvstash/}]:-?}"
         return
     fi
+    local longest=""  # the longest matching directory wins (src/backends/cpu/matmul over src/backends)
     for dir in "${!DIR_LAYER[@]}"; do
-        if [[ "$path" == "$dir"/* ]]; then
-            LAYER="${DIR_LAYER[$dir]}"
-            return
+        if [[ "$path" == "$dir"/* && ${#dir} -gt ${#longest} ]]; then
+            longest="$dir"
         fi
     done
+    if [[ -n "$longest" ]]; then
+        LAYER="${DIR_LAYER[$longest]}"
+        return
+    fi
     [[ "$path" == src/* ]] && LAYER="!"
     return 0
 }

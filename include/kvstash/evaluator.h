@@ -25,8 +25,8 @@ struct EvalRequest {
     std::vector<float>* all_hidden = nullptr;  // as for eval_hidden(): every new position's hidden state
 };
 
-// Advances states through the model. Owns a thread pool and scratch buffers: use one per thread of
-// control (it is not safe to call eval() on one Evaluator concurrently).
+// Advances states through the model. Owns a backend (the CPU, its worker threads and activation buffers): use one per
+// thread of control (it is not safe to call eval() on one Evaluator concurrently).
 class Evaluator {
 public:
     explicit Evaluator(std::shared_ptr<const Model> model, int n_threads = 0);  // 0 = hardware threads

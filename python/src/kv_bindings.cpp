@@ -6,8 +6,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "kv/kv_block_staging.h"
 #include "kv/kv_cache.h"
 #include "kvstash/error.h"
 #include "model/model_access.h"
@@ -45,12 +47,16 @@ nb::object export_half(const State& state, bool values) {
     const int64_t n_tokens = kv.n_tokens();
     const size_t row = kv.row_bytes();
     auto* data = new std::vector<uint8_t>(static_cast<size_t>(n_layer * n_tokens) * row);
-    for (int64_t layer = 0; layer < n_layer; ++layer) {
-        for (int64_t pos = 0; pos < n_tokens; ++pos) {
-            const int64_t block = pos / kv_block_tokens;
-            const uint8_t* base = values ? kv.block_v(block) : kv.block_k(block);
-            const uint8_t* src = base + (static_cast<size_t>(layer * kv_block_tokens + pos % kv_block_tokens) * row);
-            std::memcpy(data->data() + static_cast<size_t>(layer * n_tokens + pos) * row, src, row);
+    KvBlockStaging staging;  // each block half read once, as host bytes
+    for (int64_t block = 0; block < kv.n_blocks(); ++block) {
+        const uint8_t* base = staging.read(kv.block(block), values ? KvHalf::values : KvHalf::keys).data();
+        const int64_t first = block * kv_block_tokens;
+        const int64_t count = std::min<int64_t>(kv_block_tokens, n_tokens - first);
+        for (int64_t layer = 0; layer < n_layer; ++layer) {
+            for (int64_t t = 0; t < count; ++t) {
+                const uint8_t* src = base + static_cast<size_t>(layer * kv_block_tokens + t) * row;
+                std::memcpy(data->data() + static_cast<size_t>(layer * n_tokens + first + t) * row, src, row);
+            }
         }
     }
     nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });

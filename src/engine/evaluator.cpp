@@ -3,7 +3,7 @@
 #include <thread>
 #include <utility>
 
-#include "kernels/thread_pool.h"
+#include "backends/cpu/cpu_backend.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "model/adapter_weights.h"
@@ -20,11 +20,13 @@ constexpr int64_t max_micro_batch = 128;
 
 struct Evaluator::Impl {
     std::shared_ptr<const Model> model;
-    ThreadPool pool;
-    ForwardScratch scratch;
+    std::unique_ptr<Backend> backend;  // the device the forward pass runs on, its threads and activations
+    ForwardBookkeeping book;
     Progress progress;
 
-    Impl(std::shared_ptr<const Model> m, int n_threads) : model(std::move(m)), pool(n_threads) {}
+    Impl(std::shared_ptr<const Model> m, int n_threads) : model(std::move(m)), backend(make_cpu_backend(n_threads)) {
+        backend->bind_model(ModelAccess::impl(*model));
+    }
 };
 
 namespace {
@@ -44,7 +46,7 @@ Evaluator::~Evaluator() = default;
 
 void Evaluator::set_progress(Progress progress) { impl_->progress = std::move(progress); }
 
-int Evaluator::n_threads() const { return impl_->pool.n_threads(); }
+int Evaluator::n_threads() const { return impl_->backend->n_threads(); }
 const Model& Evaluator::model() const { return *impl_->model; }
 
 void Evaluator::eval(State& state, std::span<const int32_t> tokens, std::vector<float>* all_logits) {
@@ -228,7 +230,7 @@ void Evaluator::eval_batch(std::span<const EvalRequest> requests) {
                 segments.push_back(seg);
                 done += planned.count;
             }
-            model_forward(m, segments, impl_->scratch, impl_->pool);
+            model_forward(m, segments, *impl_->backend, impl_->book);
             if (impl_->progress) impl_->progress(done, total);
         }
     } catch (...) {

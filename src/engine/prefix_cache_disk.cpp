@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/atomic_file.h"
+#include "kv/kv_block_staging.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -134,9 +135,11 @@ std::shared_ptr<KvBlock> PrefixDiskTier::load(const BlockFileName& block, const 
     }
     KvCache fresh = shape.fork();
     fresh.grow(kv_block_tokens);
-    uint8_t* k = fresh.writable_block_k(0);
-    uint8_t* v = fresh.writable_block_v(0);
+    KvBlockStaging staging;
+    uint8_t* k = staging.write(fresh.writable_block(0), KvHalf::keys).data();
+    uint8_t* v = staging.write(fresh.writable_block(0), KvHalf::values).data();
     const BlockFileRead result = read_block_file(dir_, block, id, k, v);
+    staging.commit();
     after_read(block.key, Kind::block, result, id.file_bytes());
     if (result != BlockFileRead::ok) return nullptr;
     return fresh.share_block(0);  // `fresh` goes: the caller holds the only reference
@@ -151,9 +154,11 @@ PrefixDiskTier::Checkpoint PrefixDiskTier::load_checkpoint(const CheckpointFileN
     KvCache fresh = shape.fork();
     const bool has_tail = !name.partial.empty();
     if (has_tail) fresh.grow(kv_block_tokens);
-    uint8_t* k = has_tail ? fresh.writable_block_k(0) : nullptr;
-    uint8_t* v = has_tail ? fresh.writable_block_v(0) : nullptr;
+    KvBlockStaging staging;
+    uint8_t* k = has_tail ? staging.write(fresh.writable_block(0), KvHalf::keys).data() : nullptr;
+    uint8_t* v = has_tail ? staging.write(fresh.writable_block(0), KvHalf::values).data() : nullptr;
     const BlockFileRead result = read_checkpoint_file(dir_, name, id, state.writable_floats().data(), k, v);
+    staging.commit();
     after_read(name.key, Kind::checkpoint, result, id.file_bytes(name.partial.size()));
     if (result != BlockFileRead::ok) return {};
     return Checkpoint{name.pos, std::move(state), has_tail ? fresh.share_block(0) : nullptr};
@@ -228,7 +233,8 @@ void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& 
         after_store(block.key, Kind::block, true, false, id.file_bytes());
         return;
     }
-    const std::span<const uint8_t> k(kv.k.data(), kv.k.size()), v(kv.v.data(), kv.v.size());
+    KvBlockStaging staging;
+    const std::span<const uint8_t> k = staging.read(kv, KvHalf::keys), v = staging.read(kv, KvHalf::values);
     bool written = write_block_file(dir_, block, id, k, v);
     if (!written) {
         // Someone removed the whole directory (a user clearing the cache): make it again, once.
@@ -276,8 +282,9 @@ void PrefixDiskTier::store_checkpoint(const CheckpointFileName& name, const Chec
         return;
     }
     std::span<const uint8_t> k, v;
+    KvBlockStaging staging;
     if (!name.partial.empty() && tail != nullptr)
-        k = {tail->k.data(), tail->k.size()}, v = {tail->v.data(), tail->v.size()};
+        k = staging.read(*tail, KvHalf::keys), v = staging.read(*tail, KvHalf::values);
     bool written = write_checkpoint_file(dir_, name, id, state.floats(), k, v);
     if (!written) {
         std::error_code ec;

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "kernels/numerics.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "kvstash/error.h"
 
 namespace kvstash {

@@ -5,7 +5,7 @@
 //   key(block i)  = XXH3-128(<the root's input> | key(block i-1) | 32 token ids)
 // with key(block -1) = root. Fields are fixed-size, little-endian: the tag's 17 bytes, the model (+
 // adapters) fingerprint's 16 canonical bytes, kv type as u32 (kv_block_code), the kernel path as u32
-// (kernels/numerics.h NumericsPath: scalar, avx2, avx512, avx512-vnni round differently, so KV computed
+// (backends/cpu/runtime/numerics.h NumericsPath: scalar, avx2, avx512, avx512-vnni round differently, so KV computed
 // on one path is not bitwise the KV another computes), the numerics epoch as u32 (raised when a kvstash
 // version changes any path's bits: blocks a disk or Redis tier kept from an older build are then misses,
 // never reused), the parent key's 16 canonical bytes, the tokens as 32 × i32.
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "kv/kv_cache.h"
 #include "kvstash/kv_type.h"
 #include "state/fingerprint.h"

@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "kv/kv_block_staging.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -34,8 +35,12 @@ std::shared_ptr<KvBlock> PrefixRedisTier::load(const BlockFileName& block, const
     }
     KvCache fresh = shape.fork();
     fresh.grow(kv_block_tokens);
-    if (decode_block_bytes(reply.text, block, id, fresh.writable_block_k(0), fresh.writable_block_v(0)) !=
-        BlockFileRead::ok) {
+    KvBlockStaging staging;
+    const BlockFileRead decoded =
+        decode_block_bytes(reply.text, block, id, staging.write(fresh.writable_block(0), KvHalf::keys).data(),
+                           staging.write(fresh.writable_block(0), KvHalf::values).data());
+    staging.commit();
+    if (decoded != BlockFileRead::ok) {
         // Not this block of this model: never used, and removed so that the next writer replaces it.
         client_.run({"DEL", key});
         const std::lock_guard lock(mutex_);
@@ -102,8 +107,9 @@ void PrefixRedisTier::write_one(const Pending& item) {
         return;
     }
     const BlockFileName name{item.key, item.parent, std::span<const int32_t, kv_block_tokens>(item.tokens)};
-    const std::string value = encode_block_bytes(name, item.id, {item.kv->k.data(), item.kv->k.size()},
-                                                 {item.kv->v.data(), item.kv->v.size()});
+    KvBlockStaging staging;
+    const std::string value =
+        encode_block_bytes(name, item.id, staging.read(*item.kv, KvHalf::keys), staging.read(*item.kv, KvHalf::values));
     const RedisReply set = client_.run({"SET", key, value});
     const std::lock_guard lock(mutex_);
     if (set.kind == RedisReply::Kind::io_error) {

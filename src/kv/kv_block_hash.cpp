@@ -3,7 +3,7 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t's size, for a state held in place
 #include <xxhash.h>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "kvstash/error.h"
 
 namespace kvstash {

@@ -9,6 +9,7 @@
 #include <new>
 #include <string>
 
+#include "kv/kv_block_allocator.h"
 #include "kvstash/error.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -193,6 +194,28 @@ void KvBlockPool::trim() {
 KvBlockPool::Stats KvBlockPool::stats() const {
     std::lock_guard lock(mu_);
     return stats_;
+}
+
+}  // namespace kvstash
+
+namespace kvstash {
+namespace {
+
+class HostKvAllocator final : public KvBlockAllocator {
+public:
+    MemorySpace space() const override { return MemorySpace::host; }
+    uint8_t* allocate(size_t bytes) override { return KvBlockPool::instance().allocate(bytes); }
+    void release(uint8_t* p, size_t bytes) noexcept override { KvBlockPool::instance().release(p, bytes); }
+    void copy(uint8_t* dst, const uint8_t* src, size_t n) override { std::memcpy(dst, src, n); }
+    void to_host(uint8_t* host, const uint8_t* src, size_t n) override { std::memcpy(host, src, n); }
+    void from_host(uint8_t* dst, const uint8_t* host, size_t n) override { std::memcpy(dst, host, n); }
+};
+
+}  // namespace
+
+KvBlockAllocator& host_kv_allocator() {
+    static HostKvAllocator* allocator = new HostKvAllocator();  // never destroyed, as the pool
+    return *allocator;
 }
 
 }  // namespace kvstash

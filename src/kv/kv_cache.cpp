@@ -7,7 +7,8 @@
 
 namespace kvstash {
 
-KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type) : n_layer_(n_layer), n_embd_kv_(n_embd_kv) {
+KvCache::KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type, KvBlockAllocator& allocator)
+    : allocator_(&allocator), n_layer_(n_layer), n_embd_kv_(n_embd_kv) {
     type_ = tensor_type_of(type);
     row_bytes_ = tensor_row_bytes(type_, n_embd_kv);
     n_global_ = n_layer;
@@ -38,14 +39,13 @@ void KvCache::trim_sliding(int64_t keep_from) {
     const size_t layer_bytes = static_cast<size_t>(kv_block_tokens * row_bytes_);
     for (int64_t b = n_trimmed_; b < until; ++b) {
         const KvBlock& whole = *blocks_[static_cast<size_t>(b)];
-        auto small = std::make_shared<KvBlock>(KvBlock{KvBlockBuffer(static_cast<size_t>(n_global_) * layer_bytes),
-                                                       KvBlockBuffer(static_cast<size_t>(n_global_) * layer_bytes)});
+        std::shared_ptr<KvBlock> small = new_block(static_cast<size_t>(n_global_) * layer_bytes);
         for (int64_t l = 0; l < n_layer_; ++l) {
             const int64_t g = global_index_[static_cast<size_t>(l)];
             if (g < 0) continue;
             const size_t from = static_cast<size_t>(l) * layer_bytes, to = static_cast<size_t>(g) * layer_bytes;
-            std::memcpy(small->k.data() + to, whole.k.data() + from, layer_bytes);
-            std::memcpy(small->v.data() + to, whole.v.data() + from, layer_bytes);
+            allocator_->copy(small->k.data() + to, whole.k.data() + from, layer_bytes);
+            allocator_->copy(small->v.data() + to, whole.v.data() + from, layer_bytes);
         }
         blocks_[static_cast<size_t>(b)] = std::move(small);  // the whole block goes unless a fork holds it
     }
@@ -57,7 +57,7 @@ void KvCache::grow_trimmed(int64_t n) {
         throw Error(ErrorCode::internal, "KvCache::grow_trimmed: only whole trimmed blocks after trimmed ones");
     const size_t half = static_cast<size_t>(n_global_) * kv_block_tokens * row_bytes_;
     while (n_blocks() < n / kv_block_tokens) {
-        blocks_.push_back(std::make_shared<KvBlock>(KvBlock{KvBlockBuffer(half), KvBlockBuffer(half)}));
+        blocks_.push_back(new_block(half));
     }
     n_trimmed_ = n_blocks();
     n_tokens_ = n;
@@ -80,7 +80,7 @@ void KvCache::grow(int64_t n) {
         make_unique(static_cast<size_t>(n_tokens_ / kv_block_tokens));
     const size_t half = static_cast<size_t>(n_layer_) * kv_block_tokens * row_bytes_;
     while (blocks_.size() < needed) {
-        blocks_.push_back(std::make_shared<KvBlock>(KvBlock{KvBlockBuffer(half), KvBlockBuffer(half)}));
+        blocks_.push_back(new_block(half));
     }
     n_tokens_ = n;
 }
@@ -101,8 +101,9 @@ void KvCache::assign_blocks(std::vector<std::shared_ptr<KvBlock>> blocks, int64_
                                              " blocks cannot hold exactly " + std::to_string(n) + " positions");
     }
     for (const auto& block : blocks) {
-        if (!block || block->k.size() != half || block->v.size() != half) {
-            throw Error(ErrorCode::internal, "KvCache::assign_blocks: a block of another size than this cache's");
+        if (!block || block->k.size() != half || block->v.size() != half || &block->k.allocator() != allocator_) {
+            throw Error(ErrorCode::internal,
+                        "KvCache::assign_blocks: a block of another size or memory than this cache's");
         }
     }
     blocks_ = std::move(blocks);
@@ -131,14 +132,14 @@ uint8_t* KvCache::v_row(int64_t layer, int64_t pos) {
            (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * row_bytes_;
 }
 
-uint8_t* KvCache::writable_block_k(int64_t i) {
+KvBlock& KvCache::writable_block(int64_t i) {
     make_unique(static_cast<size_t>(i));
-    return blocks_[static_cast<size_t>(i)]->k.data();
+    return *blocks_[static_cast<size_t>(i)];
 }
 
-uint8_t* KvCache::writable_block_v(int64_t i) {
-    make_unique(static_cast<size_t>(i));
-    return blocks_[static_cast<size_t>(i)]->v.data();
+std::shared_ptr<KvBlock> KvCache::new_block(size_t half_bytes) const {
+    return std::make_shared<KvBlock>(
+        KvBlock{KvBlockBuffer(half_bytes, *allocator_), KvBlockBuffer(half_bytes, *allocator_)});
 }
 
 KvLayerView KvCache::layer_view(int64_t layer) {

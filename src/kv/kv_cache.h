@@ -18,8 +18,8 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/attention/attention.h"
 #include "format/tensor_type.h"
-#include "kernels/attention.h"
 #include "kv/kv_block_buffer.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/kv_type.h"
@@ -28,18 +28,25 @@ namespace kvstash {
 
 constexpr int64_t kv_block_tokens = 32;
 
+// Which half of a block (or of a row's K/V) an operation means.
+enum class KvHalf { keys, values };
+
 // One block: K and V halves, each [n_layer][kv_block_tokens][row_bytes], uninitialised until written
 // (see kv_block_buffer.h: pooled, recycled memory, never zero-filled).
 struct KvBlock {
     KvBlockBuffer k;
     KvBlockBuffer v;
+    const KvBlockBuffer& half(KvHalf h) const { return h == KvHalf::keys ? k : v; }
+    KvBlockBuffer& half(KvHalf h) { return h == KvHalf::keys ? k : v; }
 };
 
 class KvCache {
 public:
     KvCache() = default;
-    // type: f16, f32 or q8_0 (q8_0: n_embd_kv a multiple of 32, else Error(invalid_argument)).
-    KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type);
+    // type: f16, f32 or q8_0 (q8_0: n_embd_kv a multiple of 32, else Error(invalid_argument)). Blocks
+    // come from `allocator` (host memory unless a device backend's).
+    KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type, KvBlockAllocator& allocator = host_kv_allocator());
+    KvBlockAllocator& allocator() const { return *allocator_; }
 
     KvType kv_type() const { return kv_type_of(type_); }
     TensorType type() const { return type_; }  // the rows' element type, for the kernels
@@ -73,7 +80,7 @@ public:
     // smaller block; a block shared with a fork stays whole for the fork). No-op without sliding layers.
     void trim_sliding(int64_t keep_from);
     // State-file reader: on a cache of only trimmed blocks, appends trimmed blocks up to position n
-    // (a multiple of kv_block_tokens) to be filled through writable_block_k/v.
+    // (a multiple of kv_block_tokens) to be filled through KvBlockStaging::write on writable_block.
     void grow_trimmed(int64_t n);
     uint64_t trimmed_block_bytes() const;  // K+V bytes of one trimmed block
     uint64_t bytes() const;                // K+V bytes of all blocks held (trimmed ones counted small)
@@ -87,13 +94,12 @@ public:
     int64_t n_layer() const { return n_layer_; }
     int64_t n_embd_kv() const { return n_embd_kv_; }
 
-    // Raw bytes of block i, K or V half: [n_layer][kv_block_tokens][row_bytes], block_bytes() / 2 bytes
-    // (for state files); a trimmed block's are [n_global][kv_block_tokens][row_bytes]. Rows past n_tokens in the last
-    // block are unspecified. The writable ones un-share the block first.
-    const uint8_t* block_k(int64_t i) const { return blocks_[static_cast<size_t>(i)]->k.data(); }
-    const uint8_t* block_v(int64_t i) const { return blocks_[static_cast<size_t>(i)]->v.data(); }
-    uint8_t* writable_block_k(int64_t i);
-    uint8_t* writable_block_v(int64_t i);
+    // Block i: K and V halves of [n_layer][kv_block_tokens][row_bytes] (a trimmed block's are
+    // [n_global][kv_block_tokens][row_bytes]); rows past n_tokens in the last block are unspecified. Its
+    // bytes are read and written through KvBlockStaging (kv/kv_block_staging.h), the one path for
+    // everything but the forward pass. writable_block un-shares the block first.
+    const KvBlock& block(int64_t i) const { return *blocks_[static_cast<size_t>(i)]; }
+    KvBlock& writable_block(int64_t i);
 
     // For the prefix cache (engine/prefix_cache*): block i by reference, and a cache made of blocks held
     // elsewhere (whole blocks only: the prefix cache takes no trimmed State). assign_blocks(blocks, n) replaces the
@@ -105,7 +111,9 @@ public:
 
 private:
     void make_unique(size_t block_index);
+    std::shared_ptr<KvBlock> new_block(size_t half_bytes) const;
 
+    KvBlockAllocator* allocator_ = &host_kv_allocator();
     int64_t n_layer_ = 0;
     int64_t n_embd_kv_ = 0;
     TensorType type_ = TensorType::F16;

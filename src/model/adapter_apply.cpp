@@ -1,6 +1,6 @@
 #include "model/adapter_apply.h"
 
-#include "kernels/matmul.h"
+#include "backends/cpu/matmul/matmul.h"
 
 namespace kvstash {
 

@@ -2,11 +2,11 @@
 
 #include <string>
 
-#include "kernels/activation.h"
-#include "kernels/gelu.h"
-#include "kernels/layer_norm.h"
-#include "kernels/matmul.h"
-#include "kernels/norm.h"
+#include "backends/cpu/activation/activation.h"
+#include "backends/cpu/activation/gelu.h"
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/norm/layer_norm.h"
+#include "backends/cpu/norm/norm.h"
 #include "kvstash/error.h"
 
 namespace kvstash {

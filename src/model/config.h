@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/rope_params.h"
+#include "backends/cpu/rope/rope_params.h"
 #include "kv/recurrent_state.h"
 
 namespace kvstash {

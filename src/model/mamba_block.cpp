@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/activation.h"
-#include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/ssm.h"
-#include "kernels/thread_pool.h"
+#include "backends/cpu/activation/activation.h"
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/norm/norm.h"
+#include "backends/cpu/runtime/thread_pool.h"
+#include "backends/cpu/ssm/ssm.h"
 #include "kv/recurrent_state.h"
 
 namespace kvstash {

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "backends/cpu/rope/rope.h"
 #include "format/gguf.h"
-#include "kernels/rope.h"
 #include "kvstash/model.h"
 #include "model/config.h"
 #include "model/weights.h"

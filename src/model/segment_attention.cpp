@@ -1,7 +1,7 @@
 #include "model/segment_attention.h"
 
-#include "kernels/dispatch.h"
-#include "kernels/thread_pool.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "kv/kv_cache.h"
 
 namespace kvstash {

@@ -1,7 +1,7 @@
 // Causal attention of a micro-batch whose rows belong to several sequences, each row attending over
 // its own sequence's KV cache (continuous batching), in one thread-pool run per layer.
 //
-// Built on the attention kernel (kernels/attention.h), called for one row and a range of its heads at a
+// Built on the attention kernel (backends/cpu/attention/attention.h), called for one row and a range of its heads at a
 // time: the per-(query, head) computation is the kernel's own, so every output is bitwise what
 // attention() over that sequence alone gives, whatever the other rows and threads.
 #pragma once
@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "backends/cpu/attention/attention.h"
 
 namespace kvstash {
 

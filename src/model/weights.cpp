@@ -3,8 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include "backends/cpu/runtime/dispatch.h"
 #include "format/gguf.h"
-#include "kernels/dispatch.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -178,8 +178,8 @@ void repack_q5_0_block(const uint8_t* src, uint8_t* dst) {
 }
 
 // Whether the layers' Q5_0 matrices stay as stored: where matmul reads q5_0 itself (AVX2: the q8_0 kernels on
-// 22-byte blocks, the same bits as the repacked matrix; kernels/quantize_act.h). A bad KVSTASH_ISA: repacked,
-// and the first matmul reports it.
+// 22-byte blocks, the same bits as the repacked matrix; backends/cpu/matmul/quantize_act.h). A bad KVSTASH_ISA:
+// repacked, and the first matmul reports it.
 bool q5_0_computed() {
     try {
         return matmul_uses_integer_activations(active_isa(), kTensorTypeQ5_0);

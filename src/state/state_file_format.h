@@ -87,7 +87,7 @@ inline constexpr uint32_t kLastRequiredSectionType = kSectionCheckpoints;
 inline constexpr uint32_t kSectionAncillary = 0x8000'0000u;
 // Ancillary sections this kvstash writes (readers that do not know them skip them).
 inline constexpr uint32_t kSectionSession = kSectionAncillary | 1u;  // a chat session's messages, UTF-8 JSON
-// The numerics that computed the KV (kernels/numerics.h), kNumericsBytes: u32 epoch, u32 NumericsPath,
+// The numerics that computed the KV (backends/cpu/runtime/numerics.h), kNumericsBytes: u32 epoch, u32 NumericsPath,
 // u32 flags (kNumericsKvExact: the KV is bitwise what those numerics compute for the tokens), u32 zero.
 // Written by every save since numerics epoch 1; absent in older files (numerics unknown). Ancillary so
 // that older readers still read newer files.

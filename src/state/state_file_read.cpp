@@ -14,6 +14,7 @@
 #include "format/mmap_file.h"
 #include "format/tensor_type.h"
 #include "kv/kv_block_hash.h"
+#include "kv/kv_block_staging.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/adapter.h"
 #include "kvstash/error.h"
@@ -76,6 +77,7 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
     }
     const uint8_t* src = r.bytes(s).data();
     std::vector<uint8_t> scratch(zstd && !same_type ? whole_part_bytes : 0);
+    KvBlockStaging staging;  // host bytes that become the block's (in place in host memory)
     std::vector<float> row_f32(static_cast<size_t>((m.n_embd_kv + 31) / 32 * 32));
 
     for (int64_t b = 0; b < n_blocks; ++b) {
@@ -90,7 +92,7 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
         const uint64_t part_bytes = trimmed ? trimmed_part_bytes : whole_part_bytes;
         const int64_t part_layers = trimmed ? m.n_global_kv_layers : m.n_kv_layers;
         for (int half = 0; half < 2 && part_bytes > 0; ++half) {  // no KV layers (Mamba): nothing stored
-            uint8_t* dst = half == 0 ? kv.writable_block_k(b) : kv.writable_block_v(b);
+            uint8_t* dst = staging.write(kv.writable_block(b), half == 0 ? KvHalf::keys : KvHalf::values).data();
             const uint8_t* encoded = nullptr;
             if (zstd) {
                 zstd->read(same_type ? dst : scratch.data(), part_bytes);
@@ -101,9 +103,8 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
                 encoded = src;
                 src += part_bytes;
             }
-            if (same_type) continue;
             // q8_0 rows -> the cache's f16/f32 rows.
-            for (int64_t row = 0; row < part_layers * kv_block_tokens; ++row) {
+            for (int64_t row = 0; !same_type && row < part_layers * kv_block_tokens; ++row) {
                 dequantize_row(TensorType::Q8_0, encoded + static_cast<uint64_t>(row) * enc_row, row_f32.data(),
                                static_cast<int64_t>(row_f32.size()));
                 uint8_t* out = dst + static_cast<uint64_t>(row) * kv.row_bytes();
@@ -116,6 +117,7 @@ void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& k
                     }
                 }
             }
+            staging.commit();
         }
     }
     if (zstd) {

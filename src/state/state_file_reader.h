@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/numerics.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "kv/recurrent_state.h"
 #include "kvstash/error.h"
 #include "state/fingerprint.h"
@@ -46,7 +46,7 @@ struct Meta {
     uint64_t recurrent_bytes() const { return static_cast<uint64_t>(recurrent.floats()) * sizeof(float); }
 };
 
-// The file's numerics section (kernels/numerics.h): who computed the KV, and whether exactly.
+// The file's numerics section (backends/cpu/runtime/numerics.h): who computed the KV, and whether exactly.
 struct FileNumerics {
     Numerics numerics;      // {0, unknown}: not recorded (a file from before numerics epochs)
     bool kv_exact = false;  // the writer's flag: the KV is bitwise what `numerics` computes

@@ -15,11 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/runtime/numerics.h"
 #include "base/atomic_file.h"
 #include "base/utf8.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
-#include "kernels/numerics.h"
+#include "kv/kv_block_staging.h"
 #include "kv/kv_tensor_type.h"
 #include "kvstash/error.h"
 #include "state/adapter_fingerprint.h"
@@ -213,6 +214,7 @@ void for_each_kv_part(const KvCache& kv, uint32_t encoding, int64_t n_trimmed,
     const uint64_t cache_row = kv.row_bytes();
     const uint64_t out_row = kv_row_bytes(encoding, n_embd);
     const bool same_type = encoding == static_cast<uint32_t>(kv.type());
+    KvBlockStaging staging;  // block bytes as host bytes
     std::vector<uint8_t> scratch;
     std::vector<float> row_f32(static_cast<size_t>((n_embd + 31) / 32 * 32), 0.0f);  // zero tail = q8_0 padding
     // The cache's layer index (within a whole block) of each layer a trimmed block stores.
@@ -227,7 +229,8 @@ void for_each_kv_part(const KvCache& kv, uint32_t encoding, int64_t n_trimmed,
         const bool trimmed_in = kv.block_trimmed(b);  // held trimmed (then also stored so)
         const int64_t out_layers = trimmed_out ? kv.n_global_layers() : n_layer;
         const uint64_t part_bytes = static_cast<uint64_t>(out_layers) * kv_block_tokens * out_row;
-        for (const uint8_t* part : {kv.block_k(b), kv.block_v(b)}) {
+        for (const KvHalf half : {KvHalf::keys, KvHalf::values}) {
+            const uint8_t* part = staging.read(kv.block(b), half).data();
             if (same_type && used == kv_block_tokens && trimmed_out == trimmed_in) {
                 emit(part, part_bytes);  // straight from the cache: no copy
                 continue;

@@ -1,5 +1,5 @@
 // KV store and attention on the GPU: K/V rows land in f16 / f32 / q8_0 blocks bitwise as the CPU stores them, and
-// attention over them is bitwise the CPU's scalar path (kernels/attention.h's definition with the reference per-row
+// attention over them is bitwise the CPU's scalar path (backends/cpu/attention/attention.h's definition with the reference per-row
 // operations), with causal masking, GQA, chunks of 256 keys at absolute positions, sliding windows, several
 // sequences in one call, and batch invariance from 1 to 256 rows.
 #include <algorithm>
@@ -9,8 +9,8 @@
 
 #include "format/quantize.h"
 #include "gpu_test_support.h"
-#include "kernels/attention_rows.h"
-#include "kernels/exp_f32.h"
+#include "backends/cpu/attention/attention_rows.h"
+#include "backends/cpu/exp/exp_f32.h"
 
 namespace kvstash {
 namespace {
@@ -57,7 +57,7 @@ struct DeviceCache {
             v_host.insert(v_host.end(), vb.begin(), vb.end());
         }
     }
-    // Position pos's row, from element `first` on (the CPU's offset arithmetic, kernels/attention_rows.h).
+    // Position pos's row, from element `first` on (the CPU's offset arithmetic, backends/cpu/attention/attention_rows.h).
     const uint8_t* k_row(int64_t pos, int64_t first) const {
         return k_host.data() + pos * row_bytes + kernels::kv_row_offset(type, first);
     }
@@ -66,7 +66,7 @@ struct DeviceCache {
     }
 };
 
-// kernels/attention.h's definition with the scalar reference operations: one (row, head).
+// backends/cpu/attention/attention.h's definition with the scalar reference operations: one (row, head).
 void reference_head(const cuda::AttentionShape& s, const DeviceCache& cache, const float* q, int64_t pos, int64_t head,
                     float* out) {
     const int64_t kv_head = head / (s.n_head / s.n_head_kv);

@@ -14,8 +14,8 @@
 #include "backends/cuda/kv_codec.cuh"
 #include "format/quantize.h"
 #include "gpu_test_support.h"
-#include "kernels/attention_rows.h"
-#include "kernels/exp_f32.h"
+#include "backends/cpu/attention/attention_rows.h"
+#include "backends/cpu/exp/exp_f32.h"
 
 namespace kvstash {
 namespace {

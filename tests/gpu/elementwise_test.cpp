@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "gpu_test_support.h"
-#include "kernels/activation.h"
-#include "kernels/norm.h"
-#include "kernels/rope_rotate.h"
+#include "backends/cpu/activation/activation.h"
+#include "backends/cpu/norm/norm.h"
+#include "backends/cpu/rope/rope_rotate.h"
 
 namespace kvstash {
 namespace {
@@ -28,7 +28,7 @@ TEST(GpuRmsNorm, BitwiseTheCpuRowForEveryLength) {
         std::vector<float> want(static_cast<size_t>(n));
         for (int64_t r = 0; r < n_rows; ++r) {
             const float* row = x.data() + r * stride;
-            // kernels/norm.cpp's steps with the reference sum of squares.
+            // backends/cpu/norm/norm.cpp's steps with the reference sum of squares.
             const double sum = kernels::reference::sum_of_squares(row, n);
             const float mean = static_cast<float>(sum / static_cast<double>(n));
             const float scale = 1.0f / std::sqrt(mean + eps);
@@ -65,7 +65,7 @@ TEST(GpuRope, RotateBitwiseTheReferenceInBothLayouts) {
     }
 }
 
-// The device's angles against RopeTable::angles' arithmetic (kernels/rope.cpp), with Llama 3.1-style
+// The device's angles against RopeTable::angles' arithmetic (backends/cpu/rope/rope.cpp), with Llama 3.1-style
 // frequency divisors folded into inv_freq. Bitwise unless the device's double cos/sin (<= 2 ulp in double)
 // rounds to another float: expected never on these inputs; a failure says how many of them differ.
 TEST(GpuRope, AnglesMatchTheHostTable) {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "gpu_test_support.h"
-#include "kernels/matmul.h"
+#include "backends/cpu/matmul/matmul.h"
 
 namespace kvstash {
 namespace {

@@ -55,7 +55,7 @@ void check_invariance(const std::string& model_path, int64_t n_tokens, KvType kv
     }
 }
 
-// Long contexts: attention over many 256-key chunks (kernels/attention.h), split over keys as well as
+// Long contexts: attention over many 256-key chunks (backends/cpu/attention/attention.h), split over keys as well as
 // heads when few rows are evaluated (decode), must still give the one-pass, one-thread bits.
 void check_long_invariance(const std::string& model_path, int64_t n_tokens,
                            const std::vector<std::vector<int64_t>>& splits, KvType kv_type = KvType::f16) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_block_staging.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/model.h"
@@ -46,12 +47,14 @@ std::vector<uint8_t> kv_bytes(const State& state) {
     const KvCache& kv = StateAccess::kv(state);
     std::vector<uint8_t> out;
     const uint64_t rb = kv.row_bytes();
+    KvBlockStaging staging;
     for (int64_t pos = 0; pos < kv.n_tokens(); ++pos) {
         for (int64_t layer = 0; layer < kv.n_layer(); ++layer) {
             const uint64_t offset =
                 (static_cast<uint64_t>(layer) * kv_block_tokens + static_cast<uint64_t>(pos % kv_block_tokens)) * rb;
-            const uint8_t* k = kv.block_k(pos / kv_block_tokens) + offset;
-            const uint8_t* v = kv.block_v(pos / kv_block_tokens) + offset;
+            const KvBlock& block = kv.block(pos / kv_block_tokens);
+            const uint8_t* k = staging.read(block, KvHalf::keys).data() + offset;
+            const uint8_t* v = staging.read(block, KvHalf::values).data() + offset;
             out.insert(out.end(), k, k + rb);
             out.insert(out.end(), v, v + rb);
         }

@@ -1,9 +1,9 @@
 // The invariant on the real Gemma 3 model (models/gemma-3-270m-q4_k_m.gguf), at lengths past its 512-token
 // sliding window so that the local layers' window has begun to slide: the logits at a position are the same
 // bits however the tokens arrived — one call, chunks, after save and load, after a fork, batched with another
-// sequence. The window is a function of the query's position alone (kernels/attention.h), so none of these
-// may change a bit. Full logit rows are 1 MiB each (262,144 entries): compared at the last position of the
-// prefix and over a tail of kTail positions.
+// sequence. The window is a function of the query's position alone (backends/cpu/attention/attention.h), so none of
+// these may change a bit. Full logit rows are 1 MiB each (262,144 entries): compared at the last position of the prefix
+// and over a tail of kTail positions.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

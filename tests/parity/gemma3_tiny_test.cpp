@@ -15,7 +15,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 

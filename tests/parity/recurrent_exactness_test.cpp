@@ -2,7 +2,7 @@
 // position i are the same bits however the tokens arrived — one call, chunks, one at a time, several
 // threads, batched with other sequences, after a fork, after a truncate that restores a checkpoint and
 // evaluates the rest again. The recurrent state is advanced token by token in one fixed order
-// (kernels/ssm.h), and checkpoints are taken between tokens, so none of these may change a bit.
+// (backends/cpu/ssm/ssm.h), and checkpoints are taken between tokens, so none of these may change a bit.
 // Models: tests/fixtures/recurrent/*.gguf (tests/reference/make_recurrent_models.py).
 #include <gtest/gtest.h>
 

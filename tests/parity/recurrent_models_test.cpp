@@ -15,7 +15,7 @@
 // formula (a missing D skip, a group mapping, a scale, a norm) moves logits by O(max|ref|).
 // With the f16 KV cache (granitehybrid's attention layer) every K and V element is rounded to f16,
 // as for the Llama models: 10 · 2^-11 of max|ref|. q8_0 models on AVX-512 VNNI multiply 16-bit integer
-// activations (kernels/quantize_act.h): P · 4 / 65278 more, P = quantized products per token.
+// activations (backends/cpu/matmul/quantize_act.h): P · 4 / 65278 more, P = quantized products per token.
 //
 // llama.cpp (second oracle, run with an f32 KV cache) multiplies q8_0 weights by 8-bit quantized
 // activations, so it is compared with our f32-KV logits within its own recorded distance to
@@ -26,7 +26,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 

@@ -23,7 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 
@@ -103,7 +103,8 @@ TEST(SmolLM2, LogitsMatchTransformersF32Cache) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     const ParityFigures f = measure(KvType::f32);
     // Where this path runs the q4_1 layers on 16-bit integer activations (AVX2 since numerics epoch 2: each
-    // activation rounded to 1/65278 of its 32-element block's largest, kernels/quantize_act.h), measured 0.0065.
+    // activation rounded to 1/65278 of its 32-element block's largest, backends/cpu/matmul/quantize_act.h), measured
+    // 0.0065.
     EXPECT_LE(f.max_diff, matmul_uses_integer_activations(active_isa(), TensorType::Q4_1) ? 1e-2 : 2e-3);
     EXPECT_LE(f.kl_mean, 1e-6);
     EXPECT_EQ(f.top1_agree, f.n);

@@ -12,7 +12,7 @@
 // With the default f16 KV cache every K and V element is rounded to f16 (relative error <= 2^-11 ≈
 // 4.9e-4), which reaches the logits through attention at that relative order, amplified by the softmax
 // and the two layers; we allow 10 · 2^-11 ≈ 4.9e-3 · max|ref| (measured: <= 1.6e-3).
-// K-quant weights on AVX-512 VNNI multiply integer activations (kernels/quantize_act.h): every input
+// K-quant weights on AVX-512 VNNI multiply integer activations (backends/cpu/matmul/quantize_act.h): every input
 // row of such a product is rounded to 16-bit integers per block, |x - x̂| <= d/2 = max_b|x| / 65278, i.e.
 // 2^-16 · κ relative to a typical |x| of the block, with κ = max_b|x| / mean_b|x| (about 2.6 for
 // Gaussian-like values in blocks of 32 and 3.6 in blocks of 256; we take κ <= 4). That perturbs each
@@ -29,7 +29,7 @@
 #include <map>
 #include <string>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 
 #include "support/eval_helpers.h"
 #include "support/paths.h"

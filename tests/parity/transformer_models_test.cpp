@@ -13,7 +13,8 @@
 // LayerNorm: double sums, a few u), GELU (exp_f32 against torch's tanh: a few ulp). Relative to the
 // largest logit: (K + T·8)·u, 2.9e-5 (qwen2) and 3.8e-5 (gpt2). With the f16 KV cache every K and V element
 // is rounded to f16: 10 · 2^-11 of max|ref|, as for the Llama models. q8_0 on AVX-512 VNNI multiplies
-// 16-bit integer activations (kernels/quantize_act.h): P · 4 / 65278 more, P = quantized products per token.
+// 16-bit integer activations (backends/cpu/matmul/quantize_act.h): P · 4 / 65278 more, P = quantized products per
+// token.
 //
 // llama.cpp (run with an f32 KV cache; its GELU reads an f16 table and q8_0 multiplies 8-bit activations)
 // is compared within its own recorded distance to transformers (max_abs_diff_transformers_llamacpp) plus
@@ -23,7 +24,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
 #include "kvstash/tokenizer.h"

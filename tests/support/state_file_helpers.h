@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_block_staging.h"
 #include "kv/kv_cache.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/state.h"
@@ -86,9 +87,11 @@ inline State make_state(const std::shared_ptr<const Model>& model, int64_t n, Kv
 inline std::vector<uint8_t> kv_bytes(const State& state) {
     const KvCache& kv = StateAccess::kv(state);
     std::vector<uint8_t> out;
+    KvBlockStaging staging;
     for (int64_t b = 0; b < kv.n_blocks(); ++b) {
         const int64_t used = std::min<int64_t>(kv_block_tokens, kv.n_tokens() - b * kv_block_tokens);
-        for (const uint8_t* part : {kv.block_k(b), kv.block_v(b)}) {
+        for (const KvHalf half : {KvHalf::keys, KvHalf::values}) {
+            const uint8_t* part = staging.read(kv.block(b), half).data();
             for (int64_t layer = 0; layer < kv.n_layer(); ++layer) {
                 const uint8_t* rows = part + static_cast<uint64_t>(layer) * kv_block_tokens * kv.row_bytes();
                 out.insert(out.end(), rows, rows + used * kv.row_bytes());

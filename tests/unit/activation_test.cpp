@@ -1,4 +1,4 @@
-// swiglu (kernels/activation.h): every ISA this CPU runs bitwise equal to the scalar reference (odd
+// swiglu (backends/cpu/activation/activation.h): every ISA this CPU runs bitwise equal to the scalar reference (odd
 // lengths, tails, large |gate|, zeros, infinities), in place, and against silu·up in double.
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/activation.h"
-#include "kernels/dispatch.h"
+#include "backends/cpu/activation/activation.h"
+#include "backends/cpu/runtime/dispatch.h"
 
 namespace kvstash {
 namespace {

@@ -1,8 +1,9 @@
-// The grouped-query attention kernels (kernels/attention_group.h) called directly, with shapes the engine's
-// calls reach rarely or never: many heads (prefill tiles of up to 32 rows × a group: the V rows converted once
+// The grouped-query attention kernels (backends/cpu/attention/attention_group.h) called directly, with shapes the
+// engine's calls reach rarely or never: many heads (prefill tiles of up to 32 rows × a group: the V rows converted once
 // and the values walked in key blocks) over key counts that are not a multiple of the key block, from
 // positions inside a KV block. Each head's partial (max, sum, numerator-weighted values) is bitwise the
-// per-row operations' (kernels/attention_rows.h), as kernels/attention.cpp's chunk_partial_rows defines it.
+// per-row operations' (backends/cpu/attention/attention_rows.h), as backends/cpu/attention/attention.cpp's
+// chunk_partial_rows defines it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/attention/attention_group.h"
+#include "backends/cpu/attention/attention_rows.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
-#include "kernels/attention_group.h"
-#include "kernels/attention_rows.h"
-#include "kernels/dispatch.h"
 
 namespace kvstash {
 namespace {
@@ -62,7 +63,7 @@ struct Rows {
 
 // One call of the ISA's group kernel (heads with query vectors q, keys first_key.., head h the first
 // head_keys[h] of them, or n_keys for all if head_keys is empty) against chunk_partial_rows
-// (kernels/attention.cpp), the definition, head by head.
+// (backends/cpu/attention/attention.cpp), the definition, head by head.
 void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<float>& q, int64_t first_key,
                 int64_t n_keys, const std::vector<int64_t>& head_keys) {
     const int64_t n_heads = static_cast<int64_t>(q.size()) / kHeadDim;

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/attention/attention_rows.h"
 #include "format/quantize.h"
-#include "kernels/attention_rows.h"
 
 namespace kvstash::kernels {
 namespace {
@@ -74,7 +74,7 @@ TEST(AttentionRows, SimdMatchesReferenceOnEveryIsa) {
     }
 }
 
-// The arithmetic each ISA documents (kernels/attention_rows.h), modelled in scalar code and compared
+// The arithmetic each ISA documents (backends/cpu/attention/attention_rows.h), modelled in scalar code and compared
 // bitwise: the dot product keeps `lanes` fma partial sums over the element index (element i in lane
 // i % lanes, full vectors only), sums them by a fixed pairwise tree (distance lanes/2, ..., 1; the AVX2
 // hsum and _mm512_reduce_add_ps both pair that way), then adds the reference dot of the tail; axpy
@@ -139,9 +139,9 @@ TEST(AttentionRows, EachIsaFollowsItsLaneOrderBitwise) {
     }
 }
 
-// q8_0 rows are read as d * q, exact in f32 (kernels/attention_rows.h): on the scalar and AVX2 paths (AVX-512
-// machines read q8_0 with the AVX2 kernels, kernels/attention.cpp) dot and axpy over a q8_0 row give the bits
-// they give over the f32 row of its decoded values, for rows whose scales span the f16 range (subnormal
+// q8_0 rows are read as d * q, exact in f32 (backends/cpu/attention/attention_rows.h): on the scalar and AVX2 paths
+// (AVX-512 machines read q8_0 with the AVX2 kernels, backends/cpu/attention/attention.cpp) dot and axpy over a q8_0 row
+// give the bits they give over the f32 row of its decoded values, for rows whose scales span the f16 range (subnormal
 // scales included) and for a head that starts at a later block of the row.
 TEST(AttentionRows, Q8_0ReadsExactlyItsDecodedValues) {
     std::mt19937 rng(23);

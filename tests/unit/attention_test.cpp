@@ -14,11 +14,11 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/attention/attention.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
-#include "kernels/attention.h"
-#include "kernels/dispatch.h"
-#include "kernels/thread_pool.h"
 
 namespace kvstash {
 namespace {
@@ -110,7 +110,7 @@ struct TestCache {
 //  * score s_j = fl(fl(q·k_j)·scale): |Δs_j| <= (D + 1)·u·scale·Σ_d|q_d·k_jd| (a dot of D terms in any
 //    summation order, lanes and FMA included, then one product).
 //  * softmax is invariant to the shift by the max, so only the rounding of s_j - m (u·|s_j - m|) and
-//    exp_f32 (<= 2u relative: it is within 1 ulp, kernels/exp_f32.h) add, so e_j carries a relative error
+//    exp_f32 (<= 2u relative: it is within 1 ulp, backends/cpu/exp/exp_f32.h) add, so e_j carries a relative error
 //    ε_j <= |Δs_j| + u·|s_j - m| + 2u.
 //  * sum of n weights and the weighted value sum (one product and n additions per term) add
 //    gamma_n + gamma_{n+1}; the final 1/sum and product add 2u.
@@ -253,8 +253,8 @@ TEST_P(AttentionTest, ThreadPoolOfTwoEqualsNoPoolBitwise) {
     }
 }
 
-// The grouped fast path (kernels/attention_group.h on AVX-512) is bitwise the per-(query, head) definition
-// with that ISA's row operations, with and without a pool (which changes how heads are grouped into tasks).
+// The grouped fast path (backends/cpu/attention/attention_group.h on AVX-512) is bitwise the per-(query, head)
+// definition with that ISA's row operations, with and without a pool (which changes how heads are grouped into tasks).
 TEST_P(AttentionTest, EqualsPerRowDefinitionBitwise) {
     std::mt19937 rng(17);
     const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
@@ -361,8 +361,8 @@ TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
     }
 }
 
-// Decode at a context of 9 chunks (kernels/attention.cpp, split_over_chunks): with 2 threads a single row has
-// chunks enough for tasks of (row, chunk) that walk every KV head; with 3 threads it is split over (KV head,
+// Decode at a context of 9 chunks (backends/cpu/attention/attention.cpp, split_over_chunks): with 2 threads a single
+// row has chunks enough for tasks of (row, chunk) that walk every KV head; with 3 threads it is split over (KV head,
 // chunk); two rows take (row, chunk) tasks with both. The per-row definition's bits, f16 and q8_0.
 TEST(AttentionChunks, DecodeOverManyChunksEqualsDefinitionBitwise) {
     const int64_t n_pos = 2100;
@@ -392,11 +392,10 @@ TEST(AttentionChunks, DecodeOverManyChunksEqualsDefinitionBitwise) {
     }
 }
 
-// Tiles of rows (kernels/attention.cpp, tiled_rows): the rows of a tile share each K/V chunk read, and the
-// chunk tasks are split over threads when the tiles are few (a short suffix after restoring a long state).
-// Suffixes of 2..17 rows, starting below, at and across chunk boundaries, with and without a sliding window;
-// and rows of two caches interleaved (tiles break where the cache changes): the per-row definition's bits
-// with 0, 2 and 3 threads.
+// Tiles of rows (backends/cpu/attention/attention.cpp, tiled_rows): the rows of a tile share each K/V chunk read, and
+// the chunk tasks are split over threads when the tiles are few (a short suffix after restoring a long state). Suffixes
+// of 2..17 rows, starting below, at and across chunk boundaries, with and without a sliding window; and rows of two
+// caches interleaved (tiles break where the cache changes): the per-row definition's bits with 0, 2 and 3 threads.
 TEST(AttentionChunks, TiledRowsEqualDefinitionBitwise) {
     struct Case {
         int64_t n_head, n_head_kv, head_dim, window;

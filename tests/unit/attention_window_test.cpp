@@ -12,9 +12,9 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/attention/attention.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "format/tensor_type.h"
-#include "kernels/attention.h"
-#include "kernels/dispatch.h"
 
 namespace kvstash {
 namespace {

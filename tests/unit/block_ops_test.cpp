@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/layer_norm.h"
-#include "kernels/norm.h"
+#include "backends/cpu/norm/layer_norm.h"
+#include "backends/cpu/norm/norm.h"
 #include "kvstash/error.h"
 #include "model/block_ops.h"
 

@@ -1,5 +1,5 @@
-// ChunkShares (kernels/chunk_shares.h): every chunk is handed out exactly once, an owner takes its share front
-// to back, back halves of the other shares are stolen when its own is done, and a thread that never gets going
+// ChunkShares (backends/cpu/matmul/chunk_shares.h): every chunk is handed out exactly once, an owner takes its share
+// front to back, back halves of the other shares are stolen when its own is done, and a thread that never gets going
 // has its share done by the others.
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/chunk_shares.h"
-#include "kernels/thread_pool.h"
+#include "backends/cpu/matmul/chunk_shares.h"
+#include "backends/cpu/runtime/thread_pool.h"
 
 namespace kvstash {
 namespace {

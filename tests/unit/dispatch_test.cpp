@@ -1,4 +1,4 @@
-// ISA dispatch (kernels/dispatch.h): names, availability, CPU features, the kernel tables, KVSTASH_ISA
+// ISA dispatch (backends/cpu/runtime/dispatch.h): names, availability, CPU features, the kernel tables, KVSTASH_ISA
 // (also in child processes).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,16 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/activation/activation.h"
+#include "backends/cpu/attention/attention_rows.h"
+#include "backends/cpu/exp/exp_f32.h"
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/matmul/matmul_impl.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/norm/norm.h"
+#include "backends/cpu/rope/rope_rotate.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "format/tensor_type.h"
-#include "kernels/activation.h"
-#include "kernels/attention_rows.h"
-#include "kernels/dispatch.h"
-#include "kernels/exp_f32.h"
-#include "kernels/matmul.h"
-#include "kernels/matmul_impl.h"
-#include "kernels/norm.h"
-#include "kernels/quantize_act.h"
-#include "kernels/rope_rotate.h"
 #include "kvstash/error.h"
 
 namespace kvstash {

@@ -1,4 +1,4 @@
-// exp_f32 (kernels/exp_f32.h): accuracy against e^x in double over a sample of every float, the special
+// exp_f32 (backends/cpu/exp/exp_f32.h): accuracy against e^x in double over a sample of every float, the special
 // values (±0, ±inf, NaN, overflow, underflow, subnormal results), and exp_f32_shifted_row on every ISA
 // this CPU runs bitwise equal to the scalar reference (odd lengths, tails, large |x|, specials).
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/exp_f32.h"
+#include "backends/cpu/exp/exp_f32.h"
+#include "backends/cpu/runtime/dispatch.h"
 
 namespace kvstash {
 namespace {
@@ -37,7 +37,7 @@ uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
 
 // Every 613th bit pattern (7 million inputs, all exponents and both signs) plus a dense random sample of
 // [-105, 90], the inputs whose result is neither 0 nor inf nor 1. The bound, 1 ulp, is the measured
-// maximum over all 2^32 inputs (0.894, kernels/exp_f32.h) rounded up.
+// maximum over all 2^32 inputs (0.894, backends/cpu/exp/exp_f32.h) rounded up.
 TEST(ExpF32, WithinOneUlpOfDoubleExp) {
     double max_err = 0.0;
     float worst = 0.0f;

@@ -1,5 +1,5 @@
-// gelu (kernels/gelu.h): every ISA this CPU runs bitwise equal to the scalar reference (odd lengths, tails,
-// large |x|, zeros, infinities), in place, and against the formula in double.
+// gelu (backends/cpu/activation/gelu.h): every ISA this CPU runs bitwise equal to the scalar reference (odd lengths,
+// tails, large |x|, zeros, infinities), in place, and against the formula in double.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/gelu.h"
+#include "backends/cpu/activation/gelu.h"
+#include "backends/cpu/runtime/dispatch.h"
 
 namespace kvstash {
 namespace {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "kv/kv_block_hash.h"
 #include "kvstash/error.h"
 

@@ -1,4 +1,4 @@
-// layer_norm_row (kernels/layer_norm.h): every ISA this CPU runs gives the same bits (odd lengths, large
+// layer_norm_row (backends/cpu/norm/layer_norm.h): every ISA this CPU runs gives the same bits (odd lengths, large
 // offsets, in place), and the result matches LayerNorm computed in double.
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/layer_norm.h"
+#include "backends/cpu/norm/layer_norm.h"
+#include "backends/cpu/runtime/dispatch.h"
 
 namespace kvstash {
 namespace {

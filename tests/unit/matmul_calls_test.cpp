@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
-#include "kernels/dispatch.h"
-#include "kernels/matmul.h"
-#include "kernels/quantize_act.h"
-#include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 #include "support/random_operands.h"
 
@@ -110,7 +110,7 @@ TEST(Matmul, SharedInputEqualsSeparateProductsBitwise) {
     }
 }
 
-// Decode's split (up to 6 tokens, kernels/matmul.cpp): the operands' rows cut into chunks and into one
+// Decode's split (up to 6 tokens, backends/cpu/matmul/matmul.cpp): the operands' rows cut into chunks and into one
 // contiguous share per thread; every output written once, bitwise the unthreaded products, for any thread
 // count, with operands of several types and row counts that are not whole chunks.
 TEST(Matmul, DecodeSharesEqualUnthreadedBitwise) {

@@ -1,4 +1,4 @@
-// The AVX2 integer-activation kernels (kernels/matmul_int8_avx2.cpp) against the scalar definition
+// The AVX2 integer-activation kernels (backends/cpu/matmul/matmul_int8_avx2.cpp) against the scalar definition
 // (reference::matmul_int8_rows_scalar), bitwise, over shapes that cross their tile edges: rows around
 // the 8- and 16-row tiles, 1..17 tokens (the few-token kernel, the 3-token register tiles and
 // their remainders), one to many blocks; and batch invariance: a (row, token) output is the same bits alone,
@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/matmul/matmul_impl.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "format/tensor_type.h"
-#include "kernels/dispatch.h"
-#include "kernels/matmul_impl.h"
-#include "kernels/quantize_act.h"
 #include "support/random_operands.h"
 
 namespace kvstash {
@@ -163,8 +163,8 @@ TEST_P(MatmulInt8Avx2, FewTokensOverRowRangesAtGemmaWidth) {
     }
 }
 
-// Decode's shares (kernels/matmul.cpp) let a kernel prefetch past its row range, up to the rows its thread reads
-// next: the outputs of the range are the same bits and nothing outside the range is written.
+// Decode's shares (backends/cpu/matmul/matmul.cpp) let a kernel prefetch past its row range, up to the rows its thread
+// reads next: the outputs of the range are the same bits and nothing outside the range is written.
 TEST_P(MatmulInt8Avx2, PrefetchPastTheRangeChangesNothing) {
     const TensorType type = GetParam();
     const int64_t rows = 205, cols = tensor_type_traits(type).block_size == 256 ? 1024 : 640;

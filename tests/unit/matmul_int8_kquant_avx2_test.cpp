@@ -1,4 +1,4 @@
-// The AVX2 K-quant integer kernels (kernels/matmul_int8_kquant_avx2.cpp) at the bounds their exactness
+// The AVX2 K-quant integer kernels (backends/cpu/matmul/matmul_int8_kquant_avx2.cpp) at the bounds their exactness
 // argument rests on, bitwise against the scalar definition (reference/matmul_int8_ref.cpp): weights and
 // sub-block scales at their largest magnitudes with every activation at +-32639, so each int32 lane reaches
 // its proven bound (q6_K: 16 · 4096 · 32639 = 2,139,029,504) and the block sums pass 2^31 (the double
@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/matmul/matmul_impl.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
-#include "kernels/dispatch.h"
-#include "kernels/matmul.h"
-#include "kernels/matmul_impl.h"
-#include "kernels/quantize_act.h"
-#include "kernels/thread_pool.h"
 #include "support/random_operands.h"
 
 namespace kvstash {

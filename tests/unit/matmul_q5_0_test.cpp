@@ -1,8 +1,8 @@
-// q5_0 on the integer-activation path (kernels/matmul_int8_dot.h, kernels/matmul_int8_avx2.cpp): the scalar
-// definition gives, bitwise, what the q8_0 definition gives on the losslessly repacked matrix (same fp16 d,
-// int8 q - 16), so keeping q5_0 as stored (model/weights.cpp) changes no logit; the AVX2 kernels give the
-// scalar definition's bits over rows × tokens × blocks across their tile edges, at the extreme integers, and
-// batch-invariantly; matmul() computes q5_0 only where it uses integer activations for it.
+// q5_0 on the integer-activation path (backends/cpu/matmul/matmul_int8_dot.h,
+// backends/cpu/matmul/matmul_int8_avx2.cpp): the scalar definition gives, bitwise, what the q8_0 definition gives on
+// the losslessly repacked matrix (same fp16 d, int8 q - 16), so keeping q5_0 as stored (model/weights.cpp) changes no
+// logit; the AVX2 kernels give the scalar definition's bits over rows × tokens × blocks across their tile edges, at the
+// extreme integers, and batch-invariantly; matmul() computes q5_0 only where it uses integer activations for it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/matmul/matmul_impl.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
-#include "kernels/dispatch.h"
-#include "kernels/matmul.h"
-#include "kernels/matmul_impl.h"
-#include "kernels/quantize_act.h"
-#include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 #include "support/random_operands.h"
 

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
-#include "kernels/dispatch.h"
-#include "kernels/matmul.h"
-#include "kernels/quantize_act.h"
-#include "kernels/thread_pool.h"
 #include "kvstash/error.h"
 #include "support/random_operands.h"
 

@@ -1,5 +1,5 @@
 // rms_norm_row against a double reference on every ISA, and every ISA bitwise equal to the scalar
-// reference (16-lane sum structure, kernels/norm.h); RopeTable: angles against the documented formula
+// reference (16-lane sum structure, backends/cpu/norm/norm.h); RopeTable: angles against the documented formula
 // (base, frequency factors, linear position scaling), the pairs each layout rotates, partial rotation,
 // norm preservation, position 0 as the identity, and apply_with bitwise the scalar reference on every ISA.
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/norm.h"
-#include "kernels/rope.h"
+#include "backends/cpu/norm/norm.h"
+#include "backends/cpu/rope/rope.h"
+#include "backends/cpu/runtime/dispatch.h"
 
 namespace kvstash {
 namespace {
@@ -70,7 +70,7 @@ TEST(RmsNorm, SmallSquaresAreNotLostNextToALargeOne) {
     check_rms_norm(x, 1e-5f, 10);
 }
 
-// The 16 partial sums and their fixed combination (kernels/norm.h) make every ISA give the reference's
+// The 16 partial sums and their fixed combination (backends/cpu/norm/norm.h) make every ISA give the reference's
 // bits: lengths around the 8/16-lane boundaries, long rows, values of very different sizes (so that a
 // different summation order changes the last bits of the double sum, compared directly: the float mean
 // rounds most such differences away).

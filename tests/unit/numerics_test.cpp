@@ -1,8 +1,8 @@
-// The numerics identity (kernels/numerics.h) and its guard: logits of fixed token sequences, hashed,
+// The numerics identity (backends/cpu/runtime/numerics.h) and its guard: logits of fixed token sequences, hashed,
 // pinned per kernel path for the current kNumericsEpoch. These pins are not correctness references (the
 // parity tests compare against transformers and llama.cpp); they detect a change of the bits a path
 // computes. When PinnedLogitsOfThisPath fails after a kernel change that is intended: raise
-// kNumericsEpoch in src/kernels/numerics.h (so that prefix caches and state files from older builds are
+// kNumericsEpoch in src/backends/cpu/runtime/numerics.h (so that prefix caches and state files from older builds are
 // not taken for bitwise-equal) and replace the pins with the values the failure prints, for every path
 // (run the test on an AVX-512 machine too, or leave its pins 0 = not pinned).
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/numerics.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "support/eval_helpers.h"
 #include "support/paths.h"
 

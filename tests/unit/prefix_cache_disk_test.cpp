@@ -11,10 +11,10 @@
 #include <iterator>
 #include <thread>
 
+#include "backends/cpu/runtime/dispatch.h"
 #include "engine/prefix_cache_disk_file.h"
 #include "engine/prefix_cache_disk_next.h"
 #include "engine/prefix_cache_key.h"
-#include "kernels/dispatch.h"
 #include "kvstash/error.h"
 #include "kvstash/prefix_cache.h"
 #include "state/fingerprint.h"

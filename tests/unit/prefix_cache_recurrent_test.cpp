@@ -13,10 +13,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backends/cpu/runtime/dispatch.h"
 #include "engine/prefix_cache_disk_checkpoint.h"
 #include "engine/prefix_cache_disk_next.h"
 #include "engine/prefix_cache_key.h"
-#include "kernels/dispatch.h"
 #include "kvstash/chat.h"
 #include "kvstash/evaluator.h"
 #include "kvstash/prefix_cache.h"

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <thread>
 
+#include "backends/cpu/runtime/dispatch.h"
 #include "base/redis_connection.h"
 #include "engine/prefix_cache_key.h"
 #include "engine/prefix_cache_redis.h"
-#include "kernels/dispatch.h"
 #include "kvstash/error.h"
 #include "kvstash/prefix_cache.h"
 #include "state/fingerprint.h"

@@ -1,12 +1,12 @@
-// The activation quantizer (kernels/quantize_act.h): each ISA's version against the scalar one.
+// The activation quantizer (backends/cpu/matmul/quantize_act.h): each ISA's version against the scalar one.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <limits>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/quantize_act.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "support/random_operands.h"
 
 namespace kvstash {

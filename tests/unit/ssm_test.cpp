@@ -1,4 +1,4 @@
-// The Mamba kernels (kernels/ssm.h): every ISA this CPU runs bitwise equal to the scalar reference
+// The Mamba kernels (backends/cpu/ssm/ssm.h): every ISA this CPU runs bitwise equal to the scalar reference
 // (Mamba-1 and Mamba-2 shapes, d_state and channel counts off the vector width), one call equal to
 // token-by-token and chunked calls, every thread count the same bits, the reference within a derived
 // bound of a double-precision version, the formulas on tiny cases worked out by hand, argument errors.
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/ssm.h"
-#include "kernels/thread_pool.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/thread_pool.h"
+#include "backends/cpu/ssm/ssm.h"
 #include "kvstash/error.h"
 
 namespace kvstash {

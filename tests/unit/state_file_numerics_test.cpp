@@ -1,4 +1,4 @@
-// The numerics section of state files (docs/state-format.md, kernels/numerics.h): a saved State records
+// The numerics section of state files (docs/state-format.md, backends/cpu/runtime/numerics.h): a saved State records
 // this process's numerics and loads back exact here; a file without the section (older kvstash), with
 // other numerics, or saved from KV that was not exact loads and continues, but is not exact here — the
 // prefix cache does not take it.
@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "kernels/numerics.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "kvstash/prefix_cache.h"
 #include "support/state_file_helpers.h"
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/numerics.h"
+#include "backends/cpu/runtime/numerics.h"
 
 #include "kvstash/state_file.h"
 #include "support/state_file_helpers.h"

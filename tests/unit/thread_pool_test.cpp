@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/thread_pool.h"
+#include "backends/cpu/runtime/thread_pool.h"
 #include "kvstash/error.h"
 
 namespace kvstash {

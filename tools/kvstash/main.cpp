@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.h"
+#include "backends/cpu/runtime/dispatch.h"
 #include "kvstash/argv_checks.h"
 #include "kvstash/commands.h"
 #include "kvstash/error.h"

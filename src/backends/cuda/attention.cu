@@ -1,4 +1,4 @@
-// Causal GQA attention over KV blocks of f16, f32 or q8_0 (cuda_ops.cuh): kernels/attention.h's definition on the
+// Causal GQA attention over KV blocks of f16, f32 or q8_0 (cuda_ops.cuh): backends/cpu/attention/attention.h's definition on the
 // device.
 //
 // Order, for query row r at absolute position p, head h (KV head h / (n_head / n_head_kv)):
@@ -13,7 +13,7 @@
 //   f_k = exp_f32(max_k - M), l = sum_k sum_k * f_k, o[d] = sum_k acc_k[d] * f_k (both from +0, in chunk
 //   order), out[d] = o[d] * (1 / l).
 // Every product and sum is rounded on its own (no fma): the scalar CPU path's operations
-// (kernels/reference/attention_rows_ref.cpp, kernels/attention.cpp combine_partials), so the output is
+// (backends/cpu/attention/reference/attention_rows_ref.cpp, backends/cpu/attention/attention.cpp combine_partials), so the output is
 // bitwise attention_per_row_with(Isa::scalar). Nothing depends on the other rows of the call, on n_rows or
 // on the grid. Correctness first: a thread per key reads K rows strided, and one thread sums 256 values
 // in order; a faster kernel must keep these orders (or define and pin new ones). Not yet run on a GPU.
@@ -25,7 +25,7 @@
 namespace kvstash::cuda {
 namespace {
 
-constexpr int64_t kChunkKeys = 256;  // kvstash::kAttentionChunkKeys (kernels/attention.h)
+constexpr int64_t kChunkKeys = 256;  // kvstash::kAttentionChunkKeys (backends/cpu/attention/attention.h)
 constexpr int kThreads = 256;        // one per key of a chunk; also >= head_dim
 
 struct WorkItem {

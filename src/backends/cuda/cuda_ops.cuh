@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "format/tensor_type.h"
-#include "kernels/rope_params.h"
+#include "backends/cpu/rope/rope_params.h"
 
 namespace kvstash::cuda {
 
@@ -52,7 +52,7 @@ cudaError_t dequantize_rows(TensorType type, const void* W, int64_t cols, const 
                             cudaStream_t stream, float scale = 1.0f);
 
 // RMSNorm of n_rows rows of n floats (row stride `stride` for x and out): out = weight * (x * scale),
-// bitwise the CPU's rms_norm_row (kernels/norm.h). out may equal x.
+// bitwise the CPU's rms_norm_row (backends/cpu/norm/norm.h). out may equal x.
 cudaError_t rms_norm(const float* x, const float* weight, float* out, int64_t n_rows, int64_t n, int64_t stride,
                      float eps, cudaStream_t stream);
 
@@ -104,12 +104,12 @@ struct AttentionShape {
     int64_t n_head_kv = 0;
     int64_t head_dim = 0;  // at most 256
     float scale = 1.0f;
-    int64_t window = 0;  // sliding window (0: none), as kernels/attention.h
+    int64_t window = 0;  // sliding window (0: none), as backends/cpu/attention/attention.h
 };
 
 // Causal GQA attention of n_rows query rows, row r at absolute position host_row_pos[r] of
 // views[row_view[r]]: q / out n_rows × (n_head * head_dim) f32. Each (row, head) is computed in 256-key
-// chunks at absolute positions, then combined in chunk order: kernels/attention.h's definition, with the
+// chunks at absolute positions, then combined in chunk order: backends/cpu/attention/attention.h's definition, with the
 // scalar reference's per-row operations, so the output is bitwise the CPU's scalar path
 // (attention_per_row_with(Isa::scalar)). row_pos / row_view: device arrays; host_row_pos: the same positions
 // on the host (they size the work). workspace: device memory of attention_workspace_bytes(...) bytes.

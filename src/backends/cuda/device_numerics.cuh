@@ -3,7 +3,7 @@
 // never contracts them into an fma, whatever --fmad says). So a GPU kernel built on these gives the CPU's
 // bits where its reduction order is the CPU's too.
 //   fp16_to_fp32 / fp32_to_fp16 / bf16_to_fp32: src/format/tensor_type.cpp (integer bit manipulation)
-//   exp_f32: src/kernels/exp_f32.h (the sequence is spelled out there)
+//   exp_f32: src/backends/cpu/exp/exp_f32.h (the sequence is spelled out there)
 // The functions here and in dequant.cuh also compile as plain host C++ (g++ or nvcc's host pass), where the
 // rounding helpers below are the ordinary operators (kvstash builds without fp contraction): tests/gpu's
 // DevicePortsOnTheHost tests run them on the CPU, without a GPU, against the CPU originals.
@@ -103,7 +103,7 @@ KVSTASH_HOST_DEVICE float bf16_to_fp32(uint16_t h) { return float_of_bits(static
 // 2^e for an integer e in the normal range [-126, 127].
 KVSTASH_HOST_DEVICE float pow2(int32_t e) { return float_of_bits(static_cast<uint32_t>(e + 127) << 23); }
 
-// kernels::exp_f32, operation for operation (constants from kernels/exp_f32.h).
+// kernels::exp_f32, operation for operation (constants from backends/cpu/exp/exp_f32.h).
 KVSTASH_HOST_DEVICE float exp_f32(float x) {
     constexpr float kMinInput = -104.0f;
     constexpr float kMaxInput = 89.0f;

@@ -1,7 +1,7 @@
 // Reading and writing one KV row element on the device, for the three cache types (kvstash::KvType): f16
 // (fp32_to_fp16), f32 (as is) and q8_0 (blocks of 32 values: fp16 d = max|x| / 127, int8 q = round(x / d),
 // read back as d * q, exact in f32). The q8_0 block writer is format/quantize.cpp's quantize_row_q8_0 (ggml's),
-// operation for operation; the readers are kernels/attention_rows.h's. Host-compilable too (tests/gpu's
+// operation for operation; the readers are backends/cpu/attention/attention_rows.h's. Host-compilable too (tests/gpu's
 // DevicePortsOnTheHost tests check them against the CPU on the CPU).
 #pragma once
 

@@ -1,4 +1,4 @@
-// RMSNorm (cuda_ops.cuh), kernels/norm.h's arithmetic on the device, so bitwise the CPU's on every ISA:
+// RMSNorm (cuda_ops.cuh), backends/cpu/norm/norm.h's arithmetic on the device, so bitwise the CPU's on every ISA:
 //   acc[k] = sum over i ≡ k (mod 16), in increasing i, from +0, of double(x[i])²   (thread k, k = 0..15;
 //            the square is exact in double, each addition rounds once: __dadd_rn, never a fused dfma)
 //   s8[k] = acc[k] + acc[k+8]; s4[k] = s8[k] + s8[k+4]; s2[k] = s4[k] + s4[k+2]; sum = s2[0] + s2[1]

@@ -1,4 +1,4 @@
-// RoPE on the device (cuda_ops.cuh). Each pair is rotated as kernels/rope_rotate.h states, the two products
+// RoPE on the device (cuda_ops.cuh). Each pair is rotated as backends/cpu/rope/rope_rotate.h states, the two products
 // rounded before the add or subtract (__fmul_rn, never fused), so the bits are the scalar reference's; one
 // thread per (row, head, pair), which depends on that pair's values and its row's angles only.
 // Not yet run on a GPU.

@@ -1,4 +1,4 @@
-// SwiGLU on the device (cuda_ops.cuh): kernels/activation.h's sequence, one thread per element:
+// SwiGLU on the device (cuda_ops.cuh): backends/cpu/activation/activation.h's sequence, one thread per element:
 //   e = exp_f32(-g); d = 1 + e; s = g / d; out = s * up   (each step rounded on its own: bitwise the CPU's)
 // Not yet run on a GPU.
 #include "backends/cuda/cuda_ops.cuh"

@@ -1,0 +1,17 @@
+// GELU on the process's or a given instruction set (backends/cpu/activation/gelu.h; the reference:
+// reference/gelu_ref.cpp).
+#include "backends/cpu/activation/gelu.h"
+
+namespace kvstash {
+
+void gelu_with(Isa isa, const float* x, float* out, int64_t n) {
+    if (isa == Isa::scalar) {
+        kernels::reference::gelu(x, out, n);
+    } else {
+        kernels::gelu_avx2(x, out, n);  // AVX-512 CPUs run the AVX2 path (gelu.h)
+    }
+}
+
+void gelu(const float* x, float* out, int64_t n) { gelu_with(active_isa(), x, out, n); }
+
+}  // namespace kvstash

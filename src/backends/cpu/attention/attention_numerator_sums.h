@@ -1,0 +1,56 @@
+// The softmax numerators' sums of the grouped-query attention kernels (attention_group_avx2.cpp,
+// attention_group_avx512.cpp), heads whose numerators are rows of AttentionGroupArgs::scores. Plain code with
+// internal linkage, included into each instruction set's file: each keeps its own copy, compiled for its ISA
+// (no weak symbol shared between them: backends/cpu/runtime/scratch.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cpu/attention/attention_group.h"
+
+namespace kvstash::kernels {
+namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per including ISA file
+
+// Keys of head h: the first keys_of(a, h) of the chunk's n_keys (AttentionGroupArgs::head_keys).
+inline int64_t keys_of(const AttentionGroupArgs& a, int64_t h) {
+    return a.head_keys == nullptr ? a.n_keys : a.head_keys[h];
+}
+
+// sum[h] = the numerators of head h (a.scores + h * n_keys) added in key order from 0.0f (the per-row sum), H
+// heads from h0 at once: H independent chains of dependent additions instead of one after the other (a chain
+// waits for each addition's latency, key after key).
+template <int H>
+void numerator_sums(const AttentionGroupArgs& a, int64_t h0) {
+    float sum[H];
+    const float* e[H];
+    int64_t common = a.n_keys;  // keys every one of the H heads has
+    for (int i = 0; i < H; ++i) {
+        sum[i] = 0.0f;
+        e[i] = a.scores + (h0 + i) * a.n_keys;
+        common = std::min(common, keys_of(a, h0 + i));
+    }
+    for (int64_t j = 0; j < common; ++j) {
+        for (int i = 0; i < H; ++i) sum[i] += e[i][j];
+    }
+    for (int i = 0; i < H; ++i) {
+        for (int64_t j = common; j < keys_of(a, h0 + i); ++j) sum[i] += e[i][j];
+        a.sum[h0 + i] = sum[i];
+    }
+}
+
+// Every head's sum, 8, 4 and then the rest at once.
+inline void all_numerator_sums(const AttentionGroupArgs& a) {
+    int64_t s0 = 0;
+    for (; s0 + 8 <= a.n_heads; s0 += 8) numerator_sums<8>(a, s0);
+    for (; s0 + 4 <= a.n_heads; s0 += 4) numerator_sums<4>(a, s0);
+    switch (a.n_heads - s0) {
+        case 3: numerator_sums<3>(a, s0); break;
+        case 2: numerator_sums<2>(a, s0); break;
+        case 1: numerator_sums<1>(a, s0); break;
+        default: break;
+    }
+}
+
+}  // namespace
+}  // namespace kvstash::kernels

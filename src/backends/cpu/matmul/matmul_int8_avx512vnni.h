@@ -1,0 +1,62 @@
+// Shared by the AVX-512 VNNI integer-activation kernels (matmul_int8_avx512vnni.cpp: many tokens;
+// matmul_int8_decode*_avx512vnni.cpp: a few tokens). Include only from files compiled with
+// AVX-512 F/BW/VL/DQ + VNNI + VBMI (named *_avx512vnni.cpp).
+#pragma once
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+#include <cstring>
+
+#include "backends/cpu/matmul/matmul_impl.h"
+#include "backends/cpu/matmul/quantize_act.h"
+
+namespace kvstash::kernels::int8_avx512 {
+
+constexpr int kRows = 16;  // rows per tile = int32 lanes
+
+inline float fp16_at(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+inline int32_t load_i32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline void store128(uint8_t* p, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); }
+inline void store256(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+inline __m128i load128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i load256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// 4 activation bytes broadcast to every dword (a memory broadcast, foldable into vpdpbusd).
+inline __m512i bcast4(const int8_t* p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
+
+// float(256·s_h + s_l) per lane, the sum formed exactly in int64 (K-quant super-block sums may pass 2^31).
+inline __m512 combine_planes_wide(__m512i s_h, __m512i s_l) {
+    const __m512i lo = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(s_h)), 8),
+                                        _mm512_cvtepi32_epi64(_mm512_castsi512_si256(s_l)));
+    const __m512i hi = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(s_h, 1)), 8),
+                                        _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(s_l, 1)));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(lo)), _mm512_cvtepi64_ps(hi), 1);
+}
+
+constexpr int kFewTokensMax = 2;  // token counts up to this take the decode kernels directly
+// Up to this many tokens (continuous batching of a few sequences) take them in chunks of 2: below it the
+// decode kernels re-reading the task's rows per chunk beat the many-token kernel, whose unpacking of
+// every 16-row tile costs about as much for 3 tokens as for 8.
+constexpr int kFewTokensChunkedMax = 8;
+
+// The decode path (matmul_int8_decode*_avx512vnni.cpp): rows [row_begin, row_end),
+// a.n_tokens <= kFewTokensChunkedMax.
+void decode_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
+
+}  // namespace kvstash::kernels::int8_avx512

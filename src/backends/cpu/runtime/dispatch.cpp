@@ -1,0 +1,208 @@
+// CPU feature detection, KVSTASH_ISA, and each instruction set's kernel table (backends/cpu/runtime/dispatch.h).
+#include "backends/cpu/runtime/dispatch.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "backends/cpu/activation/activation.h"
+#include "backends/cpu/attention/attention_group.h"
+#include "backends/cpu/attention/attention_rows.h"
+#include "backends/cpu/exp/exp_f32.h"
+#include "backends/cpu/matmul/matmul_impl.h"
+#include "backends/cpu/matmul/quantize_act.h"
+#include "backends/cpu/norm/norm.h"
+#include "backends/cpu/rope/rope_rotate.h"
+#include "backends/cpu/ssm/ssm.h"
+#include "kvstash/error.h"
+
+namespace kvstash {
+namespace {
+
+// F16C through CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
+CpuFeatures detect_cpu_features() {
+    CpuFeatures f;
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.fma = __builtin_cpu_supports("fma");
+    f.f16c = cpu_has_f16c();
+    f.avx512f = __builtin_cpu_supports("avx512f");
+    f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.avx512vl = __builtin_cpu_supports("avx512vl");
+    f.avx512dq = __builtin_cpu_supports("avx512dq");
+    f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+    f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
+    return f;
+}
+
+bool detect_cpu_supports(Isa isa) {
+    const CpuFeatures& f = cpu_features();
+    switch (isa) {
+        case Isa::scalar: return true;
+        case Isa::avx2: return f.avx2 && f.fma && f.f16c;
+        case Isa::avx512: return detect_cpu_supports(Isa::avx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    }
+    return false;
+}
+
+struct IsaChoice {
+    Isa isa = Isa::scalar;
+    std::string error;  // non-empty: KVSTASH_ISA asked for something unusable
+};
+
+IsaChoice choose_isa() {
+    IsaChoice choice;
+    const char* forced = std::getenv("KVSTASH_ISA");
+    if (forced && *forced) {
+        const std::string name = forced;
+        for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+            if (name != isa_name(isa)) continue;
+            if (!cpu_supports(isa)) {
+                choice.error = "KVSTASH_ISA=" + name + " but this CPU does not support " + name +
+                               "; unset it or choose one of the supported paths";
+            }
+            choice.isa = isa;
+            return choice;
+        }
+        choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2 or avx512";
+        return choice;
+    }
+    choice.isa = cpu_supports(Isa::avx512) ? Isa::avx512 : cpu_supports(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+    return choice;
+}
+
+const IsaChoice& isa_choice() {
+    static const IsaChoice choice = choose_isa();
+    return choice;
+}
+
+kernels::KernelTable scalar_table() {
+    kernels::KernelTable t;
+    t.matmul_rows = kernels::reference::matmul_rows_scalar;
+    t.matmul_int8_rows = kernels::reference::matmul_int8_rows_scalar;
+    t.quantize_activation_row = kernels::reference::quantize_activation_row;
+    t.attention_dot = kernels::reference::attention_dot;
+    t.attention_axpy = kernels::reference::attention_axpy;
+    t.exp_f32_shifted_row = kernels::reference::exp_f32_shifted_row;
+    t.attention_group = nullptr;
+    t.sum_of_squares = kernels::reference::sum_of_squares;
+    t.scale_row = kernels::reference::scale_row;
+    t.rope_rotate = kernels::reference::rope_rotate;
+    t.swiglu = kernels::reference::swiglu;
+    t.ssm_conv = kernels::reference::ssm_conv;
+    t.ssm_scan = kernels::reference::ssm_scan;
+    return t;
+}
+
+kernels::KernelTable avx2_table() {
+    kernels::KernelTable t;
+    t.matmul_rows = kernels::matmul_rows_avx2;
+    // The AVX2 integer kernels (exact, the scalar bits); matmul() uses them where
+    // matmul_uses_integer_activations says (every block-quantized type: K-quants, q8_0, q5_0, q4_0, q4_1).
+    t.matmul_int8_rows = kernels::matmul_int8_rows_avx2;
+    t.quantize_activation_row = kernels::quantize_activation_row_avx2;
+    t.attention_dot = kernels::attention_dot_avx2;
+    t.attention_axpy = kernels::attention_axpy_avx2;
+    t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx2;
+    t.attention_group = kernels::attention_group_avx2;
+    t.sum_of_squares = kernels::sum_of_squares_avx2;
+    t.scale_row = kernels::scale_row_avx2;
+    t.rope_rotate = kernels::rope_rotate_avx2;
+    t.swiglu = kernels::swiglu_avx2;
+    t.ssm_conv = kernels::ssm_conv_avx2;
+    t.ssm_scan = kernels::ssm_scan_avx2;
+    return t;
+}
+
+kernels::KernelTable avx512_table() {
+    // The integer kernels need VNNI and VBMI besides; without them AVX-512 takes the AVX2 integer code (and matmul()
+    // keeps f32 activations: matmul_uses_integer_activations). The AVX-512 quantizer lives with the VNNI kernels
+    // (compiled for them); its bits are the scalar one's.
+    const bool vnni = cpu_supports_avx512_vnni();
+    kernels::KernelTable t;
+    t.matmul_rows = kernels::matmul_rows_avx512;
+    t.matmul_int8_rows = vnni ? kernels::matmul_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
+    t.quantize_activation_row =
+        vnni ? kernels::quantize_activation_row_avx512 : kernels::reference::quantize_activation_row;
+    t.attention_dot = kernels::attention_dot_avx512;
+    t.attention_axpy = kernels::attention_axpy_avx512;
+    t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx512;
+    t.attention_group = kernels::attention_group_avx512;
+    t.sum_of_squares = kernels::sum_of_squares_avx512;
+    t.scale_row = kernels::scale_row_avx512;
+    t.rope_rotate = kernels::rope_rotate_avx512;
+    t.swiglu = kernels::swiglu_avx512;
+    t.ssm_conv = kernels::ssm_conv_avx512;
+    t.ssm_scan = kernels::ssm_scan_avx512;
+    return t;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+    static const CpuFeatures features = detect_cpu_features();
+    return features;
+}
+
+bool cpu_supports(Isa isa) {
+    static const bool has[3] = {detect_cpu_supports(Isa::scalar), detect_cpu_supports(Isa::avx2),
+                                detect_cpu_supports(Isa::avx512)};
+    return has[static_cast<int>(isa)];
+}
+
+bool cpu_supports_avx512_vnni() {
+    static const bool has = cpu_supports(Isa::avx512) && cpu_features().avx512vnni && cpu_features().avx512vbmi;
+    return has;
+}
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::scalar: return "scalar";
+        case Isa::avx2: return "avx2";
+        case Isa::avx512: return "avx512";
+    }
+    return "unknown";
+}
+
+Isa active_isa() {
+    const IsaChoice& choice = isa_choice();
+    if (!choice.error.empty()) throw Error(ErrorCode::invalid_argument, choice.error);
+    return choice.isa;
+}
+
+std::vector<Isa> available_isas() {
+    std::vector<Isa> isas;
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+        if (cpu_supports(isa)) isas.push_back(isa);
+    }
+    return isas;
+}
+
+bool matmul_uses_integer_activations(Isa isa, TensorType type) {
+    if (isa == Isa::avx2) return kernels::uses_integer_activations_avx2(type);
+    return isa == Isa::avx512 && cpu_supports_avx512_vnni() && kernels::uses_integer_activations(type);
+}
+
+const kernels::KernelTable& kernels::kernel_table(Isa isa) {
+    // Each table built on first use only (taking the addresses of a path's functions runs none of them).
+    switch (isa) {
+        case Isa::avx512: {
+            static const KernelTable table = avx512_table();
+            return table;
+        }
+        case Isa::avx2: {
+            static const KernelTable table = avx2_table();
+            return table;
+        }
+        case Isa::scalar: break;
+    }
+    static const KernelTable table = scalar_table();
+    return table;
+}
+
+}  // namespace kvstash

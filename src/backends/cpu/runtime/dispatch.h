@@ -1,0 +1,93 @@
+// Runtime choice of the instruction set, for every kernel: the CPU's features (read once per process),
+// KVSTASH_ISA, and the table of each ISA's kernel functions. No other file reads CPUID.
+//
+// The best path the CPU supports is chosen once per process. The environment variable
+// KVSTASH_ISA=scalar|avx2|avx512 forces one (tests, benchmarks); forcing an ISA this CPU or build lacks,
+// or an unknown name, makes active_isa() and matmul() throw Error(invalid_argument).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/rope/rope_params.h"
+#include "format/tensor_type.h"
+
+namespace kvstash {
+
+enum class Isa { scalar, avx2, avx512 };
+
+// The instruction-set extensions kvstash uses, as this CPU reports them. Read once: CPUID is slow in a
+// virtual machine (a VM exit, microseconds) and matmul checks the ISA on every call (a decode step
+// makes hundreds).
+struct CpuFeatures {
+    bool avx2 = false, fma = false, f16c = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+    bool avx512vnni = false, avx512vbmi = false;  // the integer-activation kernels (*_avx512vnni.cpp)
+};
+const CpuFeatures& cpu_features();
+
+// Whether this CPU runs `isa`'s kernels: avx2 = AVX2 + FMA + F16C (*_avx2.cpp); avx512 = those and
+// AVX-512 F/BW/VL/DQ (*_avx512.cpp).
+bool cpu_supports(Isa isa);
+// Whether it also runs the AVX-512 integer-activation kernels: avx512 and VNNI (vpdpbusd, vpdpwssd) and
+// VBMI (vpermb).
+bool cpu_supports_avx512_vnni();
+
+Isa active_isa();
+// Every path this CPU can run, scalar first.
+std::vector<Isa> available_isas();
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
+
+// Whether matmul_with(isa, type, ...) (backends/cpu/matmul/matmul.h) multiplies integer activations: the K-quants and
+// q8_0 on the AVX-512 path when the CPU has VNNI and VBMI, the K-quants, q8_0 and q5_0 on the AVX2 path
+// (where the integer kernels are faster: backends/cpu/matmul/quantize_act.h); f32 activations otherwise. (The scalar
+// integer code, and the AVX2 one for q4_0 / q4_1, is exact but slower than the f32 path, so they keep f32;
+// q5_0 is computed only by the scalar and AVX2 integer kernels, and repacked to q8_0 at load elsewhere.)
+bool matmul_uses_integer_activations(Isa isa, TensorType type);
+
+struct SsmConvArgs;  // backends/cpu/ssm/ssm.h
+struct SsmScanArgs;
+
+namespace kernels {
+
+struct MatmulArgs;          // backends/cpu/matmul/matmul_impl.h
+struct AttentionGroupArgs;  // backends/cpu/attention/attention_group.h
+
+// Rows [row_begin, row_end) of a matmul (backends/cpu/matmul/matmul_impl.h).
+using MatmulRowsFn = void (*)(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// One activation row quantized to two int8 planes (backends/cpu/matmul/quantize_act.h).
+using QuantizeRowFn = void (*)(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                               int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+// Rotates pairs [begin, half) of the head at v, half = n_rot / 2 (backends/cpu/rope/rope_rotate.h).
+using RopeRotateFn = void (*)(RopeLayout layout, float* v, int64_t half, int64_t begin, const float* cos_v,
+                              const float* sin_v);
+
+// The kernel functions of one instruction set. Each family's header says which bits they give: the same
+// as the scalar reference's on every ISA, except the f32 matmul and the attention dot products, whose
+// reduction order is the ISA's (one fixed order each).
+struct KernelTable {
+    MatmulRowsFn matmul_rows = nullptr;       // f32 activations (matmul_impl.h)
+    MatmulRowsFn matmul_int8_rows = nullptr;  // integer activations (reference/matmul_int8_ref.cpp)
+    QuantizeRowFn quantize_activation_row = nullptr;
+    // attention_rows.h
+    float (*attention_dot)(const float* q, const uint8_t* k_row, int64_t n, TensorType type) = nullptr;
+    void (*attention_axpy)(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type) = nullptr;
+    void (*exp_f32_shifted_row)(const float* in, float* out, int64_t n, float shift) = nullptr;  // exp_f32.h
+    // attention_group.h: every head of a GQA group at once; nullptr where the ISA has none.
+    void (*attention_group)(const AttentionGroupArgs& args) = nullptr;
+    double (*sum_of_squares)(const float* x, int64_t n) = nullptr;  // norm.h
+    void (*scale_row)(const float* x, const float* weight, float scale, float* out, int64_t n) = nullptr;
+    RopeRotateFn rope_rotate = nullptr;
+    void (*swiglu)(const float* gate, const float* up, float* out, int64_t n) = nullptr;  // activation.h
+    // ssm.h: channels [begin, end) of a conv call, heads [begin, end) of a scan call.
+    void (*ssm_conv)(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end) = nullptr;
+    void (*ssm_scan)(const SsmScanArgs& args, int64_t head_begin, int64_t head_end) = nullptr;
+};
+
+// The table of `isa`, which must be one of available_isas() (not checked: the per-row kernels ask for it
+// on every row; matmul checks it once per call).
+const KernelTable& kernel_table(Isa isa);
+
+}  // namespace kernels
+
+}  // namespace kvstash
