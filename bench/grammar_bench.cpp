@@ -1,5 +1,5 @@
 // kvstash_grammar_bench: what constrained output costs per generated token (issue 18 item 1). Markdown
-// on stdout; see docs/benchmarks.md, "Constrained output".
+// on stdout; see docs/benchmarks-history.md, "Constrained output".
 //
 //   kvstash_grammar_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --rounds 5 --tokens 96
 //
