@@ -40,7 +40,7 @@ BlockFileIdentity file_identity(const ModelFingerprint& fingerprint, KvType type
     BlockFileIdentity id;
     id.model = fingerprint;
     id.kv_type = kv_block_code(type);
-    id.isa = static_cast<uint32_t>(active_isa());
+    id.numerics_path = static_cast<uint32_t>(current_numerics().path);
     id.n_layer = static_cast<uint32_t>(shape.n_layer());
     id.row_bytes = shape.row_bytes();
     return id;
@@ -69,8 +69,8 @@ struct PrefixCache::Impl {
         : model(m),
           options(o),
           fingerprint(combined_fingerprint(m, o.adapters.get())),
-          f16(fingerprint, KvType::f16, active_isa()),
-          f32(fingerprint, KvType::f32, active_isa()),
+          f16(fingerprint, KvType::f16, current_numerics()),
+          f32(fingerprint, KvType::f32, current_numerics()),
           shape_f16(block_shape(m, KvType::f16)),
           shape_f32(block_shape(m, KvType::f32)),
           id_f16(file_identity(fingerprint, KvType::f16, shape_f16)),
@@ -78,7 +78,7 @@ struct PrefixCache::Impl {
           recurrent_shape(ModelAccess::impl(m).config.recurrent_shape()),
           cid_f16{id_f16, recurrent_shape},
           cid_f32{id_f32, recurrent_shape},
-          q8(fingerprint, KvType::q8_0, active_isa()),
+          q8(fingerprint, KvType::q8_0, current_numerics()),
           shape_q8(block_shape(m, q8_0_or_f16(m))),
           id_q8(file_identity(fingerprint, KvType::q8_0, shape_q8)),
           cid_q8{id_q8, recurrent_shape} {

@@ -4,7 +4,7 @@
 // Key "kvstash:blk:v1:<32 hex digits>" (the block's content key, prefix_cache_key.h; v1 = the block file
 // format version), value = the bytes of the block's file (prefix_cache_disk_file.h), so a value is
 // verified exactly as a file is: header fields (key, parent, tokens, model + adapters fingerprint, KV
-// type, ISA, shape), size and payload checksum. A refused value is deleted (best effort) and counted.
+// type, numerics path, shape), size and payload checksum. A refused value is deleted (best effort) and counted.
 //
 // Reads are synchronous (each bounded by the client's io timeout, and skipped at once while it backs
 // off); writes go through a queue to one background thread, which skips blocks Redis already holds

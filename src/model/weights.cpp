@@ -4,7 +4,7 @@
 #include <string>
 
 #include "format/gguf.h"
-#include "kernels/dispatch.h"
+#include "kernels/numerics.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -182,7 +182,7 @@ void repack_q5_0_block(const uint8_t* src, uint8_t* dst) {
 // and the first matmul reports it.
 bool q5_0_computed() {
     try {
-        return matmul_uses_integer_activations(active_isa(), kTensorTypeQ5_0);
+        return matmul_reads_q5_0(current_numerics().path);
     } catch (const Error&) {
         return false;
     }
