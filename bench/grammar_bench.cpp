@@ -30,6 +30,7 @@
 
 #include "bench_common.h"
 #include "engine/constrained_sample.h"
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 #include "kvstash/chat.h"
 #include "kvstash/evaluator.h"
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
             for (int way = 0; way < 3; ++way) {
                 if (way == 1) clear_grammar_mask_cache();
                 GrammarConstraint replay(c.grammar, vocabulary);
-                grammar::GrammarMatcher plain(c.grammar->parsed(), vocabulary->trie());
+                grammar::GrammarMatcher plain(GrammarAccess::parsed(*c.grammar), GrammarAccess::trie(*vocabulary));
                 plain.set_mask_reuse(false);
                 const auto start = bench::Clock::now();
                 const double cpu_start = bench::thread_cpu_seconds();

@@ -17,6 +17,7 @@
 #include "kernels/rope_rotate.h"
 #include "kernels/ssm.h"
 #include "kvstash/error.h"
+#include "kvstash/instruction_sets.h"
 
 namespace kvstash {
 namespace {
@@ -219,6 +220,13 @@ const kernels::KernelTable& kernels::kernel_table(Isa isa) {
     }
     static const KernelTable table = scalar_table();
     return table;
+}
+
+InstructionSets instruction_sets() {
+    InstructionSets sets;
+    sets.active = isa_name(active_isa());
+    for (Isa isa : available_isas()) sets.available.emplace_back(isa_name(isa));
+    return sets;
 }
 
 }  // namespace kvstash

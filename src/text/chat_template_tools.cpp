@@ -19,6 +19,7 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
+#include "text/chat_template_impl.h"
 #include "text/python_json.h"
 #include "text/python_strip.h"
 
@@ -57,38 +58,11 @@ void append_llama3_header(std::string& out, std::string_view role) {
     out.append("<|start_header_id|>").append(role).append("<|end_header_id|>\n\n");
 }
 
-}  // namespace
-
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                 AddGenerationPrompt add_generation_prompt) const {
-    if (messages.empty()) {
-        throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
-    }
-    bool tool_messages = false;
-    for (const ChatMessage& message : messages) tool_messages |= message.role == "tool" || !message.tool_calls.empty();
-    if (tools.empty() && !tool_messages) return render(messages, add_generation_prompt);  // the plain template
-    if (tool_call_format_ == ToolCallFormat::none) {
-        const std::string why = "the chat template '" + name_ +
-                                "' defines no tools (tool calling needs Qwen 2.5's or Llama 3.1/3.2's template)";
-        if (!tools.empty()) throw Error(ErrorCode::unsupported, why);
-        for (size_t i = 0; i < messages.size(); ++i) {
-            if (messages[i].role == "tool" || !messages[i].tool_calls.empty()) {
-                throw Error(ErrorCode::invalid_argument,
-                            "message " + std::to_string(i) + " has the role \"" + messages[i].role + "\"" +
-                                (messages[i].tool_calls.empty() ? "" : " with tool_calls") + "; " + why);
-            }
-        }
-    }
-    check_roles(messages);
-    return tool_call_format_ == ToolCallFormat::qwen ? render_qwen_tools(messages, tools, add_generation_prompt)
-                                                     : render_llama3_tools(messages, tools, add_generation_prompt);
-}
-
-std::string ChatTemplate::render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                            AddGenerationPrompt add_generation_prompt) const {
+std::string render_qwen_tools(const ChatTemplate::Impl& t, std::span<const ChatMessage> messages,
+                              std::span<const std::string> tools, AddGenerationPrompt add_generation_prompt) {
     std::string out = "<|im_start|>system\n";
     const bool leading_system = messages.front().role == "system";
-    out += leading_system ? messages.front().content : default_system_;
+    out += leading_system ? messages.front().content : t.default_system;
     if (!tools.empty()) {
         out +=
             "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
@@ -122,8 +96,8 @@ std::string ChatTemplate::render_qwen_tools(std::span<const ChatMessage> message
     return out;
 }
 
-std::string ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                              AddGenerationPrompt add_generation_prompt) const {
+std::string render_llama3_tools(const ChatTemplate::Impl& t, std::span<const ChatMessage> messages,
+                                std::span<const std::string> tools, AddGenerationPrompt add_generation_prompt) {
     std::string out = "<|begin_of_text|>";
     std::string_view system;
     if (messages.front().role == "system") {
@@ -132,7 +106,7 @@ std::string ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messa
     }
     append_llama3_header(out, "system");
     if (!tools.empty()) out += "Environment: ipython\n";
-    out.append("Cutting Knowledge Date: December 2023\nToday Date: ").append(date_string_).append("\n\n");
+    out.append("Cutting Knowledge Date: December 2023\nToday Date: ").append(t.date_string).append("\n\n");
     out.append(system).append("<|eot_id|>");
     if (!tools.empty()) {
         if (messages.empty()) {
@@ -167,6 +141,34 @@ std::string ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messa
     }
     if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");
     return out;
+}
+
+}  // namespace
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                 AddGenerationPrompt add_generation_prompt) const {
+    if (messages.empty()) {
+        throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
+    }
+    bool tool_messages = false;
+    for (const ChatMessage& message : messages) tool_messages |= message.role == "tool" || !message.tool_calls.empty();
+    if (tools.empty() && !tool_messages) return render(messages, add_generation_prompt);  // the plain template
+    if (impl_->tool_call_format == ToolCallFormat::none) {
+        const std::string why = "the chat template '" + impl_->name +
+                                "' defines no tools (tool calling needs Qwen 2.5's or Llama 3.1/3.2's template)";
+        if (!tools.empty()) throw Error(ErrorCode::unsupported, why);
+        for (size_t i = 0; i < messages.size(); ++i) {
+            if (messages[i].role == "tool" || !messages[i].tool_calls.empty()) {
+                throw Error(ErrorCode::invalid_argument,
+                            "message " + std::to_string(i) + " has the role \"" + messages[i].role + "\"" +
+                                (messages[i].tool_calls.empty() ? "" : " with tool_calls") + "; " + why);
+            }
+        }
+    }
+    check_roles(messages);
+    return impl_->tool_call_format == ToolCallFormat::qwen
+               ? render_qwen_tools(*impl_, messages, tools, add_generation_prompt)
+               : render_llama3_tools(*impl_, messages, tools, add_generation_prompt);
 }
 
 }  // namespace kvstash
