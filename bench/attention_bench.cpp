@@ -17,7 +17,7 @@
 //            GFLOP/s (4 flops per head, key and dimension) per wall and per CPU second, and per CPU second of the
 //            least disturbed repeat (on a shared machine); --prefill-only skips the decode measurements.
 // Together with kvstash_bench's decode time per token this splits decode into attention and the rest
-// (matmuls, norms, rope, sampling); see docs/benchmarks.md, "Long contexts".
+// (matmuls, norms, rope, sampling); see docs/benchmarks-history.md, "Long contexts".
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

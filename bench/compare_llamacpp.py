@@ -4,8 +4,8 @@
 For each model, `--rounds` rounds; each round runs, one after the other,
   * kvstash:   build-speed/bench/kvstash_bench -m MODEL -t T -p P -n N -r R   (a fresh process), and
   * llama.cpp: this script in worker mode (a fresh process) through llama-cpp-python's low-level API,
-so that load on this shared machine hits both sides alike. Both sides do the same work per repeat: a
-fresh sequence, a P-token random prompt in one batch (llama.cpp: n_batch = n_ubatch = 512, logits of the
+so that load from other processes on a shared machine hits both sides alike. Both sides do the same work per
+repeat: a fresh sequence, a P-token random prompt in one batch (llama.cpp: n_batch = n_ubatch = 512, logits of the
 last token only), then N single-token decode steps feeding back the argmax, f16 KV cache (recurrent
 layers: f32 state, no copies of it kept on either side), one warm-up repeat first. The medians over all
 repeats of all rounds, and the ratios kvstash / llama.cpp (> 1 means kvstash is faster; for time to first
@@ -14,7 +14,7 @@ token and CPU ms per token < 1 is better), are printed as JSON.
 Run with the venv that has llama-cpp-python (built from source, GGML_NATIVE=ON):
   /work/venv-bench/bin/python bench/compare_llamacpp.py -t 2 \
       -m models/SmolLM2-135M-Instruct.Q4_1.gguf -m models/bench-llama-2048x16-q4_k.gguf
-On a virtual machine whose CPU reports AMX but does not run it (seen on a KVM Xeon: llama.cpp's AMX tiles die
+On a virtual machine whose CPU reports AMX but does not run it (a virtualised Xeon can be one: llama.cpp's AMX tiles die
 with SIGILL on the first prompt of 512 tokens, even after the process is granted the tile state), build it with
 the instruction sets named instead of native:
   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON

@@ -1,5 +1,5 @@
 // kvstash_grammar_bench: what constrained output costs per generated token (issue 18 item 1). Markdown
-// on stdout; see docs/benchmarks.md, "Constrained output".
+// on stdout; see docs/benchmarks-history.md, "Constrained output".
 //
 //   kvstash_grammar_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --rounds 5 --tokens 96
 //
@@ -30,6 +30,7 @@
 
 #include "bench_common.h"
 #include "engine/constrained_sample.h"
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 #include "kvstash/chat.h"
 #include "kvstash/evaluator.h"
@@ -196,7 +197,7 @@ int main(int argc, char** argv) {
             for (int way = 0; way < 3; ++way) {
                 if (way == 1) clear_grammar_mask_cache();
                 GrammarConstraint replay(c.grammar, vocabulary);
-                grammar::GrammarMatcher plain(c.grammar->parsed(), vocabulary->trie());
+                grammar::GrammarMatcher plain(GrammarAccess::parsed(*c.grammar), GrammarAccess::trie(*vocabulary));
                 plain.set_mask_reuse(false);
                 const auto start = bench::Clock::now();
                 const double cpu_start = bench::thread_cpu_seconds();

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """llama.cpp's accuracy with a q8_0 KV cache, for comparison with `kvstash perplexity --kv-type q8_0 --kl-vs-f16`
-(docs/benchmarks.md, "q8_0 KV cache").
+(docs/benchmarks-history.md, "q8_0 KV cache").
 
 For each model: the text tokenized as kvstash does (BOS first), cut into chunks of --ctx tokens, each chunk
 evaluated from an empty cache with llama.cpp's f16 KV cache and with its q8_0 one (type_k = type_v =

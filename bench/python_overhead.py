@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python package's overhead, side by side (docs/benchmarks.md, "Python package"):
+"""The Python package's overhead, side by side (docs/benchmarks-history.md, "Python package"):
 
   1. generate: per-token decode time of kvstash.Model.generate (wall time around the Python call) vs
      the CLI (`kvstash generate --timings`: the generation loop's time) on the same prompt, greedy,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time to first token on a second replica: a ~4,000-token shared prefix from the Redis tier vs the disk
-tier vs computing it (docs/benchmarks.md, "Replicas sharing prefixes through Redis (issue 17)").
+tier vs computing it (docs/benchmarks-history.md, "Replicas sharing prefixes through Redis (issue 17)").
 
 Starts a redis-server (loopback, free port, no persistence) and four `kvstash serve` processes:
   A        --cache-redis R --cache-dir D   computes each prompt once and writes both tiers

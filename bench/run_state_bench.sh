@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Saved states (issue 4), end to end: builds kvstash_state_bench if needed, runs it and llama.cpp
 # (bench/state_llamacpp.py, through llama-cpp-python) alternately for ROUNDS rounds on the same token
-# ids, and prints the tables of docs/benchmarks.md ("Saved states"). JSON of every round and the
+# ids, and prints the tables of docs/benchmarks-history.md ("Saved states"). JSON of every round and the
 # table are kept in $BUILD/state-bench/.
 #
 #   bench/run_state_bench.sh                 # defaults below

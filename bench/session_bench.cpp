@@ -220,7 +220,7 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"kvstash_session_bench: chat sessions vs no reuse (docs/benchmarks.md, \"Chat sessions\")"};
+    CLI::App app{"kvstash_session_bench: chat sessions vs no reuse (docs/benchmarks-history.md, \"Chat sessions\")"};
     std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf",
                 text_path = "tests/fixtures/text/persuasion_ch1-2.txt", mode;
     int threads = 2, system_tokens = 6000, max_tokens = 32;

@@ -291,7 +291,7 @@ def throughput_size(L, ctx, mem, ids, n, args, decode, load):
 # ---------------------------------------------------------------- report
 
 def report_throughput(ks, ls):
-    """The load table of docs/benchmarks.md from --throughput-only runs (medians over all runs)."""
+    """The load table of docs/benchmarks-history.md from --throughput-only runs (medians over all runs)."""
     sizes = sorted({s["prefix_tokens"] for d in ks for s in d["sizes"]})
     print("State file load, f16 KV (GB/s = file bytes / time, 1e9; medians over all runs)\n")
     print("| N | file bytes | kvstash load | GB/s | fresh process | GB/s | `cat > /dev/null` | GB/s | read(2) loop "

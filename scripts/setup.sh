@@ -18,7 +18,7 @@ done
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-# 1. System packages (Debian bookworm). See docs/architecture.md for why each is there.
+# 1. System packages (Debian bookworm). See docs/architecture/layers.md for why each is there.
 PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip python3-venv unzip curl
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libssl-dev libutf8proc-dev libedit-dev clang-format
@@ -34,7 +34,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   # libssl-dev: libcrypto's SHA-256 / SHA-1 verify models fetched from a hub (src/hub/); Debian's cpp-httplib is
   # built with OpenSSL (https), so the library is loaded anyway.
   # chromium + chromium-driver: the headless browser of the web page's test (tests/e2e/webui/, with selenium below).
-  # nginx-light is the documented front proxy (docs/architecture.md, "Connections and limits"); the reliability
+  # nginx-light is the documented front proxy (docs/architecture/server.md, "Connections and limits"); the reliability
   # probes start their own on loopback. A policy-rc.d refusing service starts keeps apt from starting Debian's
   # nginx service (on port 80) during this install; it is removed right after. The same keeps Debian's
   # redis-server service (port 6379) from starting: the Redis tier's tests start their own redis-server on a

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,7 +86,7 @@ public:
     static ChatTemplate named(std::string_view name);
     static std::vector<std::string> names();
 
-    const std::string& name() const { return name_; }
+    const std::string& name() const;
     // Throws Error(invalid_argument) for an unknown role or an empty conversation (transformers refuses
     // that too). llama3 trims each message's content (Python str.strip()), as its template does.
     std::string render(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const;
@@ -101,8 +102,8 @@ public:
     // The same text (with or without tools), with the ranges the messages' text fills.
     ChatPrompt render_prompt(std::span<const ChatMessage> messages, std::span<const std::string> tools,
                              AddGenerationPrompt add_generation_prompt) const;
-    ToolCallFormat tool_call_format() const { return tool_call_format_; }
-    void set_tool_call_format(ToolCallFormat format) { tool_call_format_ = format; }
+    ToolCallFormat tool_call_format() const;
+    void set_tool_call_format(ToolCallFormat format);
     // The same for a braced list, as in the example above (a std::span cannot be built from one in C++20).
     std::string render(std::initializer_list<ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const {
         return render(std::span<const ChatMessage>(messages.begin(), messages.size()), add_generation_prompt);
@@ -117,31 +118,23 @@ public:
     // date Llama 3.1's template writes. Llama 3.2's template (and transformers rendering it) writes the
     // day it runs (strftime_now("%d %b %Y"), e.g. "05 Mar 2025"); kvstash keeps the fixed date unless told
     // otherwise, so that a prompt, and the state saved for it, stays the same from one day to the next.
-    void set_date_string(std::string date_string) { date_string_ = std::move(date_string); }
+    void set_date_string(std::string date_string);
 
     // chatml only: a system turn with this text is inserted when the first message is not a system message,
     // as SmolLM2's and Qwen2.5's templates do; for_model() sets it from the model's template.
-    void set_default_system_prompt(std::string system_prompt) {
-        has_default_system_ = true;
-        default_system_ = std::move(system_prompt);
-    }
+    void set_default_system_prompt(std::string system_prompt);
+
+    ChatTemplate(const ChatTemplate& other);
+    ChatTemplate& operator=(const ChatTemplate& other);
+    ChatTemplate(ChatTemplate&&) noexcept;
+    ChatTemplate& operator=(ChatTemplate&&) noexcept;
+    ~ChatTemplate();
+
+    struct Impl;  // which template and its settings (src/text/chat_template_impl.h)
 
 private:
-    enum class Kind { chatml, llama3, llama3_0, gemma };
-    ChatPrompt render_plain(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt) const;
-    static ChatPrompt render_gemma(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt);
-    ChatPrompt render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                 AddGenerationPrompt add_generation_prompt) const;
-    ChatPrompt render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                   AddGenerationPrompt add_generation_prompt) const;
-
-    std::string name_;
-    Kind kind_ = Kind::chatml;
-    // chatml: see set_default_system_prompt
-    bool has_default_system_ = false;
-    std::string default_system_;
-    std::string date_string_ = "26 Jul 2024";  // llama3
-    ToolCallFormat tool_call_format_ = ToolCallFormat::none;
+    ChatTemplate();
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kvstash

@@ -26,11 +26,6 @@
 namespace kvstash {
 
 class Tokenizer;
-namespace grammar {
-struct ParsedGrammar;
-class TokenTrie;
-class GrammarMatcher;
-}  // namespace grammar
 
 // A tool a model may call: its name and its parameters' JSON Schema as JSON text (a tool that takes no
 // parameters: {"type": "object", "properties": {}}, which allows only {}).
@@ -55,6 +50,9 @@ GrammarTrigger tool_call_trigger(ToolCallFormat format);
 // nothing, must not count against max_tokens).
 enum class GrammarEnd { nothing_may_follow, only_whitespace_may_follow };
 
+// How many calls a tool-call grammar allows (OpenAI's parallel_tool_calls: one_or_more).
+enum class ToolCallCount { one, one_or_more };
+
 // A parsed grammar: immutable, shared by every generation that uses it.
 class Grammar {
 public:
@@ -68,22 +66,20 @@ public:
     // Any JSON object (OpenAI's response_format {"type": "json_object"}).
     static std::shared_ptr<const Grammar> json_object();
     // The text of tool calls in `format` (not none) to one of `tools`, arguments valid under the tool's
-    // parameters schema; one call, or one or more with `parallel`. Throws as from_json_schema, naming
-    // the tool (docs/constrained-output.md, "Tool calling").
+    // parameters schema; `count` calls. Throws as from_json_schema, naming the tool
+    // (docs/constrained-output.md, "Tool calling").
     static std::shared_ptr<const Grammar> for_tool_calls(ToolCallFormat format, std::span<const ToolSchema> tools,
-                                                         bool parallel);
+                                                         ToolCallCount count);
 
-    const std::string& gbnf() const { return gbnf_; }  // the GBNF text (converted, for a schema)
-    const std::shared_ptr<const grammar::ParsedGrammar>& parsed() const { return parsed_; }
-    GrammarEnd end() const { return end_; }
-
-    Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed,
-            GrammarEnd end = GrammarEnd::nothing_may_follow);
+    const std::string& gbnf() const;  // the GBNF text (converted, for a schema)
+    GrammarEnd end() const;
+    ~Grammar();
 
 private:
-    std::string gbnf_;
-    std::shared_ptr<const grammar::ParsedGrammar> parsed_;
-    GrammarEnd end_ = GrammarEnd::nothing_may_follow;
+    struct Impl;                  // the parsed rules
+    friend struct GrammarAccess;  // the library's own access to Impl (src/grammar/grammar_access.h)
+    explicit Grammar(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
 };
 
 // A tokenizer's vocabulary indexed for grammar matching (a byte trie of the token pieces): build once
@@ -91,11 +87,13 @@ private:
 class GrammarVocabulary {
 public:
     static std::shared_ptr<const GrammarVocabulary> build(const Tokenizer& tokenizer);
-    explicit GrammarVocabulary(std::shared_ptr<const grammar::TokenTrie> trie);
-    const std::shared_ptr<const grammar::TokenTrie>& trie() const { return trie_; }
+    ~GrammarVocabulary();
 
 private:
-    std::shared_ptr<const grammar::TokenTrie> trie_;
+    struct Impl;                  // the byte trie
+    friend struct GrammarAccess;  // src/grammar/grammar_access.h
+    explicit GrammarVocabulary(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
 };
 
 // One generation's position in a grammar. Not thread-safe; one per sequence (fork a choice: a new one).
@@ -128,18 +126,11 @@ public:
     // Complete, and nothing may follow (only an end-of-generation token), or, for a grammar whose end()
     // is only_whitespace_may_follow, only whitespace: the generation ends here.
     bool must_end() const;
-    bool active() const { return active_; }  // false: a lazy constraint before its trigger (or given up)
+    bool active() const;  // false: a lazy constraint before its trigger (or given up)
 
 private:
-    void watch_for_trigger(int32_t token);
-
-    std::unique_ptr<grammar::GrammarMatcher> matcher_;
-    GrammarEnd end_ = GrammarEnd::nothing_may_follow;
-    std::shared_ptr<const GrammarVocabulary> vocabulary_;
-    GrammarTrigger trigger_;
-    bool active_ = true;
-    bool given_up_ = false;
-    std::string pending_;  // lazy: the text so far (at_start), or its last trigger.size() - 1 bytes
+    struct Impl;  // the matcher and the lazy trigger's watch (src/grammar/grammar.cpp)
+    std::unique_ptr<Impl> impl_;
 };
 
 // The process-wide cache of token masks shared by the generations that use the same grammar on the same

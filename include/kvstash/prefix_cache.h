@@ -8,8 +8,8 @@
 //   cache.release(hit.state);                                      // offer its blocks to later requests
 //
 // What is cached: full 32-token KV blocks, each under a content key (XXH3-128 chained over the model's
-// fingerprint, the KV type, the matmul ISA and every token up to the block's end), so a key names a whole prefix. A
-// lookup takes the longest run of cached full blocks, then the longest partial match inside the next
+// fingerprint, the KV type, the numerics (kernel path and epoch) and every token up to the block's end), so a key names
+// a whole prefix. A lookup takes the longest run of cached full blocks, then the longest partial match inside the next
 // block (a cached block whose first k tokens are the request's next k: it is shared and the State is cut
 // to k tokens; copy-on-write copies it before the caller's first write).
 //
@@ -22,7 +22,7 @@
 // content-addressed file "<key hex>.kvb" under disk_dir (write-through, atomic: temp file + rename), so
 // another process (or this one, after the block left RAM) finds it by key. acquire() continues the run of
 // full blocks found in RAM with blocks read back from disk, which then join the RAM tier as if released.
-// Each file's header repeats the model fingerprint, KV type, ISA, shape, parent key and tokens, and a
+// Each file's header repeats the model fingerprint, KV type, numerics path, shape, parent key and tokens, and a
 // checksum covers the payload: a file of another model, a corrupt or a truncated one is refused
 // (stats().disk_rejected) and deleted, never used. A match can end inside a block read from disk too:
 // each written block is also listed under its parent ("<key hex>.kvn", a hint, verified the same way).

@@ -31,6 +31,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <utility>
@@ -77,12 +78,16 @@ public:
     SamplerState state() const;
     const SamplerParams& params() const;
 
+    // A copy continues the same random sequence independently.
+    Sampler(const Sampler& other);
+    Sampler& operator=(const Sampler& other);
+    Sampler(Sampler&&) noexcept;
+    Sampler& operator=(Sampler&&) noexcept;
+    ~Sampler();
+
 private:
-    SamplerState state_;
-    std::vector<float> scratch_logits_;  // (n_vocab) logits after bias and penalties
-    std::vector<int32_t> scratch_ids_;   // the penalty window, then the candidate ids in sampling order
-    std::vector<double> scratch_probs_;  // probabilities of scratch_ids_, same order
-    std::vector<int32_t> scratch_heap_;  // sample_allowed: the next batch of candidates
+    struct Impl;  // the SamplerState and the scratch buffers (src/engine/sampler.cpp)
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kvstash

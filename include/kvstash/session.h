@@ -99,30 +99,21 @@ public:
     // session or one saved with another chat template, Error(bad_format) for a malformed session section.
     void load(const std::string& path);
 
-    const std::vector<ChatMessage>& messages() const { return messages_; }
-    const State& state() const { return state_; }
-    const ChatTemplate& chat_template() const { return template_; }
+    const std::vector<ChatMessage>& messages() const;
+    const State& state() const;
+    const ChatTemplate& chat_template() const;
     // Tokens of the system block (every rendering of this conversation starts with them).
-    int64_t system_tokens() const { return static_cast<int64_t>(system_tokens_.size()); }
+    int64_t system_tokens() const;
     // Per user + assistant exchange, the State position where its tokens begin (undo() cuts back to it).
-    const std::vector<int64_t>& turn_starts() const { return turn_starts_; }
-    const SessionTurnStats& last_turn() const { return last_turn_; }
-    int64_t last_computed() const { return last_turn_.computed; }
-    int64_t last_reused() const { return last_turn_.reused; }
+    const std::vector<int64_t>& turn_starts() const;
+    const SessionTurnStats& last_turn() const;
+    int64_t last_computed() const { return last_turn().computed; }
+    int64_t last_reused() const { return last_turn().reused; }
 
 private:
-    // A session read back from a file (open()).
-    Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, State state,
-            std::vector<ChatMessage> messages, std::vector<int64_t> turn_starts, std::vector<int32_t> system_tokens);
-
-    Evaluator& evaluator_;
-    ChatTemplate template_;
-    SessionOptions options_;
-    std::vector<ChatMessage> messages_;
-    State state_;
-    std::vector<int32_t> system_tokens_;
-    std::vector<int64_t> turn_starts_;
-    SessionTurnStats last_turn_;
+    struct Impl;  // the conversation: evaluator, template, messages, State, turn boundaries (session.cpp)
+    explicit Session(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kvstash

@@ -1,4 +1,4 @@
-#include "engine/log_softmax.h"
+#include "kvstash/log_softmax.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // PrefixCache: key the request outside the lock, look up / insert / evict under it, build the State.
-// The disk tier's file I/O also runs outside the lock (the tier has its own).
+// The tiers' I/O (disk, Redis: prefix_tier.h) also runs outside the lock (each tier has its own).
 #include "kvstash/prefix_cache.h"
 
 #include <algorithm>
@@ -40,10 +40,23 @@ BlockFileIdentity file_identity(const ModelFingerprint& fingerprint, KvType type
     BlockFileIdentity id;
     id.model = fingerprint;
     id.kv_type = kv_block_code(type);
-    id.isa = static_cast<uint32_t>(active_isa());
+    id.numerics_path = static_cast<uint32_t>(current_numerics().path);
     id.n_layer = static_cast<uint32_t>(shape.n_layer());
     id.row_bytes = shape.row_bytes();
     return id;
+}
+
+// The tiers below RAM that `options` ask for, nearest first.
+std::vector<std::unique_ptr<PrefixTier>> make_tiers(const PrefixCacheOptions& options) {
+    std::vector<std::unique_ptr<PrefixTier>> tiers;
+    if (!options.disk_dir.empty())
+        tiers.push_back(std::make_unique<PrefixDiskTier>(options.disk_dir, options.disk_budget_bytes));
+    if (!options.redis_url.empty()) {
+        tiers.push_back(std::make_unique<PrefixRedisTier>(
+            options.redis_url, RedisTimeouts{options.redis_connect_timeout_ms, options.redis_io_timeout_ms},
+            options.redis_queue_bytes));
+    }
+    return tiers;
 }
 
 // Where the checkpoint after the first `pos` of `tokens` hangs: the key of the full block before it (or
@@ -69,8 +82,8 @@ struct PrefixCache::Impl {
         : model(m),
           options(o),
           fingerprint(combined_fingerprint(m, o.adapters.get())),
-          f16(fingerprint, KvType::f16, active_isa()),
-          f32(fingerprint, KvType::f32, active_isa()),
+          f16(fingerprint, KvType::f16, current_numerics()),
+          f32(fingerprint, KvType::f32, current_numerics()),
           shape_f16(block_shape(m, KvType::f16)),
           shape_f32(block_shape(m, KvType::f32)),
           id_f16(file_identity(fingerprint, KvType::f16, shape_f16)),
@@ -78,18 +91,11 @@ struct PrefixCache::Impl {
           recurrent_shape(ModelAccess::impl(m).config.recurrent_shape()),
           cid_f16{id_f16, recurrent_shape},
           cid_f32{id_f32, recurrent_shape},
-          q8(fingerprint, KvType::q8_0, active_isa()),
+          q8(fingerprint, KvType::q8_0, current_numerics()),
           shape_q8(block_shape(m, q8_0_or_f16(m))),
           id_q8(file_identity(fingerprint, KvType::q8_0, shape_q8)),
-          cid_q8{id_q8, recurrent_shape} {
-        if (!options.disk_dir.empty())
-            disk = std::make_unique<PrefixDiskTier>(options.disk_dir, options.disk_budget_bytes);
-        if (!options.redis_url.empty()) {
-            redis = std::make_unique<PrefixRedisTier>(
-                options.redis_url, RedisTimeouts{options.redis_connect_timeout_ms, options.redis_io_timeout_ms},
-                options.redis_queue_bytes);
-        }
-    }
+          cid_q8{id_q8, recurrent_shape},
+          tiers(make_tiers(o)) {}
 
     const PrefixKeyDomain& domain(KvType type) const { return pick(type, f16, f32, q8); }
     const KvCache& shape(KvType type) const { return pick(type, shape_f16, shape_f32, shape_q8); }
@@ -98,19 +104,20 @@ struct PrefixCache::Impl {
     bool recurrent() const { return recurrent_shape.n_layer > 0; }
 
     // The cached checkpoint at the largest position <= limit that `keys` (the request's matched full
-    // blocks) reach: from RAM, else from disk (probing the files this process knows of, and, by name,
-    // the positions other processes most likely wrote: `kv_match` and multiples of `interval`).
+    // blocks) reach: from RAM, else from the tiers that keep checkpoints (probing the ones a tier knows of,
+    // and, by name, the positions other processes most likely wrote: `kv_match` and multiples of
+    // `interval`).
     FoundCheckpoint find_checkpoint(KvType type, std::span<const BlockKey> keys, std::span<const int32_t> tokens,
                                     int64_t limit, int64_t kv_match, int64_t interval);
     // Adds `state`'s checkpoints (and its recurrent state at its last evaluated token) under their keys;
     // `keys` are its full blocks' keys, `tokens` its evaluated tokens.
     void release_checkpoints(const State& state, std::span<const BlockKey> keys, std::span<const int32_t> tokens);
 
-    // Reads keys[first], keys[first + 1], ... from disk, else from Redis (then also writing it to disk),
-    // until one is missing; the blocks found.
+    // Reads keys[first], keys[first + 1], ... from the first tier that has each (then also offering it to
+    // the tiers before that one), until one is missing; the blocks found.
     std::vector<std::shared_ptr<KvBlock>> load_from_tiers(KvType type, std::span<const BlockKey> keys, size_t first,
                                                           std::span<const int32_t> tokens) const;
-    // `match` ends at a block boundary with room for more: reads from disk the block listed after its last
+    // `match` ends at a block boundary with room for more: reads from a tier the block listed after its last
     // full block that shares the most leading tokens with the request, adds it to the index and looks up
     // again, so the match can end inside it as it would in RAM. `match` is left as it was otherwise.
     void extend_from_next_blocks(KvType type, std::span<const BlockKey> keys, std::span<const int32_t> tokens,
@@ -128,8 +135,7 @@ struct PrefixCache::Impl {
     const KvCache shape_q8;
     const BlockFileIdentity id_q8;
     const CheckpointFileIdentity cid_q8;
-    std::unique_ptr<PrefixDiskTier> disk;    // null without disk_dir; thread-safe on its own
-    std::unique_ptr<PrefixRedisTier> redis;  // null without redis_url; thread-safe on its own
+    const std::vector<std::unique_ptr<PrefixTier>> tiers;  // nearest first; each thread-safe on its own
 
     mutable std::mutex mutex;
     PrefixIndex index;          // guarded by mutex
@@ -143,10 +149,10 @@ std::vector<std::shared_ptr<KvBlock>> PrefixCache::Impl::load_from_tiers(KvType 
     for (size_t i = first; i < keys.size(); ++i) {
         const BlockFileName name{keys[i], i == 0 ? domain(type).root() : keys[i - 1],
                                  tokens.subspan(i * kv_block_tokens).first<kv_block_tokens>()};
-        std::shared_ptr<KvBlock> block = disk ? disk->load(name, file_id(type), shape(type)) : nullptr;
-        if (!block && redis) {
-            block = redis->load(name, file_id(type), shape(type));
-            if (block && disk) disk->store(name, file_id(type), *block);
+        std::shared_ptr<KvBlock> block;
+        for (size_t t = 0; t < tiers.size() && !block; ++t) {
+            block = tiers[t]->load(name, file_id(type), shape(type));
+            for (size_t nearer = 0; block && nearer < t; ++nearer) tiers[nearer]->store(name, file_id(type), block);
         }
         if (!block) break;
         blocks.push_back(std::move(block));
@@ -163,24 +169,25 @@ void PrefixCache::Impl::extend_from_next_blocks(KvType type, std::span<const Blo
     const PrefixKeyDomain& d = domain(type);
     const BlockKey parent = n_full == 0 ? d.root() : keys[n_full - 1];
     const std::span<const int32_t> next = tokens.subspan(n_full * kv_block_tokens, room);
-    const NextBlock* best = nullptr;
-    size_t best_shared = 0;
-    const std::vector<NextBlock> listed = disk->next_blocks(parent, file_id(type));
-    for (const NextBlock& e : listed) {
-        const auto shared =
-            static_cast<size_t>(std::mismatch(next.begin(), next.end(), e.tokens.begin()).first - next.begin());
-        // The list is a hint: its key must be the one its tokens make (so the index stays content-addressed).
-        if (shared > best_shared && d.block(parent, e.tokens) == e.key) best = &e, best_shared = shared;
+    std::shared_ptr<KvBlock> block;
+    NextBlock best{};
+    for (size_t t = 0; t < tiers.size() && !block; ++t) {
+        size_t best_shared = 0;
+        for (const NextBlock& e : tiers[t]->next_blocks(parent, file_id(type))) {
+            const auto shared =
+                static_cast<size_t>(std::mismatch(next.begin(), next.end(), e.tokens.begin()).first - next.begin());
+            // The list is a hint: its key must be the one its tokens make (so the index stays content-addressed).
+            if (shared > best_shared && d.block(parent, e.tokens) == e.key) best = e, best_shared = shared;
+        }
+        if (best_shared > 0)
+            block = tiers[t]->load(BlockFileName{best.key, parent, best.tokens}, file_id(type), shape(type));
     }
-    if (best == nullptr) return;
-    std::shared_ptr<KvBlock> block =
-        disk->load(BlockFileName{best->key, parent, best->tokens}, file_id(type), shape(type));
     if (!block) return;
     std::vector<BlockKey> chain_keys(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n_full));
-    chain_keys.push_back(best->key);
+    chain_keys.push_back(best.key);
     std::vector<int32_t> chain_tokens(tokens.begin(),
                                       tokens.begin() + static_cast<std::ptrdiff_t>(n_full * kv_block_tokens));
-    chain_tokens.insert(chain_tokens.end(), best->tokens.begin(), best->tokens.end());
+    chain_tokens.insert(chain_tokens.end(), best.tokens.begin(), best.tokens.end());
     std::vector<std::shared_ptr<KvBlock>> chain(match.blocks.begin(),
                                                 match.blocks.begin() + static_cast<std::ptrdiff_t>(n_full));
     chain.push_back(std::move(block));
@@ -198,7 +205,8 @@ FoundCheckpoint PrefixCache::Impl::find_checkpoint(KvType type, std::span<const 
         const std::lock_guard lock(mutex);
         found = index.lookup_checkpoint(d.root(), keys, tokens, limit);
     }
-    if (!disk) return found;
+    const bool any_keep = std::any_of(tiers.begin(), tiers.end(), [](const auto& t) { return t->keeps_checkpoints(); });
+    if (!any_keep) return found;
     // Positions past the RAM one that the matched blocks reach (a checkpoint carries its partial block's KV).
     const int64_t reach = std::min<int64_t>(limit, static_cast<int64_t>(keys.size() + 1) * kv_block_tokens - 1);
     std::vector<int64_t> positions;
@@ -208,23 +216,26 @@ FoundCheckpoint PrefixCache::Impl::find_checkpoint(KvType type, std::span<const 
         positions.push_back(pos);
         names.push_back(d.checkpoint(at.parent, at.partial));
     }
-    const std::vector<bool> known = disk->known_checkpoints(names);
-    for (size_t i = 0; i < positions.size(); ++i) {
-        const int64_t pos = positions[i];
-        // Unknown files (another live process wrote them after our scan) are tried by name where they are
-        // likeliest: inside the block after the matched ones (where a request that left this prefix, or a
-        // sequence that ended in it, put its checkpoint: disk cannot match part of a block), at the
-        // match's end and at multiples of the checkpoint interval.
-        const bool next_block = pos >= static_cast<int64_t>(keys.size()) * kv_block_tokens;
-        if (!known[i] && !next_block && pos != kv_match && (interval <= 0 || pos % interval != 0)) continue;
-        const CheckpointPlace at = place_of(d, keys, tokens, pos);
-        PrefixDiskTier::Checkpoint loaded = disk->load_checkpoint(
-            CheckpointFileName{names[i], at.parent, pos, at.partial}, checkpoint_id(type), shape(type));
-        if (loaded.pos == 0) continue;
-        const std::lock_guard lock(mutex);
-        if (index.insert_checkpoint(at.parent, names[i], at.partial, loaded.state, loaded.tail, d.root()))
-            ++counters.checkpoints_inserted;
-        return FoundCheckpoint{pos, std::move(loaded.state), std::move(loaded.tail), found.reach};
+    for (const auto& tier : tiers) {
+        if (!tier->keeps_checkpoints()) continue;
+        const std::vector<bool> known = tier->known_checkpoints(names);
+        for (size_t i = 0; i < positions.size(); ++i) {
+            const int64_t pos = positions[i];
+            // Unknown ones (another live process wrote them after our scan) are tried by name where they are
+            // likeliest: inside the block after the matched ones (where a request that left this prefix, or a
+            // sequence that ended in it, put its checkpoint: a tier cannot match part of a block), at the
+            // match's end and at multiples of the checkpoint interval.
+            const bool next_block = pos >= static_cast<int64_t>(keys.size()) * kv_block_tokens;
+            if (!known[i] && !next_block && pos != kv_match && (interval <= 0 || pos % interval != 0)) continue;
+            const CheckpointPlace at = place_of(d, keys, tokens, pos);
+            PrefixTier::Checkpoint loaded = tier->load_checkpoint(
+                CheckpointFileName{names[i], at.parent, pos, at.partial}, checkpoint_id(type), shape(type));
+            if (loaded.pos == 0) continue;
+            const std::lock_guard lock(mutex);
+            if (index.insert_checkpoint(at.parent, names[i], at.partial, loaded.state, loaded.tail, d.root()))
+                ++counters.checkpoints_inserted;
+            return FoundCheckpoint{pos, std::move(loaded.state), std::move(loaded.tail), found.reach};
+        }
     }
     return found;
 }
@@ -264,11 +275,13 @@ void PrefixCache::Impl::release_checkpoints(const State& state, std::span<const 
         }
         counters.evictions += index.evict_to(options.ram_budget_bytes);
     }
-    if (!disk) return;
-    for (size_t i = 0; i < entries.size(); ++i) {
-        const Entry& e = entries[i];
-        disk->store_checkpoint(CheckpointFileName{e.key, e.at.parent, checkpoints[i].pos, e.at.partial},
-                               checkpoint_id(kv.kv_type()), checkpoints[i].state, e.tail.get());
+    for (const auto& tier : tiers) {
+        if (!tier->keeps_checkpoints()) continue;
+        for (size_t i = 0; i < entries.size(); ++i) {
+            const Entry& e = entries[i];
+            tier->store_checkpoint(CheckpointFileName{e.key, e.at.parent, checkpoints[i].pos, e.at.partial},
+                                   checkpoint_id(kv.kv_type()), checkpoints[i].state, e.tail.get());
+        }
     }
 }
 
@@ -303,32 +316,28 @@ CachedPrefix PrefixCache::acquire(std::span<const int32_t> tokens, StateOptions 
         const std::lock_guard lock(impl_->mutex);
         match = impl_->index.lookup(domain.root(), keys, tokens, limit);
     }
-    // The run of full blocks in RAM ended early: continue it from disk. Blocks read back join the index
-    // as if released, and the lookup is repeated so it can end in a partial match past them. `match`
+    // The run of full blocks in RAM ended early: continue it from the tiers. Blocks read back join the
+    // index as if released, and the lookup is repeated so it can end in a partial match past them. `match`
     // pins the RAM blocks meanwhile, so none of them is evicted.
     const size_t ram_full = match.blocks.size() - (match.partial_block ? 1 : 0);
-    const bool look_on_disk = impl_->disk && ram_full < keys.size();
-    std::vector<std::shared_ptr<KvBlock>> from_disk;
-    if (look_on_disk || (impl_->redis && ram_full < keys.size()))
-        from_disk = impl_->load_from_tiers(options.kv_type, keys, ram_full, tokens);
-    {
+    const bool look_in_tiers = !impl_->tiers.empty() && ram_full < keys.size();
+    std::vector<std::shared_ptr<KvBlock>> from_tiers;
+    if (look_in_tiers) from_tiers = impl_->load_from_tiers(options.kv_type, keys, ram_full, tokens);
+    if (!from_tiers.empty()) {
         const std::lock_guard lock(impl_->mutex);
-        PrefixCacheStats& c = impl_->counters;
-        if (!from_disk.empty()) {
-            const size_t n_full = ram_full + from_disk.size();
-            std::vector<std::shared_ptr<KvBlock>> chain(match.blocks.begin(),
-                                                        match.blocks.begin() + static_cast<std::ptrdiff_t>(ram_full));
-            chain.insert(chain.end(), from_disk.begin(), from_disk.end());
-            c.blocks_inserted +=
-                impl_->index.insert(domain.root(), std::span(keys).first(n_full), tokens, std::move(chain));
-            match = impl_->index.lookup(domain.root(), keys, tokens, limit);
-        } else if (look_on_disk) {
-            ++c.disk_misses;
-        }
+        const size_t n_full = ram_full + from_tiers.size();
+        std::vector<std::shared_ptr<KvBlock>> chain(match.blocks.begin(),
+                                                    match.blocks.begin() + static_cast<std::ptrdiff_t>(ram_full));
+        chain.insert(chain.end(), from_tiers.begin(), from_tiers.end());
+        impl_->counters.blocks_inserted +=
+            impl_->index.insert(domain.root(), std::span(keys).first(n_full), tokens, std::move(chain));
+        match = impl_->index.lookup(domain.root(), keys, tokens, limit);
+    } else if (look_in_tiers) {
+        for (const auto& tier : impl_->tiers) tier->note_lookup_miss();
     }
-    // Disk finds whole blocks by key; where the request leaves them, its list of next blocks lets the
+    // Tiers find whole blocks by key; where the request leaves them, a tier's list of next blocks lets the
     // match end inside one (a recurrent model then asks for a checkpoint exactly there).
-    if (impl_->disk) impl_->extend_from_next_blocks(options.kv_type, keys, tokens, limit, match);
+    impl_->extend_from_next_blocks(options.kv_type, keys, tokens, limit, match);
 
     bool requested = false;
     if (impl_->recurrent()) {
@@ -411,8 +420,7 @@ void PrefixCache::release(const State& state) {
     for (size_t b = 0; b < blocks.size(); ++b) {
         const BlockFileName name{keys[b], b == 0 ? domain.root() : keys[b - 1],
                                  tokens.subspan(b * kv_block_tokens).first<kv_block_tokens>()};
-        if (impl_->disk) impl_->disk->store(name, impl_->file_id(type), *blocks[b]);
-        if (impl_->redis) impl_->redis->store(name, impl_->file_id(type), blocks[b]);
+        for (const auto& tier : impl_->tiers) tier->store(name, impl_->file_id(type), blocks[b]);
     }
 }
 
@@ -425,8 +433,7 @@ PrefixCacheStats PrefixCache::stats() const {
     stats.checkpoints_held = impl_->index.checkpoints();
     stats.checkpoint_bytes_held = impl_->index.checkpoint_bytes();
     stats.ram_budget_bytes = impl_->options.ram_budget_bytes;
-    if (impl_->disk) impl_->disk->fill(stats);
-    if (impl_->redis) impl_->redis->fill(stats);
+    for (const auto& tier : impl_->tiers) tier->fill(stats);
     return stats;
 }
 

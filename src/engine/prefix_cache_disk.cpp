@@ -226,7 +226,14 @@ void PrefixDiskTier::after_store(const BlockKey& key, Kind kind, bool ok, bool w
     delete_files(victims);
 }
 
-void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv) {
+void PrefixDiskTier::note_lookup_miss() {
+    const std::lock_guard lock(mutex_);
+    ++lookup_misses_;
+}
+
+void PrefixDiskTier::store(const BlockFileName& block, const BlockFileIdentity& id,
+                           std::shared_ptr<const KvBlock> shared) {
+    const KvBlock& kv = *shared;
     if (mark_if_known(block.key, Kind::block, id.file_bytes())) return;
     // Adopted: whoever wrote it listed it under its parent.
     if (adopt_existing(path_of(block.key, Kind::block), id.file_bytes())) {
@@ -297,6 +304,7 @@ void PrefixDiskTier::store_checkpoint(const CheckpointFileName& name, const Chec
 void PrefixDiskTier::fill(PrefixCacheStats& stats) const {
     const std::lock_guard lock(mutex_);
     stats.disk_hits = hits_;
+    stats.disk_misses = lookup_misses_;
     stats.disk_checkpoint_hits = checkpoint_hits_;
     stats.disk_checkpoints_written = checkpoints_written_;
     stats.disk_blocks_written = written_;

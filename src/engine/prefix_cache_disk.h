@@ -9,7 +9,8 @@
 // again by the next store), a file that appeared is found by name. The budget counts the files this
 // process knows of; what other live processes wrote since our scan is trimmed by whoever scans next.
 //
-// Thread-safe: one mutex guards the bookkeeping; file I/O runs outside it.
+// Thread-safe: one mutex guards the bookkeeping; file I/O runs outside it. A PrefixTier (prefix_tier.h)
+// with next-block lists and checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -22,15 +23,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/prefix_cache_disk_checkpoint.h"
-#include "engine/prefix_cache_disk_file.h"
-#include "engine/prefix_cache_disk_next.h"
-#include "kv/kv_cache.h"
-#include "kvstash/prefix_cache.h"
+#include "engine/prefix_tier.h"
 
 namespace kvstash {
 
-class PrefixDiskTier {
+class PrefixDiskTier final : public PrefixTier {
 public:
     // Creates `dir` if missing (throws Error(io) when that fails or it is not a directory), scans it and
     // deletes least recently used block files down to `budget_bytes`.
@@ -39,34 +36,34 @@ public:
     // The block from its file, verified against `block` and `id`, in a new KvBlock allocated by a fork of
     // `shape` (an empty KvCache of the block's type and dimensions); nullptr on a miss. A refused file is
     // deleted and counted (disk_rejected).
-    std::shared_ptr<KvBlock> load(const BlockFileName& block, const BlockFileIdentity& id, const KvCache& shape);
+    std::shared_ptr<KvBlock> load(const BlockFileName& block, const BlockFileIdentity& id,
+                                  const KvCache& shape) override;
 
     // Makes sure the block has a file: a known one is marked recently used (its mtime set to now), an
     // unknown or vanished one is written, and added to its parent's list of next blocks. Write failures
     // are counted (disk_write_errors), never thrown: the cache stays correct without its disk tier. Then
     // trims the directory to the budget.
-    void store(const BlockFileName& block, const BlockFileIdentity& id, const KvBlock& kv);
+    void store(const BlockFileName& block, const BlockFileIdentity& id, std::shared_ptr<const KvBlock> kv) override;
+    // Counted as disk_misses.
+    void note_lookup_miss() override;
 
     // The blocks listed as following `parent` (most recently added first; hints: load() verifies each);
     // empty on a miss. A refused list is deleted and counted (disk_rejected).
-    std::vector<NextBlock> next_blocks(const BlockKey& parent, const BlockFileIdentity& id);
+    std::vector<NextBlock> next_blocks(const BlockKey& parent, const BlockFileIdentity& id) override;
 
     // A recurrent checkpoint from its file (its tail block, when the partial is not empty, allocated by a
     // fork of `shape`); pos == 0 on a miss. Refused files are deleted and counted as for blocks.
-    struct Checkpoint {
-        int64_t pos = 0;
-        RecurrentState state;
-        std::shared_ptr<KvBlock> tail;
-    };
-    Checkpoint load_checkpoint(const CheckpointFileName& name, const CheckpointFileIdentity& id, const KvCache& shape);
+    bool keeps_checkpoints() const override { return true; }
+    Checkpoint load_checkpoint(const CheckpointFileName& name, const CheckpointFileIdentity& id,
+                               const KvCache& shape) override;
     // As store() for a checkpoint; `tail` is required when the partial is not empty.
     void store_checkpoint(const CheckpointFileName& name, const CheckpointFileIdentity& id, const RecurrentState& state,
-                          const KvBlock* tail);
+                          const KvBlock* tail) override;
     // Which of `keys` name checkpoint files this process knows of (from its scan and its own I/O).
-    std::vector<bool> known_checkpoints(std::span<const BlockKey> keys) const;
+    std::vector<bool> known_checkpoints(std::span<const BlockKey> keys) const override;
 
     // Adds the disk_* counters and byte figures to `stats`.
-    void fill(PrefixCacheStats& stats) const;
+    void fill(PrefixCacheStats& stats) const override;
 
     const std::string& dir() const { return dir_; }
 
@@ -101,7 +98,7 @@ private:
     std::list<BlockKey> lru_;                                 // most recently used first
     uint64_t bytes_ = 0;    // of every file, next-block lists included (the budget covers them too)
     uint64_t n_lists_ = 0;  // next-block lists among files_
-    uint64_t checkpoint_hits_ = 0, checkpoints_written_ = 0;
+    uint64_t checkpoint_hits_ = 0, checkpoints_written_ = 0, lookup_misses_ = 0;
     uint64_t hits_ = 0, written_ = 0, bytes_written_ = 0, bytes_read_ = 0, rejected_ = 0, evictions_ = 0,
              write_errors_ = 0;
 };

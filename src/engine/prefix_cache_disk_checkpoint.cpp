@@ -55,7 +55,7 @@ Header make_header(const CheckpointFileName& name, const CheckpointFileIdentity&
     put_key(h, 32, name.parent);
     std::memcpy(h.data() + 48, id.blocks.model.bytes.data(), 16);
     put<uint32_t>(h, 64, id.blocks.kv_type);
-    put<uint32_t>(h, 68, id.blocks.isa);
+    put<uint32_t>(h, 68, id.blocks.numerics_path);
     put<uint32_t>(h, 72, id.blocks.n_layer);
     put<uint32_t>(h, 76, static_cast<uint32_t>(k));
     put<uint64_t>(h, 80, id.blocks.row_bytes);

@@ -6,7 +6,7 @@
 //     8  u32 version (1)     12  u32 header bytes (272)
 //    16  key[16]             32  parent key[16]          (canonical BlockKey bytes)
 //    48  model fingerprint[16]
-//    64  u32 kv type (0 f16, 1 f32)   68  u32 matmul ISA   72  u32 KV n_layer   76  u32 k (partial tokens)
+//    64  u32 kv type (0 f16, 1 f32)   68  u32 numerics path  72  u32 KV n_layer   76  u32 k (partial tokens)
 //    80  u64 KV row bytes    88  u64 position P (= 32·b + k)
 //    96  u64 recurrent layers   104  u64 conv floats per layer   112  u64 scan floats per layer
 //   120  u64 payload bytes
@@ -17,7 +17,7 @@
 //        positions are meaningful; a model without attention layers has none).
 //
 // As for blocks, every header field is checked against what the reader expects (another model's file,
-// another KV type or ISA, a renamed, torn or corrupt file is refused).
+// another KV type or numerics, a renamed, torn or corrupt file is refused).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ struct CheckpointFileName {
     std::span<const int32_t> partial;
 };
 
-// The reader's expectations: the block identity (model, KV type, ISA, KV shape) and the recurrent shape.
+// The reader's expectations: the block identity (model, KV type, numerics path, KV shape) and the recurrent shape.
 struct CheckpointFileIdentity {
     BlockFileIdentity blocks;
     RecurrentShape recurrent;

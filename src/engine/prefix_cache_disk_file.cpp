@@ -51,7 +51,7 @@ Header make_header(const BlockFileName& block, const BlockFileIdentity& id, uint
     put_key(h, 32, block.parent);
     std::memcpy(h.data() + 48, id.model.bytes.data(), 16);
     put<uint32_t>(h, 64, id.kv_type);
-    put<uint32_t>(h, 68, id.isa);
+    put<uint32_t>(h, 68, id.numerics_path);
     put<uint32_t>(h, 72, id.n_layer);
     put<uint32_t>(h, 76, static_cast<uint32_t>(kv_block_tokens));
     put<uint64_t>(h, 80, id.row_bytes);

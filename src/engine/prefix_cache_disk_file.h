@@ -5,15 +5,17 @@
 //     8  u32 version (1)     12  u32 header bytes (240)
 //    16  key[16]             32  parent key[16]          (canonical BlockKey bytes, as in the name)
 //    48  model fingerprint[16]
-//    64  u32 kv type (0 f16, 1 f32)   68  u32 matmul ISA   72  u32 n_layer   76  u32 block tokens (32)
+//    64  u32 kv type (0 f16, 1 f32)   68  u32 numerics path   72  u32 n_layer   76  u32 block tokens (32)
 //    80  u64 row bytes (one token's K or V row in one layer)   88  u64 payload bytes (K + V)
 //    96  the block's 32 token ids, i32 each
 //   224  u64 XXH3-64 of the payload          232  u64 XXH3-64 of bytes [0, 232)
 //   240  payload: K then V, each [n_layer][32][row bytes] as in KvBlock
 //
-// The key already binds the model, KV type, ISA and every token up to the block's end; the header
-// repeats what it was made of so that a file is used only when each field matches the request (another
-// model's file, a renamed file, a torn or corrupt file are all refused, never trusted by name alone).
+// The key already binds the model, KV type, numerics (path and epoch) and every token up to the block's
+// end; the header repeats what it was made of so that a file is used only when each field matches the
+// request (another model's file, a renamed file, a torn or corrupt file are all refused, never trusted by
+// name alone). The numerics path is backends/cpu/runtime/numerics.h's NumericsPath code, the one identity state files
+// and keys use (files written before it held the Isa code there, which no reader now matches: a miss).
 #pragma once
 
 #include <cstdint>
@@ -34,8 +36,8 @@ constexpr const char* kBlockFileSuffix = ".kvb";
 // What a block file must have been made by: the key domain and the KV block shape of the reader.
 struct BlockFileIdentity {
     ModelFingerprint model;
-    uint32_t kv_type = 0;  // 0 f16, 1 f32 (as in the key)
-    uint32_t isa = 0;      // Isa as u32 (as in the key)
+    uint32_t kv_type = 0;        // 0 f16, 1 f32 (as in the key)
+    uint32_t numerics_path = 0;  // NumericsPath as u32 (as in the key)
     uint32_t n_layer = 0;
     uint64_t row_bytes = 0;
 

@@ -46,7 +46,7 @@ Header make_header(const BlockKey& parent, const BlockFileIdentity& id, size_t n
     put_key(h.data() + 16, parent);
     std::memcpy(h.data() + 32, id.model.bytes.data(), 16);
     put<uint32_t>(h.data() + 48, id.kv_type);
-    put<uint32_t>(h.data() + 52, id.isa);
+    put<uint32_t>(h.data() + 52, id.numerics_path);
     put<uint32_t>(h.data() + 56, static_cast<uint32_t>(n_entries));
     put<uint64_t>(h.data() + kEntriesChecksumAt, checksum);
     put<uint64_t>(h.data() + kHeaderChecksumAt, XXH3_64bits(h.data(), kHeaderChecksumAt));

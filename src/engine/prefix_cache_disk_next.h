@@ -13,7 +13,7 @@
 //     0  magic "KVSNEXTB"                        8 bytes
 //     8  u32 version (1)     12  u32 header bytes (80)
 //    16  parent key[16]      32  model fingerprint[16]
-//    48  u32 kv type (0 f16, 1 f32)   52  u32 matmul ISA   56  u32 n entries (1..16)   60  u32 0
+//    48  u32 kv type (0 f16, 1 f32)   52  u32 numerics path  56  u32 n entries (1..16)   60  u32 0
 //    64  u64 XXH3-64 of the entries   72  u64 XXH3-64 of bytes [0, 72)
 //    80  entries, most recently added first: child key[16], then its 32 token ids as i32
 //
@@ -21,7 +21,7 @@
 // (its header repeats its key, parent and tokens). The list is rewritten atomically (read, add, write a
 // temp file, rename); two processes adding at once may lose one entry (a later miss, never a wrong
 // answer), and it keeps the kMaxNextBlocks most recent children. As for blocks and checkpoints, a file
-// of another model, KV type or ISA, a renamed, torn or corrupt file is refused.
+// of another model, KV type or numerics, a renamed, torn or corrupt file is refused.
 #pragma once
 
 #include <array>
@@ -54,7 +54,7 @@ uint64_t next_file_bytes(size_t n_entries);
 enum class NextFileRead { ok, missing, rejected };
 
 // Reads "<dir>/<next_blocks_key(parent)>.kvn" into `out` (1..kMaxNextBlocks entries) after checking its
-// size, header (parent, model, KV type, ISA) and checksums; `out` is empty unless the result is ok. Sets
+// size, header (parent, model, KV type, numerics path) and checksums; `out` is empty unless the result is ok. Sets
 // the file's times to now (recency for the tier's LRU order).
 NextFileRead read_next_file(const std::string& dir, const BlockKey& parent, const BlockFileIdentity& id,
                             std::vector<NextBlock>& out);

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backends/cpu/runtime/numerics.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -45,12 +44,11 @@ uint32_t kv_block_code(KvType kv_type) {
     return kv_type == KvType::f16 ? 0u : kv_type == KvType::f32 ? 1u : 8u;  // 8: q8_0, its ggml type
 }
 
-PrefixKeyDomain::PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, Isa isa) {
+PrefixKeyDomain::PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, Numerics numerics) {
     uint8_t* out = header_.data();
     std::memcpy(out, kTag, sizeof kTag);
     std::memcpy(out + 17, model.bytes.data(), 16);
     put_u32(out + 33, kv_block_code(kv_type));
-    const Numerics numerics = numerics_of(isa);
     put_u32(out + 37, static_cast<uint32_t>(numerics.path));
     put_u32(out + 41, numerics.epoch);
     root_ = to_key(XXH3_128bits(header_.data(), header_.size()));

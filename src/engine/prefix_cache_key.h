@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "kv/kv_cache.h"
 #include "kvstash/kv_type.h"
 #include "state/fingerprint.h"
@@ -45,11 +45,11 @@ struct BlockKeyHash {
 // The KV type's code in block keys and block files: u32, 0 = f16, 1 = f32.
 uint32_t kv_block_code(KvType kv_type);
 
-// What every key of one tree shares: the model, the KV type and the numerics (kernel path on this CPU,
-// epoch) that computed it.
+// What every key of one tree shares: the model, the KV type and the numerics (kernel path, epoch) that
+// computed it: current_numerics() for this process's blocks.
 class PrefixKeyDomain {
 public:
-    PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, Isa isa);
+    PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, Numerics numerics);
 
     BlockKey root() const { return root_; }
     BlockKey block(const BlockKey& parent, std::span<const int32_t, kv_block_tokens> tokens) const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -240,29 +241,37 @@ Walk walk_candidates(const std::vector<float>& adjusted, size_t first, size_t li
 
 }  // namespace
 
-Sampler::Sampler(const SamplerParams& params) {
+struct Sampler::Impl {
+    SamplerState state;
+    std::vector<float> scratch_logits;  // (n_vocab) logits after bias and penalties
+    std::vector<int32_t> scratch_ids;   // the penalty window, then the candidate ids in sampling order
+    std::vector<double> scratch_probs;  // probabilities of scratch_ids, same order
+    std::vector<int32_t> scratch_heap;  // sample_allowed: the next batch of candidates
+};
+
+Sampler::Sampler(const SamplerParams& params) : impl_(std::make_unique<Impl>()) {
     validate(params);
-    state_.params = params;
-    state_.rng = Rng::seed_state(params.seed);
+    impl_->state.params = params;
+    impl_->state.rng = Rng::seed_state(params.seed);
 }
 
-Sampler::Sampler(const SamplerState& state) {
+Sampler::Sampler(const SamplerState& state) : impl_(std::make_unique<Impl>()) {
     validate(state.params);
     if (state.rng == std::array<uint64_t, 4>{}) {
         invalid(
             "SamplerState.rng is all zero, which is not a state taken from a Sampler; build the Sampler "
             "from SamplerParams (seeded) instead");
     }
-    state_ = state;
+    impl_->state = state;
 }
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-    const SamplerParams& p = state_.params;
-    adjust_logits(p, logits, history, scratch_logits_, scratch_ids_);
-    if (p.temperature <= 0.0f) return argmax(scratch_logits_);
+    const SamplerParams& p = impl_->state.params;
+    adjust_logits(p, logits, history, impl_->scratch_logits, impl_->scratch_ids);
+    if (p.temperature <= 0.0f) return argmax(impl_->scratch_logits);
     double total = 0.0;
-    const size_t kept = filter_candidates(p, scratch_logits_, scratch_ids_, scratch_probs_, total);
-    return draw(state_.rng, scratch_ids_, scratch_probs_, kept, total);
+    const size_t kept = filter_candidates(p, impl_->scratch_logits, impl_->scratch_ids, impl_->scratch_probs, total);
+    return draw(impl_->state.rng, impl_->scratch_ids, impl_->scratch_probs, kept, total);
 }
 
 // The masked logits' candidates are the allowed tokens among these candidates, in the same order with the
@@ -271,36 +280,36 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
 // top-k set, and steps 5-8 look at nothing else (max_logit is its first one's).
 std::optional<int32_t> Sampler::sample_allowed(std::span<const float> logits, std::span<const int32_t> history,
                                                const std::function<bool(int32_t)>& allowed, size_t max_asked) {
-    const SamplerParams& p = state_.params;
+    const SamplerParams& p = impl_->state.params;
     const bool greedy = p.temperature <= 0.0f;
     if (!greedy && p.top_k <= 0) return std::nullopt;  // the normalising sum needs every allowed token
     try {
-        adjust_logits(p, logits, history, scratch_logits_, scratch_ids_);
+        adjust_logits(p, logits, history, impl_->scratch_logits, impl_->scratch_ids);
     } catch (const Error&) {
         // A NaN or +inf on a token the mask would have set to -inf is no error there: let the masked
         // path decide (it throws exactly when sample() over the masked logits does).
         return std::nullopt;
     }
-    std::vector<int32_t>& ids = scratch_ids_;
+    std::vector<int32_t>& ids = impl_->scratch_ids;
     ids.clear();
     const size_t wanted = greedy ? 1 : static_cast<size_t>(p.top_k);
-    const Walk walk = walk_candidates(scratch_logits_, wanted, max_asked, scratch_heap_, [&](int32_t id) {
+    const Walk walk = walk_candidates(impl_->scratch_logits, wanted, max_asked, impl_->scratch_heap, [&](int32_t id) {
         if (allowed(id)) ids.push_back(id);
         return ids.size() < wanted;
     });
     // limit: more allowed tokens may follow; none: sample() throws, or the mask allows nothing.
     if (walk == Walk::limit || ids.empty()) return std::nullopt;
     if (greedy) return ids.front();
-    const float max_logit = scratch_logits_[static_cast<size_t>(ids.front())];
+    const float max_logit = impl_->scratch_logits[static_cast<size_t>(ids.front())];
     std::sort(ids.begin(), ids.end());  // id order, as filter_candidates leaves them
     double total = 0.0;
-    const size_t kept = weigh_candidates(p, scratch_logits_, max_logit, ids, scratch_probs_, total);
-    return draw(state_.rng, scratch_ids_, scratch_probs_, kept, total);
+    const size_t kept = weigh_candidates(p, impl_->scratch_logits, max_logit, ids, impl_->scratch_probs, total);
+    return draw(impl_->state.rng, impl_->scratch_ids, impl_->scratch_probs, kept, total);
 }
 
 std::vector<TokenProbability> Sampler::distribution(std::span<const float> logits,
                                                     std::span<const int32_t> history) const {
-    const SamplerParams& p = state_.params;
+    const SamplerParams& p = impl_->state.params;
     std::vector<float> adjusted;
     std::vector<int32_t> ids;
     adjust_logits(p, logits, history, adjusted, ids);
@@ -313,7 +322,16 @@ std::vector<TokenProbability> Sampler::distribution(std::span<const float> logit
     return out;
 }
 
-SamplerState Sampler::state() const { return state_; }
-const SamplerParams& Sampler::params() const { return state_.params; }
+Sampler::Sampler(const Sampler& other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+Sampler& Sampler::operator=(const Sampler& other) {
+    if (this != &other) impl_ = std::make_unique<Impl>(*other.impl_);
+    return *this;
+}
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+Sampler::~Sampler() = default;
+
+SamplerState Sampler::state() const { return impl_->state; }
+const SamplerParams& Sampler::params() const { return impl_->state.params; }
 
 }  // namespace kvstash

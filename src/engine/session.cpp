@@ -23,40 +23,47 @@ bool has_system(const std::vector<ChatMessage>& messages) { return !messages.emp
 
 }  // namespace
 
+struct Session::Impl {
+    Impl(Evaluator& e, ChatTemplate t, SessionOptions o, State s)
+        : evaluator(e), chat_template(std::move(t)), options(o), state(std::move(s)) {}
+
+    Evaluator& evaluator;
+    ChatTemplate chat_template;
+    SessionOptions options;
+    std::vector<ChatMessage> messages;
+    State state;
+    std::vector<int32_t> system_tokens;
+    std::vector<int64_t> turn_starts;
+    SessionTurnStats last_turn;
+};
+
 Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt, SessionOptions options)
-    : evaluator_(evaluator),
-      template_(std::move(chat_template)),
-      options_(options),
-      state_(evaluator.model(), options.state) {
-    if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
-    system_tokens_ = session_file::system_block_tokens(evaluator_.model(), template_, messages_);
+    : impl_(std::make_unique<Impl>(evaluator, std::move(chat_template), options,
+                                   State(evaluator.model(), options.state))) {
+    Impl& s = *impl_;
+    if (!system_prompt.empty()) s.messages.push_back({"system", std::move(system_prompt)});
+    s.system_tokens = session_file::system_block_tokens(evaluator.model(), s.chat_template, s.messages);
     // With a cache the first reply() acquires the system block (maybe computed by another session);
     // without one it is computed now, once, and kept for reset().
-    if (options_.cache == nullptr && !system_tokens_.empty()) evaluator_.eval(state_, system_tokens_);
+    if (s.options.cache == nullptr && !s.system_tokens.empty()) evaluator.eval(s.state, s.system_tokens);
 }
 
 Session::Session(Evaluator& evaluator, ChatTemplate chat_template, std::string system_prompt,
                  StateOptions state_options)
     : Session(evaluator, std::move(chat_template), std::move(system_prompt), SessionOptions{state_options, nullptr}) {}
 
-Session::Session(Evaluator& evaluator, ChatTemplate chat_template, SessionOptions options, State state,
-                 std::vector<ChatMessage> messages, std::vector<int64_t> turn_starts,
-                 std::vector<int32_t> system_tokens)
-    : evaluator_(evaluator),
-      template_(std::move(chat_template)),
-      options_(options),
-      messages_(std::move(messages)),
-      state_(std::move(state)),
-      system_tokens_(std::move(system_tokens)),
-      turn_starts_(std::move(turn_starts)) {
-    if (options_.cache != nullptr) options_.cache->release(state_);
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+    if (impl_->options.cache != nullptr) impl_->options.cache->release(impl_->state);
 }
 
 Session Session::open(Evaluator& evaluator, ChatTemplate chat_template, const std::string& path,
                       SessionOptions options) {
     LoadedSession loaded = session_file::read(evaluator.model(), chat_template, path, options.state.adapters);
-    return Session(evaluator, std::move(chat_template), options, std::move(loaded.state), std::move(loaded.messages),
-                   std::move(loaded.turn_starts), std::move(loaded.system_tokens));
+    auto impl = std::make_unique<Impl>(evaluator, std::move(chat_template), options, std::move(loaded.state));
+    impl->messages = std::move(loaded.messages);
+    impl->turn_starts = std::move(loaded.turn_starts);
+    impl->system_tokens = std::move(loaded.system_tokens);
+    return Session(std::move(impl));
 }
 
 Session::Session(Session&&) noexcept = default;
@@ -89,12 +96,12 @@ std::vector<int32_t> system_block_tokens(const Model& model, const ChatTemplate&
 
 GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, const GenerateOptions& options,
                               const TokenCallback& on_text) {
-    std::vector<ChatMessage> next = messages_;
+    std::vector<ChatMessage> next = impl_->messages;
     next.push_back({"user", std::string(user_message)});
-    const ChatPrompt rendered = template_.render_prompt(next, {}, AddGenerationPrompt::yes);
+    const ChatPrompt rendered = impl_->chat_template.render_prompt(next, {}, AddGenerationPrompt::yes);
     const std::string& text = rendered.text;
-    const Tokenizer& tokenizer = evaluator_.model().tokenizer();
-    const int64_t held = state_.n_tokens();
+    const Tokenizer& tokenizer = impl_->evaluator.model().tokenizer();
+    const int64_t held = impl_->state.n_tokens();
 
     // prompt: the token sequence the State will hold; keep: how many of the State's tokens it keeps.
     std::vector<int32_t> prompt;
@@ -103,11 +110,11 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
     if (held > 0) {
         // The State's own tokens (generated ids included) spell a prefix of the new rendering: append
         // the rest (end-of-turn suffix + new user turn + generation prompt), encoded on its own.
-        const std::string held_text = tokenizer.decode(state_.tokens());
+        const std::string held_text = tokenizer.decode(impl_->state.tokens());
         if (text.size() > held_text.size() && text.starts_with(held_text)) {
-            prompt.assign(state_.tokens().begin(), state_.tokens().end());
+            prompt.assign(impl_->state.tokens().begin(), impl_->state.tokens().end());
             const std::vector<int32_t> tail =
-                session_file::encode_rendering(evaluator_.model(), rendered, held_text.size());
+                session_file::encode_rendering(impl_->evaluator.model(), rendered, held_text.size());
             prompt.insert(prompt.end(), tail.begin(), tail.end());
             // Guards against a tokenizer whose decode is not concatenative (SentencePiece's leading space).
             appended = !tail.empty() && tokenizer.decode(prompt) == text;
@@ -115,96 +122,106 @@ GenerateResult Session::reply(std::string_view user_message, Sampler& sampler, c
         }
     }
     if (!appended) {
-        prompt = session_file::encode_rendering(evaluator_.model(), rendered);
-        keep = common_prefix(state_.tokens(), prompt);
+        prompt = session_file::encode_rendering(impl_->evaluator.model(), rendered);
+        keep = common_prefix(impl_->state.tokens(), prompt);
         // The logits after the last token are needed: when nothing new follows, evaluate the last one again.
         if (keep == prompt.size() && keep > 0) --keep;
     }
-    if (static_cast<int64_t>(prompt.size()) >= state_.n_ctx()) {
-        throw Error(ErrorCode::out_of_range,
-                    "the conversation (" + std::to_string(prompt.size()) + " tokens) no longer fits the context of " +
-                        std::to_string(state_.n_ctx()) + " tokens; undo or reset the session, or use a larger context");
+    if (static_cast<int64_t>(prompt.size()) >= impl_->state.n_ctx()) {
+        throw Error(ErrorCode::out_of_range, "the conversation (" + std::to_string(prompt.size()) +
+                                                 " tokens) no longer fits the context of " +
+                                                 std::to_string(impl_->state.n_ctx()) +
+                                                 " tokens; undo or reset the session, or use a larger context");
     }
     // Where this exchange begins: the State's tokens before it, as far as they are kept.
     int64_t turn_start = std::min<int64_t>(held, static_cast<int64_t>(keep));
-    if (held == 0) turn_start = static_cast<int64_t>(common_prefix(system_tokens_, prompt));
+    if (held == 0) turn_start = static_cast<int64_t>(common_prefix(impl_->system_tokens, prompt));
 
-    if (held == 0 && options_.cache != nullptr) {
-        CachedPrefix hit = options_.cache->acquire(prompt, options_.state);
+    if (held == 0 && impl_->options.cache != nullptr) {
+        CachedPrefix hit = impl_->options.cache->acquire(prompt, impl_->options.state);
         // Recurrent models reuse a prefix only up to a cached checkpoint: keep one where the system block
         // ends, so that release() caches it for the next session (a no-op for other models).
         if (turn_start > hit.reused_tokens) StateAccess::want_checkpoint(hit.state, turn_start);
-        state_ = std::move(hit.state);
+        impl_->state = std::move(hit.state);
         keep = static_cast<size_t>(hit.reused_tokens);
     } else if (keep < static_cast<size_t>(held)) {
-        state_.truncate(static_cast<int64_t>(keep));
-        for (int64_t& start : turn_starts_) start = std::min(start, static_cast<int64_t>(keep));
+        impl_->state.truncate(static_cast<int64_t>(keep));
+        for (int64_t& start : impl_->turn_starts) start = std::min(start, static_cast<int64_t>(keep));
     }
     // Recurrent models: keep the state where this exchange starts, so that undo() rewinds without
     // evaluating anything again (no-op for attention-only models, O(1) otherwise).
-    state_.checkpoint();
-    evaluator_.eval(state_, std::span<const int32_t>(prompt).subspan(keep));
-    last_turn_ = {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(prompt.size() - keep),
-                  static_cast<int64_t>(keep), appended};
+    impl_->state.checkpoint();
+    impl_->evaluator.eval(impl_->state, std::span<const int32_t>(prompt).subspan(keep));
+    impl_->last_turn = {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(prompt.size() - keep),
+                        static_cast<int64_t>(keep), appended};
 
-    GenerateResult result = generate(evaluator_, state_, sampler, options, on_text);
-    if (options_.cache != nullptr) options_.cache->release(state_);
+    GenerateResult result = generate(impl_->evaluator, impl_->state, sampler, options, on_text);
+    if (impl_->options.cache != nullptr) impl_->options.cache->release(impl_->state);
     next.push_back({"assistant", result.text});
-    messages_ = std::move(next);
-    turn_starts_.push_back(turn_start);
+    impl_->messages = std::move(next);
+    impl_->turn_starts.push_back(turn_start);
     return result;
 }
 
 bool Session::undo() {
-    if (turn_starts_.empty() || messages_.size() < 2) return false;
-    const int64_t start = turn_starts_.back();
-    if (start < state_.n_tokens()) state_.truncate(start);
-    turn_starts_.pop_back();
-    messages_.resize(messages_.size() - 2);
+    if (impl_->turn_starts.empty() || impl_->messages.size() < 2) return false;
+    const int64_t start = impl_->turn_starts.back();
+    if (start < impl_->state.n_tokens()) impl_->state.truncate(start);
+    impl_->turn_starts.pop_back();
+    impl_->messages.resize(impl_->messages.size() - 2);
     return true;
 }
 
 void Session::reset() {
-    messages_.resize(has_system(messages_) ? 1 : 0);
-    turn_starts_.clear();
-    const auto keep = static_cast<int64_t>(common_prefix(state_.tokens(), system_tokens_));
-    if (keep < state_.n_tokens()) state_.truncate(keep);
+    impl_->messages.resize(has_system(impl_->messages) ? 1 : 0);
+    impl_->turn_starts.clear();
+    const auto keep = static_cast<int64_t>(common_prefix(impl_->state.tokens(), impl_->system_tokens));
+    if (keep < impl_->state.n_tokens()) impl_->state.truncate(keep);
 }
 
 void Session::set_adapters(std::shared_ptr<const AdapterSet> adapters, PrefixCache* cache) {
-    StateOptions options = options_.state;
+    StateOptions options = impl_->options.state;
     options.adapters = std::move(adapters);
-    const std::vector<int32_t> tokens(state_.tokens().begin(), state_.tokens().end());
+    const std::vector<int32_t> tokens(impl_->state.tokens().begin(), impl_->state.tokens().end());
     // Every position's KV depends on the weights: only what was computed under the new set is reusable
     // (the cache's blocks under it: typically the system prompt), the rest is computed again.
-    State next = cache != nullptr ? cache->acquire(tokens, options).state : State(evaluator_.model(), options);
+    State next = cache != nullptr ? cache->acquire(tokens, options).state : State(impl_->evaluator.model(), options);
     const int64_t reused = next.n_tokens();
     if (reused < static_cast<int64_t>(tokens.size()))
-        evaluator_.eval(next, std::span(tokens).subspan(static_cast<size_t>(reused)));
-    if (const SamplerState* sampler = state_.sampler_state()) next.set_sampler_state(*sampler);
+        impl_->evaluator.eval(next, std::span(tokens).subspan(static_cast<size_t>(reused)));
+    if (const SamplerState* sampler = impl_->state.sampler_state()) next.set_sampler_state(*sampler);
     if (cache != nullptr) cache->release(next);
-    state_ = std::move(next);
-    options_.state = std::move(options);
-    options_.cache = cache;
-    last_turn_ = {};
-    last_turn_.prompt_tokens = static_cast<int64_t>(tokens.size());
-    last_turn_.reused = reused;
-    last_turn_.computed = static_cast<int64_t>(tokens.size()) - reused;
+    impl_->state = std::move(next);
+    impl_->options.state = std::move(options);
+    impl_->options.cache = cache;
+    impl_->last_turn = {};
+    impl_->last_turn.prompt_tokens = static_cast<int64_t>(tokens.size());
+    impl_->last_turn.reused = reused;
+    impl_->last_turn.computed = static_cast<int64_t>(tokens.size()) - reused;
 }
 
 void Session::save(const std::string& path, const SaveOptions& options) const {
-    save_state(state_, path, options, session_file::encode(template_.name(), messages_, turn_starts_));
+    save_state(impl_->state, path, options,
+               session_file::encode(impl_->chat_template.name(), impl_->messages, impl_->turn_starts));
 }
 
 void Session::load(const std::string& path) {
     // Read everything first: on any error the session is unchanged. The moves below cannot throw.
-    LoadedSession loaded = session_file::read(evaluator_.model(), template_, path, options_.state.adapters);
-    state_ = std::move(loaded.state);
-    messages_ = std::move(loaded.messages);
-    turn_starts_ = std::move(loaded.turn_starts);
-    system_tokens_ = std::move(loaded.system_tokens);
-    last_turn_ = {};
-    if (options_.cache != nullptr) options_.cache->release(state_);
+    LoadedSession loaded =
+        session_file::read(impl_->evaluator.model(), impl_->chat_template, path, impl_->options.state.adapters);
+    impl_->state = std::move(loaded.state);
+    impl_->messages = std::move(loaded.messages);
+    impl_->turn_starts = std::move(loaded.turn_starts);
+    impl_->system_tokens = std::move(loaded.system_tokens);
+    impl_->last_turn = {};
+    if (impl_->options.cache != nullptr) impl_->options.cache->release(impl_->state);
 }
+
+const std::vector<ChatMessage>& Session::messages() const { return impl_->messages; }
+const State& Session::state() const { return impl_->state; }
+const ChatTemplate& Session::chat_template() const { return impl_->chat_template; }
+int64_t Session::system_tokens() const { return static_cast<int64_t>(impl_->system_tokens.size()); }
+const std::vector<int64_t>& Session::turn_starts() const { return impl_->turn_starts; }
+const SessionTurnStats& Session::last_turn() const { return impl_->last_turn; }
 
 }  // namespace kvstash

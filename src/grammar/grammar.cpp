@@ -6,32 +6,50 @@
 #include <vector>
 
 #include "grammar/gbnf_parse.h"
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 
 namespace kvstash {
 
-Grammar::Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed, GrammarEnd end)
-    : gbnf_(std::move(gbnf)), parsed_(std::move(parsed)), end_(end) {}
+Grammar::Grammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Grammar::~Grammar() = default;
+const std::string& Grammar::gbnf() const { return impl_->gbnf; }
+GrammarEnd Grammar::end() const { return impl_->end; }
 
 std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf) {
     auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
-    return std::make_shared<const Grammar>(std::string(gbnf), std::move(parsed));
+    return GrammarAccess::make(std::string(gbnf), std::move(parsed));
 }
 
-GrammarVocabulary::GrammarVocabulary(std::shared_ptr<const grammar::TokenTrie> trie) : trie_(std::move(trie)) {}
+GrammarVocabulary::GrammarVocabulary(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GrammarVocabulary::~GrammarVocabulary() = default;
+
+struct GrammarConstraint::Impl {
+    Impl(const Grammar& grammar, std::shared_ptr<const GrammarVocabulary> vocab, GrammarTrigger trig)
+        : matcher(GrammarAccess::parsed(grammar), GrammarAccess::trie(*vocab)),
+          end(grammar.end()),
+          vocabulary(std::move(vocab)),
+          trigger(std::move(trig)),
+          active(trigger.text.empty()) {}
+
+    void watch_for_trigger(int32_t token);
+
+    grammar::GrammarMatcher matcher;
+    GrammarEnd end = GrammarEnd::nothing_may_follow;
+    std::shared_ptr<const GrammarVocabulary> vocabulary;
+    GrammarTrigger trigger;
+    bool active = true;
+    bool given_up = false;
+    std::string pending;  // lazy: the text so far (at_start), or its last trigger.size() - 1 bytes
+};
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const GrammarVocabulary> vocabulary)
-    : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())),
-      end_(grammar->end()) {}
+    : impl_(std::make_unique<Impl>(*grammar, std::move(vocabulary), GrammarTrigger{})) {}
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const GrammarVocabulary> vocabulary, GrammarTrigger trigger)
-    : matcher_(std::make_unique<grammar::GrammarMatcher>(grammar->parsed(), vocabulary->trie())),
-      end_(grammar->end()),
-      vocabulary_(std::move(vocabulary)),
-      trigger_(std::move(trigger)),
-      active_(trigger_.text.empty()) {}
+    : impl_(std::make_unique<Impl>(*grammar, std::move(vocabulary), std::move(trigger))) {}
 
 GrammarTrigger tool_call_trigger(ToolCallFormat format) {
     switch (format) {
@@ -42,39 +60,39 @@ GrammarTrigger tool_call_trigger(ToolCallFormat format) {
     return {};
 }
 
-void GrammarConstraint::watch_for_trigger(int32_t token) {
-    const grammar::TokenTrie& trie = *vocabulary_->trie();
+void GrammarConstraint::Impl::watch_for_trigger(int32_t token) {
+    const grammar::TokenTrie& trie = *GrammarAccess::trie(*vocabulary);
     // Control tokens (<|im_end|>) stand for no text; ids past the vocabulary neither.
     if (token < 0 || token >= trie.n_vocab() || !trie.is_matchable(token) || trie.is_end_token(token)) return;
-    pending_ += trie.piece(token);
-    const std::string& t = trigger_.text;
+    pending += trie.piece(token);
+    const std::string& t = trigger.text;
     size_t start;
-    if (trigger_.at_start) {
-        start = pending_.find_first_not_of(" \t\r\n");
+    if (trigger.at_start) {
+        start = pending.find_first_not_of(" \t\r\n");
         if (start == std::string::npos) return;
-        const std::string_view rest = std::string_view(pending_).substr(start);
+        const std::string_view rest = std::string_view(pending).substr(start);
         if (rest.size() < t.size()) {
-            if (!std::string_view(t).starts_with(rest)) given_up_ = true;  // the output starts otherwise
+            if (!std::string_view(t).starts_with(rest)) given_up = true;  // the output starts otherwise
             return;
         }
         if (!rest.starts_with(t)) {
-            given_up_ = true;
+            given_up = true;
             return;
         }
     } else {
-        start = pending_.find(t);
+        start = pending.find(t);
         if (start == std::string::npos) {
             // Keep only what could be the start of a trigger split across tokens.
-            if (pending_.size() >= t.size()) pending_.erase(0, pending_.size() - (t.size() - 1));
+            if (pending.size() >= t.size()) pending.erase(0, pending.size() - (t.size() - 1));
             return;
         }
     }
-    if (matcher_->accept_bytes(std::string_view(pending_).substr(start))) {
-        active_ = true;
+    if (matcher.accept_bytes(std::string_view(pending).substr(start))) {
+        active = true;
     } else {
-        given_up_ = true;  // text the grammar rejects (a malformed call): left as it is
+        given_up = true;  // text the grammar rejects (a malformed call): left as it is
     }
-    pending_.clear();
+    pending.clear();
 }
 
 GrammarConstraint::~GrammarConstraint() = default;
@@ -82,8 +100,8 @@ GrammarConstraint::GrammarConstraint(GrammarConstraint&&) noexcept = default;
 GrammarConstraint& GrammarConstraint::operator=(GrammarConstraint&&) noexcept = default;
 
 bool GrammarConstraint::mask(std::span<float> logits) {
-    if (!active_) return true;  // lazy, before the trigger: the logits are not touched
-    const std::vector<uint64_t>& allowed = matcher_->allowed_tokens();
+    if (!impl_->active) return true;  // lazy, before the trigger: the logits are not touched
+    const std::vector<uint64_t>& allowed = impl_->matcher.allowed_tokens();
     const size_t n_allowed = allowed.size() * 64;
     bool any = false;
     for (size_t i = 0; i < logits.size(); ++i) {
@@ -96,25 +114,29 @@ bool GrammarConstraint::mask(std::span<float> logits) {
     return any;
 }
 
-bool GrammarConstraint::allows(int32_t token) { return !active_ || matcher_->is_allowed(token); }
+bool GrammarConstraint::allows(int32_t token) { return !impl_->active || impl_->matcher.is_allowed(token); }
 
-bool GrammarConstraint::mask_is_cached() { return !active_ || matcher_->cached_mask() != nullptr; }
+bool GrammarConstraint::mask_is_cached() { return !impl_->active || impl_->matcher.cached_mask() != nullptr; }
 
 void GrammarConstraint::accept(int32_t token) {
-    if (active_) {
-        matcher_->accept_token(token);
-    } else if (!given_up_) {
-        watch_for_trigger(token);
+    if (impl_->active) {
+        impl_->matcher.accept_token(token);
+    } else if (!impl_->given_up) {
+        impl_->watch_for_trigger(token);
     }
 }
 
 // A lazy constraint before its trigger takes any text (it constrains nothing yet).
-bool GrammarConstraint::accept_text(std::string_view text) { return !active_ || matcher_->accept_bytes(text); }
-bool GrammarConstraint::can_end() const { return !active_ || matcher_->can_end(); }
-bool GrammarConstraint::must_end() const {
-    if (!active_) return false;
-    if (matcher_->must_end()) return true;
-    return end_ == GrammarEnd::only_whitespace_may_follow && matcher_->only_whitespace_may_follow();
+bool GrammarConstraint::accept_text(std::string_view text) {
+    return !impl_->active || impl_->matcher.accept_bytes(text);
 }
+bool GrammarConstraint::can_end() const { return !impl_->active || impl_->matcher.can_end(); }
+bool GrammarConstraint::must_end() const {
+    if (!impl_->active) return false;
+    if (impl_->matcher.must_end()) return true;
+    return impl_->end == GrammarEnd::only_whitespace_may_follow && impl_->matcher.only_whitespace_may_follow();
+}
+
+bool GrammarConstraint::active() const { return impl_->active; }
 
 }  // namespace kvstash

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 #include "kvstash/grammar.h"
 #include "kvstash/tokenizer.h"
@@ -27,7 +28,7 @@ std::shared_ptr<const GrammarVocabulary> GrammarVocabulary::build(const Tokenize
         }
         if (tokenizer.is_eog(id)) end_tokens.push_back(id);
     }
-    return std::make_shared<const GrammarVocabulary>(
+    return GrammarAccess::vocabulary(
         std::make_shared<const grammar::TokenTrie>(std::move(pieces), matchable, std::move(end_tokens)));
 }
 

@@ -11,6 +11,7 @@
 
 #include "base/json_depth.h"
 #include "grammar/gbnf_parse.h"
+#include "grammar/grammar_access.h"
 #include "kvstash/error.h"
 #include "kvstash/grammar.h"
 
@@ -375,7 +376,7 @@ namespace {
 // A JSON document's grammar: generation ends when the root value is complete (GrammarEnd).
 std::shared_ptr<const Grammar> json_document(std::string gbnf) {
     auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
-    return std::make_shared<const Grammar>(std::move(gbnf), std::move(parsed), GrammarEnd::only_whitespace_may_follow);
+    return GrammarAccess::make(std::move(gbnf), std::move(parsed), GrammarEnd::only_whitespace_may_follow);
 }
 
 }  // namespace

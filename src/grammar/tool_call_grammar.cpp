@@ -84,7 +84,7 @@ std::string prefix_rules(const std::string& gbnf, const std::string& prefix) {
     return out;
 }
 
-std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, bool parallel) {
+std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, ToolCallCount count) {
     if (format == ToolCallFormat::none) throw Error(ErrorCode::invalid_argument, "no tool-call format");
     if (tools.empty()) throw Error(ErrorCode::invalid_argument, "no tools to call");
     const char* arguments_key = format == ToolCallFormat::qwen ? "\", \"arguments\": " : "\", \"parameters\": ";
@@ -109,7 +109,7 @@ std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> to
     }
     std::string out;
     if (format == ToolCallFormat::qwen) {
-        out = parallel ? "root ::= call (\"\\n\" call)*\n" : "root ::= call\n";
+        out = count == ToolCallCount::one_or_more ? "root ::= call (\"\\n\" call)*\n" : "root ::= call\n";
         out += "call ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" (" + alternatives + ") \"}\\n</tool_call>\"\n";
     } else {
         out = "root ::= \"{\\\"name\\\": \\\"\" (" + alternatives + ") \"}\"\n";
@@ -122,8 +122,8 @@ std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> to
 namespace kvstash {
 
 std::shared_ptr<const Grammar> Grammar::for_tool_calls(ToolCallFormat format, std::span<const ToolSchema> tools,
-                                                       bool parallel) {
-    return from_gbnf(grammar::tool_call_gbnf(format, tools, parallel));
+                                                       ToolCallCount count) {
+    return from_gbnf(grammar::tool_call_gbnf(format, tools, count));
 }
 
 }  // namespace kvstash

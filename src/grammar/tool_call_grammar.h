@@ -4,7 +4,7 @@
 // number, space, ...) are the same text in every conversion and are kept once.
 //
 //   qwen     root ::= call ("\n" call)*      call ::= "<tool_call>\n{\"name\": \"" (N0 "\", \"arguments\": " t0-root
-//            | ...) "}\n</tool_call>"         (one call only without `parallel`)
+//            | ...) "}\n</tool_call>"         (one call only with ToolCallCount::one)
 //   llama3   root ::= "{\"name\": \"" (N0 "\", \"parameters\": " t0-root | ...) "}"
 #pragma once
 
@@ -17,7 +17,7 @@
 namespace kvstash::grammar {
 
 // Throws Error(invalid_argument / unsupported) as json_schema_to_gbnf does, the message naming the tool.
-std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, bool parallel);
+std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, ToolCallCount count);
 
 // `prefix` + name for every rule of `gbnf` (as json_schema_to_gbnf writes it: one rule per line) but the
 // shared primitive rules; references renamed alike.

@@ -1,6 +1,6 @@
 // Streaming content digests for verifying downloads against a hub's metadata: SHA-256 (the oid of a Git
 // LFS file, sent as X-Linked-Etag) and Git's blob SHA-1 (the oid of a small file kept in Git itself, sent
-// as ETag: sha1("blob <size>\0" + content)). OpenSSL's libcrypto computes both (see docs/architecture.md,
+// as ETag: sha1("blob <size>\0" + content)). OpenSSL's libcrypto computes both (see docs/architecture/hub.md,
 // "Dependencies": it is already loaded with cpp-httplib's TLS).
 #pragma once
 

@@ -11,7 +11,7 @@
 // one that holds only the global layers, K and V each [n_global][kv_block_tokens][n_embd_kv] in layer
 // order. Trimmed blocks are always the first n_trimmed_blocks(); their sliding-layer rows are gone, so a
 // query may only attend to them through a global layer (the window guarantees it: see
-// State / docs/architecture.md, "Sliding-window KV").
+// State / docs/architecture/kv-cache.md, "Sliding-window KV").
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,7 @@
 // Weights are passed as the model's host descriptions (MatrixRef, std::vector<float>); a device backend
 // keeps its own copy of each, made by bind_model() and found by the description's address.
 //
-// Every op keeps the batch-invariance contract (docs/architecture.md): each output element is a fixed
+// Every op keeps the batch-invariance contract (docs/architecture/batch-invariance.md): each output element is a fixed
 // function of its own row's inputs (and, for attention and SSM, of its own sequence's earlier K/V or
 // state), reduced in one order whatever the number of rows, the segments or the threads.
 #pragma once

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "format/gguf.h"
 #include "kvstash/error.h"
 
@@ -182,7 +183,7 @@ void repack_q5_0_block(const uint8_t* src, uint8_t* dst) {
 // repacked, and the first matmul reports it.
 bool q5_0_computed() {
     try {
-        return matmul_uses_integer_activations(active_isa(), kTensorTypeQ5_0);
+        return matmul_reads_q5_0(current_numerics().path);
     } catch (const Error&) {
         return false;
     }

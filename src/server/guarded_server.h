@@ -1,4 +1,4 @@
-// cpp-httplib's server with the connection limits it lacks (docs/architecture.md, "Connections and
+// cpp-httplib's server with the connection limits it lacks (docs/architecture/server.md, "Connections and
 // limits"): before a connection's request is handed to cpp-httplib, its whole head must arrive within
 // a deadline (408) and fit a size (431; server/request_head.h); an address may hold a bounded number of
 // connections (429); and when most connections are still waiting for their heads, new ones get a short

@@ -7,7 +7,7 @@
 // Models: a request names its model; find_model() is the one place a name becomes a served model. Today the
 // server holds the model it was started with ("ID" or "ID:latest", ID = the file name without .gguf), loaded
 // for its whole life; another name is 404 "model ... not found". keep_alive is validated and has no other
-// effect: nothing is ever unloaded (docs/architecture.md, "Ollama API").
+// effect: nothing is ever unloaded (docs/architecture/server.md, "Ollama API").
 #include <chrono>
 #include <filesystem>
 #include <system_error>

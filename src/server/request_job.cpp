@@ -112,7 +112,8 @@ void set_tool_grammar(const CompletionRequest& request, GenerationJob& job, Serv
         if (tools.choice != ToolChoice::named || s.name == tools.name) callable.push_back(s);
     }
     try {
-        job.grammar = Grammar::for_tool_calls(format, callable, tools.parallel);
+        job.grammar =
+            Grammar::for_tool_calls(format, callable, tools.parallel ? ToolCallCount::one_or_more : ToolCallCount::one);
     } catch (const Error& e) {
         throw request_error(e, "tools", "invalid_value");
     }

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "engine/constrained_sample.h"
-#include "engine/log_softmax.h"
+#include "kvstash/log_softmax.h"
 #include "kvstash/tokenizer.h"
 
 namespace kvstash::server {

@@ -60,7 +60,7 @@ SamplerState decode_sampler(const Reader& r, const std::vector<uint8_t>& b, int6
 // hashed, then copied while it is still in L2, so the file's bytes come from memory once. The block
 // halves come from KvBlockPool, not zero-filled and, on a repeated load, recycled (no page faults);
 // the hash runs on xxHash's AVX-512 path where there is one. What is left is mostly the kernel's
-// page-table work for the mapping, then the reads and the stores into the blocks (docs/benchmarks.md,
+// page-table work for the mapping, then the reads and the stores into the blocks (docs/benchmarks-history.md,
 // "Saved states"). Smaller pieces (4-64 KiB, hashed and copied in L1) and MADV_POPULATE_READ of the
 // section measured no faster.
 void decode_kv(const Reader& r, const SectionEntry& s, const Meta& m, KvCache& kv) {

@@ -22,6 +22,7 @@
 #include "kvstash/error.h"
 #include "model/model_access.h"
 #include "text/chat_template_detect.h"
+#include "text/chat_template_impl.h"
 #include "text/python_strip.h"
 
 namespace kvstash {
@@ -55,105 +56,7 @@ void append_llama3_header(ChatPrompt& out, std::string_view role) {
     out.append_markup("<|end_header_id|>\n\n");
 }
 
-}  // namespace
-
-ChatTemplate ChatTemplate::for_model(const Model& model) {
-    const std::optional<std::string> text = ModelAccess::impl(model).file->get_string("tokenizer.chat_template");
-    if (!text) {
-        // Base (pretrained) checkpoints ship without a template (Gemma 3 270M's GGUF does): say so, and name
-        // the format their family's instruction-tuned models use rather than guessing it silently.
-        const std::string family = family_chat_template(model.info().architecture);
-        throw Error(ErrorCode::unsupported,
-                    "the model '" + model.info().name + "' has no chat template (no tokenizer.chat_template in " +
-                        model.path() +
-                        "): it is likely a base (pretrained) model rather than a chat model; continue text without "
-                        "a template (generate -p), or use one of the templates kvstash renders by name: " +
-                        choices() +
-                        (family.empty() ? std::string()
-                                        : " (its family's chat models use '" + family +
-                                              "'; a base model follows it only loosely)"));
-    }
-    return detect_chat_template(*text);
-}
-
-ChatTemplate ChatTemplate::named(std::string_view name) {
-    ChatTemplate tmpl;
-    if (name == "chatml") {
-        tmpl.kind_ = Kind::chatml;
-    } else if (name == "llama3") {
-        tmpl.kind_ = Kind::llama3;
-        tmpl.tool_call_format_ = ToolCallFormat::llama3;
-    } else if (name == "llama3.0") {
-        tmpl.kind_ = Kind::llama3_0;
-    } else if (name == "gemma") {
-        tmpl.kind_ = Kind::gemma;
-    } else {
-        std::string known;
-        for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
-        throw Error(ErrorCode::invalid_argument,
-                    "unknown chat template \"" + std::string(name) + "\"; the known ones are " + known);
-    }
-    tmpl.name_ = std::string(name);
-    return tmpl;
-}
-
-std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "llama3.0", "gemma"}; }
-
-std::string ChatTemplate::render(std::span<const ChatMessage> messages,
-                                 AddGenerationPrompt add_generation_prompt) const {
-    return render_prompt(messages, {}, add_generation_prompt).text;
-}
-
-ChatPrompt ChatTemplate::render_plain(std::span<const ChatMessage> messages,
-                                      AddGenerationPrompt add_generation_prompt) const {
-    for (size_t i = 0; i < messages.size(); ++i) {
-        const std::string& role = messages[i].role;
-        if (role != "system" && role != "user" && role != "assistant") {
-            throw Error(ErrorCode::invalid_argument, "message " + std::to_string(i) + " has the role \"" + role +
-                                                         "\"; a chat message's role is system, user or assistant");
-        }
-    }
-    ChatPrompt out;
-    if (kind_ == Kind::chatml) {
-        if (has_default_system_ && messages.front().role != "system") {
-            append_chatml_turn(out, "system", default_system_);
-        }
-        for (const ChatMessage& message : messages) append_chatml_turn(out, message.role, message.content);
-        if (add_generation_prompt == AddGenerationPrompt::yes) out.append_markup("<|im_start|>assistant\n");
-        return out;
-    }
-    if (kind_ == Kind::gemma) return render_gemma(messages, add_generation_prompt);
-    out.append_markup("<|begin_of_text|>");
-    size_t first = 0;
-    if (kind_ == Kind::llama3) {
-        // Llama 3.1/3.2 always open with a system header; a leading system message goes into it.
-        std::string_view system;
-        if (messages.front().role == "system") {
-            system = python_strip(messages.front().content);
-            first = 1;
-        }
-        append_llama3_header(out, "system");
-        out.append_markup("Cutting Knowledge Date: December 2023\nToday Date: ");
-        out.append_markup(date_string_);
-        out.append_markup("\n\n");
-        out.append_content(system);
-        out.append_markup("<|eot_id|>");
-    }
-    for (size_t i = first; i < messages.size(); ++i) {
-        append_llama3_header(out, messages[i].role);
-        out.append_content(python_strip(messages[i].content));
-        out.append_markup("<|eot_id|>");
-    }
-    if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");
-    return out;
-}
-
-std::string ChatTemplate::end_of_turn_suffix() const {
-    return kind_ == Kind::chatml || kind_ == Kind::gemma ? "\n" : "";
-}
-
-ChatPrompt ChatTemplate::render_gemma(std::span<const ChatMessage> messages,
-                                      AddGenerationPrompt add_generation_prompt) {
+ChatPrompt render_gemma(std::span<const ChatMessage> messages, AddGenerationPrompt add_generation_prompt) {
     ChatPrompt out;
     out.append_markup("<bos>");
     // A leading system message is no turn of its own: its text, untrimmed, opens the first turn.
@@ -179,6 +82,122 @@ ChatPrompt ChatTemplate::render_gemma(std::span<const ChatMessage> messages,
     }
     if (add_generation_prompt == AddGenerationPrompt::yes) out.append_markup("<start_of_turn>model\n");
     return out;
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::for_model(const Model& model) {
+    const std::optional<std::string> text = ModelAccess::impl(model).file->get_string("tokenizer.chat_template");
+    if (!text) {
+        // Base (pretrained) checkpoints ship without a template (Gemma 3 270M's GGUF does): say so, and name
+        // the format their family's instruction-tuned models use rather than guessing it silently.
+        const std::string family = family_chat_template(model.info().architecture);
+        throw Error(ErrorCode::unsupported,
+                    "the model '" + model.info().name + "' has no chat template (no tokenizer.chat_template in " +
+                        model.path() +
+                        "): it is likely a base (pretrained) model rather than a chat model; continue text without "
+                        "a template (generate -p), or use one of the templates kvstash renders by name: " +
+                        choices() +
+                        (family.empty() ? std::string()
+                                        : " (its family's chat models use '" + family +
+                                              "'; a base model follows it only loosely)"));
+    }
+    return detect_chat_template(*text);
+}
+
+ChatTemplate ChatTemplate::named(std::string_view name) {
+    ChatTemplate tmpl;
+    if (name == "chatml") {
+        tmpl.impl_->kind = Impl::Kind::chatml;
+    } else if (name == "llama3") {
+        tmpl.impl_->kind = Impl::Kind::llama3;
+        tmpl.impl_->tool_call_format = ToolCallFormat::llama3;
+    } else if (name == "llama3.0") {
+        tmpl.impl_->kind = Impl::Kind::llama3_0;
+    } else if (name == "gemma") {
+        tmpl.impl_->kind = Impl::Kind::gemma;
+    } else {
+        std::string known;
+        for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
+        throw Error(ErrorCode::invalid_argument,
+                    "unknown chat template \"" + std::string(name) + "\"; the known ones are " + known);
+    }
+    tmpl.impl_->name = std::string(name);
+    return tmpl;
+}
+
+std::vector<std::string> ChatTemplate::names() { return {"chatml", "llama3", "llama3.0", "gemma"}; }
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages,
+                                 AddGenerationPrompt add_generation_prompt) const {
+    return render_prompt(messages, {}, add_generation_prompt).text;
+}
+
+ChatPrompt ChatTemplate::Impl::render_plain(std::span<const ChatMessage> messages,
+                                            AddGenerationPrompt add_generation_prompt) const {
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const std::string& role = messages[i].role;
+        if (role != "system" && role != "user" && role != "assistant") {
+            throw Error(ErrorCode::invalid_argument, "message " + std::to_string(i) + " has the role \"" + role +
+                                                         "\"; a chat message's role is system, user or assistant");
+        }
+    }
+    ChatPrompt out;
+    if (kind == Kind::chatml) {
+        if (has_default_system && messages.front().role != "system") {
+            append_chatml_turn(out, "system", default_system);
+        }
+        for (const ChatMessage& message : messages) append_chatml_turn(out, message.role, message.content);
+        if (add_generation_prompt == AddGenerationPrompt::yes) out.append_markup("<|im_start|>assistant\n");
+        return out;
+    }
+    if (kind == Kind::gemma) return render_gemma(messages, add_generation_prompt);
+    out.append_markup("<|begin_of_text|>");
+    size_t first = 0;
+    if (kind == Kind::llama3) {
+        // Llama 3.1/3.2 always open with a system header; a leading system message goes into it.
+        std::string_view system;
+        if (messages.front().role == "system") {
+            system = python_strip(messages.front().content);
+            first = 1;
+        }
+        append_llama3_header(out, "system");
+        out.append_markup("Cutting Knowledge Date: December 2023\nToday Date: ");
+        out.append_markup(date_string);
+        out.append_markup("\n\n");
+        out.append_content(system);
+        out.append_markup("<|eot_id|>");
+    }
+    for (size_t i = first; i < messages.size(); ++i) {
+        append_llama3_header(out, messages[i].role);
+        out.append_content(python_strip(messages[i].content));
+        out.append_markup("<|eot_id|>");
+    }
+    if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");
+    return out;
+}
+
+std::string ChatTemplate::end_of_turn_suffix() const {
+    return impl_->kind == Impl::Kind::chatml || impl_->kind == Impl::Kind::gemma ? "\n" : "";
+}
+
+ChatTemplate::ChatTemplate() : impl_(std::make_unique<Impl>()) {}
+ChatTemplate::ChatTemplate(const ChatTemplate& other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+ChatTemplate& ChatTemplate::operator=(const ChatTemplate& other) {
+    if (this != &other) impl_ = std::make_unique<Impl>(*other.impl_);
+    return *this;
+}
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+ChatTemplate::~ChatTemplate() = default;
+
+const std::string& ChatTemplate::name() const { return impl_->name; }
+ToolCallFormat ChatTemplate::tool_call_format() const { return impl_->tool_call_format; }
+void ChatTemplate::set_tool_call_format(ToolCallFormat format) { impl_->tool_call_format = format; }
+void ChatTemplate::set_date_string(std::string date_string) { impl_->date_string = std::move(date_string); }
+void ChatTemplate::set_default_system_prompt(std::string system_prompt) {
+    impl_->has_default_system = true;
+    impl_->default_system = std::move(system_prompt);
 }
 
 }  // namespace kvstash

@@ -20,6 +20,7 @@
 #include "base/json_depth.h"
 #include "kvstash/chat.h"
 #include "kvstash/error.h"
+#include "text/chat_template_impl.h"
 #include "text/python_json.h"
 #include "text/python_strip.h"
 
@@ -61,47 +62,15 @@ void append_llama3_header(ChatPrompt& out, std::string_view role) {
     out.append_markup("<|end_header_id|>\n\n");
 }
 
-}  // namespace
-
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                 AddGenerationPrompt add_generation_prompt) const {
-    return render_prompt(messages, tools, add_generation_prompt).text;
-}
-
-ChatPrompt ChatTemplate::render_prompt(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                       AddGenerationPrompt add_generation_prompt) const {
-    if (messages.empty()) {
-        throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
-    }
-    bool tool_messages = false;
-    for (const ChatMessage& message : messages) tool_messages |= message.role == "tool" || !message.tool_calls.empty();
-    if (tools.empty() && !tool_messages) return render_plain(messages, add_generation_prompt);
-    if (tool_call_format_ == ToolCallFormat::none) {
-        const std::string why = "the chat template '" + name_ +
-                                "' defines no tools (tool calling needs Qwen 2.5's or Llama 3.1/3.2's template)";
-        if (!tools.empty()) throw Error(ErrorCode::unsupported, why);
-        for (size_t i = 0; i < messages.size(); ++i) {
-            if (messages[i].role == "tool" || !messages[i].tool_calls.empty()) {
-                throw Error(ErrorCode::invalid_argument,
-                            "message " + std::to_string(i) + " has the role \"" + messages[i].role + "\"" +
-                                (messages[i].tool_calls.empty() ? "" : " with tool_calls") + "; " + why);
-            }
-        }
-    }
-    check_roles(messages);
-    return tool_call_format_ == ToolCallFormat::qwen ? render_qwen_tools(messages, tools, add_generation_prompt)
-                                                     : render_llama3_tools(messages, tools, add_generation_prompt);
-}
-
-ChatPrompt ChatTemplate::render_qwen_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                           AddGenerationPrompt add_generation_prompt) const {
+ChatPrompt render_qwen_tools(const ChatTemplate::Impl& t, std::span<const ChatMessage> messages,
+                             std::span<const std::string> tools, AddGenerationPrompt add_generation_prompt) {
     ChatPrompt out;
     out.append_markup("<|im_start|>system\n");
     const bool leading_system = messages.front().role == "system";
     if (leading_system) {
         out.append_content(messages.front().content);
     } else {
-        out.append_markup(default_system_);
+        out.append_markup(t.default_system);
     }
     if (!tools.empty()) {
         out.append_markup(
@@ -151,8 +120,8 @@ ChatPrompt ChatTemplate::render_qwen_tools(std::span<const ChatMessage> messages
     return out;
 }
 
-ChatPrompt ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messages, std::span<const std::string> tools,
-                                             AddGenerationPrompt add_generation_prompt) const {
+ChatPrompt render_llama3_tools(const ChatTemplate::Impl& t, std::span<const ChatMessage> messages,
+                               std::span<const std::string> tools, AddGenerationPrompt add_generation_prompt) {
     ChatPrompt out;
     out.append_markup("<|begin_of_text|>");
     std::string_view system;
@@ -163,7 +132,7 @@ ChatPrompt ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messag
     append_llama3_header(out, "system");
     if (!tools.empty()) out.append_markup("Environment: ipython\n");
     out.append_markup("Cutting Knowledge Date: December 2023\nToday Date: ");
-    out.append_markup(date_string_);
+    out.append_markup(t.date_string);
     out.append_markup("\n\n");
     out.append_content(system);
     out.append_markup("<|eot_id|>");
@@ -209,6 +178,39 @@ ChatPrompt ChatTemplate::render_llama3_tools(std::span<const ChatMessage> messag
     }
     if (add_generation_prompt == AddGenerationPrompt::yes) append_llama3_header(out, "assistant");
     return out;
+}
+
+}  // namespace
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                 AddGenerationPrompt add_generation_prompt) const {
+    return render_prompt(messages, tools, add_generation_prompt).text;
+}
+
+ChatPrompt ChatTemplate::render_prompt(std::span<const ChatMessage> messages, std::span<const std::string> tools,
+                                       AddGenerationPrompt add_generation_prompt) const {
+    if (messages.empty()) {
+        throw Error(ErrorCode::invalid_argument, "cannot render an empty conversation: give at least one message");
+    }
+    bool tool_messages = false;
+    for (const ChatMessage& message : messages) tool_messages |= message.role == "tool" || !message.tool_calls.empty();
+    if (tools.empty() && !tool_messages) return impl_->render_plain(messages, add_generation_prompt);
+    if (impl_->tool_call_format == ToolCallFormat::none) {
+        const std::string why = "the chat template '" + impl_->name +
+                                "' defines no tools (tool calling needs Qwen 2.5's or Llama 3.1/3.2's template)";
+        if (!tools.empty()) throw Error(ErrorCode::unsupported, why);
+        for (size_t i = 0; i < messages.size(); ++i) {
+            if (messages[i].role == "tool" || !messages[i].tool_calls.empty()) {
+                throw Error(ErrorCode::invalid_argument,
+                            "message " + std::to_string(i) + " has the role \"" + messages[i].role + "\"" +
+                                (messages[i].tool_calls.empty() ? "" : " with tool_calls") + "; " + why);
+            }
+        }
+    }
+    check_roles(messages);
+    return impl_->tool_call_format == ToolCallFormat::qwen
+               ? render_qwen_tools(*impl_, messages, tools, add_generation_prompt)
+               : render_llama3_tools(*impl_, messages, tools, add_generation_prompt);
 }
 
 }  // namespace kvstash

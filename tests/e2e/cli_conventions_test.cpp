@@ -45,6 +45,20 @@ TEST(CliConventions, VersionNamesVersionCommitAndKernels) {
     }
 }
 
+// A KVSTASH_ISA this CPU cannot run is named in the version text (it aborted the process before), and the
+// path that runs the AVX-512 kernels without VNNI is accepted where AVX-512 is.
+TEST(CliConventions, VersionReportsABadKvstashIsa) {
+    const auto bad = run_process({"/usr/bin/env", "KVSTASH_ISA=sse9", cli_path(), "--version"});
+    ASSERT_EQ(bad.exit_code, 0) << bad.err;
+    EXPECT_NE(bad.out.find("no kernels: KVSTASH_ISA=sse9 is not a known instruction set"), std::string::npos)
+        << bad.out;
+    const auto plain = run_cli({"--version"});
+    if (plain.out.find(" avx512)") == std::string::npos) return;
+    const auto novnni = run_process({"/usr/bin/env", "KVSTASH_ISA=avx512-novnni", cli_path(), "--version"});
+    ASSERT_EQ(novnni.exit_code, 0) << novnni.err;
+    EXPECT_NE(novnni.out.find("kernels avx512;"), std::string::npos) << novnni.out;
+}
+
 TEST(CliConventions, DefaultSeedIsRandomAndPrintedGivenSeedRepeats) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     const std::vector<std::string> base = {"generate", "-p",  "Once upon a time", "-n", "12",

@@ -15,8 +15,8 @@ Writes
                                                  scaled frequencies matter)
 
 Size: attention dominates a long prefill (per row, per layer: query heads x head_dim x the keys), so the model is as
-narrow as Llama 3.1's head shape allows -- a 32K prefill costs ~1 min of CPU on this machine (tests/parity/
-long_context_test.cpp runs one in CI); the GGUF is ~1.3 MB (f16).
+narrow as Llama 3.1's head shape allows -- a 32K prefill then costs about a minute of one core's CPU time, cheap
+enough that tests/parity/long_context_test.cpp runs one in CI; the GGUF is ~1.3 MB (f16).
 
 Method: make_hf_checkpoints.save_dir (torch.manual_seed, make_transformer_models.redraw, save_pretrained f32, the
 llama-bpe tokenizer), converted with llamacpp_sdist.py; tokens = numpy default_rng(SEED).integers(1, 320, N_TOKENS).

@@ -1,4 +1,4 @@
-# Sourced by run.sh: the front proxy documented in docs/architecture.md ("Connections and limits") bounds
+# Sourced by run.sh: the front proxy documented in docs/architecture/server.md ("Connections and limits") bounds
 # what cpp-httplib 0.11 cannot: the whole time and size of a request head. Runs when nginx is found
 # ($KVSTASH_NGINX, or nginx on PATH; the Debian package's binary works unpacked: dpkg -x nginx_*.deb DIR),
 # else prints SKIP. nginx runs as this user, in the foreground, with everything under $WORK.

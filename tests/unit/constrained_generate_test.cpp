@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
@@ -117,7 +118,7 @@ TEST(ConstrainedGenerate, AGrammarNoTokenCanFollowIsAnError) {
     const auto a = model->tokenizer().encode("a", AddSpecial::no, ParseSpecial::no);
     ASSERT_EQ(a.size(), 1u);
     pieces[static_cast<size_t>(a[0])] = "a";
-    const auto only_a = std::make_shared<const GrammarVocabulary>(
+    const auto only_a = GrammarAccess::vocabulary(
         std::make_shared<const grammar::TokenTrie>(pieces, std::vector<uint8_t>{}, std::vector<int32_t>{}));
     GrammarConstraint c(Grammar::from_gbnf("root ::= \"a\" \"b\""), only_a);
     std::vector<float> logits(pieces.size(), 0.0f);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/constrained_sample.h"
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 #include "kvstash/error.h"
 #include "kvstash/grammar.h"
@@ -158,7 +159,7 @@ std::shared_ptr<const GrammarVocabulary> random_vocabulary(std::mt19937& rng, in
     }
     pieces.push_back("</s>");
     const auto end = static_cast<int32_t>(pieces.size()) - 1;
-    return std::make_shared<const GrammarVocabulary>(
+    return GrammarAccess::vocabulary(
         std::make_shared<const grammar::TokenTrie>(pieces, std::vector<uint8_t>{}, std::vector<int32_t>{end}));
 }
 
@@ -178,7 +179,7 @@ TEST(ConstrainedSample, GrammarGenerationsMatchTheFullMaskPath) {
         set_grammar_mask_cache_capacity(round % 2 == 1 ? 0 : size_t{64} << 20);
         const auto vocabulary = random_vocabulary(rng, 60 + 40 * (round % 5));
         const auto grammar = Grammar::from_gbnf(grammars[static_cast<size_t>(round) % grammars.size()]);
-        const auto n_vocab = vocabulary->trie()->n_vocab();
+        const auto n_vocab = GrammarAccess::trie(*vocabulary)->n_vocab();
         const SamplerParams params = random_params(rng, n_vocab);
         Sampler lazy(params), full(params);
         GrammarConstraint a(grammar, vocabulary), b(grammar, vocabulary);
@@ -217,7 +218,7 @@ TEST(ConstrainedSample, GrammarGenerationsMatchTheFullMaskPath) {
             a.accept(*token);
             b.accept(*token);
             history.push_back(*token);
-            if (vocabulary->trie()->is_end_token(*token)) break;
+            if (GrammarAccess::trie(*vocabulary)->is_end_token(*token)) break;
         }
     }
     set_grammar_mask_cache_capacity(size_t{64} << 20);

@@ -19,6 +19,7 @@
 #include "backends/cpu/norm/norm.h"
 #include "backends/cpu/rope/rope_rotate.h"
 #include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
 
@@ -101,6 +102,13 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
     const std::vector<Isa> isas = available_isas();
     if (!forced || !*forced) {
         EXPECT_EQ(active_isa(), isas.back()) << "the best available path is chosen by default";
+        EXPECT_EQ(avx512_uses_vnni(), cpu_supports_avx512_vnni());
+        return;
+    }
+    if (std::string(forced) == kAvx512WithoutVnni && cpu_supports(Isa::avx512)) {
+        EXPECT_EQ(active_isa(), Isa::avx512);
+        EXPECT_FALSE(avx512_uses_vnni());
+        EXPECT_FALSE(matmul_uses_integer_activations(Isa::avx512, TensorType::Q4_K));
         return;
     }
     for (Isa isa : isas) {
@@ -122,7 +130,7 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
 
 TEST(Dispatch, ForcedIsaInChildProcesses) {
     if (std::getenv("KVSTASH_ISA")) GTEST_SKIP() << "already a child";
-    std::vector<std::string> values = {"scalar", "avx2", "avx512", "sse9"};
+    std::vector<std::string> values = {"scalar", "avx2", "avx512", kAvx512WithoutVnni, "sse9"};
     for (const std::string& value : values) {
         // "/proc/self/exe" would name the shell inside system(), so resolve our own path here.
         char self[4096];

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "grammar/gbnf_parse.h"
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 #include "kvstash/error.h"
 #include "kvstash/grammar.h"
@@ -306,7 +307,7 @@ TEST(GrammarMaskReuse, SmolLM2VocabularyGivesThePlainWalksMasks) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     const auto model = Model::load(test::default_model_path());
     const auto vocabulary = GrammarVocabulary::build(model->tokenizer());
-    const auto trie = vocabulary->trie();
+    const auto trie = GrammarAccess::trie(*vocabulary);
     const std::vector<std::pair<std::string, std::string>> cases = {
         {"root ::= (\"- \" [^\\n]{1,60} \"\\n\"){1,8}",
          "- Name: John Smith\n- Age: 32 years\n- City: New York, USA\n- Pets: a dog named Max\n- Born: 1991-04-12\n"},

@@ -1,6 +1,6 @@
 // engine/log_softmax against the textbook formula log(sum exp(x)) computed directly in double (no max
 // subtraction: fine for the moderate logits used here), and on rows where the direct formula overflows.
-#include "engine/log_softmax.h"
+#include "kvstash/log_softmax.h"
 
 #include <gtest/gtest.h>
 

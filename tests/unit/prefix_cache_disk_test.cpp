@@ -63,7 +63,7 @@ protected:
 
 // The file name of block `index` of `tokens` for `model`'s f16 KV on this machine's ISA.
 std::string file_of(const Model& model, const std::vector<int32_t>& tokens, int64_t index) {
-    const PrefixKeyDomain domain(cached_model_fingerprint(model), KvType::f16, active_isa());
+    const PrefixKeyDomain domain(cached_model_fingerprint(model), KvType::f16, current_numerics());
     return block_file_name(domain.chain(tokens, index + 1)[static_cast<size_t>(index)]);
 }
 
@@ -72,7 +72,7 @@ BlockFileIdentity identity_of(const Model& model) {
     BlockFileIdentity id;
     id.model = cached_model_fingerprint(model);
     id.kv_type = 0;
-    id.isa = static_cast<uint32_t>(active_isa());
+    id.numerics_path = static_cast<uint32_t>(current_numerics().path);
     id.n_layer = static_cast<uint32_t>(StateAccess::kv(probe).n_layer());
     id.row_bytes = StateAccess::kv(probe).row_bytes();
     return id;
@@ -155,7 +155,7 @@ TEST_F(PrefixCacheDisk, ANextBlockEntryWhoseKeyDoesNotMatchItsTokensIsSkipped) {
     }
     auto request = tokens;
     request[5] = (tokens[5] + 1) % 300;
-    const PrefixKeyDomain domain(cached_model_fingerprint(*model), KvType::f16, active_isa());
+    const PrefixKeyDomain domain(cached_model_fingerprint(*model), KvType::f16, current_numerics());
     NextBlock forged{domain.chain(tokens, 2)[1], {}};
     std::copy(request.begin(), request.begin() + B, forged.tokens.begin());
     ASSERT_TRUE(write_next_file(dir_.string(), domain.root(), identity_of(*model), {forged}));
@@ -228,7 +228,7 @@ TEST_F(PrefixCacheDisk, AnotherModelsFilesAreRefused) {
 
     // 2. A file that is right in every field but the model fingerprint: refused too.
     fs::remove(dir_ / theirs);
-    const PrefixKeyDomain domain(cached_model_fingerprint(*other), KvType::f16, active_isa());
+    const PrefixKeyDomain domain(cached_model_fingerprint(*other), KvType::f16, current_numerics());
     const BlockKey key = domain.chain(tokens, 1)[0];
     const std::vector<uint8_t> half(identity_of(*other).half_bytes(), 0);
     ASSERT_TRUE(write_block_file(dir_.string(), {key, domain.root(), std::span(tokens).first<B>()}, identity_of(*model),
@@ -281,7 +281,7 @@ TEST_F(PrefixCacheDisk, CorruptTruncatedAndForeignFilesAreRefusedAndDeleted) {
 
     // The block stored under a key that is not its own is refused when that key is looked up.
     std::vector<int32_t> probe(B + 1, 0);
-    const PrefixKeyDomain domain(cached_model_fingerprint(*model), KvType::f16, active_isa());
+    const PrefixKeyDomain domain(cached_model_fingerprint(*model), KvType::f16, current_numerics());
     ASSERT_NE(domain.chain(probe, 1)[0].hex(), "ffffffffffffffffffffffffffffffff");
     fs::rename(dir_ / "ffffffffffffffffffffffffffffffff.kvb", dir_ / block_file_name(domain.chain(probe, 1)[0]));
     EXPECT_EQ(run_request(reader, model, probe), 0);
@@ -405,7 +405,7 @@ TEST(PrefixCacheDiskNextFile, ReadsBackAndRefusesEveryTruncationByteFlipAndForei
     fs::create_directories(dir);
     BlockFileIdentity id;
     id.model.bytes.fill(0x5a);
-    id.isa = 1;
+    id.numerics_path = 1;
     const BlockKey parent{0x1111, 0x2222}, other_parent{0x3333, 0x4444};
     std::vector<NextBlock> entries(3);
     for (size_t i = 0; i < entries.size(); ++i) {
@@ -423,11 +423,11 @@ TEST(PrefixCacheDiskNextFile, ReadsBackAndRefusesEveryTruncationByteFlipAndForei
         EXPECT_EQ(read[i].tokens, entries[i].tokens);
     }
     EXPECT_EQ(read_next_file(dir.string(), other_parent, id, read), NextFileRead::missing);
-    BlockFileIdentity other_model = id, other_type = id, other_isa = id;
+    BlockFileIdentity other_model = id, other_type = id, other_path = id;
     other_model.model.bytes[15] ^= 1;
     other_type.kv_type = 1;
-    other_isa.isa = 2;
-    EXPECT_EQ(read_next_file(dir.string(), parent, other_isa, read), NextFileRead::rejected);
+    other_path.numerics_path = 2;
+    EXPECT_EQ(read_next_file(dir.string(), parent, other_path, read), NextFileRead::rejected);
     EXPECT_EQ(read_next_file(dir.string(), parent, other_model, read), NextFileRead::rejected);
     EXPECT_EQ(read_next_file(dir.string(), parent, other_type, read), NextFileRead::rejected);
     EXPECT_TRUE(read.empty());

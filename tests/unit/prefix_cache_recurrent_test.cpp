@@ -244,7 +244,7 @@ TEST_P(PrefixCacheRecurrent, AbcAcrossProcessesReusesTheDivergencePoint) {
     EXPECT_EQ(a_stats.disk_rejected + b_stats.disk_rejected + c_stats.disk_rejected, 0u);
 
     // Truncate the checkpoint at 2,000 (its key: the full blocks before it, then its 16 partial tokens).
-    const PrefixKeyDomain domain(cached_model_fingerprint(*model_), KvType::f16, active_isa());
+    const PrefixKeyDomain domain(cached_model_fingerprint(*model_), KvType::f16, current_numerics());
     const std::vector<BlockKey> keys = domain.chain(prompts_.c, 2000 / kv_block_tokens);
     const BlockKey at_2000 = domain.checkpoint(keys.back(), std::span(prompts_.c).subspan(1984, 16));
     const fs::path file = dir_ / checkpoint_file_name(at_2000);

@@ -58,7 +58,7 @@ void wait_written(const PrefixCache& cache, uint64_t n) {
 }
 
 std::string key_of(const Model& model, const std::vector<int32_t>& tokens, int64_t index) {
-    const PrefixKeyDomain domain(cached_model_fingerprint(model), KvType::f16, active_isa());
+    const PrefixKeyDomain domain(cached_model_fingerprint(model), KvType::f16, current_numerics());
     return PrefixRedisTier::redis_key(domain.chain(tokens, index + 1)[static_cast<size_t>(index)]);
 }
 

@@ -3,6 +3,7 @@
 // common blocks, that eviction keeps the budget, follows LRU order, takes leaves first and never drops
 // a block a State still uses, that another KV type or model never shares, and the counters.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <thread>
@@ -261,22 +262,41 @@ TEST(PrefixCache, AnotherModelNeverSharesButTheSameFileLoadedTwiceDoes) {
 TEST(PrefixCache, KeysNameTheWholePrefixTheModelKvTypeAndIsa) {
     ModelFingerprint fp, fp2;
     fp2.bytes[15] = 1;
-    const PrefixKeyDomain d(fp, KvType::f16, Isa::scalar);
+    const PrefixKeyDomain d(fp, KvType::f16, numerics_of(Isa::scalar));
     const auto tokens = pseudo_random_tokens(2 * B, 300, 91);
     auto changed = tokens;
     changed[5] ^= 1;
     const auto keys = d.chain(tokens, 2);
-    EXPECT_EQ(keys, PrefixKeyDomain(fp, KvType::f16, Isa::scalar).chain(tokens, 2));  // deterministic
+    EXPECT_EQ(keys, PrefixKeyDomain(fp, KvType::f16, numerics_of(Isa::scalar)).chain(tokens, 2));  // deterministic
     EXPECT_NE(keys[1], d.chain(changed, 2)[1]);  // block 1's key depends on block 0's tokens
     EXPECT_NE(keys[0], keys[1]);
     for (const PrefixKeyDomain& other :
-         {PrefixKeyDomain(fp2, KvType::f16, Isa::scalar), PrefixKeyDomain(fp, KvType::f32, Isa::scalar),
-          PrefixKeyDomain(fp, KvType::f16, Isa::avx2)}) {
+         {PrefixKeyDomain(fp2, KvType::f16, numerics_of(Isa::scalar)),
+          PrefixKeyDomain(fp, KvType::f32, numerics_of(Isa::scalar)),
+          PrefixKeyDomain(fp, KvType::f16, numerics_of(Isa::avx2)),
+          PrefixKeyDomain(fp, KvType::f16, Numerics{kNumericsEpoch + 1, NumericsPath::scalar})}) {
         EXPECT_NE(other.root(), d.root());
         EXPECT_NE(other.chain(tokens, 2)[0], keys[0]);
         EXPECT_NE(other.chain(tokens, 2)[1], keys[1]);
     }
     EXPECT_EQ(keys[0].hex().size(), 32u);
+}
+
+// The root key's bytes as prefix_cache_key.h lays them out, hashed here directly: the identity in the key
+// is the numerics (path code, epoch), and a change of this layout changes every key (a disk or Redis tier
+// then misses everything it holds).
+TEST(PrefixCache, RootKeyIsTheDocumentedLayout) {
+    ModelFingerprint fp;
+    for (size_t i = 0; i < fp.bytes.size(); ++i) fp.bytes[i] = static_cast<uint8_t>(i * 7 + 1);
+    const Numerics numerics{2, NumericsPath::avx512_vnni};
+    std::string bytes = "kvstash.prefix.v1";
+    bytes.append(reinterpret_cast<const char*>(fp.bytes.data()), 16);
+    for (uint32_t field : {0u /* f16 */, 4u /* avx512_vnni */, 2u /* epoch */}) {
+        for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<char>(field >> (8 * b) & 0xff));
+    }
+    const XXH128_hash_t expected = XXH3_128bits(bytes.data(), bytes.size());
+    const BlockKey root = PrefixKeyDomain(fp, KvType::f16, numerics).root();
+    EXPECT_EQ(root, (BlockKey{expected.high64, expected.low64}));
 }
 
 TEST(PrefixCache, LossyKvIsNotCached) {

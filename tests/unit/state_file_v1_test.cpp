@@ -3,7 +3,8 @@
 // like a fresh one-pass evaluation of its tokens; saving it again writes version 2 with the same state.
 // Bitwise on the kernel path that wrote it (AVX2); on another path (scalar, AVX-512: other roundings) the
 // fresh pass computes other bits, so there the saved logits and the continuation are checked to be close
-// (first run on an AVX-512 machine in session 11, where the bitwise check failed as it should not).
+// (a bitwise check there would fail although nothing is wrong: the numerics path differs,
+// backends/cpu/runtime/numerics.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>

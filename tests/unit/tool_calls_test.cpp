@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grammar/gbnf_parse.h"
+#include "grammar/grammar_access.h"
 #include "grammar/grammar_matcher.h"
 #include "grammar/tool_call_grammar.h"
 #include "kvstash/error.h"
@@ -37,37 +38,41 @@ const std::vector<ToolSchema> kTools = {
     {"now", R"({"type": "object", "properties": {}})"},
 };
 
-bool accepts(ToolCallFormat format, bool parallel, const std::string& text) {
-    const std::string gbnf = grammar::tool_call_gbnf(format, kTools, parallel);
+bool accepts(ToolCallFormat format, ToolCallCount count, const std::string& text) {
+    const std::string gbnf = grammar::tool_call_gbnf(format, kTools, count);
     GrammarMatcher m(std::make_shared<grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf)), byte_trie());
     return m.accept_bytes(text) && m.can_end();
 }
 
 TEST(ToolCallGrammar, QwenCallsFollowEachToolsSchema) {
     const auto q = ToolCallFormat::qwen;
-    EXPECT_TRUE(accepts(
-        q, false, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
     EXPECT_TRUE(
-        accepts(q, false, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": -2}}\n</tool_call>"));
-    EXPECT_TRUE(accepts(q, false, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+        accepts(q, ToolCallCount::one,
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+    EXPECT_TRUE(accepts(q, ToolCallCount::one,
+                        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": -2}}\n</tool_call>"));
+    EXPECT_TRUE(accepts(q, ToolCallCount::one, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
     // Another tool's arguments, a missing required key, a value outside the enum, an unknown tool.
+    EXPECT_FALSE(accepts(q, ToolCallCount::one,
+                         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
     EXPECT_FALSE(
-        accepts(q, false, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
-    EXPECT_FALSE(accepts(q, false, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
-    EXPECT_FALSE(accepts(q, false,
+        accepts(q, ToolCallCount::one, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>"));
+    EXPECT_FALSE(accepts(q, ToolCallCount::one,
                          "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\", \"unit\": \"K\"}}\n"
                          "</tool_call>"));
-    EXPECT_FALSE(accepts(q, false, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
+    EXPECT_FALSE(accepts(q, ToolCallCount::one, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
     const std::string two =
         "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
-    EXPECT_TRUE(accepts(q, true, two));
-    EXPECT_FALSE(accepts(q, false, two));
+    EXPECT_TRUE(accepts(q, ToolCallCount::one_or_more, two));
+    EXPECT_FALSE(accepts(q, ToolCallCount::one, two));
 }
 
 TEST(ToolCallGrammar, Llama3CallIsTheWholeReply) {
-    EXPECT_TRUE(accepts(ToolCallFormat::llama3, false, "{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}"));
-    EXPECT_FALSE(accepts(ToolCallFormat::llama3, false, "{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}"));
+    EXPECT_TRUE(accepts(ToolCallFormat::llama3, ToolCallCount::one,
+                        "{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}"));
+    EXPECT_FALSE(accepts(ToolCallFormat::llama3, ToolCallCount::one,
+                         "{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}"));
 }
 
 TEST(ToolCallGrammar, RulesOfEachSchemaArePrefixed) {
@@ -79,7 +84,7 @@ TEST(ToolCallGrammar, RulesOfEachSchemaArePrefixed) {
 TEST(ToolCallGrammar, BadSchemaNamesTheTool) {
     const std::vector<ToolSchema> tools = {{"f", R"({"type": "object", "properties": {"x": {"minimum": 1}}})"}};
     try {
-        (void)grammar::tool_call_gbnf(ToolCallFormat::qwen, tools, true);
+        (void)grammar::tool_call_gbnf(ToolCallFormat::qwen, tools, ToolCallCount::one_or_more);
         FAIL() << "no error";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("tool 'f'"), std::string::npos) << e.what();
@@ -89,8 +94,8 @@ TEST(ToolCallGrammar, BadSchemaNamesTheTool) {
 // The lazy constraint: nothing masked (logits untouched, bitwise) until "<tool_call>" was generated, then
 // the grammar from the trigger on.
 TEST(ToolCallGrammar, LazyConstraintWaitsForTheTrigger) {
-    auto vocabulary = std::make_shared<GrammarVocabulary>(byte_trie());
-    auto g = Grammar::for_tool_calls(ToolCallFormat::qwen, kTools, false);
+    auto vocabulary = GrammarAccess::vocabulary(byte_trie());
+    auto g = Grammar::for_tool_calls(ToolCallFormat::qwen, kTools, ToolCallCount::one);
     GrammarConstraint c(g, vocabulary, tool_call_trigger(ToolCallFormat::qwen));
     std::vector<float> logits(257);
     for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i)) * 3.0f;
@@ -113,7 +118,7 @@ TEST(ToolCallGrammar, LazyConstraintWaitsForTheTrigger) {
     EXPECT_TRUE(c.must_end());
 
     // Llama 3.1: only a reply that starts with {"name" is a call; anything else stays free for good.
-    auto l = Grammar::for_tool_calls(ToolCallFormat::llama3, kTools, false);
+    auto l = Grammar::for_tool_calls(ToolCallFormat::llama3, kTools, ToolCallCount::one);
     GrammarConstraint free_text(l, vocabulary, tool_call_trigger(ToolCallFormat::llama3));
     for (const char ch : std::string("Hi {\"name\"")) free_text.accept(static_cast<unsigned char>(ch));
     EXPECT_FALSE(free_text.active());

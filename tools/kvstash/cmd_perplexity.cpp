@@ -16,17 +16,16 @@
 #include <iostream>
 #include <memory>
 
-#include "engine/log_softmax.h"
 #include "kvstash/adapter_flags.h"
 #include "kvstash/commands.h"
 #include "kvstash/common.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
+#include "kvstash/log_softmax.h"
 #include "kvstash/model.h"
 #include "kvstash/shared_flags.h"
 #include "kvstash/state.h"
 #include "kvstash/tokenizer.h"
-#include "tokenizer/vocabulary.h"
 
 namespace kvstash::cli {
 namespace {

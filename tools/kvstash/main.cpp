@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/runtime/dispatch.h"
 #include "kvstash/argv_checks.h"
 #include "kvstash/commands.h"
 #include "kvstash/error.h"
+#include "kvstash/instruction_sets.h"
 #include "kvstash_git_commit.h"  // generated at build time (cmake/git_commit.cmake)
 
 namespace {
@@ -29,14 +29,19 @@ int exit_code_for(kvstash::ErrorCode code) {
     return 1;
 }
 
-// "kvstash 0.1.0 (commit 0123abcd4567, kernels avx2; available: scalar avx2)"
+// "kvstash 0.1.0 (commit 0123abcd4567, kernels avx2; available: scalar avx2)". A bad KVSTASH_ISA is
+// reported in the text: --version answers whatever the environment says.
 std::string version_text() {
-    std::string isas;
-    for (const kvstash::Isa isa : kvstash::available_isas()) {
-        isas += std::string(isas.empty() ? "" : " ") + kvstash::isa_name(isa);
+    std::string kernels;
+    try {
+        const kvstash::InstructionSets sets = kvstash::instruction_sets();
+        std::string isas;
+        for (const std::string& isa : sets.available) isas += (isas.empty() ? "" : " ") + isa;
+        kernels = "kernels " + sets.active + "; available: " + isas;
+    } catch (const kvstash::Error& e) {
+        kernels = std::string("no kernels: ") + e.what();
     }
-    return std::string("kvstash ") + KVSTASH_VERSION + " (commit " + KVSTASH_GIT_COMMIT + ", kernels " +
-           kvstash::isa_name(kvstash::active_isa()) + "; available: " + isas + ")";
+    return std::string("kvstash ") + KVSTASH_VERSION + " (commit " + KVSTASH_GIT_COMMIT + ", " + kernels + ")";
 }
 
 }  // namespace

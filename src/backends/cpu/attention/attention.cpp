@@ -198,7 +198,7 @@ int64_t heads_per_task(const AttentionShape& shape, int64_t n_rows, int n_thread
 // chunks enough to keep every thread busy (4K keys: 16 per row), a task takes one chunk of a row for every
 // KV head in turn: it reads whole K/V rows of the chunk (n_head_kv * head_dim values, contiguous within a
 // 32-token block) rather than a 1/n_head_kv slice of each, and there are n_head_kv times fewer tasks to hand
-// out (docs/benchmarks.md, "Where long-context decode time goes").
+// out (docs/benchmarks-history.md, "Where long-context decode time goes").
 void split_over_chunks(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, float* out,
                        ThreadPool& pool) {
     // The caller's buffers, shared with the workers through these references (a thread_local named inside

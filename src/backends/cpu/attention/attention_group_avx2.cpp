@@ -46,7 +46,7 @@ struct RowCursor {
 // Software prefetch of one head's slice of a row (`bytes` from `row`: head_dim values of the KV type),
 // every 64-byte line it touches. The slices of one KV head are 1/n_head_kv of each row, strided by
 // row_bytes, in 32-token blocks scattered over the pool: the hardware prefetchers alone leave decode far below
-// the machine's read bandwidth (docs/benchmarks.md, "Where long-context decode time goes").
+// the machine's read bandwidth (docs/benchmarks-history.md, "Where long-context decode time goes").
 inline void prefetch_slice(const uint8_t* row, uint64_t bytes) {
     const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
     const uintptr_t end = reinterpret_cast<uintptr_t>(row) + bytes;
@@ -54,8 +54,9 @@ inline void prefetch_slice(const uint8_t* row, uint64_t bytes) {
 }
 
 // K rows are prefetched this many keys ahead of the score tile being computed (2 tiles: ~32 lines of f16
-// at head_dim 64 in flight, enough for the latency of a DRAM read at this VM's bandwidth); the chunk's V
-// rows are prefetched alongside the scores, so that they are in cache for the values pass.
+// at head_dim 64 in flight: at a few GB/s per core of DRAM bandwidth that covers a DRAM read's latency, and
+// more would only evict lines still to be used); the chunk's V rows are prefetched alongside the scores, so
+// that they are in cache for the values pass.
 constexpr int64_t kPrefetchKeys = 16;
 
 template <TensorType T>

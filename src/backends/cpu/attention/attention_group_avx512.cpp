@@ -3,7 +3,7 @@
 // decode row's group): scores with 16 keys in the lanes, then per-head numerators and value passes. Many heads
 // (prefill tiles: rows × a group, kLaneHeads and more): K and V converted to f32 once, scores with 16 heads in
 // the lanes, so that the max, numerators and sums are lane-wise vector operations, and the values walked in
-// key blocks that stay in L1 (docs/benchmarks.md, "Session 12: ... AVX-512 prefill attention").
+// key blocks that stay in L1 (docs/benchmarks-history.md, "AVX-512 prefill attention").
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

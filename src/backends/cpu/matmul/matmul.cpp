@@ -63,15 +63,15 @@ int64_t rows_per_task(int64_t rows, int n_threads) {
 // chunk boundaries up to the end of the range it holds, and at the end of the run takes back halves of the others'
 // remaining chunks. Chunks: about 1/16 of a thread's share, within [16 KiB, 256 KiB] of weights (the end of a
 // run is balanced to one chunk; measured on Gemma 3 decode, 32 KiB chunks everywhere cost more CPU per token
-// than 256 KiB ones, docs/benchmarks.md). Before: about 4 dynamically handed-out tasks per thread, each starting
-// with its prefetch cold, and up to one task (22 MB of the Gemma 3 output matrix) of imbalance.
+// than 256 KiB ones, docs/benchmarks-history.md). Before: about 4 dynamically handed-out tasks per thread, each
+// starting with its prefetch cold, and up to one task (22 MB of the Gemma 3 output matrix) of imbalance.
 constexpr int64_t kShareTokensMax = 6;
 constexpr int64_t kShareChunksPerThread = 16;
 constexpr int64_t kShareChunkMinBytes = 16 * 1024;
 constexpr int64_t kShareChunkMaxBytes = 256 * 1024;
 
 // KVSTASH_DECODE_SPLIT=tasks keeps decode on the tasks split (rows_per_task), so that one binary can measure
-// both side by side (docs/benchmarks.md). Read once.
+// both side by side (docs/benchmarks-history.md). Read once.
 bool decode_shares_enabled() {
     static const bool enabled = [] {
         const char* split = std::getenv("KVSTASH_DECODE_SPLIT");
@@ -135,7 +135,7 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
     const int n_threads = pool ? pool->n_threads() : 1;
     // Shares only where every operand runs an integer kernel (they prefetch on across chunks); the f32-activation
     // kernels (SmolLM2's q4_1 on AVX2 before it took integer activations) measured slower with them on the shared
-    // machine (docs/benchmarks.md).
+    // machine (docs/benchmarks-history.md).
     bool shares = n_threads > 1 && n_tokens <= kShareTokensMax && decode_shares_enabled();
     for (const MatmulOperand& op : operands) {
         shares = shares && (activations == Activations::integer || matmul_uses_integer_activations(isa, op.type));

@@ -29,7 +29,7 @@
 // multiplies the raw nibbles q and makes q4_0's S_b = sum (q - 8)·x as sum q·x - 8·sum x (sum x = 256·h32 + l32,
 // exact): one subtraction per 8 rows. q4_1 adds the definition's second step per block,
 // acc = fma(m, fl(dx · float(sum x)), acc), with its fp16 mins converted like the scales. Measured per thread
-// against the f32-activation kernels (docs/benchmarks.md, "q4_0 / q4_1 with integer activations on AVX2"):
+// against the f32-activation kernels (docs/benchmarks-history.md, "q4_0 / q4_1 with integer activations on AVX2"):
 // one token 1.6-2.6× (1.7× from DRAM); SmolLM2's 512-token prefill 1.28× (whole model, one thread).
 //
 // The K-quants: matmul_int8_kquant_avx2.cpp.
@@ -293,7 +293,7 @@ void many_tokens(const MatmulArgs& a, int64_t row_begin, int64_t row_end, const 
 // ---- few tokens ----
 
 // Least software-prefetch distance of the few-token kernel, bytes. Measured on the output matrix of Gemma 3
-// (262,144 × 640 q8_0, 1 token, 1 thread; docs/benchmarks.md): 4-32 KiB alike, no software prefetch
+// (262,144 × 640 q8_0, 1 token, 1 thread; docs/benchmarks-history.md): 4-32 KiB alike, no software prefetch
 // (the hardware prefetchers alone, 8 streams) half the speed.
 constexpr int64_t kFewPrefetchBytes = 16384;
 

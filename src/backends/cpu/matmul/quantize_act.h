@@ -37,13 +37,13 @@ constexpr int32_t kActivationMax = 32639;  // largest |q|: 127 · 256 + 127
 bool has_integer_path(TensorType type);
 // True for the types whose matmul() uses it on the AVX-512 VNNI path (matmul_uses_integer_activations
 // in dispatch.h adds the ISA condition): where it is faster than f32 activations on the machine it was
-// measured on (docs/benchmarks.md, "Speed (issue 5)"): the K-quants and q8_0 (per thread, against f32:
+// measured on (docs/benchmarks-history.md, "Speed (issue 5)"): the K-quants and q8_0 (per thread, against f32:
 // prefill 1.5-2.0×; decode q4_K and q6_K about 2×, q8_0 0.85-1.15×). q4_0 / q4_1 keep f32 activations:
 // their integer decode is 10-15% slower than the f32 one (a reduction per 32-element block and two
 // planes, against f32 lanes accumulating across blocks), and their models meet the speed goal without it.
 bool uses_integer_activations(TensorType type);
 // True for the types whose matmul() uses it on the AVX2 path, where its vpmaddwd kernels are faster than
-// the f32 ones on the AVX2 machine they were measured on (docs/benchmarks.md): q8_0 (matmul_int8_avx2.cpp,
+// the f32 ones on the AVX2 machine they were measured on (docs/benchmarks-history.md): q8_0 (matmul_int8_avx2.cpp,
 // "AVX2 integer-activation matmul": per thread, one token 1.8× with the weights in the L3, 1.0× from
 // DRAM; 4-512 tokens 1.2-1.7×); q5_0 (the q8_0 kernels reading 22-byte blocks: the bits of its q8_0
 // repacking, fewer bytes); q4_K, q5_K, q6_K (matmul_int8_kquant_avx2.cpp, "Gemma 3 270M decode against

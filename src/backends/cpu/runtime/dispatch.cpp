@@ -14,8 +14,10 @@
 #include "backends/cpu/matmul/quantize_act.h"
 #include "backends/cpu/norm/norm.h"
 #include "backends/cpu/rope/rope_rotate.h"
+#include "backends/cpu/runtime/numerics.h"
 #include "backends/cpu/ssm/ssm.h"
 #include "kvstash/error.h"
+#include "kvstash/instruction_sets.h"
 
 namespace kvstash {
 namespace {
@@ -52,14 +54,19 @@ bool detect_cpu_supports(Isa isa) {
 
 struct IsaChoice {
     Isa isa = Isa::scalar;
-    std::string error;  // non-empty: KVSTASH_ISA asked for something unusable
+    bool vnni_off = false;  // KVSTASH_ISA=avx512-novnni: the AVX-512 path without its VNNI integer kernels
+    std::string error;      // non-empty: KVSTASH_ISA asked for something unusable
 };
 
 IsaChoice choose_isa() {
     IsaChoice choice;
     const char* forced = std::getenv("KVSTASH_ISA");
     if (forced && *forced) {
-        const std::string name = forced;
+        std::string name = forced;
+        if (name == kAvx512WithoutVnni) {
+            choice.vnni_off = true;
+            name = isa_name(Isa::avx512);
+        }
         for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
             if (name != isa_name(isa)) continue;
             if (!cpu_supports(isa)) {
@@ -69,7 +76,8 @@ IsaChoice choose_isa() {
             choice.isa = isa;
             return choice;
         }
-        choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2 or avx512";
+        choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2, avx512 or " +
+                       kAvx512WithoutVnni;
         return choice;
     }
     choice.isa = cpu_supports(Isa::avx512) ? Isa::avx512 : cpu_supports(Isa::avx2) ? Isa::avx2 : Isa::scalar;
@@ -123,7 +131,7 @@ kernels::KernelTable avx512_table() {
     // The integer kernels need VNNI and VBMI besides; without them AVX-512 takes the AVX2 integer code (and matmul()
     // keeps f32 activations: matmul_uses_integer_activations). The AVX-512 quantizer lives with the VNNI kernels
     // (compiled for them); its bits are the scalar one's.
-    const bool vnni = cpu_supports_avx512_vnni();
+    const bool vnni = avx512_uses_vnni();
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx512;
     t.matmul_int8_rows = vnni ? kernels::matmul_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
@@ -175,6 +183,15 @@ Isa active_isa() {
     return choice.isa;
 }
 
+bool avx512_uses_vnni() { return cpu_supports_avx512_vnni() && !isa_choice().vnni_off; }
+
+std::vector<std::string> isa_settings() {
+    std::vector<std::string> settings;
+    for (Isa isa : available_isas()) settings.emplace_back(isa_name(isa));
+    if (cpu_supports_avx512_vnni()) settings.emplace_back(kAvx512WithoutVnni);
+    return settings;
+}
+
 std::vector<Isa> available_isas() {
     std::vector<Isa> isas;
     for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
@@ -185,7 +202,7 @@ std::vector<Isa> available_isas() {
 
 bool matmul_uses_integer_activations(Isa isa, TensorType type) {
     if (isa == Isa::avx2) return kernels::uses_integer_activations_avx2(type);
-    return isa == Isa::avx512 && cpu_supports_avx512_vnni() && kernels::uses_integer_activations(type);
+    return isa == Isa::avx512 && avx512_uses_vnni() && kernels::uses_integer_activations(type);
 }
 
 const kernels::KernelTable& kernels::kernel_table(Isa isa) {
@@ -203,6 +220,13 @@ const kernels::KernelTable& kernels::kernel_table(Isa isa) {
     }
     static const KernelTable table = scalar_table();
     return table;
+}
+
+InstructionSets instruction_sets() {
+    InstructionSets sets;
+    sets.active = isa_name(active_isa());
+    for (Isa isa : available_isas()) sets.available.emplace_back(isa_name(isa));
+    return sets;
 }
 
 }  // namespace kvstash

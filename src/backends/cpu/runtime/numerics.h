@@ -13,13 +13,14 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/runtime/dispatch.h"
 
 namespace kvstash {
 
-// Epoch 1: 256-key attention chunks by absolute position, AVX2 integer K-quant kernels (session 7).
-// Epoch 2: q4_0 / q4_1 on AVX2 with integer activations (matmul_int8_avx2.cpp; session 11).
+// Epoch 1: 256-key attention chunks by absolute position, AVX2 integer K-quant kernels.
+// Epoch 2: q4_0 / q4_1 on AVX2 with integer activations (matmul_int8_avx2.cpp).
 inline constexpr uint32_t kNumericsEpoch = 2;
 
 // The kernel path's code in keys and files; 0 = unknown (a file from before numerics were recorded).
@@ -31,13 +32,27 @@ struct Numerics {
     bool operator==(const Numerics&) const = default;
 };
 
-// The path `isa` runs on this CPU: avx512 is avx512_vnni where the CPU has VNNI and VBMI (the integer
-// activation kernels, other bits).
+// KVSTASH_ISA (kernels/dispatch.h) also takes avx512-novnni: the AVX-512 path without the VNNI integer
+// kernels, i.e. what a CPU without VNNI computes, so that a VNNI machine runs (and pins:
+// tests/unit/numerics_test.cpp) that path's bits too.
+inline constexpr const char* kAvx512WithoutVnni = "avx512-novnni";
+// Whether the avx512 path of this process runs the VNNI integer-activation kernels: the CPU has them
+// (cpu_supports_avx512_vnni) and KVSTASH_ISA is not avx512-novnni.
+bool avx512_uses_vnni();
+// The KVSTASH_ISA values this CPU runs, one per numerics path, scalar first: the available ISAs' names
+// and, on a CPU with AVX-512 VNNI, avx512-novnni.
+std::vector<std::string> isa_settings();
+
+// The path `isa` runs in this process: avx512 is avx512_vnni where it runs the VNNI integer-activation
+// kernels (other bits).
 NumericsPath numerics_path(Isa isa);
 // This build's epoch on `isa`'s path.
 Numerics numerics_of(Isa isa);
 // numerics_of(active_isa()).
 Numerics current_numerics();
+// Weight layouts follow the numerics path too: whether `path`'s matmul reads q5_0 matrices as stored (the
+// AVX2 integer kernels); on the other paths a model repacks them to q8_0 at load (the same values).
+bool matmul_reads_q5_0(NumericsPath path);
 // "epoch 1, avx2"; "unknown (recorded from kvstash 0.1.0 / numerics epoch 1 on)" for epoch 0.
 std::string describe(const Numerics& numerics);
 

@@ -1,0 +1,19 @@
+// The instruction sets kvstash's CPU kernels can run here, and the one they run (`kvstash --version`,
+// diagnostics). The environment variable KVSTASH_ISA forces one: scalar, avx2, avx512, or avx512-novnni
+// (the AVX-512 path without its VNNI integer kernels, on a CPU that has them).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvstash {
+
+struct InstructionSets {
+    std::string active;                  // "scalar", "avx2" or "avx512"
+    std::vector<std::string> available;  // every path this CPU runs, scalar first
+};
+
+// Throws Error(invalid_argument) when KVSTASH_ISA names a path this CPU lacks or an unknown one.
+InstructionSets instruction_sets();
+
+}  // namespace kvstash

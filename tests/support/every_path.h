@@ -1,0 +1,17 @@
+// Runs some of this test executable's tests again on every numerics path this CPU runs
+// (backends/cpu/runtime/numerics.h isa_settings: scalar, avx2, avx512, avx512-novnni where available), each in a child
+// process with KVSTASH_ISA set: the variable is read once per process.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvstash::test {
+
+// Whether this process is such a child (KVSTASH_ISA is set): the every-path test then has nothing to add.
+bool forced_isa();
+
+// Runs `gtest_filter` in one child per path; returns the KVSTASH_ISA values whose child failed.
+std::vector<std::string> failing_paths(const std::string& gtest_filter);
+
+}  // namespace kvstash::test
