@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/json_depth.h"
+#include "fuzz/hf_directory_input.h"
 #include "grammar/gbnf_parse.h"
 #include "grammar/grammar_matcher.h"
 #include "grammar/json_schema_gbnf.h"
@@ -190,6 +191,8 @@ TEST(HostileSeeds, GrammarJsonSchemaAndConfigCorpora) {
         const nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
         if (!j.is_discarded()) read_hf_config(j, "config.json");
     });
+    // The same seeds as a whole model directory's config.json (fuzz_structured's selector 3).
+    run_corpus("hf_config", [](const std::string& s) { fuzz::load_hf_directory_with_config(s, KVSTASH_SOURCE_DIR); });
 }
 
 }  // namespace
