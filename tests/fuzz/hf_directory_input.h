@@ -14,7 +14,8 @@
 
 namespace kvstash::fuzz {
 
-inline void load_hf_directory_with_config(const std::string& config_text, const std::string& source_dir) {
+// The directory (made on the first call; remove it when done, as unit_hostile_input does).
+inline const std::filesystem::path& hf_fuzz_directory(const std::string& source_dir) {
     namespace fs = std::filesystem;
     static const fs::path dir = [&] {
         const fs::path d = fs::temp_directory_path() / ("kvstash_fuzz_hf_dir_" + std::to_string(getpid()));
@@ -27,6 +28,11 @@ inline void load_hf_directory_with_config(const std::string& config_text, const 
         }
         return d;
     }();
+    return dir;
+}
+
+inline void load_hf_directory_with_config(const std::string& config_text, const std::string& source_dir) {
+    const std::filesystem::path& dir = hf_fuzz_directory(source_dir);
     std::ofstream(dir / "config.json", std::ios::binary | std::ios::trunc) << config_text;
     (void)Model::load(dir.string());
 }

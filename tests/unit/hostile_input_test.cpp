@@ -221,6 +221,8 @@ TEST(HostileSeeds, GrammarJsonSchemaAndConfigCorpora) {
     });
     // The same seeds as a whole model directory's config.json (fuzz_structured's selector 3).
     run_corpus("hf_config", [](const std::string& s) { fuzz::load_hf_directory_with_config(s, KVSTASH_SOURCE_DIR); });
+    std::error_code ignored;
+    std::filesystem::remove_all(fuzz::hf_fuzz_directory(KVSTASH_SOURCE_DIR), ignored);
 }
 
 }  // namespace
