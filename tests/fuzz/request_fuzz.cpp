@@ -78,7 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (srv::OllamaEndpoint endpoint : {srv::OllamaEndpoint::chat, srv::OllamaEndpoint::generate}) {
         expect_parsed_or_rejected([&] {
-            const srv::OllamaRequest r = srv::parse_ollama_request(json, endpoint, srv::RequestLimits{kMaxN, {}}, &body);
+            const srv::OllamaRequest r =
+                srv::parse_ollama_request(json, endpoint, srv::RequestLimits{kMaxN, {}}, &body);
             require(!r.model.empty());
             if (r.num_predict) require(*r.num_predict >= 1);
             if (r.num_ctx) require(*r.num_ctx >= 1);
