@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <httplib.h>
 #include <algorithm>
@@ -134,6 +135,14 @@ void raise_descriptor_limit(int max_connections) {
     setrlimit(RLIMIT_NOFILE, &limit);
 }
 
+// Whether two existing directories are on one filesystem (st_dev); false when either is empty or missing.
+bool same_filesystem(const std::string& a, const std::string& b) {
+    struct stat sa {
+    }, sb{};
+    if (a.empty() || b.empty() || ::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+    return sa.st_dev == sb.st_dev;
+}
+
 }  // namespace
 
 HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options)
@@ -150,8 +159,11 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
         ctx.chat_template_error = std::string("this model has no chat template kvstash knows (") + e.what() +
                                   "); start the server with --chat-template or use /v1/completions";
     }
+    StateStore* state_files = nullptr;
     if (options.state_store.empty()) {
-        ctx.states = std::make_unique<StateStore>(*model, options.state_dir);
+        auto store = std::make_unique<StateStore>(*model, options.state_dir);
+        state_files = store.get();
+        ctx.states = std::move(store);
     } else {
         // Uploads and states are whole state files: give them more time than a cache block.
         ctx.states = std::make_unique<RedisStateStore>(
@@ -174,6 +186,13 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.adapters = options.adapters;
     sched.draft_model = options.draft_model;
     ctx.scheduler = std::make_unique<Scheduler>(model, sched, ctx.metrics);
+    // Issue 34: on a filesystem the cache's block files share with the state files, a full disk frees cache
+    // blocks (which can be computed again) before a state save fails.
+    if (state_files && !options.state_dir.empty() && same_filesystem(options.state_dir, options.cache_dir)) {
+        Scheduler* scheduler = ctx.scheduler.get();
+        state_files->set_space_reclaimer(
+            [scheduler](uint64_t bytes) { return scheduler->evict_cache_disk_bytes(bytes); });
+    }
 
     ConnectionLimits limits;
     limits.head.first_byte = std::chrono::seconds(options.idle_timeout_s);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvstash/adapter.h"
+#include "kvstash/grammar.h"
 #include "kvstash/kv_type.h"
 #include "kvstash/model.h"
 #include "server/job_speculation.h"
@@ -44,6 +45,10 @@ struct ServerOptions {
     uint64_t max_header_bytes = 32 * 1024;  // request line + headers (431 past it; one line: 8 KiB at most)
     int max_embedding_inputs = 2048;        // inputs of one /v1/embeddings request (400 past it; OpenAI's limit)
     int max_connections_per_ip = 0;         // connections one client address may hold (429 past it; 0: no limit)
+    // Grammar / JSON Schema size limits (--max-grammar-elements, ...; 400 past them; the deadline is unused
+    // here) and the seconds a request's preparation (grammar, schema, tools, prompt tokens) may take (503).
+    GrammarLimits grammar_limits;
+    double prepare_timeout_s = 30;
     // Speculative decoding (--spec): every request's default (its speculative.* fields change it), and the
     // draft model (--draft-model, or the model quantized at load for --spec self; null: none).
     JobSpeculation speculation;

@@ -206,6 +206,27 @@ void register_serve(CLI::App& root, Action& action) {
                     "inputs one /v1/embeddings request may hold (400 past it)")
         ->check(CLI::Range(1, 1 << 20))
         ->capture_default_str();
+    cmd->add_option("--prepare-timeout", o.prepare_timeout_s,
+                    "seconds a request's preparation (compiling its grammar, JSON Schema or tools, tokenizing its "
+                    "prompt) may take before it is answered 503")
+        ->check(CLI::Range(0.000001, 3600.0))
+        ->capture_default_str();
+    cmd->add_option("--max-grammar-elements", o.grammar_limits.max_elements,
+                    "elements a grammar may expand to once repetitions are written out (8 bytes each; 400 past it)")
+        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 28))
+        ->capture_default_str();
+    cmd->add_option("--max-grammar-depth", o.grammar_limits.max_group_depth,
+                    "levels of ( ) groups a GBNF grammar may nest (400 past it)")
+        ->check(CLI::Range(8, 1024))
+        ->capture_default_str();
+    cmd->add_option("--max-schema-nodes", o.grammar_limits.max_schema_nodes,
+                    "subschemas (properties, items, anyOf entries) one JSON Schema may have (400 past it)")
+        ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-schema-depth", o.grammar_limits.max_schema_depth,
+                    "levels a JSON Schema's subschemas may nest, $ref chains included (400 past it)")
+        ->check(CLI::Range(8, 1024))
+        ->capture_default_str();
     cmd->add_option("--max-connections-per-ip", o.max_connections_per_ip,
                     "connections one client address may hold open (429 past it; 0: no limit, as behind a proxy)")
         ->check(CLI::Range(0, 65536))
