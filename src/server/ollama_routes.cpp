@@ -279,7 +279,7 @@ json show(const json& body, ServerContext& server) {
 
 }  // namespace
 
-void register_ollama_routes(httplib::Server& http, ServerContext& ctx) {
+void register_ollama_routes(RouteTable& http, ServerContext& ctx) {
     http.Post("/api/chat", [&ctx](const httplib::Request& req, httplib::Response& res) {
         ollama_guarded(res, [&] { handle_generation(req, res, ctx, OllamaEndpoint::chat); });
     });
