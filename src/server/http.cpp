@@ -229,13 +229,13 @@ HttpServer::HttpServer(std::vector<ModelSource> sources, RegistryOptions registr
     ctx_->options = options;
     Metrics* metrics = &ctx_->metrics;
     registry_ = std::make_unique<ModelRegistry>(
-        std::move(sources), registry_options,
-        [load = std::move(load), options, metrics](const ModelSource& source) {
+        std::move(sources), registry_options, [load = std::move(load), options, metrics](const ModelSource& source) {
             ServerOptions own = options;
             own.model_id = source.name;
             // Named states are per model: a directory each under --state-dir (the Redis store's keys carry
             // the model fingerprint already).
-            if (!own.state_dir.empty()) own.state_dir = (std::filesystem::path(own.state_dir) / safe_dir_name(source.name)).string();
+            if (!own.state_dir.empty())
+                own.state_dir = (std::filesystem::path(own.state_dir) / safe_dir_name(source.name)).string();
             auto loaded = std::make_unique<LoadedModel>();
             loaded->ctx = make_server_context(load(source), own, metrics);
             register_model_routes(loaded->routes, *loaded->ctx);

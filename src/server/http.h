@@ -42,8 +42,8 @@ public:
 private:
     void configure(const ServerOptions& options);  // limits, timeouts, CORS, logging, error shapes
 
-    std::unique_ptr<ServerContext> ctx_;           // several models: the options and metrics only (no model)
-    std::unique_ptr<ModelRegistry> registry_;      // several models only
+    std::unique_ptr<ServerContext> ctx_;       // several models: the options and metrics only (no model)
+    std::unique_ptr<ModelRegistry> registry_;  // several models only
     std::unique_ptr<httplib::Server> http_;
     int listen_socket_ = -1;  // set by the socket-options callback when bind() creates it
 };

@@ -111,7 +111,8 @@ std::shared_ptr<LoadedModel> ModelRegistry::acquire(const std::string& name) {
     if (!slot) {
         std::string names;
         for (const auto& s : slots_) names += (names.empty() ? "'" : ", '") + s->source.name + "'";
-        throw ApiError(404, "model '" + name + "' not found; this server serves " + names + " (GET /v1/models lists them)",
+        throw ApiError(404,
+                       "model '" + name + "' not found; this server serves " + names + " (GET /v1/models lists them)",
                        "model", "model_not_found");
     }
     std::lock_guard load_lock(slot->load_mutex);
@@ -203,8 +204,8 @@ std::vector<ModelStatus> ModelRegistry::status() const {
             s.n_ctx = slot->loaded->ctx->scheduler->n_ctx();
             s.in_flight = static_cast<int>(slot->loaded.use_count() - 1);
             if (s.in_flight == 0 && slot->keep_alive_s >= 0) {
-                s.expires_in_s = std::max(
-                    0.0, slot->keep_alive_s - std::chrono::duration<double>(now - slot->last_used).count());
+                s.expires_in_s =
+                    std::max(0.0, slot->keep_alive_s - std::chrono::duration<double>(now - slot->last_used).count());
             }
         }
         out.push_back(std::move(s));

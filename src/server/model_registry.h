@@ -44,12 +44,12 @@ struct RegistryOptions {
 struct ModelStatus {
     std::string name;
     std::string path;
-    uint64_t bytes = 0;                 // the model's files
+    uint64_t bytes = 0;  // the model's files
     bool loaded = false;
-    std::string error;                  // why it could not be loaded (empty: none)
-    int64_t n_ctx = 0;                  // loaded only
-    std::optional<double> expires_in_s; // loaded and idle: seconds until unloaded (none: never, or in use)
-    int in_flight = 0;                  // requests holding it
+    std::string error;                   // why it could not be loaded (empty: none)
+    int64_t n_ctx = 0;                   // loaded only
+    std::optional<double> expires_in_s;  // loaded and idle: seconds until unloaded (none: never, or in use)
+    int in_flight = 0;                   // requests holding it
 };
 
 class ModelRegistry {

@@ -25,7 +25,7 @@ bool is_ollama_path(const std::string& path) { return path.starts_with("/api/");
 void send_route_error(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
     if (!is_ollama_path(req.path)) return send_error(res, e);
     if (e.status() == 503) res.set_header("Retry-After", "1");
-    send_json(res, {{"error", e.what()}}, e.status());
+    send_json(res, {{"error", e.status() >= 500 ? without_paths(e.what()) : std::string(e.what())}}, e.status());
 }
 
 // The body's JSON, when it is an object (null otherwise: the route itself answers a bad body).
@@ -100,14 +100,11 @@ std::string timestamp_in(double seconds) {
 json openai_entry(const ModelStatus& m) {
     json meta = {{"loaded", m.loaded}, {"size", m.bytes}, {"in_flight", m.in_flight}};
     if (m.loaded) meta["n_ctx"] = m.n_ctx;
-    if (!m.error.empty()) meta["error"] = m.error;
+    if (!m.error.empty()) meta["error"] = without_paths(m.error);  // as a 5xx shows it
     const std::string state = !m.error.empty() ? "failed" : m.loaded ? "loaded" : "unloaded";
-    return {{"id", m.name},
-            {"object", "model"},
-            {"created", 0},
-            {"owned_by", "kvstash"},
-            {"status", {{"value", state}}},
-            {"meta", meta}};
+    return {
+        {"id", m.name}, {"object", "model"}, {"created", 0}, {"owned_by", "kvstash"}, {"status", {{"value", state}}},
+        {"meta", meta}};
 }
 
 json ollama_entry(const ModelStatus& m) {
@@ -177,10 +174,10 @@ void register_registry_routes(httplib::Server& http, ServerContext& server, Mode
             const json body = body_object(req);
             const std::string name = requested_model(req, body);
             std::shared_ptr<LoadedModel> lease = registry.acquire(name);
-            if (is_ollama_path(req.path)) {
-                if (const auto resolved = registry.resolve(name)) {
-                    registry.set_keep_alive(*resolved, keep_alive_seconds(body).value_or(default_keep_alive));
-                }
+            // Each request sets how long its model stays loaded after it: Ollama's keep_alive, else --keep-alive.
+            const auto keep_alive = is_ollama_path(req.path) ? keep_alive_seconds(body) : std::nullopt;
+            if (const auto resolved = registry.resolve(name)) {
+                registry.set_keep_alive(*resolved, keep_alive.value_or(default_keep_alive));
             }
             return lease;
         };

@@ -20,7 +20,7 @@ void register_embedding_routes(RouteTable& http, ServerContext& ctx);  // /v1/em
 // llama-server's /completion, /props, /slots, /apply-template
 void register_llama_routes(RouteTable& http, ServerContext& ctx);
 void register_responses_routes(RouteTable& http, ServerContext& ctx);  // /v1/responses
-void register_webui_routes(httplib::Server& http);                          // /, /webui/<file>
+void register_webui_routes(httplib::Server& http);                     // /, /webui/<file>
 void register_ollama_routes(RouteTable& http, ServerContext& ctx);     // /api/chat, /api/generate, ... (Ollama)
 
 // Every route of one model (the OpenAI, state, text, embedding, llama-server, Responses and Ollama routes).

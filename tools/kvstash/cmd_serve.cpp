@@ -87,7 +87,8 @@ std::vector<server::ModelSource> model_sources(const ServeFlags& f, const std::v
     namespace fs = std::filesystem;
     std::vector<server::ModelSource> sources;
     for (const std::string& path : paths) {
-        sources.push_back({path.starts_with("hf:") ? path.substr(3) : fs::path(path).filename().replace_extension().string(), path});
+        sources.push_back(
+            {path.starts_with("hf:") ? path.substr(3) : fs::path(path).filename().replace_extension().string(), path});
         if (fs::is_directory(path)) sources.back().name = fs::path(path).lexically_normal().filename().string();
         if (sources.back().name.empty()) sources.back().name = fs::path(path).parent_path().filename().string();
     }
@@ -108,8 +109,8 @@ std::vector<server::ModelSource> model_sources(const ServeFlags& f, const std::v
         }
         if (sources.empty()) {
             throw Error(ErrorCode::io, "--models '" + f.models_dir +
-                                                  "' holds no model: put GGUF files or Hugging Face model directories "
-                                                  "(with config.json) in it");
+                                           "' holds no model: put GGUF files or Hugging Face model directories "
+                                           "(with config.json) in it");
         }
     }
     return sources;
@@ -118,7 +119,8 @@ std::vector<server::ModelSource> model_sources(const ServeFlags& f, const std::v
 std::vector<std::string> split_lines(const std::string& joined) {
     std::vector<std::string> out;
     size_t at = 0;
-    for (size_t end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1) out.push_back(joined.substr(at, end - at));
+    for (size_t end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1)
+        out.push_back(joined.substr(at, end - at));
     out.push_back(joined.substr(at));
     return out;
 }
@@ -200,7 +202,8 @@ std::unique_ptr<server::HttpServer> make_multi_model_server(const ServeFlags& f,
     if (!f.models_dir.empty() && f.model_path == default_model_path()) given.clear();  // --models alone
     std::erase(given, std::string());
     auto sources = model_sources(f, given);
-    for (const auto& s : sources) std::fprintf(stderr, "kvstash serve: model '%s': %s\n", s.name.c_str(), s.path.c_str());
+    for (const auto& s : sources)
+        std::fprintf(stderr, "kvstash serve: model '%s': %s\n", s.name.c_str(), s.path.c_str());
     const KvType kv_type = options.kv_type;
     return std::make_unique<server::HttpServer>(
         std::move(sources), registry,
