@@ -201,7 +201,8 @@ std::vector<ModelStatus> ModelRegistry::status() const {
         s.error = slot->error;
         s.loaded = slot->loaded != nullptr;
         if (s.loaded) {
-            s.n_ctx = slot->loaded->ctx->scheduler->n_ctx();
+            const auto& scheduler = slot->loaded->ctx->scheduler;
+            s.n_ctx = scheduler ? scheduler->n_ctx() : 0;
             s.in_flight = static_cast<int>(slot->loaded.use_count() - 1);
             if (s.in_flight == 0 && slot->keep_alive_s >= 0) {
                 s.expires_in_s =
