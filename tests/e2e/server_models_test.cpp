@@ -103,7 +103,9 @@ TEST_F(ServerModels, ListsEveryModelAndLoadsOnFirstUse) {
     EXPECT_EQ(ollama->status, 200) << ollama->body;
     EXPECT_EQ(loaded(client), std::vector<std::string>({"alpha:latest", "beta:latest"}));
     for (const json& m : get_json(client, "/v1/models")["data"]) {
-        if (m["id"] != "broken") EXPECT_EQ(m["status"]["value"], "loaded") << m.dump();
+        if (m["id"] != "broken") {
+            EXPECT_EQ(m["status"]["value"], "loaded") << m.dump();
+        }
     }
 }
 
@@ -210,15 +212,20 @@ TEST_F(ServerModels, MemoryBudgetUnloadsLeastRecentlyUsedButNeverCutsARequest) {
     int other_status = 0;
     std::string body;
     httplib::Client other = server.client();
-    auto res = client.Post(
-        "/v1/completions", httplib::Headers{}, streamed.dump(), "application/json", [&](const char* data, size_t n) {
-            if (other_status == 0) {  // alpha is mid-stream: beta finds no room
-                auto r = other.Post("/v1/completions", completion("beta").dump(), "application/json");
-                other_status = r ? r->status : -1;
-            }
-            body.append(data, n);
-            return true;
-        });
+    httplib::Request request;
+    request.method = "POST";
+    request.path = "/v1/completions";
+    request.body = streamed.dump();
+    request.set_header("Content-Type", "application/json");
+    request.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        if (other_status == 0) {  // alpha is mid-stream: beta finds no room
+            auto r = other.Post("/v1/completions", completion("beta").dump(), "application/json");
+            other_status = r ? r->status : -1;
+        }
+        body.append(data, n);
+        return true;
+    };
+    auto res = client.send(request);
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 200);
     EXPECT_EQ(other_status, 503);
