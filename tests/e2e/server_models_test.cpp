@@ -107,6 +107,18 @@ TEST_F(ServerModels, ListsEveryModelAndLoadsOnFirstUse) {
             EXPECT_EQ(m["status"]["value"], "loaded") << m.dump();
         }
     }
+    // kvstash ps asks the server.
+    const ProcessResult ps = run_process({cli_path(), "ps", "--url", server.url()});
+    EXPECT_EQ(ps.exit_code, 0) << ps.err;
+    EXPECT_NE(ps.out.find("alpha:latest"), std::string::npos) << ps.out;
+    EXPECT_NE(ps.out.find("beta:latest"), std::string::npos) << ps.out;
+    EXPECT_EQ(ps.out.find("broken"), std::string::npos) << ps.out;
+}
+
+TEST(ServerModelsCli, PsWithoutAServerExits6) {
+    const ProcessResult ps = run_process({cli_path(), "ps", "--url", "http://127.0.0.1:1"});
+    EXPECT_EQ(ps.exit_code, 6);
+    EXPECT_NE(ps.err.find("no kvstash serve answers"), std::string::npos) << ps.err;
 }
 
 // Routed to a model, a request gets what a server of that model alone gives (greedy, same prompt).
