@@ -140,7 +140,7 @@ std::shared_ptr<LoadedModel> ModelRegistry::acquire(const std::string& name) {
         slot->error = error.empty() ? "unknown error" : error;
         throw ApiError(500, "model '" + slot->source.name + "' could not be loaded: " + slot->error);
     }
-    if (slot->bytes == 0) slot->bytes = model_file_bytes(loaded->ctx->model->path());
+    if (slot->bytes == 0 && loaded->ctx->model) slot->bytes = model_file_bytes(loaded->ctx->model->path());
     slot->loaded = std::move(loaded);
     return lease(*slot);
 }

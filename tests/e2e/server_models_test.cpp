@@ -55,7 +55,8 @@ json get_json(httplib::Client& client, const std::string& path) {
 // The names /api/ps lists (the loaded models).
 std::vector<std::string> loaded(httplib::Client& client) {
     std::vector<std::string> names;
-    for (const json& m : get_json(client, "/api/ps")["models"]) names.push_back(m["name"].get<std::string>());
+    const json ps = get_json(client, "/api/ps");  // (kept: a range-for over a temporary's member dangles)
+    for (const json& m : ps["models"]) names.push_back(m["name"].get<std::string>());
     return names;
 }
 
@@ -102,7 +103,8 @@ TEST_F(ServerModels, ListsEveryModelAndLoadsOnFirstUse) {
     ASSERT_TRUE(ollama);
     EXPECT_EQ(ollama->status, 200) << ollama->body;
     EXPECT_EQ(loaded(client), std::vector<std::string>({"alpha:latest", "beta:latest"}));
-    for (const json& m : get_json(client, "/v1/models")["data"]) {
+    const json models_now = get_json(client, "/v1/models");
+    for (const json& m : models_now["data"]) {
         if (m["id"] != "broken") {
             EXPECT_EQ(m["status"]["value"], "loaded") << m.dump();
         }
@@ -166,7 +168,8 @@ TEST_F(ServerModels, UnknownAndBrokenModelsAnswerClearErrorsWhileOthersServe) {
     EXPECT_EQ(ollama->status, 500);
     EXPECT_NE(json::parse(ollama->body)["error"].get<std::string>().find("could not be loaded"), std::string::npos);
     post_text(client, completion("alpha"));
-    for (const json& m : get_json(client, "/v1/models")["data"]) {
+    const json models_now = get_json(client, "/v1/models");
+    for (const json& m : models_now["data"]) {
         if (m["id"] == "broken") {
             EXPECT_EQ(m["status"]["value"], "failed");
             EXPECT_TRUE(m["meta"].contains("error"));
