@@ -52,6 +52,7 @@ def browser_steps(driver, base):
     names = [o.get_attribute("value") for o in pick.find_elements(By.TAG_NAME, "option")]
     check(names == ["alpha", "beta"], f"picker options: {names}")
     check(Select(pick).first_selected_option.get_attribute("value") == "alpha", "alpha is not chosen first")
+    driver.execute_script("document.getElementById('max-tokens').value = '8';")  # short answers: room for two turns
     driver.execute_script("""
         window.sentUrls = [];
         const original = window.fetch;
@@ -87,7 +88,7 @@ def main():
     shutil.copy(FIXTURES / "qwen2_q8_0.gguf", scratch / "models" / "beta.gguf")
     log = open(scratch / "server.log", "w")
     server = subprocess.Popen([str(binary), "serve", "--models", str(scratch / "models"), "--host", "127.0.0.1",
-                               "--port", str(port), "--ctx", "512", "--threads", "2"],
+                               "--port", str(port), "--ctx", "2048", "--threads", "2"],
                               stdout=log, stderr=subprocess.STDOUT, preexec_fn=common.die_with_parent)
     driver = None
     try:
