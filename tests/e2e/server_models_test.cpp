@@ -117,6 +117,17 @@ TEST_F(ServerModels, ListsEveryModelAndLoadsOnFirstUse) {
     EXPECT_EQ(ps.out.find("broken"), std::string::npos) << ps.out;
 }
 
+// The several-model flags with one model would be ignored: bad usage (2), as any ignored flag. A bad duration too.
+TEST(ServerModelsCli, SeveralModelFlagsNeedSeveralModels) {
+    const std::string model = fixture_path("qwen2/qwen2_f32.gguf");
+    ProcessResult r = run_process({cli_path(), "serve", "-m", model, "--port", "0", "--keep-alive", "5m"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("apply to a server of several models"), std::string::npos) << r.err;
+    r = run_process({cli_path(), "serve", "-m", model, "-m", model + "x", "--port", "0", "--keep-alive", "soon"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--keep-alive 'soon'"), std::string::npos) << r.err;
+}
+
 TEST(ServerModelsCli, PsWithoutAServerExits6) {
     const ProcessResult ps = run_process({cli_path(), "ps", "--url", "http://127.0.0.1:1"});
     EXPECT_EQ(ps.exit_code, 6);

@@ -34,9 +34,9 @@ struct ServeFlags {
     std::vector<std::string> lora;            // NAME=FILE[:SCALE]
     std::vector<std::string> control_vector;  // NAME=FILE[:SCALE]
     SpecFlags spec;
-    std::string models_dir;           // --models DIR: every GGUF and model directory in it
-    std::string keep_alive = "5m";    // --keep-alive
-    std::string models_memory = "0";  // --models-memory SIZE (0: no limit)
+    std::string models_dir;     // --models DIR: every GGUF and model directory in it
+    std::string keep_alive;     // --keep-alive (empty: 5m)
+    std::string models_memory;  // --models-memory SIZE (empty or 0: no limit)
 };
 
 // "300", "5m", "1h", "90s", "-1" (never) -> seconds.
@@ -162,7 +162,12 @@ int run_serve(const ServeFlags& f) {
 
     server::ServerOptions options = f.options;
     options.kv_type = parse_cache_kv_type(f.kv_type);
-    options.keep_alive_s = parse_keep_alive(f.keep_alive);
+    if (!several && (!f.keep_alive.empty() || !f.models_memory.empty())) {
+        throw Error(ErrorCode::invalid_argument,
+                    "--keep-alive and --models-memory apply to a server of several models (--models DIR or -m "
+                    "repeated); one model stays loaded for the server's lifetime");
+    }
+    options.keep_alive_s = parse_keep_alive(f.keep_alive.empty() ? "5m" : f.keep_alive);
     if (several) return serve(make_multi_model_server(f, paths, options), signals, f.options.host, "models");
     auto model = load_model(f.model_path);
     // A hub model is named as it was asked for ("owner/name:Q8_0"), not by its snapshot's file or commit.
@@ -197,7 +202,7 @@ std::unique_ptr<server::HttpServer> make_multi_model_server(const ServeFlags& f,
     }
     server::RegistryOptions registry;
     registry.keep_alive_s = options.keep_alive_s;
-    registry.memory_budget_bytes = parse_size(f.models_memory);
+    registry.memory_budget_bytes = f.models_memory.empty() ? 0 : parse_size(f.models_memory);
     std::vector<std::string> given = paths;
     if (!f.models_dir.empty() && f.model_path == default_model_path()) given.clear();  // --models alone
     std::erase(given, std::string());
@@ -258,12 +263,10 @@ void register_serve(CLI::App& root, Action& action) {
                     ".gguf) or directory name; requests choose by \"model\" (docs/models.md)");
     cmd->add_option("--keep-alive", f->keep_alive,
                     "with several models: how long a model stays loaded after its last request (90s, 5m, 1h; -1: "
-                    "never unloaded); Ollama's keep_alive sets it per request")
-        ->capture_default_str();
+                    "never unloaded; default 5m); Ollama's keep_alive sets it per request");
     cmd->add_option("--models-memory", f->models_memory,
                     "with several models: most bytes of model files loaded at once (512M, 8G; 0: no limit); the "
-                    "least recently used idle model is unloaded to make room")
-        ->capture_default_str();
+                    "least recently used idle model is unloaded to make room");
     cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o.port, "port (0 = any free port, printed at start)")
         ->check(CLI::Range(0, 65535))
