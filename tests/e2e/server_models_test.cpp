@@ -223,7 +223,7 @@ TEST_F(ServerModels, IdleModelsUnloadAfterKeepAlive) {
 // one a request is still streaming from (that request finishes; the other is answered 503 meanwhile).
 TEST_F(ServerModels, MemoryBudgetUnloadsLeastRecentlyUsedButNeverCutsARequest) {
     const uint64_t budget = fs::file_size(alpha()) + fs::file_size(beta()) - 1;
-    ServerProcess server({"-m", alpha().string(), "-m", beta().string(), "-t", "2", "--ctx", "256", "--models-memory",
+    ServerProcess server({"-m", alpha().string(), "-m", beta().string(), "-t", "2", "--ctx", "2048", "--models-memory",
                           std::to_string(budget)});
     httplib::Client client = server.client();
     post_text(client, completion("alpha"));
@@ -233,7 +233,9 @@ TEST_F(ServerModels, MemoryBudgetUnloadsLeastRecentlyUsedButNeverCutsARequest) {
     post_text(client, completion("alpha"));
     EXPECT_EQ(loaded(client), std::vector<std::string>({"alpha:latest"}));
 
-    json streamed = completion("alpha", 16);
+    // 1000 tokens (the tiny model never ends early at temperature 0; ~0.1 s here): the stream is still being
+    // generated when its first chunk's callback asks for beta, one loopback round trip later.
+    json streamed = completion("alpha", 1000);
     streamed["stream"] = true;
     int other_status = 0;
     std::string body;
