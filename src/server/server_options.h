@@ -21,6 +21,7 @@ struct ServerOptions {
     int threads = 0;                 // evaluator threads (0 = hardware threads)
     int64_t n_ctx = 0;               // context per sequence (0 = the model's training context)
     std::string model_id;            // the model's name in the APIs (empty: its file name without .gguf)
+    double keep_alive_s = 300;       // several models: idle seconds before one is unloaded (negative: never)
     KvType kv_type = KvType::f16;    // KV cache type of the sequences it computes (f16, f32 or q8_0)
     int parallel = 8;                // maximum sequences evaluated together
     int queue = 64;                  // maximum requests waiting for a sequence slot (then 503)
