@@ -16,8 +16,13 @@ Grammar::~Grammar() = default;
 const std::string& Grammar::gbnf() const { return impl_->gbnf; }
 GrammarEnd Grammar::end() const { return impl_->end; }
 
-std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf) {
-    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
+void GrammarLimits::check_deadline() const {
+    if (deadline != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() > deadline)
+        throw PreparationExpired("preparing the request (its grammar or JSON Schema) ran past its deadline");
+}
+
+std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf, const GrammarLimits& limits) {
+    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf, limits));
     return GrammarAccess::make(std::string(gbnf), std::move(parsed));
 }
 
