@@ -425,7 +425,12 @@ void PrefixCache::release(const State& state) {
 }
 
 uint64_t PrefixCache::evict_disk_bytes(uint64_t bytes) {
-    return impl_->disk ? impl_->disk->evict_least_recent(bytes) : 0;
+    uint64_t freed = 0;
+    for (const auto& tier : impl_->tiers) {
+        if (freed >= bytes) break;
+        freed += tier->evict_least_recent(bytes - freed);
+    }
+    return freed;
 }
 
 PrefixCacheStats PrefixCache::stats() const {

@@ -65,7 +65,7 @@ public:
     // Deletes least recently used files until `bytes` are freed or none is left (counted as evictions),
     // whatever the budget: room for another writer on the same filesystem (a named state that found the
     // disk full). Returns the bytes freed.
-    uint64_t evict_least_recent(uint64_t bytes);
+    uint64_t evict_least_recent(uint64_t bytes) override;
 
     // Adds the disk_* counters and byte figures to `stats`.
     void fill(PrefixCacheStats& stats) const override;

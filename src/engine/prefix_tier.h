@@ -65,6 +65,10 @@ public:
     // `tail` is required when the partial is not empty.
     virtual void store_checkpoint(const CheckpointFileName& /*name*/, const CheckpointFileIdentity& /*id*/,
                                   const RecurrentState& /*state*/, const KvBlock* /*tail*/) {}
+
+    // Frees up to `bytes` of local storage (a disk tier's files, least recently used first), whatever the
+    // budget, for another writer on the same filesystem; the bytes freed (0: nothing local to free).
+    virtual uint64_t evict_least_recent(uint64_t /*bytes*/) { return 0; }
 };
 
 }  // namespace kvstash
