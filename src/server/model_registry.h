@@ -29,7 +29,7 @@ struct ModelSource {
     std::string name;  // the name requests use ("model": NAME, or NAME:latest on Ollama's routes)
     std::string path;  // what -m takes: a GGUF, a model directory, hf:OWNER/NAME[:QUANT]
     // A preset's (server/preset.h): its model loaded under the preset's name, with its defaults. Null: a model.
-    std::shared_ptr<const Preset> preset;
+    std::shared_ptr<const Preset> preset = nullptr;
 };
 
 // A loaded model: its context (model, scheduler, caches, named states) and its routes bound to it.

@@ -136,8 +136,9 @@ json apply_preset(const Preset& preset, json body, const std::string& path) {
     if (!body.is_object()) return body;
     const bool ollama = path.starts_with("/api/");
     if (ollama) {
+        if (!body.contains("options") || body["options"].is_null()) body["options"] = json::object();
         json& options = body["options"];
-        if (!options.is_object()) options = json::object();
+        if (!options.is_object()) return body;  // the route answers 400 for it
         for (const OptionField& f : kOptions) {
             if (preset.options.contains(f.name) && !options.contains(f.ollama_name))
                 options[f.ollama_name] = preset.options[f.name];
