@@ -6,6 +6,7 @@
 
 #include <httplib.h>
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "kvstash/chat.h"
@@ -14,6 +15,7 @@
 #include "server/connection_pool.h"
 #include "server/guarded_server.h"
 #include "server/model_registry.h"
+#include "server/preset_warmup.h"
 #include "server/request_log.h"
 #include "server/routes.h"
 #include "server/state_store.h"
@@ -251,6 +253,8 @@ HttpServer::HttpServer(std::vector<ModelSource> sources, RegistryOptions registr
         std::move(sources), registry_options, [load = std::move(load), options, metrics](const ModelSource& source) {
             ServerOptions own = options;
             own.model_id = source.name;
+            if (source.preset && !source.preset->chat_template.empty())
+                own.chat_template = source.preset->chat_template;
             // Named states are per model: a directory each under --state-dir (the Redis store's keys carry
             // the model fingerprint already).
             if (!own.state_dir.empty())
@@ -258,6 +262,13 @@ HttpServer::HttpServer(std::vector<ModelSource> sources, RegistryOptions registr
             auto loaded = std::make_unique<LoadedModel>();
             loaded->ctx = make_server_context(load(source), own, metrics);
             register_model_routes(loaded->routes, *loaded->ctx);
+            if (source.preset) {
+                const std::string cold = warm_preset(*loaded, *source.preset);
+                if (!cold.empty()) {
+                    std::fprintf(stderr, "kvstash serve: preset '%s': its system prompt was not prefilled (%s)\n",
+                                 source.name.c_str(), cold.c_str());
+                }
+            }
             return loaded;
         });
     configure(options);

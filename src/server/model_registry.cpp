@@ -57,6 +57,15 @@ std::optional<std::string> ModelRegistry::resolve(const std::string& name) const
     return std::nullopt;
 }
 
+std::shared_ptr<const Preset> ModelRegistry::preset_of(const std::string& name) const {
+    const auto resolved = resolve(name);
+    if (!resolved) return nullptr;
+    for (const auto& slot : slots_) {
+        if (slot->source.name == *resolved) return slot->source.preset;
+    }
+    return nullptr;
+}
+
 ModelRegistry::Slot* ModelRegistry::find(const std::string& name) {
     const auto resolved = resolve(name);
     if (!resolved) return nullptr;
@@ -199,6 +208,7 @@ std::vector<ModelStatus> ModelRegistry::status() const {
         s.path = slot->source.path;
         s.bytes = slot->bytes;
         s.error = slot->error;
+        if (slot->source.preset) s.preset_model = slot->source.preset->model;
         s.loaded = slot->loaded != nullptr;
         if (s.loaded) {
             const auto& scheduler = slot->loaded->ctx->scheduler;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/preset.h"
 #include "server/route_table.h"
 #include "server/server_context.h"
 
@@ -27,6 +28,8 @@ namespace kvstash::server {
 struct ModelSource {
     std::string name;  // the name requests use ("model": NAME, or NAME:latest on Ollama's routes)
     std::string path;  // what -m takes: a GGUF, a model directory, hf:OWNER/NAME[:QUANT]
+    // A preset's (server/preset.h): its model loaded under the preset's name, with its defaults. Null: a model.
+    std::shared_ptr<const Preset> preset = nullptr;
 };
 
 // A loaded model: its context (model, scheduler, caches, named states) and its routes bound to it.
@@ -50,6 +53,7 @@ struct ModelStatus {
     int64_t n_ctx = 0;                   // loaded only
     std::optional<double> expires_in_s;  // loaded and idle: seconds until unloaded (none: never, or in use)
     int in_flight = 0;                   // requests holding it
+    std::string preset_model;            // a preset's model (empty: not a preset)
 };
 
 class ModelRegistry {
@@ -75,6 +79,8 @@ public:
     std::vector<ModelStatus> status() const;
     // The name a request's model field means (empty: the first source), or none.
     std::optional<std::string> resolve(const std::string& name) const;
+    // The preset a request's model field names, or null (a plain model, or an unknown name).
+    std::shared_ptr<const Preset> preset_of(const std::string& name) const;
 
 private:
     struct Slot {

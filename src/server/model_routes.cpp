@@ -101,6 +101,7 @@ json openai_entry(const ModelStatus& m) {
     json meta = {{"loaded", m.loaded}, {"size", m.bytes}, {"in_flight", m.in_flight}};
     if (m.loaded) meta["n_ctx"] = m.n_ctx;
     if (!m.error.empty()) meta["error"] = without_paths(m.error);  // as a 5xx shows it
+    if (!m.preset_model.empty()) meta["preset"] = {{"model", m.preset_model}};
     const std::string state = !m.error.empty() ? "failed" : m.loaded ? "loaded" : "unloaded";
     return {
         {"id", m.name}, {"object", "model"}, {"created", 0}, {"owned_by", "kvstash"}, {"status", {{"value", state}}},
@@ -114,7 +115,23 @@ json ollama_entry(const ModelStatus& m) {
             {"modified_at", ollama_timestamp()},
             {"size", m.bytes},
             {"digest", ""},
-            {"details", {{"format", gguf ? "gguf" : "safetensors"}, {"family", ""}, {"families", json::array()}}}};
+            {"details",
+             {{"parent_model", m.preset_model.empty() ? "" : tagged(m.preset_model)},
+              {"format", gguf ? "gguf" : "safetensors"},
+              {"family", ""},
+              {"families", json::array()}}}};
+}
+
+// The request as the preset it names makes it (the preset's defaults and system prompt in its body), or none
+// (a plain model, or no JSON object body: the route answers that).
+std::optional<httplib::Request> preset_request(const ModelRegistry& registry, const httplib::Request& req) {
+    const json body = body_object(req);
+    if (!body.is_object()) return std::nullopt;
+    const auto preset = registry.preset_of(requested_model(req, body));
+    if (!preset) return std::nullopt;
+    httplib::Request copy = req;
+    copy.body = apply_preset(*preset, body, req.path).dump();
+    return copy;
 }
 
 // Keeps `lease` until the response's content provider (a stream) is done with the model.
@@ -194,10 +211,15 @@ void register_registry_routes(httplib::Server& http, ServerContext& server, Mode
             });
             continue;
         }
-        const auto dispatch = [i, lease_for](const httplib::Request& req, httplib::Response& res) {
+        const auto dispatch = [i, lease_for, &registry](const httplib::Request& req, httplib::Response& res) {
             try {
                 auto lease = lease_for(req);
-                std::get<RouteTable::Handler>(lease->routes.routes()[i].handler)(req, res);
+                const auto& handler = std::get<RouteTable::Handler>(lease->routes.routes()[i].handler);
+                if (const auto with_preset = preset_request(registry, req)) {
+                    handler(*with_preset, res);
+                } else {
+                    handler(req, res);
+                }
                 hold_until_written(res, std::move(lease));
             } catch (const ApiError& e) {
                 send_route_error(req, res, e);

@@ -23,6 +23,7 @@
 #include "kvstash/spec_flags.h"
 #include "kvstash/state.h"
 #include "server/http.h"
+#include "server/preset.h"
 
 namespace kvstash::cli {
 namespace {
@@ -34,9 +35,10 @@ struct ServeFlags {
     std::vector<std::string> lora;            // NAME=FILE[:SCALE]
     std::vector<std::string> control_vector;  // NAME=FILE[:SCALE]
     SpecFlags spec;
-    std::string models_dir;     // --models DIR: every GGUF and model directory in it
-    std::string keep_alive;     // --keep-alive (empty: 5m)
-    std::string models_memory;  // --models-memory SIZE (empty or 0: no limit)
+    std::string models_dir;            // --models DIR: every GGUF and model directory in it
+    std::string keep_alive;            // --keep-alive (empty: 5m)
+    std::string models_memory;         // --models-memory SIZE (empty or 0: no limit)
+    std::vector<std::string> presets;  // --preset FILE (and NAME.preset.json in --models DIR)
 };
 
 // "300", "5m", "1h", "90s", "-1" (never) -> seconds.
@@ -81,11 +83,35 @@ uint64_t parse_size(const std::string& text) {
     return static_cast<uint64_t>(value * scale);
 }
 
+// Each preset file a source named by the preset, on the served model its "model" names (or a model file).
+void add_presets(std::vector<server::ModelSource>& sources, const std::vector<std::string>& files) {
+    const size_t n_models = sources.size();
+    for (const std::string& file : files) {
+        auto preset = std::make_shared<const server::Preset>(server::load_preset_file(file));
+        std::string path;
+        std::string names;
+        for (size_t i = 0; i < n_models; ++i) {
+            if (sources[i].name == preset->model) path = sources[i].path;
+            names += (names.empty() ? "'" : ", '") + sources[i].name + "'";
+        }
+        std::error_code ec;
+        if (path.empty() && (preset->model.starts_with("hf:") || std::filesystem::exists(preset->model, ec)))
+            path = preset->model;
+        if (path.empty()) {
+            throw Error(ErrorCode::bad_format, "preset '" + file + "': field 'model' names '" + preset->model +
+                                                   "', which is neither a served model (" +
+                                                   (names.empty() ? "none" : names) + ") nor a model file");
+        }
+        sources.push_back({preset->name, path, preset});
+    }
+}
+
 // The models of --models DIR and of every -m, named by file (without .gguf) or directory name; hub models
 // by what was asked for ("owner/name:Q8_0").
 std::vector<server::ModelSource> model_sources(const ServeFlags& f, const std::vector<std::string>& paths) {
     namespace fs = std::filesystem;
     std::vector<server::ModelSource> sources;
+    std::vector<std::string> preset_files = f.presets;
     for (const std::string& path : paths) {
         sources.push_back(
             {path.starts_with("hf:") ? path.substr(3) : fs::path(path).filename().replace_extension().string(), path});
@@ -107,12 +133,16 @@ std::vector<server::ModelSource> model_sources(const ServeFlags& f, const std::v
                 sources.push_back({entry.filename().string(), entry.string()});
             }
         }
+        for (const fs::path& entry : entries) {
+            if (entry.filename().string().ends_with(".preset.json")) preset_files.push_back(entry.string());
+        }
         if (sources.empty()) {
             throw Error(ErrorCode::io, "--models '" + f.models_dir +
                                            "' holds no model: put GGUF files or Hugging Face model directories "
                                            "(with config.json) in it");
         }
     }
+    add_presets(sources, preset_files);
     return sources;
 }
 
@@ -151,7 +181,7 @@ int serve(std::unique_ptr<server::HttpServer> server, const sigset_t& signals, c
 
 int run_serve(const ServeFlags& f) {
     const std::vector<std::string> paths = split_lines(f.model_path);  // -m repeated: joined by CLI11 with \n
-    const bool several = paths.size() > 1 || !f.models_dir.empty();
+    const bool several = paths.size() > 1 || !f.models_dir.empty() || !f.presets.empty();
     // Signals are taken by a waiting thread (sigwait), not a handler, so stopping is ordinary code.
     sigset_t signals;
     sigemptyset(&signals);
@@ -261,6 +291,9 @@ void register_serve(CLI::App& root, Action& action) {
     cmd->add_option("--models", f->models_dir,
                     "serve every GGUF file and Hugging Face model directory in DIR, each named by its file (without "
                     ".gguf) or directory name; requests choose by \"model\" (docs/models.md)");
+    cmd->add_option("--preset", f->presets,
+                    "serve a preset (JSON: model, system, template, options) under its file's name; repeatable; "
+                    "NAME.preset.json files in --models DIR are presets too (docs/models.md)");
     cmd->add_option("--keep-alive", f->keep_alive,
                     "with several models: how long a model stays loaded after its last request (90s, 5m, 1h; -1: "
                     "never unloaded; default 5m); Ollama's keep_alive sets it per request");

@@ -1,0 +1,165 @@
+#include "server/preset.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kvstash/error.h"
+
+using nlohmann::json;
+
+namespace kvstash::server {
+namespace {
+
+enum class Kind { number, integer, count, stop };
+
+struct OptionField {
+    const char* name;
+    Kind kind;
+    const char* ollama_name;  // the name in Ollama's "options"
+};
+
+constexpr OptionField kOptions[] = {
+    {"temperature", Kind::number, "temperature"},
+    {"top_k", Kind::integer, "top_k"},
+    {"top_p", Kind::number, "top_p"},
+    {"min_p", Kind::number, "min_p"},
+    {"repeat_penalty", Kind::number, "repeat_penalty"},
+    {"seed", Kind::integer, "seed"},
+    {"max_tokens", Kind::count, "num_predict"},
+    {"stop", Kind::stop, "stop"},
+};
+
+[[noreturn]] void bad(const std::string& origin, const std::string& field, const std::string& why) {
+    throw Error(ErrorCode::bad_format, "preset " + origin + ": field '" + field + "' " + why);
+}
+
+void check_option(const std::string& origin, const OptionField& f, const json& v) {
+    const std::string field = std::string("options.") + f.name;
+    switch (f.kind) {
+        case Kind::number: {
+            // top_p and min_p are probabilities; temperature and repeat_penalty only need to be >= 0.
+            const bool probability = std::string(f.name) == "top_p" || std::string(f.name) == "min_p";
+            if (!v.is_number() || v.get<double>() < 0 || (probability && v.get<double>() > 1))
+                bad(origin, field, probability ? "must be a number from 0 to 1" : "must be a number >= 0");
+            return;
+        }
+        case Kind::integer:
+            if (!v.is_number_integer()) bad(origin, field, "must be an integer");
+            return;
+        case Kind::count:
+            if (!v.is_number_integer() || v.get<int64_t>() < 1) bad(origin, field, "must be an integer >= 1");
+            return;
+        case Kind::stop:
+            if (v.is_string()) return;
+            if (v.is_array()) {
+                for (const json& s : v) {
+                    if (!s.is_string()) bad(origin, field, "must be a string or a list of strings");
+                }
+                return;
+            }
+            bad(origin, field, "must be a string or a list of strings");
+    }
+}
+
+bool has_system_message(const json& messages) {
+    for (const json& m : messages) {
+        if (m.is_object() && m.value("role", "") == "system") return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+std::string preset_name_of(const std::string& path) {
+    std::string name = std::filesystem::path(path).filename().string();
+    for (const char* suffix : {".preset.json", ".json"}) {
+        if (name.ends_with(suffix)) return name.substr(0, name.size() - std::string(suffix).size());
+    }
+    return name;
+}
+
+Preset parse_preset(const json& doc, const std::string& name, const std::string& origin) {
+    if (!doc.is_object()) throw Error(ErrorCode::bad_format, "preset " + origin + ": must be a JSON object");
+    Preset p;
+    p.name = name;
+    for (const auto& [key, value] : doc.items()) {
+        if (key == "model" || key == "system" || key == "template") {
+            if (!value.is_string()) bad(origin, key, "must be a string");
+        } else if (key == "options") {
+            if (!value.is_object()) bad(origin, key, "must be an object of sampling defaults");
+        } else if (key == "adapters") {
+            bad(origin, key, "is not supported in presets yet; serve the model alone with --lora / --control-vector");
+        } else {
+            bad(origin, key, "is not a preset field (model, system, template, options)");
+        }
+    }
+    if (!doc.contains("model") || doc["model"].get<std::string>().empty()) {
+        bad(origin, "model", "is required: the name of a served model (or a model file)");
+    }
+    p.model = doc["model"].get<std::string>();
+    p.system = doc.value("system", "");
+    p.chat_template = doc.value("template", "");
+    if (doc.contains("options")) {
+        for (const auto& [key, value] : doc["options"].items()) {
+            const OptionField* known = nullptr;
+            for (const OptionField& f : kOptions) {
+                if (key == f.name) known = &f;
+            }
+            if (!known) {
+                bad(origin, "options." + key,
+                    "is not a preset option (temperature, top_k, top_p, min_p, repeat_penalty, seed, max_tokens, "
+                    "stop)");
+            }
+            check_option(origin, *known, value);
+            p.options[key] = value;
+        }
+    }
+    return p;
+}
+
+Preset load_preset_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw Error(ErrorCode::io, "preset '" + path + "' cannot be read");
+    std::stringstream text;
+    text << in.rdbuf();
+    json doc;
+    try {
+        doc = json::parse(text.str());
+    } catch (const json::exception& e) {
+        throw Error(ErrorCode::bad_format, "preset '" + path + "' is not valid JSON: " + e.what());
+    }
+    return parse_preset(doc, preset_name_of(path), "'" + path + "'");
+}
+
+json apply_preset(const Preset& preset, json body, const std::string& path) {
+    if (!body.is_object()) return body;
+    const bool ollama = path.starts_with("/api/");
+    if (ollama) {
+        if (!body.contains("options") || body["options"].is_null()) body["options"] = json::object();
+        json& options = body["options"];
+        if (!options.is_object()) return body;  // the route answers 400 for it
+        for (const OptionField& f : kOptions) {
+            if (preset.options.contains(f.name) && !options.contains(f.ollama_name))
+                options[f.ollama_name] = preset.options[f.name];
+        }
+    } else {
+        for (const OptionField& f : kOptions) {
+            if (!preset.options.contains(f.name) || body.contains(f.name)) continue;
+            if (f.kind == Kind::count && (body.contains("max_completion_tokens") || body.contains("n_predict")))
+                continue;
+            body[f.name] = preset.options[f.name];
+        }
+    }
+    if (preset.system.empty()) return body;
+    if (body.contains("messages") && body["messages"].is_array()) {
+        if (!has_system_message(body["messages"])) {
+            body["messages"].insert(body["messages"].begin(), json{{"role", "system"}, {"content", preset.system}});
+        }
+    } else if (path == "/api/generate" && !body.contains("system")) {
+        body["system"] = preset.system;
+    }
+    return body;
+}
+
+}  // namespace kvstash::server
