@@ -50,7 +50,9 @@ PrefixKeyDomain::PrefixKeyDomain(const ModelFingerprint& model, KvType kv_type, 
     std::memcpy(out, kTag, sizeof kTag);
     std::memcpy(out + 17, model.bytes.data(), 16);
     put_u32(out + 33, kv_block_code(kv_type));
-    const Numerics numerics = numerics_of(isa);
+    // A device backend chosen for the process (--device cuda) computes the blocks: its path, not the CPU's.
+    const Numerics device = current_numerics();
+    const Numerics numerics = is_cuda_path(device.path) ? device : numerics_of(isa);
     put_u32(out + 37, static_cast<uint32_t>(numerics.path));
     put_u32(out + 41, numerics.epoch);
     root_ = to_key(XXH3_128bits(header_.data(), header_.size()));

@@ -125,6 +125,7 @@ void register_serve(CLI::App& root, Action& action) {
         ->check(CLI::Range(0, 65535))
         ->capture_default_str();
     add_threads_option(*cmd, o.threads);
+    add_device_options(*cmd);
     add_spec_flags(*cmd, f->spec);
     add_ctx_option(*cmd, o.n_ctx, "context size per sequence in tokens (0 = the model's)")->capture_default_str();
     add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},
