@@ -1,16 +1,16 @@
 // KV store and attention on the GPU: K/V rows land in f16 / f32 / q8_0 blocks bitwise as the CPU stores them, and
-// attention over them is bitwise the CPU's scalar path (backends/cpu/attention/attention.h's definition with the reference per-row
-// operations), with causal masking, GQA, chunks of 256 keys at absolute positions, sliding windows, several
-// sequences in one call, and batch invariance from 1 to 256 rows.
+// attention over them is bitwise the CPU's scalar path (backends/cpu/attention/attention.h's definition with the
+// reference per-row operations), with causal masking, GQA, chunks of 256 keys at absolute positions, sliding windows,
+// several sequences in one call, and batch invariance from 1 to 256 rows.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
-#include "format/quantize.h"
-#include "gpu_test_support.h"
 #include "backends/cpu/attention/attention_rows.h"
 #include "backends/cpu/exp/exp_f32.h"
+#include "format/quantize.h"
+#include "gpu_test_support.h"
 
 namespace kvstash {
 namespace {
@@ -57,7 +57,8 @@ struct DeviceCache {
             v_host.insert(v_host.end(), vb.begin(), vb.end());
         }
     }
-    // Position pos's row, from element `first` on (the CPU's offset arithmetic, backends/cpu/attention/attention_rows.h).
+    // Position pos's row, from element `first` on (the CPU's offset arithmetic,
+    // backends/cpu/attention/attention_rows.h).
     const uint8_t* k_row(int64_t pos, int64_t first) const {
         return k_host.data() + pos * row_bytes + kernels::kv_row_offset(type, first);
     }

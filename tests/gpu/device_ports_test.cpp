@@ -9,13 +9,13 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/attention/attention_rows.h"
+#include "backends/cpu/exp/exp_f32.h"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_numerics.cuh"
 #include "backends/cuda/kv_codec.cuh"
 #include "format/quantize.h"
 #include "gpu_test_support.h"
-#include "backends/cpu/attention/attention_rows.h"
-#include "backends/cpu/exp/exp_f32.h"
 
 namespace kvstash {
 namespace {

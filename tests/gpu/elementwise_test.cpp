@@ -3,10 +3,10 @@
 #include <cmath>
 #include <limits>
 
-#include "gpu_test_support.h"
 #include "backends/cpu/activation/activation.h"
 #include "backends/cpu/norm/norm.h"
 #include "backends/cpu/rope/rope_rotate.h"
+#include "gpu_test_support.h"
 
 namespace kvstash {
 namespace {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "gpu_test_support.h"
 #include "backends/cpu/matmul/matmul.h"
+#include "gpu_test_support.h"
 
 namespace kvstash {
 namespace {
