@@ -48,9 +48,9 @@ namespace {
 
 // KV blocks in device memory. Block copies (copy-on-write) stay on the device; the staging path
 // (kv/kv_block_staging.h: state files, prefix-cache tiers, checksums) goes through to_host / from_host.
-// Synchronous copies: the backend's stream is synchronised before any op that reads host data, and the
-// default-stream copies here order themselves after the kernels that wrote the block (legacy default
-// stream semantics do not apply to non-blocking streams, so each copy is preceded by a device sync).
+// Copies ordered by whole-device synchronisation on both sides: the backend's stream is non-blocking (it
+// does not wait for the legacy default stream, nor the default stream for it), and a device-to-device
+// cudaMemcpy returns before it is done, so each copy waits for every kernel before it and is waited for.
 class CudaKvAllocator final : public KvBlockAllocator {
 public:
     MemorySpace space() const override { return MemorySpace::device; }
@@ -72,6 +72,7 @@ private:
     static void transfer(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
         check_cuda(cudaDeviceSynchronize(), "waiting for the kernels before a KV block copy");
         check_cuda(cudaMemcpy(dst, src, n, kind), "copying a KV block");
+        check_cuda(cudaDeviceSynchronize(), "finishing a KV block copy");
     }
 };
 
