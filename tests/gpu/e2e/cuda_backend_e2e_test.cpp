@@ -7,6 +7,7 @@
 // (model_forward), which that choice does not touch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -57,12 +58,12 @@ std::vector<int32_t> test_tokens(int64_t n_vocab, int n, uint32_t seed) {
     return t;
 }
 
-// Every position's logits on the CPU backend, host KV (f16), one segment.
-std::vector<float> cpu_logits(const Model& model, const std::vector<int32_t>& tokens) {
+// Every position's logits on the CPU backend, host KV, one segment.
+std::vector<float> cpu_logits(const Model& model, const std::vector<int32_t>& tokens, KvType kv_type) {
     const ModelImpl& m = ModelAccess::impl(model);
     auto backend = make_cpu_backend(1);
     backend->bind_model(m);
-    KvCache kv(m.config.n_kv_layers, m.config.n_embd_kv(), KvType::f16, host_kv_allocator());
+    KvCache kv(m.config.n_kv_layers, m.config.n_embd_kv(), kv_type, host_kv_allocator());
     kv.grow(static_cast<int64_t>(tokens.size()));
     std::vector<float> logits(tokens.size() * static_cast<size_t>(m.config.n_vocab));
     ForwardSegment seg;
@@ -109,31 +110,51 @@ TEST_F(CudaBackendE2E, NumericsPathNamesTheGpu) {
     EXPECT_NE(describe(n).find("cuda sm_"), std::string::npos) << describe(n);
 }
 
-// Logits within tolerance of the CPU backend (the matmul's lane order differs from the CPU's: rounding, as
-// between CPU ISAs), greedy tokens equal at every position.
+// Logits within tolerance of the CPU backend, greedy tokens equal at every position whose CPU top-2 gap is
+// wider than twice the tolerance (a closer tie may flip under rounding: counted and printed, not checked).
+// Both with f32 KV (no f16 rounding of K/V to amplify the difference). Tolerance, per position, relative to
+// that position's max |logit|: tests/parity/tiny_models_test.cpp's budget for the CPU against an f32
+// reference — 3.05e-5, plus 4 / 65278 per matrix product whose activations the CPU rounds to integers
+// (K-quants on AVX-512 VNNI, Q4_0/Q4_1 on AVX2; the GPU keeps f32 activations) — with all 7 products of a
+// layer counted, and doubled: 2 × (3.05e-5 + 7 × 4 / 65278) ≈ 9.2e-4.
 TEST_F(CudaBackendE2E, LogitsCloseToTheCpuAndGreedyTokensEqual) {
     KVSTASH_REQUIRE_GPU_E2E();
+    constexpr double kTolerance = 2.0 * (3.05e-5 + 7.0 * 4.0 / 65278.0);
     for (const char* name : kFixtures) {
         SCOPED_TRACE(name);
         const auto model = Model::load(fixture(name));
         const int64_t n_vocab = ModelAccess::impl(*model).config.n_vocab;
         const std::vector<int32_t> tokens = test_tokens(n_vocab, 40, 7);
-        const std::vector<float> cpu = cpu_logits(*model, tokens);
-        const std::vector<float> gpu = device_logits(model, tokens);
+        const std::vector<float> cpu = cpu_logits(*model, tokens, KvType::f32);
+        const std::vector<float> gpu = device_logits(model, tokens, KvType::f32);
         ASSERT_EQ(cpu.size(), gpu.size());
-        float max_abs = 0.0f;
-        float max_delta = 0.0f;
-        for (size_t i = 0; i < cpu.size(); ++i) {
-            ASSERT_TRUE(std::isfinite(gpu[i])) << "logit " << i;
-            max_abs = std::max(max_abs, std::fabs(cpu[i]));
-            max_delta = std::max(max_delta, std::fabs(cpu[i] - gpu[i]));
-        }
-        std::printf("%s: max |dlogit| %.3g of max |logit| %.3g\n", name, max_delta, max_abs);
-        EXPECT_LE(max_delta, 1e-3f * std::max(max_abs, 1.0f));
+        double worst_ratio = 0.0;
+        int close_ties = 0;
         for (size_t t = 0; t < tokens.size(); ++t) {
-            const auto off = static_cast<ptrdiff_t>(t * static_cast<size_t>(n_vocab));
-            EXPECT_EQ(argmax(cpu.data() + off, n_vocab), argmax(gpu.data() + off, n_vocab)) << "position " << t;
+            const float* c = cpu.data() + t * static_cast<size_t>(n_vocab);
+            const float* g = gpu.data() + t * static_cast<size_t>(n_vocab);
+            double scale = 1e-6;
+            double diff = 0.0;
+            for (int64_t i = 0; i < n_vocab; ++i) {
+                ASSERT_TRUE(std::isfinite(g[i])) << "position " << t << ", logit " << i;
+                scale = std::max(scale, std::fabs(static_cast<double>(c[i])));
+                diff = std::max(diff, std::fabs(static_cast<double>(c[i]) - g[i]));
+            }
+            worst_ratio = std::max(worst_ratio, diff / scale);
+            const int64_t best = argmax(c, n_vocab);
+            double gap = INFINITY;
+            for (int64_t i = 0; i < n_vocab; ++i)
+                if (i != best) gap = std::min(gap, static_cast<double>(c[best]) - c[i]);
+            if (gap <= 2.0 * kTolerance * scale) {
+                ++close_ties;
+                continue;
+            }
+            EXPECT_EQ(best, argmax(g, n_vocab)) << "position " << t;
         }
+        std::printf("%s: worst max|dlogit| / max|logit| %.3g (bound %.3g); %d of %zu positions too close to call\n",
+                    name, worst_ratio, kTolerance, close_ties, tokens.size());
+        EXPECT_LE(worst_ratio, kTolerance);
+        EXPECT_LT(close_ties, static_cast<int>(tokens.size()) / 4) << "too few positions checked";
     }
 }
 
