@@ -43,11 +43,11 @@ TEST(CliExitCodes, Two_UnknownCommandIsNamedWithASuggestion) {
 TEST(CliExitCodes, Two_GpuFlagsWithoutAGpuSayWhy) {
     // This suite runs where there is no GPU (or no CUDA build): --device cuda and llama.cpp's -ngl N > 0
     // cannot be honoured, and say so (which build or which device is missing) before reading the model.
-    for (const std::vector<std::string> flags : {std::vector<std::string>{"-ngl", "99"},
-                                                 {"-ngl=1"},
-                                                 {"--n-gpu-layers", "99"},
-                                                 {"--gpu-layers", "5"},
-                                                 {"--device", "cuda"}}) {
+    for (const std::vector<std::string>& flags : {std::vector<std::string>{"-ngl", "99"},
+                                                  {"-ngl=1"},
+                                                  {"--n-gpu-layers", "99"},
+                                                  {"--gpu-layers", "5"},
+                                                  {"--device", "cuda"}}) {
         std::vector<std::string> args{"generate", "-p", "hi", "-m", "/nonexistent.gguf"};
         args.insert(args.end(), flags.begin(), flags.end());
         const auto r = run_cli(args);
