@@ -15,6 +15,10 @@ const SAMPLER_FIELDS = [['top-k', 'top_k'], ['top-p', 'top_p'], ['min-p', 'min_p
                         ['presence-penalty', 'presence_penalty'], ['frequency-penalty', 'frequency_penalty'],
                         ['seed', 'seed']];
 let busy = null; // the AbortController of the request in flight
+// A server of several models (docs/models.md): the one this page talks to, sent as ?model=NAME on every
+// request (the server reads it where a body names no model); null with one model (requests as ever).
+let chosenModel = null;
+const MODEL_KEY = 'kvstash.webui.model';
 
 function loadStore() {
   try {
@@ -48,6 +52,9 @@ function headers(json) {
 
 // fetch, throwing the server's error message (its JSON error object) for a non-2xx answer.
 async function api(method, path, body, options) {
+  if (chosenModel && !path.startsWith('/v1/models')) {
+    path += (path.includes('?') ? '&' : '?') + 'model=' + encodeURIComponent(chosenModel);
+  }
   const init = Object.assign({ method, headers: headers(typeof body === 'string') }, options || {});
   if (body !== undefined) init.body = body;
   const res = await fetch(path, init);
@@ -513,8 +520,31 @@ function init() {
 
 async function loadModel() {
   try {
-    const model = (await (await api('GET', '/v1/models')).json()).data[0];
-    $('model').textContent = model.id + ' · context ' + model.meta.n_ctx + ' tokens';
+    const models = (await (await api('GET', '/v1/models')).json()).data;
+    if (models.length === 1) {
+      const model = models[0];
+      $('model').textContent = model.id + ' · context ' + model.meta.n_ctx + ' tokens';
+      return;
+    }
+    // Several: a picker; each model shown with its state (loaded, unloaded, failed). States are per model.
+    const pick = $('model-pick');
+    pick.replaceChildren(...models.map((m) => {
+      const option = document.createElement('option');
+      option.value = m.id;
+      option.textContent = m.id + (m.status ? ' (' + m.status.value + ')' : '');
+      return option;
+    }));
+    const saved = localStorage.getItem(MODEL_KEY);
+    chosenModel = models.some((m) => m.id === saved) ? saved : models[0].id;
+    pick.value = chosenModel;
+    pick.hidden = false;
+    $('model').textContent = models.length + ' models';
+    pick.onchange = () => {
+      chosenModel = pick.value;
+      localStorage.setItem(MODEL_KEY, chosenModel);
+      refreshStates();
+    };
+    refreshStates();
   } catch (e) {
     $('model').textContent = 'server not reachable: ' + e.message;
   }

@@ -14,6 +14,7 @@
 // See docs/constrained-output.md.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <string_view>
 
 #include "kvstash/chat.h"
+#include "kvstash/error.h"
 
 namespace kvstash {
 
@@ -55,23 +57,49 @@ GrammarTrigger tool_call_trigger(ToolCallFormat format);
 // nothing, must not count against max_tokens).
 enum class GrammarEnd { nothing_may_follow, only_whitespace_may_follow };
 
+// What compiling one grammar or JSON Schema may cost (docs/constrained-output.md, "Limits"): the
+// defaults are `kvstash serve`'s (--max-grammar-elements, --max-grammar-depth, --max-schema-nodes,
+// --max-schema-depth), and a deadline (--prepare-timeout) after which compilation stops.
+struct GrammarLimits {
+    // Elements (8 bytes each) once repetitions are written out: {m,n} copies its item, nested ones multiply.
+    uint64_t max_elements = uint64_t{1} << 20;
+    int max_group_depth = 256;        // ( ) groups nested (the parser recurses once per level)
+    int64_t max_schema_nodes = 5000;  // subschemas (properties, items, anyOf entries) of a JSON Schema
+    int max_schema_depth = 128;       // subschemas nested, $ref chains included (the converter recurses)
+    // Compilation throws PreparationExpired once this has passed (checked once per schema node, grammar
+    // rule and repetition): a request's preparation counts against its deadline.
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+    // Throws PreparationExpired when the deadline has passed.
+    void check_deadline() const;
+};
+
+// Preparing a request (compiling its grammar, tokenizing its prompt) ran past GrammarLimits::deadline.
+// An Error(out_of_range) that callers may tell apart: the request itself may be fine, the time was not.
+class PreparationExpired : public Error {
+public:
+    explicit PreparationExpired(const std::string& message) : Error(ErrorCode::out_of_range, message) {}
+};
+
 // A parsed grammar: immutable, shared by every generation that uses it.
 class Grammar {
 public:
     // Throws Error(invalid_argument) for a syntax error ("grammar: line L, column C: ..."), an undefined
     // rule, no `root` rule, or left recursion.
-    static std::shared_ptr<const Grammar> from_gbnf(std::string_view gbnf);
+    // Past `limits`: Error(invalid_argument) naming the limit, or PreparationExpired.
+    static std::shared_ptr<const Grammar> from_gbnf(std::string_view gbnf, const GrammarLimits& limits = {});
     // A JSON Schema (the subset in docs/constrained-output.md) as JSON text. Throws
     // Error(invalid_argument) for invalid JSON or a schema that contradicts itself, Error(unsupported)
     // naming the keywords it does not support.
-    static std::shared_ptr<const Grammar> from_json_schema(std::string_view schema_json);
+    static std::shared_ptr<const Grammar> from_json_schema(std::string_view schema_json,
+                                                           const GrammarLimits& limits = {});
     // Any JSON object (OpenAI's response_format {"type": "json_object"}).
     static std::shared_ptr<const Grammar> json_object();
     // The text of tool calls in `format` (not none) to one of `tools`, arguments valid under the tool's
     // parameters schema; one call, or one or more with `parallel`. Throws as from_json_schema, naming
     // the tool (docs/constrained-output.md, "Tool calling").
     static std::shared_ptr<const Grammar> for_tool_calls(ToolCallFormat format, std::span<const ToolSchema> tools,
-                                                         bool parallel);
+                                                         bool parallel, const GrammarLimits& limits = {});
 
     const std::string& gbnf() const { return gbnf_; }  // the GBNF text (converted, for a schema)
     const std::shared_ptr<const grammar::ParsedGrammar>& parsed() const { return parsed_; }

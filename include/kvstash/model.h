@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvstash/error.h"
 
@@ -71,6 +72,10 @@ public:
     uint64_t weight_bytes() const;
     // A one-screen human-readable summary of the metadata and tensors.
     std::string describe() const;
+    // What the file has that is odd but loadable, one sentence each (e.g. an eos token id past the
+    // vocabulary, used as "no such token"). The library never prints: programs show these (the CLI as
+    // "kvstash: warning: ..." on stderr, serve in its start-up log).
+    const std::vector<std::string>& warnings() const;
 
 private:
     Model();

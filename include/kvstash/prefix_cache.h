@@ -172,6 +172,11 @@ public:
 
     PrefixCacheStats stats() const;
 
+    // Deletes the disk tier's least recently used block files until `bytes` are freed (0 without a disk
+    // tier): room on a full filesystem for something else (kvstash serve's named states). Returns the bytes
+    // freed; the blocks stay cached in RAM while they are there.
+    uint64_t evict_disk_bytes(uint64_t bytes);
+
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;

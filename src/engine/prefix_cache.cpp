@@ -416,6 +416,10 @@ void PrefixCache::release(const State& state) {
     }
 }
 
+uint64_t PrefixCache::evict_disk_bytes(uint64_t bytes) {
+    return impl_->disk ? impl_->disk->evict_least_recent(bytes) : 0;
+}
+
 PrefixCacheStats PrefixCache::stats() const {
     const std::lock_guard lock(impl_->mutex);
     PrefixCacheStats stats = impl_->counters;

@@ -123,6 +123,22 @@ std::vector<std::pair<BlockKey, PrefixDiskTier::Kind>> PrefixDiskTier::take_vict
     return victims;
 }
 
+uint64_t PrefixDiskTier::evict_least_recent(uint64_t bytes) {
+    std::vector<std::pair<BlockKey, Kind>> victims;
+    uint64_t freed = 0;
+    {
+        const std::lock_guard lock(mutex_);
+        while (freed < bytes && !lru_.empty()) {
+            freed += files_.at(lru_.back()).bytes;
+            victims.emplace_back(lru_.back(), files_.at(lru_.back()).kind);
+            forget(lru_.back());
+            ++evictions_;
+        }
+    }
+    delete_files(victims);
+    return freed;
+}
+
 void PrefixDiskTier::delete_files(const std::vector<std::pair<BlockKey, Kind>>& victims) {
     // A file another process already deleted is fine: it is gone either way.
     for (const auto& [key, kind] : victims) ::unlink(path_of(key, kind).c_str());

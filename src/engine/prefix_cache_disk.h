@@ -65,6 +65,11 @@ public:
     // Which of `keys` name checkpoint files this process knows of (from its scan and its own I/O).
     std::vector<bool> known_checkpoints(std::span<const BlockKey> keys) const;
 
+    // Deletes least recently used files until `bytes` are freed or none is left (counted as evictions),
+    // whatever the budget: room for another writer on the same filesystem (a named state that found the
+    // disk full). Returns the bytes freed.
+    uint64_t evict_least_recent(uint64_t bytes);
+
     // Adds the disk_* counters and byte figures to `stats`.
     void fill(PrefixCacheStats& stats) const;
 

@@ -21,11 +21,14 @@ bool is_name_char(char c) {
 
 class Parser {
 public:
-    explicit Parser(std::string_view text) : text_(text) {}
+    Parser(std::string_view text, const GrammarLimits& limits) : text_(text), limits_(limits) {}
 
     ParsedGrammar parse() {
         skip_space(true);
-        while (pos_ < text_.size()) parse_rule();
+        while (pos_ < text_.size()) {
+            limits_.check_deadline();
+            parse_rule();
+        }
         for (size_t id = 0; id < rules_.size(); ++id) {
             if (!defined_[id]) fail_at(first_use_[id], "rule '" + names_[id] + "' is used but not defined");
         }
@@ -213,8 +216,9 @@ private:
         // Each optional copy is a rule of the item, a reference and two ends.
         const uint64_t copies = static_cast<uint64_t>(min) + (max > min ? static_cast<uint64_t>(max - min) : 1);
         expanded_ += copies * (item.size() + 3);
-        if (expanded_ > kMaxGrammarElements) {
-            fail("the grammar expands to more than " + std::to_string(kMaxGrammarElements) +
+        limits_.check_deadline();
+        if (expanded_ > limits_.max_elements) {
+            fail("the grammar expands to more than " + std::to_string(limits_.max_elements) +
                  " elements once its repetitions are written out (nested {m,n} multiply); use fewer or smaller "
                  "repetitions");
         }
@@ -289,8 +293,8 @@ private:
                 have_item = true;
             } else if (c == '(') {
                 last_start = out.size();
-                if (++group_depth_ > kMaxGroupDepth) {
-                    fail("groups ( ) nested deeper than " + std::to_string(kMaxGroupDepth) +
+                if (++group_depth_ > limits_.max_group_depth) {
+                    fail("groups ( ) nested deeper than " + std::to_string(limits_.max_group_depth) +
                          " levels; name the inner groups as rules instead");
                 }
                 ++pos_;
@@ -413,6 +417,7 @@ private:
     }
 
     std::string_view text_;
+    const GrammarLimits& limits_;
     size_t pos_ = 0;
     std::vector<std::vector<Element>> rules_;
     std::vector<std::string> names_;
@@ -444,7 +449,7 @@ int32_t for_each_range(const std::vector<Element>& elements, int32_t pos, F&& f)
 
 }  // namespace
 
-ParsedGrammar parse_gbnf(std::string_view text) { return Parser(text).parse(); }
+ParsedGrammar parse_gbnf(std::string_view text, const GrammarLimits& limits) { return Parser(text, limits).parse(); }
 
 bool class_matches(const std::vector<Element>& elements, int32_t pos, uint32_t c) {
     if (elements[pos].type == ElementType::chr_any) return true;

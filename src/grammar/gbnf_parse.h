@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kvstash/grammar.h"
+
 namespace kvstash::grammar {
 
 enum class ElementType : uint8_t {
@@ -53,18 +55,14 @@ struct ParsedGrammar {
     std::vector<int32_t> rule_count;
 };
 
-// Limits on hostile grammars (docs/constrained-output.md, "Limits"): ( ) groups nest at most
-// kMaxGroupDepth deep (the parser recurses once per level), and repetitions together write out at most
-// kMaxGrammarElements elements (8 bytes each: 8 MiB), since {m,n} copies its item and nested ones multiply.
-inline constexpr int kMaxGroupDepth = 256;
-inline constexpr uint64_t kMaxGrammarElements = uint64_t{1} << 20;
-
 // Parses GBNF text. The start rule is `root`. Throws Error(invalid_argument) with "line L, column C: "
 // and what was expected for a syntax error; naming the rule for an undefined reference, a missing
 // root or left recursion (a rule that can reach itself before consuming a character, which a
 // top-down matcher cannot run: rewrite `a ::= a "x" | "y"` as `a ::= "y" "x"*`; a `x*` whose x can be
 // empty is the same thing).
-ParsedGrammar parse_gbnf(std::string_view text);
+// Past `limits` (kvstash/grammar.h: group depth, expanded elements): Error(invalid_argument) naming
+// the limit; past its deadline: PreparationExpired.
+ParsedGrammar parse_gbnf(std::string_view text, const GrammarLimits& limits = {});
 
 // True when code point `c` is in the class starting at elements[pos] (chr, chr_not or chr_any).
 bool class_matches(const std::vector<Element>& elements, int32_t pos, uint32_t c);

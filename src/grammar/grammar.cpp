@@ -13,8 +13,13 @@ namespace kvstash {
 Grammar::Grammar(std::string gbnf, std::shared_ptr<const grammar::ParsedGrammar> parsed, GrammarEnd end)
     : gbnf_(std::move(gbnf)), parsed_(std::move(parsed)), end_(end) {}
 
-std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf) {
-    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
+void GrammarLimits::check_deadline() const {
+    if (deadline != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() > deadline)
+        throw PreparationExpired("preparing the request (its grammar or JSON Schema) ran past its deadline");
+}
+
+std::shared_ptr<const Grammar> Grammar::from_gbnf(std::string_view gbnf, const GrammarLimits& limits) {
+    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf, limits));
     return std::make_shared<const Grammar>(std::string(gbnf), std::move(parsed));
 }
 

@@ -90,7 +90,7 @@ std::string literal(const std::string& bytes) {
 
 class Converter {
 public:
-    explicit Converter(const ojson& root) : root_(root) {}
+    Converter(const ojson& root, const GrammarLimits& limits) : root_(root), limits_(limits) {}
 
     std::string convert() {
         const std::string top = visit(root_, "root", "");
@@ -139,12 +139,13 @@ private:
 
     // Counts one more schema node (visit) against the limits of json_schema_gbnf.h.
     void enter(const std::string& path) {
-        if (++depth_ > kMaxSchemaDepth) {
-            invalid("schemas nest deeper than " + std::to_string(kMaxSchemaDepth) + " levels at '" +
+        limits_.check_deadline();
+        if (++depth_ > limits_.max_schema_depth) {
+            invalid("schemas nest deeper than " + std::to_string(limits_.max_schema_depth) + " levels at '" +
                     path.substr(0, 200) + "' (counting $ref); flatten the schema");
         }
-        if (++nodes_ > kMaxSchemaNodes) {
-            invalid("the schema has more than " + std::to_string(kMaxSchemaNodes) +
+        if (++nodes_ > limits_.max_schema_nodes) {
+            invalid("the schema has more than " + std::to_string(limits_.max_schema_nodes) +
                     " subschemas (properties, items, anyOf entries together); split or simplify it");
         }
     }
@@ -331,6 +332,7 @@ private:
     }
 
     const ojson& root_;
+    const GrammarLimits& limits_;
     int depth_ = 0;      // visits open now: the converter recurses once per level and per $ref
     int64_t nodes_ = 0;  // visits so far
     std::map<std::string, int> next_suffix_;
@@ -341,7 +343,7 @@ private:
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_json) {
+std::string json_schema_to_gbnf(std::string_view schema_json, const GrammarLimits& limits) {
     json_depth::require_depth_at_most(schema_json, "JSON Schema:");
     ojson schema;
     try {
@@ -350,7 +352,7 @@ std::string json_schema_to_gbnf(std::string_view schema_json) {
         throw Error(ErrorCode::invalid_argument, std::string("JSON Schema: not valid JSON: ") + e.what());
     }
     try {
-        return Converter(schema).convert();
+        return Converter(schema, limits).convert();
     } catch (const ojson::exception& e) {
         throw Error(ErrorCode::invalid_argument,
                     std::string("JSON Schema: a keyword has a value of the wrong type: ") + e.what());
@@ -373,15 +375,15 @@ namespace kvstash {
 namespace {
 
 // A JSON document's grammar: generation ends when the root value is complete (GrammarEnd).
-std::shared_ptr<const Grammar> json_document(std::string gbnf) {
-    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf));
+std::shared_ptr<const Grammar> json_document(std::string gbnf, const GrammarLimits& limits = {}) {
+    auto parsed = std::make_shared<const grammar::ParsedGrammar>(grammar::parse_gbnf(gbnf, limits));
     return std::make_shared<const Grammar>(std::move(gbnf), std::move(parsed), GrammarEnd::only_whitespace_may_follow);
 }
 
 }  // namespace
 
-std::shared_ptr<const Grammar> Grammar::from_json_schema(std::string_view schema_json) {
-    return json_document(grammar::json_schema_to_gbnf(schema_json));
+std::shared_ptr<const Grammar> Grammar::from_json_schema(std::string_view schema_json, const GrammarLimits& limits) {
+    return json_document(grammar::json_schema_to_gbnf(schema_json, limits), limits);
 }
 
 std::shared_ptr<const Grammar> Grammar::json_object() {

@@ -15,19 +15,18 @@
 #include <string>
 #include <string_view>
 
-namespace kvstash::grammar {
+#include "kvstash/grammar.h"
 
-// Limits on hostile schemas (docs/constrained-output.md, "Limits"): subschemas nest at most
-// kMaxSchemaDepth deep, $ref chains included (the converter recurses once per level), and a schema has
-// at most kMaxSchemaNodes subschemas (each becomes rules the matcher walks). The JSON text itself nests
-// at most base/json_depth.h's 256 levels.
-inline constexpr int kMaxSchemaDepth = 128;
-inline constexpr int64_t kMaxSchemaNodes = 5000;
+namespace kvstash::grammar {
 
 // Throws Error(invalid_argument) for text that is not JSON or a schema that is not an object/boolean
 // or is inconsistent (a $ref to nothing, minItems > maxItems), Error(unsupported) naming every
-// unsupported keyword (or format) found.
-std::string json_schema_to_gbnf(std::string_view schema_json);
+// unsupported keyword (or format) found. Limits on hostile schemas (docs/constrained-output.md,
+// "Limits"): subschemas nest at most limits.max_schema_depth deep, $ref chains included (the converter
+// recurses once per level), a schema has at most limits.max_schema_nodes subschemas (each becomes rules
+// the matcher walks), past either Error(invalid_argument) naming it; past limits.deadline
+// PreparationExpired. The JSON text itself nests at most base/json_depth.h's 256 levels.
+std::string json_schema_to_gbnf(std::string_view schema_json, const GrammarLimits& limits = {});
 
 // Any JSON object, with the same primitive rules.
 std::string json_object_gbnf();

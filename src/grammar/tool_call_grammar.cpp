@@ -84,7 +84,8 @@ std::string prefix_rules(const std::string& gbnf, const std::string& prefix) {
     return out;
 }
 
-std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, bool parallel) {
+std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, bool parallel,
+                           const GrammarLimits& limits) {
     if (format == ToolCallFormat::none) throw Error(ErrorCode::invalid_argument, "no tool-call format");
     if (tools.empty()) throw Error(ErrorCode::invalid_argument, "no tools to call");
     const char* arguments_key = format == ToolCallFormat::qwen ? "\", \"arguments\": " : "\", \"parameters\": ";
@@ -94,7 +95,9 @@ std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> to
     for (size_t i = 0; i < tools.size(); ++i) {
         std::string converted;
         try {
-            converted = json_schema_to_gbnf(tools[i].parameters);
+            converted = json_schema_to_gbnf(tools[i].parameters, limits);
+        } catch (const PreparationExpired&) {
+            throw;
         } catch (const Error& e) {
             throw Error(e.code(), "tool '" + tools[i].name + "' parameters: " + e.what());
         }
@@ -122,8 +125,8 @@ std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> to
 namespace kvstash {
 
 std::shared_ptr<const Grammar> Grammar::for_tool_calls(ToolCallFormat format, std::span<const ToolSchema> tools,
-                                                       bool parallel) {
-    return from_gbnf(grammar::tool_call_gbnf(format, tools, parallel));
+                                                       bool parallel, const GrammarLimits& limits) {
+    return from_gbnf(grammar::tool_call_gbnf(format, tools, parallel, limits), limits);
 }
 
 }  // namespace kvstash

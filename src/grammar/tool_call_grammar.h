@@ -17,7 +17,8 @@
 namespace kvstash::grammar {
 
 // Throws Error(invalid_argument / unsupported) as json_schema_to_gbnf does, the message naming the tool.
-std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, bool parallel);
+std::string tool_call_gbnf(ToolCallFormat format, std::span<const ToolSchema> tools, bool parallel,
+                           const GrammarLimits& limits = {});
 
 // `prefix` + name for every rule of `gbnf` (as json_schema_to_gbnf writes it: one rule per line) but the
 // shared primitive rules; references renamed alike.

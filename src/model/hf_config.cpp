@@ -38,6 +38,15 @@ struct Reader {
         }
         return v->get<int64_t>();
     }
+    // A count that may be 0 (e.g. num_local_experts: 0 means a dense model), below 2^31.
+    std::optional<int64_t> get_count(std::initializer_list<const char*> keys) const {
+        const json* v = find(keys);
+        if (!v) return std::nullopt;
+        if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > INT32_MAX) {
+            fail(std::string("'") + *keys.begin() + "' must be an integer from 0 to 2^31-1");
+        }
+        return v->get<int64_t>();
+    }
     int64_t require_int(std::initializer_list<const char*> keys) const {
         if (auto v = get_int(keys)) return *v;
         fail(std::string("config.json has no '") + *keys.begin() + "'");
@@ -67,7 +76,7 @@ json rope_parameters(const json& config) {
 template <typename PutU32, typename PutF32>
 void read_granite_hybrid(const Reader& r, const json& config, const PutU32& put_u32, const PutF32& put_f32,
                          HfModelSpec& s) {
-    if (r.get_int({"num_local_experts"}).value_or(0) > 0) {
+    if (r.get_count({"num_local_experts"}).value_or(0) > 0) {
         throw Error(ErrorCode::unsupported,
                     r.path +
                         ": GraniteMoeHybrid with experts (num_local_experts > 0) is not supported in a model "

@@ -38,7 +38,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
     if (c.n_kv_layers > 0 && c.use_rope) m.rope = RopeTable(c.rope, c.head_dim, m.weights.rope_freqs);
     if (c.sliding_window > 0 && c.use_rope) m.rope_swa = RopeTable(c.rope_swa, c.head_dim, {});
     try {
-        m.tokenizer = std::make_unique<Tokenizer>(make_tokenizer(vocabulary_from_gguf(*m.file)));
+        Vocabulary vocabulary = vocabulary_from_gguf(*m.file);
+        m.warnings = vocabulary.warnings;
+        m.tokenizer = std::make_unique<Tokenizer>(make_tokenizer(std::move(vocabulary)));
     } catch (const Error& e) {
         m.tokenizer_error = e.what();
     }
@@ -50,6 +52,7 @@ const ModelInfo& Model::info() const { return impl_->info; }
 int64_t Model::n_vocab() const { return impl_->config.n_vocab; }
 int64_t Model::n_ctx_train() const { return impl_->config.n_ctx_train; }
 uint64_t Model::weight_bytes() const { return impl_->weights.matrix_bytes; }
+const std::vector<std::string>& Model::warnings() const { return impl_->warnings; }
 
 const Tokenizer& Model::tokenizer() const {
     if (!impl_->tokenizer) {

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/rope/rope.h"
 #include "format/gguf.h"
@@ -23,6 +24,7 @@ struct Model::Impl {
     RopeTable rope_swa;  // sliding-window layers' rope (config.rope_swa), when the model has such layers
     std::unique_ptr<Tokenizer> tokenizer;  // null when the vocabulary is not supported
     std::string tokenizer_error;           // why, when null
+    std::vector<std::string> warnings;     // Model::warnings()
 };
 
 // Friend of Model (declared in kvstash/model.h): the only code that reaches Model::Impl.

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "kvstash/grammar.h"
+
 namespace kvstash::server {
 
 namespace {
@@ -46,11 +48,25 @@ int http_status(ErrorCode code) {
     return 500;
 }
 
+bool is_disk_full(const Error& e) {
+    const std::string_view message = e.what();
+    return e.code() == ErrorCode::output && (message.find("No space left on device") != std::string_view::npos ||
+                                             message.find("Disk quota exceeded") != std::string_view::npos);
+}
+
+ApiError preparation_expired() {
+    return ApiError(503,
+                    "preparing the request (compiling its grammar or JSON Schema, tokenizing its prompt) took longer "
+                    "than this server allows (serve --prepare-timeout); simplify the schema or grammar, or ask the "
+                    "operator for a longer --prepare-timeout",
+                    "", "preparation_timeout");
+}
+
 ApiError api_error(const Error& e) {
+    if (dynamic_cast<const PreparationExpired*>(&e)) return preparation_expired();
     const std::string message = e.what();
     // A full disk is the operator's to fix, but the client should know it is not a bug: 507 (RFC 4918).
-    if (e.code() == ErrorCode::output && (message.find("No space left on device") != std::string::npos ||
-                                          message.find("Disk quota exceeded") != std::string::npos)) {
+    if (is_disk_full(e)) {
         return ApiError(507,
                         "the server's disk is full: " + message +
                             " (delete named states, or give the server more space or a smaller --cache-disk)",
@@ -60,7 +76,7 @@ ApiError api_error(const Error& e) {
 }
 
 ApiError request_error(const Error& e, std::string param, std::string code) {
-    if (http_status(e.code()) != 400) return api_error(e);
+    if (http_status(e.code()) != 400 || dynamic_cast<const PreparationExpired*>(&e)) return api_error(e);
     return bad_request(e.what(), std::move(param), std::move(code));
 }
 

@@ -38,11 +38,15 @@ inline ApiError bad_request(std::string message, std::string param = {}, std::st
 // Files a client sends (PUT /v1/states/NAME/file) are checked where they arrive, and a malformed one is
 // answered 400 invalid_state_file there, before any error reaches this table.
 int http_status(ErrorCode code);
+// An output error of a full disk or quota (ENOSPC, EDQUOT: the library's message carries strerror's text).
+bool is_disk_full(const Error& e);
+// 503 preparation_timeout: a request's preparation ran past serve --prepare-timeout (PreparationExpired).
+ApiError preparation_expired();
 // An ApiError with http_status(e.code()) and the library's message; 507 for an output error of a full disk
-// (ENOSPC, EDQUOT).
+// (ENOSPC, EDQUOT); preparation_expired() for a PreparationExpired.
 ApiError api_error(const Error& e);
 // For a library call on request data: a 400 naming `param` / `code` when http_status says the client can
-// fix it, else api_error(e) (the server's fault keeps its 500, without the request's field).
+// fix it, else api_error(e) (the server's fault keeps its 500, without the request's field; a deadline its 503).
 ApiError request_error(const Error& e, std::string param, std::string code);
 
 // The OpenAI error type for a status: invalid_request_error, authentication_error, not_found_error, ...

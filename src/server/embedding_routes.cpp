@@ -194,7 +194,7 @@ EmbeddingFunction make_embedding_function(ServerContext& ctx) {
     return [&ctx, embedder](const json& body) { return embeddings(body, ctx, *embedder); };
 }
 
-void register_embedding_routes(httplib::Server& http, ServerContext& ctx) {
+void register_embedding_routes(RouteTable& http, ServerContext& ctx) {
     EmbeddingFunction embed = make_embedding_function(ctx);
     http.Post("/v1/embeddings", [&ctx, embed](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <httplib.h>
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "server/api_key.h"
 #include "server/connection_pool.h"
 #include "server/guarded_server.h"
+#include "server/model_registry.h"
 #include "server/request_log.h"
 #include "server/routes.h"
 #include "server/state_store.h"
@@ -134,11 +136,26 @@ void raise_descriptor_limit(int max_connections) {
     setrlimit(RLIMIT_NOFILE, &limit);
 }
 
-}  // namespace
+// Whether two existing directories are on one filesystem (st_dev); false when either is empty or missing.
+bool same_filesystem(const std::string& a, const std::string& b) {
+    struct stat sa {
+    }, sb{};
+    if (a.empty() || b.empty() || ::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+    return sa.st_dev == sb.st_dev;
+}
 
-HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options)
-    : ctx_(std::make_unique<ServerContext>()) {
-    ServerContext& ctx = *ctx_;
+// A model's name as one directory name ("owner/name:Q8_0" -> "owner_name_Q8_0").
+std::string safe_dir_name(std::string name) {
+    for (char& c : name) {
+        if (c == '/' || c == ':' || c == '\\') c = '_';
+    }
+    return name;
+}
+
+std::unique_ptr<ServerContext> make_server_context(std::shared_ptr<const Model> model, const ServerOptions& options,
+                                                   Metrics* shared_metrics) {
+    auto owned = std::make_unique<ServerContext>();
+    ServerContext& ctx = *owned;
     ctx.model = model;
     ctx.options = options;
     ctx.model_id = options.model_id.empty() ? std::filesystem::path(model->path()).stem().string() : options.model_id;
@@ -150,8 +167,11 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
         ctx.chat_template_error = std::string("this model has no chat template kvstash knows (") + e.what() +
                                   "); start the server with --chat-template or use /v1/completions";
     }
+    StateStore* state_files = nullptr;
     if (options.state_store.empty()) {
-        ctx.states = std::make_unique<StateStore>(*model, options.state_dir);
+        auto store = std::make_unique<StateStore>(*model, options.state_dir);
+        state_files = store.get();
+        ctx.states = std::move(store);
     } else {
         // Uploads and states are whole state files: give them more time than a cache block.
         ctx.states = std::make_unique<RedisStateStore>(
@@ -173,8 +193,80 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
     sched.cache.redis_io_timeout_ms = options.redis_io_timeout_ms;
     sched.adapters = options.adapters;
     sched.draft_model = options.draft_model;
-    ctx.scheduler = std::make_unique<Scheduler>(model, sched, ctx.metrics);
+    ctx.scheduler = std::make_unique<Scheduler>(model, sched, shared_metrics ? *shared_metrics : ctx.metrics);
+    // Issue 34: on a filesystem the cache's block files share with the state files, a full disk frees cache
+    // blocks (which can be computed again) before a state save fails.
+    if (state_files && !options.state_dir.empty() && same_filesystem(options.state_dir, options.cache_dir)) {
+        Scheduler* scheduler = ctx.scheduler.get();
+        state_files->set_space_reclaimer(
+            [scheduler](uint64_t bytes) { return scheduler->evict_cache_disk_bytes(bytes); });
+    }
+    return owned;
+}
 
+}  // namespace
+
+void register_model_routes(RouteTable& routes, ServerContext& ctx) {
+    register_openai_routes(routes, ctx);
+    register_state_routes(routes, ctx);
+    register_text_routes(routes, ctx);
+    register_embedding_routes(routes, ctx);
+    register_llama_routes(routes, ctx);
+    register_responses_routes(routes, ctx);
+    register_ollama_routes(routes, ctx);
+}
+
+namespace {
+
+void add_routes(httplib::Server& http, const RouteTable& routes) {
+    for (const RouteTable::Route& route : routes.routes()) {
+        if (const auto* reading = std::get_if<RouteTable::ReadingHandler>(&route.handler)) {
+            http.Put(route.pattern, *reading);
+        } else {
+            const auto& handler = std::get<RouteTable::Handler>(route.handler);
+            if (route.method == "GET") http.Get(route.pattern, handler);
+            if (route.method == "POST") http.Post(route.pattern, handler);
+            if (route.method == "DELETE") http.Delete(route.pattern, handler);
+        }
+    }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options)
+    : ctx_(make_server_context(model, options, nullptr)) {
+    configure(options);
+    RouteTable routes;
+    register_model_routes(routes, *ctx_);
+    add_routes(*http_, routes);
+    register_webui_routes(*http_);
+}
+
+HttpServer::HttpServer(std::vector<ModelSource> sources, RegistryOptions registry_options, ModelLoader load,
+                       ServerOptions options)
+    : ctx_(std::make_unique<ServerContext>()) {
+    ctx_->options = options;
+    Metrics* metrics = &ctx_->metrics;
+    registry_ = std::make_unique<ModelRegistry>(
+        std::move(sources), registry_options, [load = std::move(load), options, metrics](const ModelSource& source) {
+            ServerOptions own = options;
+            own.model_id = source.name;
+            // Named states are per model: a directory each under --state-dir (the Redis store's keys carry
+            // the model fingerprint already).
+            if (!own.state_dir.empty())
+                own.state_dir = (std::filesystem::path(own.state_dir) / safe_dir_name(source.name)).string();
+            auto loaded = std::make_unique<LoadedModel>();
+            loaded->ctx = make_server_context(load(source), own, metrics);
+            register_model_routes(loaded->routes, *loaded->ctx);
+            return loaded;
+        });
+    configure(options);
+    register_registry_routes(*http_, *ctx_, *registry_);
+    register_webui_routes(*http_);
+}
+
+void HttpServer::configure(const ServerOptions& options) {
+    ServerContext& ctx = *ctx_;
     ConnectionLimits limits;
     limits.head.first_byte = std::chrono::seconds(options.idle_timeout_s);
     limits.head.whole_head = std::chrono::seconds(options.header_timeout_s);
@@ -246,19 +338,12 @@ HttpServer::HttpServer(std::shared_ptr<const Model> model, ServerOptions options
         ctx.metrics.count_request(route_label(req.path), res.status);
         request_log_write(ctx.options, req, res, route_label(req.path));
     });
-    register_openai_routes(http, ctx);
-    register_state_routes(http, ctx);
-    register_text_routes(http, ctx);
-    register_embedding_routes(http, ctx);
-    register_llama_routes(http, ctx);
-    register_responses_routes(http, ctx);
-    register_ollama_routes(http, ctx);
-    register_webui_routes(http);
 }
 
 HttpServer::~HttpServer() {
     if (http_) http_->stop();
     http_.reset();
+    registry_.reset();
     ctx_.reset();
 }
 

@@ -265,7 +265,7 @@ json slots_json(const ServerContext& ctx) {
 
 }  // namespace
 
-void register_llama_routes(httplib::Server& http, ServerContext& ctx) {
+void register_llama_routes(RouteTable& http, ServerContext& ctx) {
     http.Post("/completion", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] { handle_completion(req, res, ctx); });
     });

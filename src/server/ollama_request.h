@@ -33,8 +33,8 @@ struct OllamaRequest {
 OllamaRequest parse_ollama_request(const nlohmann::json& body, OllamaEndpoint endpoint, const RequestLimits& limits,
                                    const std::string* raw_body = nullptr);
 
-// keep_alive: a number of seconds, or a duration string ("5m", "1h30m", "-1", "0"); 400 otherwise. The value
-// is validated and otherwise has no effect while the server holds one model for its lifetime (docs).
+// keep_alive: a number of seconds, or a duration string ("5m", "1h30m", "-1", "0"); 400 otherwise. With one model
+// it has no other effect (held for the server's lifetime); with several, server/model_routes.cpp applies it.
 void check_keep_alive(const nlohmann::json& body);
 
 }  // namespace kvstash::server

@@ -4,10 +4,11 @@
 // OpenAI routes' jobs (server/ollama_request.h -> build_completion_job -> the one scheduler); errors are
 // Ollama's {"error": "..."} with the HTTP status the OpenAI routes would give.
 //
-// Models: a request names its model; find_model() is the one place a name becomes a served model. Today the
-// server holds the model it was started with ("ID" or "ID:latest", ID = the file name without .gguf), loaded
-// for its whole life; another name is 404 "model ... not found". keep_alive is validated and has no other
-// effect: nothing is ever unloaded (docs/architecture.md, "Ollama API").
+// Models: a request names its model; find_model() checks the name against this context's model ("ID" or
+// "ID:latest", ID = the file name without .gguf); another name is 404 "model ... not found". With one model it
+// is loaded for the server's whole life and keep_alive has no effect; with several (docs/models.md) the
+// dispatcher of server/model_routes.cpp has already picked this context by the name, applies keep_alive, and
+// answers /api/tags and /api/ps from the registry.
 #include <chrono>
 #include <filesystem>
 #include <system_error>
@@ -279,7 +280,7 @@ json show(const json& body, ServerContext& server) {
 
 }  // namespace
 
-void register_ollama_routes(httplib::Server& http, ServerContext& ctx) {
+void register_ollama_routes(RouteTable& http, ServerContext& ctx) {
     http.Post("/api/chat", [&ctx](const httplib::Request& req, httplib::Response& res) {
         ollama_guarded(res, [&] { handle_generation(req, res, ctx, OllamaEndpoint::chat); });
     });

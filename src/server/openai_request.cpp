@@ -109,7 +109,8 @@ nlohmann::ordered_json in_written_order(const std::string* raw_body, const char*
 // response_format and grammar -> a Grammar (400 naming the field for a bad one; unsupported JSON Schema
 // keywords are named in the message, code "unsupported"). A schema keeps its properties' order (read
 // from `raw_body`): the output's keys come in that order, as docs/constrained-output.md promises.
-std::shared_ptr<const Grammar> parse_grammar(const json& body, const std::string* raw_body) {
+std::shared_ptr<const Grammar> parse_grammar(const json& body, const std::string* raw_body,
+                                             const GrammarLimits& limits) {
     const json* format = field(body, "response_format");
     const json* gbnf = field(body, "grammar");
     std::shared_ptr<const Grammar> grammar;
@@ -131,7 +132,7 @@ std::shared_ptr<const Grammar> parse_grammar(const json& body, const std::string
                                       "missing_field");
                 param = "response_format.json_schema.schema";
                 const nlohmann::ordered_json ordered = in_written_order(raw_body, "response_format", *format);
-                grammar = Grammar::from_json_schema(ordered.at("json_schema").at("schema").dump());
+                grammar = Grammar::from_json_schema(ordered.at("json_schema").at("schema").dump(), limits);
             } else if (t != "text") {
                 throw bad_request("response_format type '" + t + "' is not supported (text, json_object, json_schema)",
                                   "response_format", "unsupported");
@@ -141,8 +142,10 @@ std::shared_ptr<const Grammar> parse_grammar(const json& body, const std::string
             if (grammar)
                 throw bad_request("give 'grammar' or a JSON response_format, not both", "grammar", "invalid_value");
             param = "grammar";
-            grammar = Grammar::from_gbnf(get_string(*gbnf, "grammar"));
+            grammar = Grammar::from_gbnf(get_string(*gbnf, "grammar"), limits);
         }
+    } catch (const PreparationExpired&) {
+        throw preparation_expired();
     } catch (const Error& e) {
         throw bad_request(e.what(), param, e.code() == ErrorCode::unsupported ? "unsupported" : "invalid_value");
     }
@@ -216,7 +219,7 @@ bool valid_tool_name(const std::string& name) {
 
 // tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}], read from
 // `tools` (an ordered_json: keys as the client wrote them).
-void parse_tools(const nlohmann::ordered_json& tools, ToolRequest& out) {
+void parse_tools(const nlohmann::ordered_json& tools, ToolRequest& out, const GrammarLimits& limits) {
     if (!tools.is_array()) throw wrong_type("tools", "an array of {\"type\": \"function\", \"function\": {...}}");
     for (size_t i = 0; i < tools.size(); ++i) {
         const std::string at = "tools[" + std::to_string(i) + "]";
@@ -248,7 +251,9 @@ void parse_tools(const nlohmann::ordered_json& tools, ToolRequest& out) {
             }
             parameters = function["parameters"].dump();
             try {
-                (void)grammar::json_schema_to_gbnf(parameters);
+                (void)grammar::json_schema_to_gbnf(parameters, limits);
+            } catch (const PreparationExpired&) {
+                throw preparation_expired();
             } catch (const Error& e) {
                 throw bad_request(at + ".function.parameters: " + e.what(), "tools",
                                   e.code() == ErrorCode::unsupported ? "unsupported" : "invalid_value");
@@ -351,12 +356,13 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
     if (const json* v = field(body, "stop")) out.stop = parse_stop(*v);
     out.sampling = parse_sampling(body, out.seed);
     parse_logprobs(body, out);
-    out.grammar = parse_grammar(body, raw_body);
+    out.grammar_limits = limits.grammar;
+    out.grammar = parse_grammar(body, raw_body, limits.grammar);
     if (const json* tools = field(body, "tools"); tools && (chat || !tools->empty())) {
         if (!chat) {
             throw bad_request("'tools' need the chat endpoint (/v1/chat/completions)", "tools", "unsupported");
         }
-        parse_tools(in_written_order(raw_body, "tools", *tools), out.tools);
+        parse_tools(in_written_order(raw_body, "tools", *tools), out.tools, limits.grammar);
     }
     parse_tool_choice(body, out.tools);
     if (out.grammar && out.tools.choice != ToolChoice::none) {

@@ -21,7 +21,8 @@ namespace kvstash::server {
 
 // What the parser needs to know of the server's settings.
 struct RequestLimits {
-    int max_n = 1;  // most choices per request (--parallel)
+    int max_n = 1;          // most choices per request (--parallel)
+    GrammarLimits grammar;  // compiling a grammar / JSON Schema; its deadline ends the request's preparation
 };
 
 // tool_choice: "none" (tools are shown to the model, calls are not read), "auto" (the default with tools:
@@ -73,6 +74,7 @@ struct CompletionRequest {
     // or `grammar` (GBNF text); null: unconstrained ("type": "text" too).
     std::shared_ptr<const Grammar> grammar;
     ToolRequest tools;              // chat only
+    GrammarLimits grammar_limits;   // RequestLimits::grammar: the tools' grammar and the prompt's tokenization
     SpeculativeFields speculative;  // speculative.* (server/speculative_fields.h)
 };
 

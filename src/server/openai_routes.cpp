@@ -144,7 +144,7 @@ std::shared_ptr<State> run_prefill(ServerContext& ctx, std::unique_ptr<Generatio
     return state;
 }
 
-void register_openai_routes(httplib::Server& http, ServerContext& ctx) {
+void register_openai_routes(RouteTable& http, ServerContext& ctx) {
     http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] { handle_completion(req, res, ctx, Endpoint::text); });
     });

@@ -1,6 +1,7 @@
 #include "server/request_job.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "kvstash/error.h"
@@ -112,7 +113,7 @@ void set_tool_grammar(const CompletionRequest& request, GenerationJob& job, Serv
         if (tools.choice != ToolChoice::named || s.name == tools.name) callable.push_back(s);
     }
     try {
-        job.grammar = Grammar::for_tool_calls(format, callable, tools.parallel);
+        job.grammar = Grammar::for_tool_calls(format, callable, tools.parallel, request.grammar_limits);
     } catch (const Error& e) {
         throw request_error(e, "tools", "invalid_value");
     }
@@ -135,7 +136,13 @@ std::shared_ptr<const AdapterSet> find_adapter(const std::optional<std::string>&
                       "adapter", "adapter_not_found");
 }
 
-RequestLimits request_limits(const ServerContext& ctx) { return RequestLimits{ctx.options.parallel}; }
+RequestLimits request_limits(const ServerContext& ctx) {
+    RequestLimits limits{ctx.options.parallel, ctx.options.grammar_limits};
+    limits.grammar.deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(ctx.options.prepare_timeout_s));
+    return limits;
+}
 
 std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& request, ServerContext& ctx) {
     auto job = std::make_unique<GenerationJob>();
@@ -182,6 +189,8 @@ std::unique_ptr<GenerationJob> build_completion_job(const CompletionRequest& req
         job->prompt = ctx.model->tokenizer().encode(request.prompt.value_or(""),
                                                     job->base ? AddSpecial::no : AddSpecial::yes, ParseSpecial::yes);
     }
+    // Tokenizing cannot stop midway; a prompt that took past the deadline is refused before it is queued.
+    if (std::chrono::steady_clock::now() > request.grammar_limits.deadline) throw preparation_expired();
     fit_context(request, *job, job->base ? job->base->n_ctx() : ctx.scheduler->n_ctx());
     job->speculation =
         resolve_speculation(request.speculative, ctx.options.speculation, ctx.options.draft_model != nullptr);

@@ -282,7 +282,7 @@ void handle_responses(const httplib::Request& req, httplib::Response& res, Serve
 
 }  // namespace
 
-void register_responses_routes(httplib::Server& http, ServerContext& ctx) {
+void register_responses_routes(RouteTable& http, ServerContext& ctx) {
     http.Post("/v1/responses", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] { handle_responses(req, res, ctx); });
     });

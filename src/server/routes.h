@@ -8,19 +8,26 @@
 
 #include "server/api_error.h"
 #include "server/job.h"
+#include "server/route_table.h"
 #include "server/server_context.h"
 
 namespace kvstash::server {
 
-void register_openai_routes(httplib::Server& http, ServerContext& ctx);
-void register_state_routes(httplib::Server& http, ServerContext& ctx);
-void register_text_routes(httplib::Server& http, ServerContext& ctx);       // /tokenize, /detokenize
-void register_embedding_routes(httplib::Server& http, ServerContext& ctx);  // /v1/embeddings
+void register_openai_routes(RouteTable& http, ServerContext& ctx);
+void register_state_routes(RouteTable& http, ServerContext& ctx);
+void register_text_routes(RouteTable& http, ServerContext& ctx);       // /tokenize, /detokenize
+void register_embedding_routes(RouteTable& http, ServerContext& ctx);  // /v1/embeddings
 // llama-server's /completion, /props, /slots, /apply-template
-void register_llama_routes(httplib::Server& http, ServerContext& ctx);
-void register_responses_routes(httplib::Server& http, ServerContext& ctx);  // /v1/responses
-void register_webui_routes(httplib::Server& http);                          // /, /webui/<file>
-void register_ollama_routes(httplib::Server& http, ServerContext& ctx);     // /api/chat, /api/generate, ... (Ollama)
+void register_llama_routes(RouteTable& http, ServerContext& ctx);
+void register_responses_routes(RouteTable& http, ServerContext& ctx);  // /v1/responses
+void register_webui_routes(httplib::Server& http);                     // /, /webui/<file>
+void register_ollama_routes(RouteTable& http, ServerContext& ctx);     // /api/chat, /api/generate, ... (Ollama)
+
+// Every route of one model (the OpenAI, state, text, embedding, llama-server, Responses and Ollama routes).
+void register_model_routes(RouteTable& routes, ServerContext& ctx);
+class ModelRegistry;
+// A server with several models: the listing routes, and a dispatcher per model route (server/model_routes.cpp).
+void register_registry_routes(httplib::Server& http, ServerContext& server, ModelRegistry& registry);
 
 // The /v1/embeddings computation (an OpenAI-shaped body in, the OpenAI-shaped answer out), for other routes
 // that embed (Ollama's /api/embed); each function has its own evaluator, made at its first call.

@@ -34,6 +34,15 @@ PrefixCache& Scheduler::cache_for(const AdapterSet* adapters) {
     return it == adapter_caches_.end() ? cache_ : *it->second;
 }
 
+uint64_t Scheduler::evict_cache_disk_bytes(uint64_t bytes) {
+    uint64_t freed = cache_.evict_disk_bytes(bytes);
+    for (auto& [set, cache] : adapter_caches_) {
+        if (freed >= bytes) break;
+        freed += cache->evict_disk_bytes(bytes - freed);
+    }
+    return freed;
+}
+
 Scheduler::~Scheduler() {
     {
         std::lock_guard lock(mutex_);

@@ -62,6 +62,9 @@ public:
     int64_t n_ctx() const { return n_ctx_; }
     int parallel() const { return options_.parallel; }
     PrefixCacheStats cache_stats() const { return cache_.stats(); }
+    // PrefixCache::evict_disk_bytes over the model's cache, then the adapters' (one directory, each knows
+    // its own files) until `bytes` are freed. Returns the bytes freed.
+    uint64_t evict_cache_disk_bytes(uint64_t bytes);
 
 private:
     void run();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvstash/adapter.h"
+#include "kvstash/grammar.h"
 #include "kvstash/kv_type.h"
 #include "kvstash/model.h"
 #include "server/job_speculation.h"
@@ -20,6 +21,7 @@ struct ServerOptions {
     int threads = 0;                 // evaluator threads (0 = hardware threads)
     int64_t n_ctx = 0;               // context per sequence (0 = the model's training context)
     std::string model_id;            // the model's name in the APIs (empty: its file name without .gguf)
+    double keep_alive_s = 300;       // several models: idle seconds before one is unloaded (negative: never)
     KvType kv_type = KvType::f16;    // KV cache type of the sequences it computes (f16, f32 or q8_0)
     int parallel = 8;                // maximum sequences evaluated together
     int queue = 64;                  // maximum requests waiting for a sequence slot (then 503)
@@ -44,6 +46,10 @@ struct ServerOptions {
     uint64_t max_header_bytes = 32 * 1024;  // request line + headers (431 past it; one line: 8 KiB at most)
     int max_embedding_inputs = 2048;        // inputs of one /v1/embeddings request (400 past it; OpenAI's limit)
     int max_connections_per_ip = 0;         // connections one client address may hold (429 past it; 0: no limit)
+    // Grammar / JSON Schema size limits (--max-grammar-elements, ...; 400 past them; the deadline is unused
+    // here) and the seconds a request's preparation (grammar, schema, tools, prompt tokens) may take (503).
+    GrammarLimits grammar_limits;
+    double prepare_timeout_s = 30;
     // Speculative decoding (--spec): every request's default (its speculative.* fields change it), and the
     // draft model (--draft-model, or the model quantized at load for --spec self; null: none).
     JobSpeculation speculation;

@@ -136,7 +136,7 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
 
 }  // namespace
 
-void register_state_routes(httplib::Server& http, ServerContext& ctx) {
+void register_state_routes(RouteTable& http, ServerContext& ctx) {
     http.Post("/v1/states", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
             require_body_size(req, ctx);

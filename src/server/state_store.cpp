@@ -10,6 +10,7 @@
 #include "base/temp_file_name.h"
 #include "kvstash/error.h"
 #include "kvstash/state_file.h"
+#include "server/api_error.h"
 #include "server/state_name.h"
 
 namespace fs = std::filesystem;
@@ -86,7 +87,16 @@ NamedStateInfo StateStore::store(const std::string& name, State state, uint64_t 
 NamedStateInfo StateStore::put(const std::string& name, State state) {
     uint64_t file_bytes = 0;
     if (!dir_.empty()) {
-        save_state(state, file_path(name));
+        try {
+            save_state(state, file_path(name));
+        } catch (const Error& e) {
+            // A full disk shared with the prefix cache's block files: make room (least recently used blocks
+            // first) for about the state's file, and try once more; still full, the error stands (507).
+            if (!reclaim_space_ || !is_disk_full(e)) throw;
+            const uint64_t needed = state.kv_bytes() + state.last_logits().size() * sizeof(float) + (uint64_t{1} << 20);
+            if (reclaim_space_(needed) == 0) throw;
+            save_state(state, file_path(name));
+        }
         file_bytes = file_bytes_of(file_path(name));
     }
     return store(name, std::move(state), file_bytes);

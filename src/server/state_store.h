@@ -46,6 +46,12 @@ public:
     StateStoreTotals totals() override;
 
     const std::string& dir() const { return dir_; }
+
+    // Called when saving a state finds the disk full (ENOSPC, EDQUOT) with the bytes the state needs; returns
+    // the bytes it freed (kvstash serve: the prefix cache's disk tier on the same filesystem). put() then
+    // tries once more. Set once, before requests arrive.
+    using SpaceReclaimer = std::function<uint64_t(uint64_t bytes)>;
+    void set_space_reclaimer(SpaceReclaimer reclaimer) { reclaim_space_ = std::move(reclaimer); }
     std::string file_path(const std::string& name) const { return dir_ + "/" + name + ".kvs"; }
 
 private:
@@ -59,6 +65,7 @@ private:
     std::string dir_;
     std::mutex mutex_;
     std::map<std::string, Entry> entries_;
+    SpaceReclaimer reclaim_space_;
 };
 
 }  // namespace kvstash::server

@@ -66,7 +66,7 @@ json detokenize(const json& body, const Tokenizer& tokenizer) {
 
 }  // namespace
 
-void register_text_routes(httplib::Server& http, ServerContext& ctx) {
+void register_text_routes(RouteTable& http, ServerContext& ctx) {
     http.Post("/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
         guarded(res, [&] {
             require_body_size(req, ctx);

@@ -47,6 +47,9 @@ struct Vocabulary {
     std::string hf_metaspace;
     bool hf_metaspace_split = false;
     bool hf_decode_strip_space = false;
+    // What was odd but loadable (a special token id past the vocabulary, read as "no such token"): the
+    // library never prints, Model::warnings() hands these to the program.
+    std::vector<std::string> warnings;
 };
 
 // Reads `tokenizer.ggml.*` from a GGUF. Missing optional keys take llama.cpp's defaults for the

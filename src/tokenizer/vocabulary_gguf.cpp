@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "format/gguf.h"
 #include "kvstash/error.h"
@@ -41,11 +42,20 @@ bool is_integer(gguf::ValueType t) {
 }
 bool is_float(gguf::ValueType t) { return t == gguf::ValueType::FLOAT32 || t == gguf::ValueType::FLOAT64; }
 
-int32_t token_id(const gguf::File& file, std::string_view key, int32_t fallback, size_t n_tokens) {
+// `key`'s token id, or -1 ("no such token"). llama.cpp stores that as -1, and some files as a value past the
+// vocabulary: the file still loads (as in llama.cpp), but a past-the-end id may as well be a broken file, so
+// it is named in `warnings` (what the missing token means for generation: `consequence`).
+int32_t token_id(const gguf::File& file, std::string_view key, int32_t fallback, size_t n_tokens,
+                 std::vector<std::string>& warnings, std::string_view consequence = {}) {
     const std::optional<int64_t> id = file.get_int(key);
     if (!id) return fallback;
-    // llama.cpp stores "no such token" as -1 or as a value past the vocabulary in some files.
-    if (*id < 0 || static_cast<uint64_t>(*id) >= n_tokens) return -1;
+    if (*id < 0) return -1;
+    if (static_cast<uint64_t>(*id) >= n_tokens) {
+        warnings.push_back(std::string(key) + " is " + std::to_string(*id) + ", past the vocabulary's " +
+                           std::to_string(n_tokens) + " tokens; the model is used without that token" +
+                           (consequence.empty() ? std::string() : " (" + std::string(consequence) + ")"));
+        return -1;
+    }
     return static_cast<int32_t>(*id);
 }
 
@@ -90,11 +100,15 @@ Vocabulary vocabulary_from_gguf(const gguf::File& file) {
     // Defaults as llama.cpp's llama_vocab::load sets them before reading the optional keys.
     const bool sentencepiece = vocab.model == "llama";
     const bool llama3 = vocab.pre == "llama-bpe" || vocab.pre == "llama3" || vocab.pre == "llama-v3";
-    vocab.bos_id = token_id(file, "tokenizer.ggml.bos_token_id", sentencepiece ? 1 : -1, n_tokens);
-    vocab.eos_id = token_id(file, "tokenizer.ggml.eos_token_id", sentencepiece ? 2 : -1, n_tokens);
-    vocab.unk_id = token_id(file, "tokenizer.ggml.unknown_token_id", sentencepiece ? 0 : -1, n_tokens);
-    vocab.pad_id = token_id(file, "tokenizer.ggml.padding_token_id", -1, n_tokens);
-    vocab.eot_id = token_id(file, "tokenizer.ggml.eot_token_id", -1, n_tokens);
+    std::vector<std::string>& warnings = vocab.warnings;
+    vocab.bos_id = token_id(file, "tokenizer.ggml.bos_token_id", sentencepiece ? 1 : -1, n_tokens, warnings,
+                            "prompts start without a BOS token");
+    vocab.eos_id = token_id(file, "tokenizer.ggml.eos_token_id", sentencepiece ? 2 : -1, n_tokens, warnings,
+                            "generation does not stop at an end-of-sequence token");
+    vocab.unk_id = token_id(file, "tokenizer.ggml.unknown_token_id", sentencepiece ? 0 : -1, n_tokens, warnings);
+    vocab.pad_id = token_id(file, "tokenizer.ggml.padding_token_id", -1, n_tokens, warnings);
+    vocab.eot_id = token_id(file, "tokenizer.ggml.eot_token_id", -1, n_tokens, warnings,
+                            "generation does not stop at an end-of-turn token");
     vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(sentencepiece || llama3);
     vocab.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
     vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(sentencepiece);

@@ -5,11 +5,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +106,137 @@ TEST(ServerHostile, DeepNestingAndHugeGrammarsAre400) {
     EXPECT_EQ(r.status, 400) << r.text;
     EXPECT_NE(error_message(r).find("deeper than 256"), std::string::npos) << r.text;
     EXPECT_EQ(get(c, "/health").status, 200);  // and the server is still there
+}
+
+// A chat request whose response_format is `schema` (JSON text).
+Reply post_schema(httplib::Client& c, const std::string& schema) {
+    return post(
+        c, "/v1/chat/completions",
+        R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": )" +
+            schema + "}}}");
+}
+
+// {"type": "object", "properties": {"p0": {"type": "integer"}, ...}}: n + 1 subschemas.
+std::string flat_schema(int n) {
+    json properties = json::object();
+    for (int i = 0; i < n; ++i) properties["p" + std::to_string(i)] = json{{"type", "integer"}};
+    return json{{"type", "object"}, {"properties", properties}}.dump();
+}
+
+TEST(ServerHostile, GrammarAndSchemaLimitsAreServeFlags) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    // Issue 34 item 3: the limits were constants; each flag lowers one (the defaults are checked above).
+    ServerProcess server({"-t", "1", "--max-schema-nodes", "20", "--max-schema-depth", "8", "--max-grammar-elements",
+                          "2048", "--max-grammar-depth", "8"});
+    httplib::Client c = server.client();
+    c.set_read_timeout(60, 0);
+    Reply r = post_schema(c, flat_schema(30));
+    EXPECT_EQ(r.status, 400) << r.text;
+    EXPECT_NE(error_message(r).find("more than 20 subschemas"), std::string::npos) << r.text;
+    EXPECT_EQ(post_schema(c, flat_schema(10)).status, 200);
+    std::string nested = R"({"type": "string"})";
+    for (int i = 0; i < 10; ++i) nested = R"({"type": "array", "items": )" + nested + "}";
+    r = post_schema(c, nested);
+    EXPECT_EQ(r.status, 400) << r.text;
+    EXPECT_NE(error_message(r).find("deeper than 8 levels"), std::string::npos) << r.text;
+    r = post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 1}, {"grammar", "root ::= \"x\"{3000}"}});
+    EXPECT_EQ(r.status, 400) << r.text;
+    EXPECT_NE(error_message(r).find("more than 2048 elements"), std::string::npos) << r.text;
+    r = post(c, "/v1/completions",
+             json{{"prompt", "hi"},
+                  {"max_tokens", 1},
+                  {"grammar", "root ::= " + repeat("(", 10) + "\"x\"" + repeat(")", 10)}});
+    EXPECT_EQ(r.status, 400) << r.text;
+    EXPECT_NE(error_message(r).find("nested deeper than 8"), std::string::npos) << r.text;
+}
+
+TEST(ServerHostile, PreparationPastItsDeadlineIs503) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    // Issue 34 item 3: a schema's compilation (74 s for 20k properties) had no deadline. A microsecond is
+    // over before the body has even been parsed, so every preparation step stops at its first check.
+    ServerProcess server({"-t", "1", "--prepare-timeout", "0.000001"});
+    httplib::Client c = server.client();
+    c.set_read_timeout(60, 0);
+    for (const Reply& r :
+         {post_schema(c, flat_schema(4000)),
+          post(c, "/v1/completions", json{{"prompt", "hi"}, {"max_tokens", 1}, {"grammar", "root ::= \"x\"{100}"}}),
+          post(c, "/v1/chat/completions",
+               json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                    {"max_tokens", 1},
+                    {"tools",
+                     {{{"type", "function"},
+                       {"function", {{"name", "f"}, {"parameters", json::parse(flat_schema(50))}}}}}}}),
+          post(c, "/v1/completions", json{{"prompt", "a prompt to tokenize"}, {"max_tokens", 1}})}) {
+        EXPECT_EQ(r.status, 503) << r.text;
+        EXPECT_NE(error_message(r).find("--prepare-timeout"), std::string::npos) << r.text;
+        EXPECT_EQ(json::parse(r.text)["error"]["code"], "preparation_timeout") << r.text;
+    }
+    EXPECT_EQ(get(c, "/health").status, 200);
+}
+
+// The disk tier's bytes from /metrics (kvstash_cache_bytes{tier="disk"}).
+long long disk_cache_bytes(httplib::Client& c) {
+    const std::string text = get(c, "/metrics").text;
+    const std::string key = "kvstash_cache_bytes{tier=\"disk\"} ";
+    const size_t at = text.find(key);
+    return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + key.size());
+}
+
+// A prompt of about 10 tokens per line, different for each `seed`.
+std::string long_prompt(int seed, int lines) {
+    std::string out;
+    for (int i = 0; i < lines; ++i)
+        out += "Line " + std::to_string(seed * 1000 + i) + " of the note says the river is cold today.\n";
+    return out;
+}
+
+TEST(ServerHostile, FullDiskEvictsCacheBlocksBeforeFailingAStateSave) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    // Issue 34 item 10: on a 20 MiB filesystem shared by --cache-dir and --state-dir, the cache's block files
+    // took the space and every state save then failed. Here: a 6 MiB tmpfs in the server's own mount
+    // namespace (root and CAP_SYS_ADMIN, as CI runs), filled with cache blocks (SmolLM2: 0.7 MiB a block).
+    const std::string mount_point = "/tmp/kvstash_full_disk_" + std::to_string(::getpid());
+    ::mkdir(mount_point.c_str(), 0755);
+    if (::geteuid() != 0 ||
+        std::system(("unshare -m mount -t tmpfs tmpfs " + mount_point + " 2>/dev/null").c_str()) != 0) {
+        ::rmdir(mount_point.c_str());
+        GTEST_SKIP() << "LOUD SKIP: mounting a small tmpfs needs root, unshare(1) and CAP_SYS_ADMIN; CI runs as root";
+    }
+    ServerPlace place;
+    place.launcher = {"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+                      "mount -t tmpfs -o size=6m tmpfs " + mount_point + " && mkdir " + mount_point + "/cache " +
+                          mount_point + "/states && exec \"$0\" \"$@\""};
+    {
+        ServerProcess server({"-t", "2", "--cache-dir", mount_point + "/cache", "--state-dir", mount_point + "/states",
+                              "--cache-disk", "1024"},
+                             {}, place);
+        httplib::Client c = server.client();
+        c.set_read_timeout(120, 0);
+        for (int seed = 0; seed < 4; ++seed) {  // about 200 tokens, 6 blocks, each: 17 MiB offered to 6 MiB
+            const Reply r = post(c, "/v1/completions", json{{"prompt", long_prompt(seed, 20)}, {"max_tokens", 1}});
+            ASSERT_EQ(r.status, 200) << r.text;
+        }
+        // Blocks are written as sequences finish: wait until the tier stops growing.
+        long long held = -1;
+        for (int i = 0; i < 100; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            const long long now = disk_cache_bytes(c);
+            if (now == held && now > 0) break;
+            held = now;
+        }
+        ASSERT_GT(held, 4ll << 20) << "the cache should have filled the 6 MiB filesystem";
+        // A state of ~60 tokens (1.4 MiB of KV, more than a block file) finds the disk full: cache blocks go
+        // first, then it is saved (507 before).
+        Reply r = post(c, "/v1/states", json{{"name", "after_full"}, {"prompt", long_prompt(9, 6)}});
+        EXPECT_EQ(r.status, 201) << r.text;
+        EXPECT_LT(disk_cache_bytes(c), held);
+        // One larger than the whole filesystem: every block is evicted, and it is still 507.
+        r = post(c, "/v1/states", json{{"name", "too_big"}, {"prompt", long_prompt(10, 40)}});
+        EXPECT_EQ(r.status, 507) << r.text;
+        EXPECT_NE(error_message(r).find("disk is full"), std::string::npos) << r.text;
+        EXPECT_EQ(get(c, "/v1/states/after_full").status, 200);
+    }
+    ::rmdir(mount_point.c_str());
 }
 
 TEST(ServerHostile, UserTextNeverBecomesControlTokens) {

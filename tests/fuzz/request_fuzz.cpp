@@ -72,13 +72,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (srv::Endpoint endpoint : {srv::Endpoint::text, srv::Endpoint::chat}) {
         expect_parsed_or_rejected([&] {
-            check_completion(srv::parse_completion_request(json, endpoint, srv::RequestLimits{kMaxN}),
+            check_completion(srv::parse_completion_request(json, endpoint, srv::RequestLimits{kMaxN, {}}),
                              endpoint == srv::Endpoint::chat);
         });
     }
     for (srv::OllamaEndpoint endpoint : {srv::OllamaEndpoint::chat, srv::OllamaEndpoint::generate}) {
         expect_parsed_or_rejected([&] {
-            const srv::OllamaRequest r = srv::parse_ollama_request(json, endpoint, srv::RequestLimits{kMaxN}, &body);
+            const srv::OllamaRequest r =
+                srv::parse_ollama_request(json, endpoint, srv::RequestLimits{kMaxN, {}}, &body);
             require(!r.model.empty());
             if (r.num_predict) require(*r.num_predict >= 1);
             if (r.num_ctx) require(*r.num_ctx >= 1);

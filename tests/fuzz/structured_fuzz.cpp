@@ -1,7 +1,8 @@
 // libFuzzer target for the parsers of user-supplied trees (issue 34): the first byte picks the parser,
 // the rest is its input — 0: GBNF (then the matcher over bytes), 1: JSON Schema -> GBNF -> parse,
-// 2: config.json of a model directory (depth check, JSON, read_hf_config). An Error is an answer; a
-// crash, a sanitizer report or a stack overflow is a bug.
+// 2: config.json of a model directory (depth check, JSON, read_hf_config), 3: the same config.json in a
+// whole model directory (Model::load: the reader of tests/fuzz/hf_directory_input.h). An Error is an
+// answer; a crash, a sanitizer report or a stack overflow is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/json_depth.h"
+#include "fuzz/hf_directory_input.h"
 #include "grammar/gbnf_parse.h"
 #include "grammar/grammar_matcher.h"
 #include "grammar/json_schema_gbnf.h"
@@ -42,9 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
     try {
-        switch (data[0] % 3) {
+        switch (data[0] % 4) {
             case 0: run_gbnf(text); break;
             case 1: run_gbnf(kvstash::grammar::json_schema_to_gbnf(text)); break;
+            case 3: kvstash::fuzz::load_hf_directory_with_config(text, KVSTASH_SOURCE_DIR); break;
             default: {
                 kvstash::json_depth::require_depth_at_most(text, "config.json", kvstash::ErrorCode::bad_format);
                 const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);

@@ -5,6 +5,7 @@
 // tests/fuzz/structured_fuzz.cpp needs clang; this runs its corpus in every build).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,10 +15,12 @@
 #include <vector>
 
 #include "base/json_depth.h"
+#include "fuzz/hf_directory_input.h"
 #include "grammar/gbnf_parse.h"
 #include "grammar/grammar_matcher.h"
 #include "grammar/json_schema_gbnf.h"
 #include "kvstash/error.h"
+#include "kvstash/grammar.h"
 #include "model/hf_config.h"
 
 namespace kvstash {
@@ -131,6 +134,32 @@ TEST(HostileJsonSchema, PropertyCountIsBounded) {
     EXPECT_NO_THROW(grammar::parse_gbnf(gbnf));
 }
 
+// Issue 34 item 3: the limits are GrammarLimits (serve's flags), and compilation stops at their deadline.
+TEST(HostileJsonSchema, LimitsAndDeadlineAreTheCallers) {
+    nlohmann::ordered_json props = nlohmann::ordered_json::object();
+    for (int i = 0; i < 30; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
+    const std::string schema = nlohmann::ordered_json{{"type", "object"}, {"properties", props}}.dump();
+    GrammarLimits limits;
+    limits.max_schema_nodes = 20;
+    std::string m = error_of([&] { grammar::json_schema_to_gbnf(schema, limits); });
+    EXPECT_NE(m.find("more than 20 subschemas"), std::string::npos) << m;
+    limits.max_elements = 2048;
+    m = error_of([&] { grammar::parse_gbnf("root ::= \"x\"{3000}", limits); });
+    EXPECT_NE(m.find("more than 2048 elements"), std::string::npos) << m;
+    limits.max_group_depth = 4;
+    m = error_of([&] { grammar::parse_gbnf("root ::= ((((( \"x\" )))))", limits); });
+    EXPECT_NE(m.find("nested deeper than 4"), std::string::npos) << m;
+
+    GrammarLimits expired;
+    expired.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    EXPECT_THROW(grammar::json_schema_to_gbnf(schema, expired), PreparationExpired);
+    EXPECT_THROW(Grammar::from_gbnf("root ::= \"x\"", expired), PreparationExpired);
+    const ToolSchema tool{"f", schema};
+    EXPECT_THROW(Grammar::for_tool_calls(ToolCallFormat::qwen, std::span(&tool, 1), false, expired),
+                 PreparationExpired);
+    EXPECT_NO_THROW(Grammar::from_gbnf("root ::= \"x\""));  // no deadline by default
+}
+
 // A valid Llama config.json, then one field changed.
 nlohmann::json llama_config() {
     return nlohmann::json::parse(R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
@@ -190,6 +219,10 @@ TEST(HostileSeeds, GrammarJsonSchemaAndConfigCorpora) {
         const nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
         if (!j.is_discarded()) read_hf_config(j, "config.json");
     });
+    // The same seeds as a whole model directory's config.json (fuzz_structured's selector 3).
+    run_corpus("hf_config", [](const std::string& s) { fuzz::load_hf_directory_with_config(s, KVSTASH_SOURCE_DIR); });
+    std::error_code ignored;
+    std::filesystem::remove_all(fuzz::hf_fuzz_directory(KVSTASH_SOURCE_DIR), ignored);
 }
 
 }  // namespace

@@ -316,6 +316,28 @@ TEST_F(PrefixCacheDisk, TheDirectoryStaysWithinItsBudgetLeastRecentlyUsedFirst) 
     EXPECT_EQ(block_files().size(), 1u);
 }
 
+// Issue 34 item 10: room for a named state on a full filesystem the cache shares, least recently used first.
+TEST_F(PrefixCacheDisk, EvictDiskBytesFreesLeastRecentlyUsedFilesWhateverTheBudget) {
+    auto model = tiny();
+    const uint64_t file_bytes = identity_of(*model).file_bytes();
+    std::vector<std::vector<int32_t>> seqs;
+    for (uint64_t seed = 0; seed < 3; ++seed) seqs.push_back(pseudo_random_tokens(B + 1, 300, 70 + seed));
+    PrefixCache cache(*model, options());
+    for (const auto& tokens : seqs) run_request(cache, model, tokens);
+    ASSERT_EQ(block_files().size(), 3u);
+    // One file is enough: seqs[0]'s block, the least recently used (the root's next-block list was
+    // rewritten after each block).
+    EXPECT_EQ(cache.evict_disk_bytes(file_bytes), file_bytes);
+    EXPECT_FALSE(fs::exists(dir_ / file_of(*model, seqs[0], 0)));
+    for (size_t i : {1u, 2u}) EXPECT_TRUE(fs::exists(dir_ / file_of(*model, seqs[i], 0))) << i;
+    EXPECT_EQ(cache.stats().disk_evictions, 1u);
+    const uint64_t held = cache.stats().disk_bytes_held;
+    EXPECT_EQ(cache.evict_disk_bytes(uint64_t{1} << 40), held);  // more than there is: every file
+    EXPECT_TRUE(block_files().empty());
+    EXPECT_EQ(cache.evict_disk_bytes(1), 0u);
+    EXPECT_EQ(run_request(cache, model, seqs[1]), 0);  // gone from disk (and RAM holds nothing: budget 0)
+}
+
 TEST_F(PrefixCacheDisk, FilesOthersDeleteOrAddAreMissesAndHitsNotErrors) {
     auto model = tiny();
     const auto tokens = pseudo_random_tokens(3 * B + 1, 300, 7);

@@ -13,7 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-const RequestLimits kLimits{4};
+const RequestLimits kLimits{4, {}};
 
 OllamaRequest parse(const std::string& body, OllamaEndpoint endpoint = OllamaEndpoint::chat) {
     return parse_ollama_request(json::parse(body), endpoint, kLimits, &body);

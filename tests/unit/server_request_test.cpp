@@ -12,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-const RequestLimits kLimits{4};
+const RequestLimits kLimits{4, {}};
 
 CompletionRequest text(const std::string& body) {
     return parse_completion_request(parse_json_body(body), Endpoint::text, kLimits);
@@ -146,7 +146,7 @@ TEST(ServerRequest, ToolsAndToolMessages) {
           "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}}}],
         "tool_choice": {"type": "function", "function": {"name": "f"}}, "parallel_tool_calls": false})";
     const CompletionRequest r =
-        parse_completion_request(nlohmann::json::parse(raw), Endpoint::chat, RequestLimits{4}, &raw);
+        parse_completion_request(nlohmann::json::parse(raw), Endpoint::chat, RequestLimits{4, {}}, &raw);
     ASSERT_EQ(r.tools.definitions.size(), 1u);
     EXPECT_EQ(r.tools.definitions[0].find("\"type\":\"function\""), 1u) << r.tools.definitions[0];
     EXPECT_LT(r.tools.definitions[0].find("\"z\""), r.tools.definitions[0].find("\"a\""));

@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <thread>
@@ -32,7 +34,96 @@ struct ServeFlags {
     std::vector<std::string> lora;            // NAME=FILE[:SCALE]
     std::vector<std::string> control_vector;  // NAME=FILE[:SCALE]
     SpecFlags spec;
+    std::string models_dir;     // --models DIR: every GGUF and model directory in it
+    std::string keep_alive;     // --keep-alive (empty: 5m)
+    std::string models_memory;  // --models-memory SIZE (empty or 0: no limit)
 };
+
+// "300", "5m", "1h", "90s", "-1" (never) -> seconds.
+double parse_keep_alive(const std::string& text) {
+    size_t used = 0;
+    double value = 0;
+    try {
+        value = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    const std::string unit = text.substr(used);
+    const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
+    if (used == 0 || scale == 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    "--keep-alive '" + text + "': give seconds, or a duration like 90s, 5m, 1h (-1: never unload)");
+    }
+    return value < 0 ? -1 : value * scale;
+}
+
+// "0", "512M", "8G", "1.5GiB", "1000000" -> bytes.
+uint64_t parse_size(const std::string& text) {
+    size_t used = 0;
+    double value = -1;
+    try {
+        value = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    std::string unit = text.substr(used);
+    if (unit.ends_with("iB")) unit.erase(unit.size() - 2);
+    if (unit.ends_with("B") && unit.size() > 1) unit.pop_back();
+    const double scale = unit.empty() || unit == "B" ? 1.0
+                         : unit == "K"               ? 1024.0
+                         : unit == "M"               ? 1048576.0
+                         : unit == "G"               ? 1073741824.0
+                         : unit == "T"               ? 1099511627776.0
+                                                     : 0.0;
+    if (used == 0 || value < 0 || scale == 0) {
+        throw Error(ErrorCode::invalid_argument, "--models-memory '" + text + "': give a size like 512M, 8G or bytes");
+    }
+    return static_cast<uint64_t>(value * scale);
+}
+
+// The models of --models DIR and of every -m, named by file (without .gguf) or directory name; hub models
+// by what was asked for ("owner/name:Q8_0").
+std::vector<server::ModelSource> model_sources(const ServeFlags& f, const std::vector<std::string>& paths) {
+    namespace fs = std::filesystem;
+    std::vector<server::ModelSource> sources;
+    for (const std::string& path : paths) {
+        sources.push_back(
+            {path.starts_with("hf:") ? path.substr(3) : fs::path(path).filename().replace_extension().string(), path});
+        if (fs::is_directory(path)) sources.back().name = fs::path(path).lexically_normal().filename().string();
+        if (sources.back().name.empty()) sources.back().name = fs::path(path).parent_path().filename().string();
+    }
+    if (!f.models_dir.empty()) {
+        std::error_code ec;
+        if (!fs::is_directory(f.models_dir, ec)) {
+            throw Error(ErrorCode::io, "--models '" + f.models_dir + "' is not a directory");
+        }
+        std::vector<fs::path> entries;
+        for (const auto& entry : fs::directory_iterator(f.models_dir, ec)) entries.push_back(entry.path());
+        std::sort(entries.begin(), entries.end());
+        for (const fs::path& entry : entries) {
+            if (entry.extension() == ".gguf" && fs::is_regular_file(entry, ec)) {
+                sources.push_back({entry.stem().string(), entry.string()});
+            } else if (fs::is_directory(entry, ec) && fs::exists(entry / "config.json", ec)) {
+                sources.push_back({entry.filename().string(), entry.string()});
+            }
+        }
+        if (sources.empty()) {
+            throw Error(ErrorCode::io, "--models '" + f.models_dir +
+                                           "' holds no model: put GGUF files or Hugging Face model directories "
+                                           "(with config.json) in it");
+        }
+    }
+    return sources;
+}
+
+std::vector<std::string> split_lines(const std::string& joined) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    for (size_t end; (end = joined.find('\n', at)) != std::string::npos; at = end + 1)
+        out.push_back(joined.substr(at, end - at));
+    out.push_back(joined.substr(at));
+    return out;
+}
 
 // The named adapter sets of --lora / --control-vector NAME=FILE[:SCALE]: the files given one NAME form
 // one set (LoRAs first, then control vectors, each in the order given).
@@ -53,7 +144,14 @@ std::map<std::string, std::shared_ptr<const AdapterSet>> load_named_adapters(con
     return sets;
 }
 
+std::unique_ptr<server::HttpServer> make_multi_model_server(const ServeFlags& f, const std::vector<std::string>& paths,
+                                                            const server::ServerOptions& options);
+int serve(std::unique_ptr<server::HttpServer> server, const sigset_t& signals, const std::string& host,
+          const std::string& what);
+
 int run_serve(const ServeFlags& f) {
+    const std::vector<std::string> paths = split_lines(f.model_path);  // -m repeated: joined by CLI11 with \n
+    const bool several = paths.size() > 1 || !f.models_dir.empty();
     // Signals are taken by a waiting thread (sigwait), not a handler, so stopping is ordinary code.
     sigset_t signals;
     sigemptyset(&signals);
@@ -62,9 +160,16 @@ int run_serve(const ServeFlags& f) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: they all inherit it
     std::signal(SIGPIPE, SIG_IGN);
 
-    auto model = load_model(f.model_path);
     server::ServerOptions options = f.options;
     options.kv_type = parse_cache_kv_type(f.kv_type);
+    if (!several && (!f.keep_alive.empty() || !f.models_memory.empty())) {
+        throw Error(ErrorCode::invalid_argument,
+                    "--keep-alive and --models-memory apply to a server of several models (--models DIR or -m "
+                    "repeated); one model stays loaded for the server's lifetime");
+    }
+    options.keep_alive_s = parse_keep_alive(f.keep_alive.empty() ? "5m" : f.keep_alive);
+    if (several) return serve(make_multi_model_server(f, paths, options), signals, f.options.host, "models");
+    auto model = load_model(f.model_path);
     // A hub model is named as it was asked for ("owner/name:Q8_0"), not by its snapshot's file or commit.
     if (f.model_path.starts_with("hf:")) options.model_id = f.model_path.substr(3);
     // A cache type the model cannot hold (q8_0 with a head size not a multiple of 32) is refused now, not
@@ -85,7 +190,39 @@ int run_serve(const ServeFlags& f) {
         options.speculation.options = f.spec.speculation;
         options.speculation.p_min = f.spec.p_min;
     }
-    server::HttpServer http(model, options);
+    return serve(std::make_unique<server::HttpServer>(model, options), signals, f.options.host,
+                 "model " + f.model_path);
+}
+
+std::unique_ptr<server::HttpServer> make_multi_model_server(const ServeFlags& f, const std::vector<std::string>& paths,
+                                                            const server::ServerOptions& options) {
+    if (!f.lora.empty() || !f.control_vector.empty() || !f.spec.mode.empty()) {
+        throw Error(ErrorCode::invalid_argument,
+                    "--lora, --control-vector and --spec apply to a server of one model; serve such a model alone");
+    }
+    server::RegistryOptions registry;
+    registry.keep_alive_s = options.keep_alive_s;
+    registry.memory_budget_bytes = f.models_memory.empty() ? 0 : parse_size(f.models_memory);
+    std::vector<std::string> given = paths;
+    if (!f.models_dir.empty() && f.model_path == default_model_path()) given.clear();  // --models alone
+    std::erase(given, std::string());
+    auto sources = model_sources(f, given);
+    for (const auto& s : sources)
+        std::fprintf(stderr, "kvstash serve: model '%s': %s\n", s.name.c_str(), s.path.c_str());
+    const KvType kv_type = options.kv_type;
+    return std::make_unique<server::HttpServer>(
+        std::move(sources), registry,
+        [kv_type](const server::ModelSource& source) {
+            auto model = load_model(source.path);
+            const State probe(*model, StateOptions{.kv_type = kv_type, .n_ctx = 1});  // as with one model
+            return model;
+        },
+        options);
+}
+
+int serve(std::unique_ptr<server::HttpServer> server, const sigset_t& signals, const std::string& host,
+          const std::string& what) {
+    server::HttpServer& http = *server;
     int port = 0;
     try {
         port = http.bind();
@@ -94,8 +231,7 @@ int run_serve(const ServeFlags& f) {
         std::fprintf(stderr, "kvstash: error: %s\n", e.what());
         return 6;
     }
-    std::printf("kvstash serve: listening on http://%s:%d (model %s)\n", f.options.host.c_str(), port,
-                f.model_path.c_str());
+    std::printf("kvstash serve: listening on http://%s:%d (%s)\n", host.c_str(), port, what.c_str());
     std::fflush(stdout);
     std::thread waiter([&http, signals] {
         int signal = 0;
@@ -120,6 +256,17 @@ void register_serve(CLI::App& root, Action& action) {
                             "Serve the model over HTTP: an OpenAI-compatible API with continuous batching, "
                             "automatic prefix reuse and named states, and a chat web page at / (docs/webui.md)");
     add_model_option(*cmd, f->model_path);
+    // Repeatable here: each -m is one more model (CLI11 joins them with \n; run_serve splits them).
+    cmd->get_option("--model")->multi_option_policy(CLI::MultiOptionPolicy::Join);
+    cmd->add_option("--models", f->models_dir,
+                    "serve every GGUF file and Hugging Face model directory in DIR, each named by its file (without "
+                    ".gguf) or directory name; requests choose by \"model\" (docs/models.md)");
+    cmd->add_option("--keep-alive", f->keep_alive,
+                    "with several models: how long a model stays loaded after its last request (90s, 5m, 1h; -1: "
+                    "never unloaded; default 5m); Ollama's keep_alive sets it per request");
+    cmd->add_option("--models-memory", f->models_memory,
+                    "with several models: most bytes of model files loaded at once (512M, 8G; 0: no limit); the "
+                    "least recently used idle model is unloaded to make room");
     cmd->add_option("--host", o.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", o.port, "port (0 = any free port, printed at start)")
         ->check(CLI::Range(0, 65535))
@@ -206,6 +353,27 @@ void register_serve(CLI::App& root, Action& action) {
     cmd->add_option("--max-embedding-inputs", o.max_embedding_inputs,
                     "inputs one /v1/embeddings request may hold (400 past it)")
         ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    cmd->add_option("--prepare-timeout", o.prepare_timeout_s,
+                    "seconds a request's preparation (compiling its grammar, JSON Schema or tools, tokenizing its "
+                    "prompt) may take before it is answered 503")
+        ->check(CLI::Range(0.000001, 3600.0))
+        ->capture_default_str();
+    cmd->add_option("--max-grammar-elements", o.grammar_limits.max_elements,
+                    "elements a grammar may expand to once repetitions are written out (8 bytes each; 400 past it)")
+        ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 28))
+        ->capture_default_str();
+    cmd->add_option("--max-grammar-depth", o.grammar_limits.max_group_depth,
+                    "levels of ( ) groups a GBNF grammar may nest (400 past it)")
+        ->check(CLI::Range(8, 1024))
+        ->capture_default_str();
+    cmd->add_option("--max-schema-nodes", o.grammar_limits.max_schema_nodes,
+                    "subschemas (properties, items, anyOf entries) one JSON Schema may have (400 past it)")
+        ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))
+        ->capture_default_str();
+    cmd->add_option("--max-schema-depth", o.grammar_limits.max_schema_depth,
+                    "levels a JSON Schema's subschemas may nest, $ref chains included (400 past it)")
+        ->check(CLI::Range(8, 1024))
         ->capture_default_str();
     cmd->add_option("--max-connections-per-ip", o.max_connections_per_ip,
                     "connections one client address may hold open (429 past it; 0: no limit, as behind a proxy)")

@@ -20,5 +20,6 @@ void register_serve(CLI::App& root, Action& action);
 void register_pull(CLI::App& root, Action& action);
 void register_list(CLI::App& root, Action& action);
 void register_rm(CLI::App& root, Action& action);
+void register_ps(CLI::App& root, Action& action);  // kvstash ps: a running server's loaded models
 
 }  // namespace kvstash::cli

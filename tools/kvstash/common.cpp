@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -88,7 +89,10 @@ std::shared_ptr<const Model> load_model(const std::string& path) {
     ModelLoadOptions options;
     if (g_quantize == "q8_0") options.quantize = LoadQuantization::q8_0;
     if (g_quantize == "q4_K") options.quantize = LoadQuantization::q4_K;
-    return Model::load(resolve_model_path(path), options);
+    auto model = Model::load(resolve_model_path(path), options);
+    for (const std::string& warning : model->warnings())
+        std::fprintf(stderr, "kvstash: warning: %s\n", warning.c_str());
+    return model;
 }
 
 void add_threads_option(CLI::App& app, int& n_threads) {

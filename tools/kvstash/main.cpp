@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
     kvstash::cli::register_pull(app, action);
     kvstash::cli::register_list(app, action);
     kvstash::cli::register_rm(app, action);
+    kvstash::cli::register_ps(app, action);
     std::vector<std::string> subcommands;
     for (const CLI::App* sub : app.get_subcommands({})) subcommands.push_back(sub->get_name());
     if (const auto problem = kvstash::cli::check_argv(std::vector<std::string>(argv + 1, argv + argc), subcommands)) {
