@@ -168,6 +168,7 @@ int run_serve(const ServeFlags& f) {
                     "repeated); one model stays loaded for the server's lifetime");
     }
     options.keep_alive_s = parse_keep_alive(f.keep_alive.empty() ? "5m" : f.keep_alive);
+    apply_device_flags();  // --device cuda without a GPU: refused at start, not at the first request's lazy load
     if (several) return serve(make_multi_model_server(f, paths, options), signals, f.options.host, "models");
     auto model = load_model(f.model_path);
     // A hub model is named as it was asked for ("owner/name:Q8_0"), not by its snapshot's file or commit.

@@ -35,6 +35,8 @@ std::string g_quantize = "none";  // --quantize: one process runs one subcommand
 std::string g_device;             // --device; empty: not given
 int g_gpu_layers = -1;            // -ngl; -1: not given
 
+}  // namespace
+
 // The device the flags ask for, chosen for the process (once; later calls: the draft model's load).
 void apply_device_flags() {
     static bool applied = false;
@@ -56,7 +58,6 @@ void apply_device_flags() {
         throw Error(ErrorCode::invalid_argument, e.what());
     }
 }
-}  // namespace
 
 void add_device_options(CLI::App& app) {
     app.add_option("--device", g_device,

@@ -26,6 +26,8 @@ void add_threads_option(CLI::App& app, int& n_threads);
 // by load_model before the model is read (engine/device.h): a usage error (exit 2) when kvstash was built
 // without CUDA or no GPU is usable.
 void add_device_options(CLI::App& app);
+// Applies them now (load_model does it first thing; a server of several models, which loads lazily, at start).
+void apply_device_flags();
 // Whole file as bytes; throws kvstash::Error(io) naming the path. "-" reads standard input.
 std::string read_text_file(const std::string& path);
 // All of standard input, as bytes.
