@@ -45,8 +45,10 @@ declare -A ACCESS_HEADERS=(
     # `kvstash serve` starts the HTTP server and `kvstash pull/list/rm` drive the hub client and its
     # cache (frontends both); text files are read as the library reads them (a FIFO or a directory
     # refused at once) and checked as UTF-8 with the library's own rules; an output path is checked
-    # writable by the rules the library writes files by (atomic_file).
-    [tools]="src/server/http.h src/hub/hub_cache.h src/hub/hub_client.h src/hub/pull.h src/base/regular_file.h src/base/utf8.h src/base/atomic_file.h"
+    # writable by the rules the library writes files by (atomic_file); `serve --preset` reads preset files
+    # as the server does (server/preset.h); --device / -ngl choose the process's backend (engine/device.h,
+    # to become a public header with the CUDA backend's API).
+    [tools]="src/server/http.h src/server/preset.h src/engine/device.h src/hub/hub_cache.h src/hub/hub_client.h src/hub/pull.h src/base/regular_file.h src/base/utf8.h src/base/atomic_file.h"
 )
 declare -A PUBLIC_LAYER=(
     [error.h]=base

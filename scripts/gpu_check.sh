@@ -6,8 +6,11 @@
 # Without a carried binary, or when it does not start here, it rebuilds (CMake, nvcc, GoogleTest from the
 # system or from build-gpu-pack/googletest). Then: the GPU tests (label gpu), compute-sanitizer memcheck and
 # racecheck on the kernels' tests where the tool works, the kernel timings (gpu_bench) when built, and a
-# summary. Writes at most 8 files into OUTDIR (the device tool's limit): summary.md, env.txt, gpu_tests.log,
-# gpu_tests.xml, sanitizer.log, bench.txt, build.log. Each step has its own timeout; the whole stays under
+# summary; then, when build-gpu-pack/ holds them (gpu_pack.sh without --kernels-only), the CUDA backend's
+# end-to-end tests (gpu_e2e_tests: CUDA vs CPU logits, batch invariance, saved states on the GPU) and the CLI
+# with --device cuda against --device cpu, with the carried shared libraries (LD_LIBRARY_PATH). Writes at
+# most 8 files into OUTDIR (the device tool's limit): summary.md, env.txt, gpu_tests.log, gpu_tests.xml,
+# sanitizer.log, bench.txt, build.log, gpu_e2e.log. Each step has its own timeout; the whole stays under
 # about 8 minutes. Exit status: 0 when the GPU tests ran on a GPU and passed, 1 otherwise.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -96,12 +99,42 @@ if [ -x "$BENCH" ] && [ "$(elapsed)" -lt 420 ]; then
   BENCH_RESULT="exit $? (bench.txt)"
 fi
 
+# The backend end to end and the CLI (carried binaries only: they need the whole library's build).
+E2E_RESULT="not run (no build-gpu-pack/gpu_e2e_tests: gpu_pack.sh --kernels-only, or an older pack)"
+E2E_RC=1
+PACK="$ROOT/build-gpu-pack"
+if [ -f "$PACK/gpu_e2e_tests" ]; then
+  chmod +x "$PACK/gpu_e2e_tests" "$PACK/kvstash" 2>/dev/null
+  {
+    echo "=== gpu_e2e_tests"
+    LD_LIBRARY_PATH="$PACK/lib" KVSTASH_FIXTURES="$ROOT/tests/fixtures" timeout 180 "$PACK/gpu_e2e_tests" 2>&1
+    echo "gpu_e2e_tests exit: $?"
+    for device in cuda cpu; do
+      echo "=== kvstash generate --device $device (qwen2_q8_0 fixture, greedy)"
+      LD_LIBRARY_PATH="$PACK/lib" timeout 60 "$PACK/kvstash" generate --device "$device" \
+        -m tests/fixtures/qwen2/qwen2_q8_0.gguf -p "The quick brown fox" -n 16 --temp 0 2>&1
+      echo "exit: $?"
+    done
+    echo "=== kvstash generate -ngl 99 on a gemma3 fixture (must be refused by name)"
+    LD_LIBRARY_PATH="$PACK/lib" timeout 60 "$PACK/kvstash" generate -ngl 99 \
+      -m "$(ls tests/fixtures/gemma3_tiny/*.gguf | head -1)" -p "x" -n 1 2>&1
+    echo "exit: $?"
+  } >"$OUTDIR/gpu_e2e.log" 2>&1
+  E2E_RC=$(grep -o '^gpu_e2e_tests exit: [0-9]*' "$OUTDIR/gpu_e2e.log" | grep -o '[0-9]*$' || echo 1)
+  e2e_passed=$(grep -o '\[  PASSED  \] [0-9]* test' "$OUTDIR/gpu_e2e.log" | grep -o '[0-9]*' || echo 0)
+  e2e_skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$OUTDIR/gpu_e2e.log" | grep -o '[0-9]*' || echo 0)
+  E2E_RESULT="exit $E2E_RC; passed ${e2e_passed:-0}, skipped ${e2e_skipped:-0} (gpu_e2e.log, with the CLI runs)"
+  [ "${e2e_skipped:-0}" = "0" ] || E2E_RC=1
+fi
+
 LOG="$OUTDIR/gpu_tests.log"
 passed=$(grep -o '\[  PASSED  \] [0-9]* test' "$LOG" | grep -o '[0-9]*' || echo 0)
 skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$LOG" | grep -o '[0-9]*' || echo 0)
 failed=$(grep -o '[0-9]* FAILED TEST' "$LOG" | grep -o '[0-9]*' || echo 0)
 OK=0
 if [ "$TESTS_RC" -eq 0 ] && [ "${skipped:-0}" = "0" ] && [ "${passed:-0}" != "0" ]; then OK=1; fi
+# A pack with the end-to-end tests must pass them too.
+if [ -f "$PACK/gpu_e2e_tests" ] && [ "$E2E_RC" != "0" ]; then OK=0; fi
 {
   echo "# kvstash GPU check"
   echo
@@ -109,13 +142,15 @@ if [ "$TESTS_RC" -eq 0 ] && [ "${skipped:-0}" = "0" ] && [ "${passed:-0}" != "0"
   echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); binary: $BUILD_RESULT"
   echo "- GPU tests (tests/gpu, label gpu): exit $TESTS_RC; passed ${passed:-0}, failed ${failed:-0}, skipped ${skipped:-0} (gpu_tests.log, gpu_tests.xml)"
   grep '^\[  FAILED  \]' "$LOG" | sort -u | sed 's/^/  - /'
+  echo "- CUDA backend end to end (tests/gpu/e2e) and the CLI: $E2E_RESULT"
+  grep '^\[  FAILED  \]' "$OUTDIR/gpu_e2e.log" 2>/dev/null | sort -u | sed 's/^/  - /'
   echo "- compute-sanitizer: $SANITIZER"
   echo "- kernel timings: $BENCH_RESULT"
   echo "- result: $([ "$OK" -eq 1 ] && echo 'PASSED on a GPU' || echo 'NOT PASSED (see above)')"
   echo "- time: tests done at ${TESTS_DONE} s, all done at $(elapsed) s"
   echo
-  echo "Not covered by this check yet (issue 29): the forward pass on the GPU (the seam wiring), model parity"
-  echo "against transformers and the CPU, the state features, and the end-to-end benchmarks."
+  echo "Not covered by this check yet (issue 29): parity against transformers on GPU-generated models, the"
+  echo "prefix cache's tiers, the server and Python on the GPU, and the end-to-end benchmarks."
 } >"$OUTDIR/summary.md"
 cat "$OUTDIR/summary.md"
 [ "$OK" -eq 1 ]

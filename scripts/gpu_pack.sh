@@ -6,8 +6,13 @@
 #   build-gpu-pack/googletest   GoogleTest's sources (Debian's /usr/src/googletest), for scripts/gpu_check.sh
 #                               --build, which rebuilds the kernels with the GPU machine's own nvcc
 #   build-gpu-pack/MANIFEST     commit, nvcc version, sizes, sha256
+# and, unless --kernels-only, the whole kvstash with the CUDA backend (build-cuda-full/, -DKVSTASH_CUDA=ON):
+#   build-gpu-pack/kvstash          the CLI (--device cuda)
+#   build-gpu-pack/gpu_e2e_tests    the backend's end-to-end GPU tests (tests/gpu/e2e)
+#   build-gpu-pack/lib/             the shared libraries they need that a bare machine lacks (ldd: everything
+#                                   but glibc's own and the driver's libcuda), for LD_LIBRARY_PATH there
 # Then prints the device tool's carry list. build-gpu-pack/ is git-ignored (/build*/).
-#   scripts/gpu_pack.sh
+#   scripts/gpu_pack.sh [--kernels-only]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -25,9 +30,28 @@ cmake -S "$ROOT/tests/gpu/standalone" -B "$ROOT/build-cuda" "${GENERATOR[@]}" -D
   -DCMAKE_CUDA_COMPILER="$NVCC" >/dev/null
 cmake --build "$ROOT/build-cuda" -j"$(nproc)"
 
+FULL=1
+[ "${1:-}" = "--kernels-only" ] && FULL=0
+if [ "$FULL" -eq 1 ]; then
+  # The library with the CUDA backend, the CLI and the end-to-end GPU tests (cold: the whole library).
+  cmake -S "$ROOT" -B "$ROOT/build-cuda-full" -DCMAKE_BUILD_TYPE=Release -DKVSTASH_CUDA=ON -DKVSTASH_PYTHON=OFF \
+    -DCMAKE_CUDA_COMPILER="$NVCC" >/dev/null
+  cmake --build "$ROOT/build-cuda-full" -j"$(nproc)" --target kvstash_cli gpu_e2e_tests
+fi
+
 rm -rf "$PACK"
 mkdir -p "$PACK"
 cp "$ROOT/build-cuda/gpu/gpu_tests" "$ROOT/build-cuda/gpu/gpu_bench" "$PACK/"
+if [ "$FULL" -eq 1 ]; then
+  cp "$ROOT/build-cuda-full/kvstash" "$ROOT/build-cuda-full/tests/gpu/gpu_e2e_tests" "$PACK/"
+  strip "$PACK/kvstash" "$PACK/gpu_e2e_tests"
+  mkdir -p "$PACK/lib"
+  # Every shared library but glibc's (libc, libm, libpthread, libdl, librt, the loader) and the driver's.
+  for bin in "$PACK/kvstash" "$PACK/gpu_e2e_tests"; do
+    ldd "$bin" | awk '$3 ~ /^\// {print $3}'
+  done | sort -u | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
+    while read -r lib; do cp -L "$lib" "$PACK/lib/"; done
+fi
 if [ -d /usr/src/googletest ]; then
   cp -r /usr/src/googletest "$PACK/googletest"
 else
@@ -39,7 +63,8 @@ fi
   echo "nvcc: $("$NVCC" --version | tail -1)"
   echo "cuda architectures: $(grep -o 'CMAKE_CUDA_ARCHITECTURES:STRING=.*' "$ROOT/build-cuda/CMakeCache.txt" | cut -d= -f2)"
   echo "glibc needed: $(objdump -T "$PACK/gpu_tests" | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)"
-  (cd "$PACK" && sha256sum gpu_tests gpu_bench)
+  (cd "$PACK" && sha256sum gpu_tests gpu_bench $( [ -f kvstash ] && echo kvstash gpu_e2e_tests ))
+  [ -d "$PACK/lib" ] && echo "shared libraries carried: $(cd "$PACK/lib" && echo *)"
 } >"$PACK/MANIFEST"
 cat "$PACK/MANIFEST"
 echo "size: $(du -sh "$PACK" | cut -f1) (the device tool carries at most 64 MiB with the working tree)"

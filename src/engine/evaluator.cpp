@@ -3,7 +3,7 @@
 #include <thread>
 #include <utility>
 
-#include "backends/cpu/cpu_backend.h"
+#include "engine/device.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
 #include "model/adapter_weights.h"
@@ -24,7 +24,8 @@ struct Evaluator::Impl {
     ForwardBookkeeping book;
     Progress progress;
 
-    Impl(std::shared_ptr<const Model> m, int n_threads) : model(std::move(m)), backend(make_cpu_backend(n_threads)) {
+    Impl(std::shared_ptr<const Model> m, int n_threads)
+        : model(std::move(m)), backend(make_process_backend(n_threads)) {
         backend->bind_model(ModelAccess::impl(*model));
     }
 };

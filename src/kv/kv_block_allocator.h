@@ -33,4 +33,9 @@ public:
 // The process's host allocator: KvBlockPool (pooled, huge-page backed, never zero-filled).
 KvBlockAllocator& host_kv_allocator();
 
+// The allocator a KvCache takes when not given one: host_kv_allocator() until the process chooses a device
+// backend (engine/device.h: --device cuda), whose caches must live in its memory. Set before any State exists.
+KvBlockAllocator& default_kv_allocator();
+void set_default_kv_allocator(KvBlockAllocator& allocator);
+
 }  // namespace kvstash

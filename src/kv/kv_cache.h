@@ -44,8 +44,8 @@ class KvCache {
 public:
     KvCache() = default;
     // type: f16, f32 or q8_0 (q8_0: n_embd_kv a multiple of 32, else Error(invalid_argument)). Blocks
-    // come from `allocator` (host memory unless a device backend's).
-    KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type, KvBlockAllocator& allocator = host_kv_allocator());
+    // come from `allocator` (host memory unless a device backend's: default_kv_allocator()).
+    KvCache(int64_t n_layer, int64_t n_embd_kv, KvType type, KvBlockAllocator& allocator = default_kv_allocator());
     KvBlockAllocator& allocator() const { return *allocator_; }
 
     KvType kv_type() const { return kv_type_of(type_); }

@@ -40,12 +40,38 @@ TEST(CliExitCodes, Two_UnknownCommandIsNamedWithASuggestion) {
     EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << "no suggestion for a word far from all: " << far.err;
 }
 
-TEST(CliExitCodes, Two_LlamaCppGpuFlagIsRefusedWithAPointer) {
-    for (const char* flag : {"-ngl", "--n-gpu-layers", "--gpu-layers"}) {
-        const auto r = run_cli({"generate", "-p", "hi", flag, "99"});
-        EXPECT_EQ(r.exit_code, 2) << flag;
-        EXPECT_NE(r.err.find("runs on the CPU"), std::string::npos) << r.err;
+TEST(CliExitCodes, Two_GpuFlagsWithoutAGpuSayWhy) {
+    // This suite runs where there is no GPU (or no CUDA build): --device cuda and llama.cpp's -ngl N > 0
+    // cannot be honoured, and say so (which build or which device is missing) before reading the model.
+    for (const std::vector<std::string>& flags : {std::vector<std::string>{"-ngl", "99"},
+                                                  {"-ngl=1"},
+                                                  {"--n-gpu-layers", "99"},
+                                                  {"--gpu-layers", "5"},
+                                                  {"--device", "cuda"}}) {
+        std::vector<std::string> args{"generate", "-p", "hi", "-m", "/nonexistent.gguf"};
+        args.insert(args.end(), flags.begin(), flags.end());
+        const auto r = run_cli(args);
+        EXPECT_EQ(r.exit_code, 2) << flags[0] << ": " << r.err;
+        EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
+        EXPECT_TRUE(r.err.find("built without CUDA") != std::string::npos ||
+                    r.err.find("no CUDA device") != std::string::npos)
+            << r.err;
     }
+    const auto disagree = run_cli({"generate", "-p", "hi", "--device", "cpu", "-ngl", "9"});
+    EXPECT_EQ(disagree.exit_code, 2);
+    EXPECT_NE(disagree.err.find("disagree"), std::string::npos) << disagree.err;
+    const auto bad = run_cli({"generate", "-p", "hi", "--device", "tpu"});
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.err.find("--device"), std::string::npos) << bad.err;
+}
+
+TEST(CliExitCodes, Zero_NglZeroMeansTheCpu) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    const auto r = run_cli({"generate", "-p", "The capital of France is", "-n", "2", "--temp", "0", "-ngl", "0"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto d = run_cli({"generate", "-p", "The capital of France is", "-n", "2", "--temp", "0", "--device", "cpu"});
+    EXPECT_EQ(d.exit_code, 0) << d.err;
+    EXPECT_EQ(r.out, d.out);
 }
 
 TEST(CliExitCodes, Two_IgnoredFlagsAreRefused) {

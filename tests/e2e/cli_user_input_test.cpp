@@ -88,7 +88,7 @@ TEST(CliUserInput, EveryUsageErrorHasTheErrorPrefix) {
         {"tokenize", "-p", "a", "-f", "b"},
         {"perplexity"},
         {"genrate"},
-        {"generate", "-ngl", "99"},
+        {"generate", "-ngl", "99", "-m", "/nonexistent.gguf"},  // no GPU where this suite runs
     };
     for (const auto& args : usage_errors) {
         const auto r = run_cli(args);

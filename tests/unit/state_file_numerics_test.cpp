@@ -95,6 +95,34 @@ TEST_F(StateFileNumerics, OtherNumericsLoadButAreNotExactHere) {
     }
 }
 
+// A state file from a GPU (its numerics path names the CUDA architecture): loads and continues on the CPU,
+// reported as not exact here; exact in a process whose device is that GPU (simulated: the path the CUDA
+// backend sets when --device cuda is chosen, engine/device.h).
+TEST_F(StateFileNumerics, AGpuStateLoadsOnTheCpuAsNotExactAndIsExactOnItsGpu) {
+    auto model = Model::load(tiny("gqa_f32"));
+    const State original = evaluated(model, 40);
+    save_state(original, path("g.kvs"));
+    const NumericsPath sm90 = cuda_numerics_path(90);
+    patch_numerics(path("g.kvs"), kNumericsEpoch, static_cast<uint32_t>(sm90), sf::kNumericsKvExact);
+    const StateFileInfo on_cpu = inspect_state_file(path("g.kvs"), Checksums::verify);
+    EXPECT_EQ(on_cpu.numerics, "epoch " + std::to_string(kNumericsEpoch) + ", cuda sm_90");
+    EXPECT_FALSE(on_cpu.exact_here);
+    State loaded = load_state(*model, path("g.kvs"));
+    EXPECT_TRUE(std::ranges::equal(loaded.tokens(), original.tokens()));
+    EXPECT_EQ(cached_blocks_after_release(model, loaded.fork()), 0u) << "the prefix cache took a GPU state";
+
+    set_process_numerics_path(sm90);
+    const StateFileInfo on_gpu = inspect_state_file(path("g.kvs"), Checksums::verify);
+    const StateFileInfo other_gpu = [&] {
+        set_process_numerics_path(cuda_numerics_path(80));
+        return inspect_state_file(path("g.kvs"), Checksums::verify);
+    }();
+    set_process_numerics_path(NumericsPath::unknown);  // back to the CPU's
+    EXPECT_TRUE(on_gpu.exact_here);
+    EXPECT_FALSE(other_gpu.exact_here);
+    EXPECT_EQ(current_numerics(), numerics_of(active_isa()));
+}
+
 TEST_F(StateFileNumerics, UnknownFlagsAreRefused) {
     auto model = Model::load(tiny("gqa_f32"));
     save_state(evaluated(model, 10), path("d.kvs"));

@@ -23,15 +23,11 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 // llama.cpp flags with no counterpart here, and why.
-constexpr std::string_view kNoGpu = "kvstash runs on the CPU: there are no GPU layers to offload; drop it";
 // Without this entry CLI11 would read "-fa" as "-f a" (the prompt from a file named "a").
 constexpr std::string_view kFlashAttention =
     "kvstash's attention always reads the cache in key chunks with a running softmax, never the whole score "
     "matrix (what llama.cpp's flash attention does), so there is nothing to turn on or off; drop it";
-constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kRefused{{
-    {"-ngl", kNoGpu},
-    {"--n-gpu-layers", kNoGpu},
-    {"--gpu-layers", kNoGpu},
+constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kRefused{{
     {"-ctk", "the KV cache type is --kv-type (f16, f32 or q8_0; one type for K and V)"},
     {"-fa", kFlashAttention},
     {"--flash-attn", kFlashAttention},
@@ -73,6 +69,22 @@ std::optional<std::string> check_argv(const std::vector<std::string>& args,
     message += " (commands: ";
     for (size_t i = 0; i < subcommands.size(); ++i) message += (i ? ", " : "") + subcommands[i];
     return message + "; run 'kvstash --help')";
+}
+
+std::vector<std::string> normalize_argv(const std::vector<std::string>& args) {
+    std::vector<std::string> out;
+    out.reserve(args.size());
+    bool text = false;
+    for (const std::string& arg : args) {
+        if (arg == "--") text = true;
+        // CLI11 takes one-letter names after a single dash only: llama.cpp's -ngl becomes its long form.
+        if (!text && (arg == "-ngl" || arg.rfind("-ngl=", 0) == 0)) {
+            out.push_back("--n-gpu-layers" + arg.substr(4));
+        } else {
+            out.push_back(arg);
+        }
+    }
+    return out;
 }
 
 }  // namespace kvstash::cli

@@ -1,7 +1,7 @@
 // Checks on the raw command line that CLI11 cannot phrase well: an unknown subcommand (named, with the
-// closest known one suggested) and llama.cpp flags that have no meaning here (-ngl: kvstash runs on the
-// CPU; -fa: its attention is always chunked with a running softmax), each refused with a message that says
-// what to do instead.
+// closest known one suggested) and llama.cpp flags that have no meaning here (-fa: its attention is always
+// chunked with a running softmax), each refused with a message that says what to do instead; llama.cpp's
+// -ngl N, which CLI11 cannot name (one letter after a single dash), spelled --n-gpu-layers for it.
 #pragma once
 
 #include <optional>
@@ -19,5 +19,8 @@ std::optional<std::string> closest_name(std::string_view word, const std::vector
 // names the root app knows.
 std::optional<std::string> check_argv(const std::vector<std::string>& args,
                                       const std::vector<std::string>& subcommands);
+
+// args with "-ngl" / "-ngl=N" as "--n-gpu-layers" (words after "--" untouched).
+std::vector<std::string> normalize_argv(const std::vector<std::string>& args);
 
 }  // namespace kvstash::cli

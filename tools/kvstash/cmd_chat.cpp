@@ -251,6 +251,7 @@ void register_chat(CLI::App& root, Action& action) {
         ->capture_default_str();
     add_adapter_flags(*cmd, f->adapters);
     add_threads_option(*cmd, f->threads);
+    add_device_options(*cmd);
     cmd->add_flag("--timings", f->timings, "print tokens computed vs reused and speed per turn to stderr");
     cmd->add_option("--load", f->load_path, "resume a conversation saved with /save");
     add_cache_flags(*cmd, f->cache,

@@ -279,6 +279,7 @@ void register_generate(CLI::App& root, Action& action) {
                        "KV cache type (q8_0: about half of f16's bytes, docs/kv-cache.md)")
         ->capture_default_str();
     add_threads_option(*cmd, f->threads);
+    add_device_options(*cmd);
     cmd->add_flag("--json", f->json,
                   "print one JSON object per continuation on stdout (index, prompt, text, token counts, stop, seed) "
                   "instead of streaming the text");

@@ -93,6 +93,7 @@ void register_prefill(CLI::App& root, Action& action) {
     add_ctx_option(*cmd, f->ctx, "context size of the saved state (0 = the model's)");
     add_adapter_flags(*cmd, f->adapters);
     add_threads_option(*cmd, f->threads);
+    add_device_options(*cmd);
     cmd->callback([&action, f, text] {
         if (!text.given()) {
             std::optional<std::string> piped = piped_prompt();

@@ -198,6 +198,7 @@ int run_serve(const ServeFlags& f) {
                     "repeated); one model stays loaded for the server's lifetime");
     }
     options.keep_alive_s = parse_keep_alive(f.keep_alive.empty() ? "5m" : f.keep_alive);
+    apply_device_flags();  // --device cuda without a GPU: refused at start, not at the first request's lazy load
     if (several) return serve(make_multi_model_server(f, paths, options), signals, f.options.host, "models");
     auto model = load_model(f.model_path);
     // A hub model is named as it was asked for ("owner/name:Q8_0"), not by its snapshot's file or commit.
@@ -305,6 +306,7 @@ void register_serve(CLI::App& root, Action& action) {
         ->check(CLI::Range(0, 65535))
         ->capture_default_str();
     add_threads_option(*cmd, o.threads);
+    add_device_options(*cmd);
     add_spec_flags(*cmd, f->spec);
     add_ctx_option(*cmd, o.n_ctx, "context size per sequence in tokens (0 = the model's)")->capture_default_str();
     add_kv_type_option(*cmd, "--kv-type", f->kv_type, {KvType::f16, KvType::f32, KvType::q8_0},

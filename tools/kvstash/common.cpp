@@ -15,6 +15,7 @@
 #include "base/atomic_file.h"
 #include "base/regular_file.h"
 #include "base/utf8.h"
+#include "engine/device.h"
 #include "kvstash/error.h"
 #include "kvstash/model_source.h"
 #include "kvstash/state_file.h"
@@ -31,7 +32,43 @@ std::string default_model_path() {
 
 namespace {
 std::string g_quantize = "none";  // --quantize: one process runs one subcommand
+std::string g_device;             // --device; empty: not given
+int g_gpu_layers = -1;            // -ngl; -1: not given
+
 }  // namespace
+
+// The device the flags ask for, chosen for the process (once; later calls: the draft model's load).
+void apply_device_flags() {
+    static bool applied = false;
+    if (applied) return;
+    applied = true;
+    DeviceKind device = g_device.empty() ? DeviceKind::cpu : parse_device(g_device);
+    if (g_gpu_layers >= 0) {
+        const DeviceKind from_layers = device_from_gpu_layers(g_gpu_layers);
+        if (!g_device.empty() && from_layers != device) {
+            throw Error(ErrorCode::invalid_argument, "--device " + g_device + " and -ngl " +
+                                                         std::to_string(g_gpu_layers) + " disagree; give one of them");
+        }
+        device = from_layers;
+    }
+    try {
+        use_device(device);
+    } catch (const Error& e) {
+        // Not built with CUDA, or no GPU here: the flag cannot be honoured (a usage error, exit 2).
+        throw Error(ErrorCode::invalid_argument, e.what());
+    }
+}
+
+void add_device_options(CLI::App& app) {
+    app.add_option("--device", g_device,
+                   "where the model runs: cpu (default) or cuda (the whole model on GPU 0; a -DKVSTASH_CUDA=ON build, "
+                   "Llama-family and Qwen2 models; docs/cuda.md)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--n-gpu-layers,--gpu-layers", g_gpu_layers,
+                   "-ngl: llama.cpp's layer offload count, accepted: 0 = --device cpu, any N > 0 = --device cuda (all "
+                   "layers; kvstash never splits a model between devices)")
+        ->check(CLI::Range(0, 1 << 20));
+}
 
 void add_model_option(CLI::App& app, std::string& model_path) {
     model_path = default_model_path();
@@ -49,6 +86,7 @@ void add_model_option(CLI::App& app, std::string& model_path) {
 }
 
 std::shared_ptr<const Model> load_model(const std::string& path) {
+    apply_device_flags();
     ModelLoadOptions options;
     if (g_quantize == "q8_0") options.quantize = LoadQuantization::q8_0;
     if (g_quantize == "q4_K") options.quantize = LoadQuantization::q4_K;

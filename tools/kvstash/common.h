@@ -22,6 +22,12 @@ void add_model_option(CLI::App& app, std::string& model_path);
 std::shared_ptr<const Model> load_model(const std::string& path);
 // Adds -t/--threads (0 = all hardware threads).
 void add_threads_option(CLI::App& app, int& n_threads);
+// --device cpu|cuda and -ngl/--n-gpu-layers N (llama.cpp's; N > 0: the whole model on the GPU), applied
+// by load_model before the model is read (engine/device.h): a usage error (exit 2) when kvstash was built
+// without CUDA or no GPU is usable.
+void add_device_options(CLI::App& app);
+// Applies them now (load_model does it first thing; a server of several models, which loads lazily, at start).
+void apply_device_flags();
 // Whole file as bytes; throws kvstash::Error(io) naming the path. "-" reads standard input.
 std::string read_text_file(const std::string& path);
 // All of standard input, as bytes.

@@ -49,7 +49,8 @@ std::string version_text() {
 int main(int argc, char** argv) {
     CLI::App app{
         "kvstash: a model's state after reading some text is a value you can keep.\n"
-        "Runs Llama-family GGUF models on the CPU with bit-exact, batch-invariant logits."};
+        "Runs Llama-family GGUF models on the CPU (or, built with CUDA, --device cuda) with bit-exact, "
+        "batch-invariant logits."};
     app.footer(
         "Exit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file (missing, malformed, unsupported),\n"
         "4 input too long for the context, 5 cannot write an output file (full disk, no permission),\n"
@@ -81,8 +82,13 @@ int main(int argc, char** argv) {
         std::cerr << "kvstash: error: " << *problem << "\n";
         return 2;
     }
+    // -ngl spelled so that CLI11 takes it (argv_checks.h); argv[0] kept.
+    std::vector<std::string> words = kvstash::cli::normalize_argv(std::vector<std::string>(argv + 1, argv + argc));
+    words.insert(words.begin(), argv[0]);
+    std::vector<char*> normalized;
+    for (std::string& w : words) normalized.push_back(w.data());
     try {
-        app.parse(argc, argv);
+        app.parse(static_cast<int>(normalized.size()), normalized.data());
     } catch (const CLI::Success& e) {  // --help, --help-all, --version
         return app.exit(e);
     } catch (const CLI::ParseError& e) {

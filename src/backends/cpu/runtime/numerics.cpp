@@ -1,6 +1,8 @@
 // The numerics identity of the running kernels (backends/cpu/runtime/numerics.h).
 #include "backends/cpu/runtime/numerics.h"
 
+#include <atomic>
+
 #include "backends/cpu/matmul/quantize_act.h"
 
 namespace kvstash {
@@ -27,11 +29,33 @@ bool matmul_reads_q5_0(NumericsPath path) {
 
 Numerics numerics_of(Isa isa) { return Numerics{kNumericsEpoch, numerics_path(isa)}; }
 
-Numerics current_numerics() { return numerics_of(active_isa()); }
+namespace {
+std::atomic<uint32_t> process_path{0};  // 0: the CPU's (numerics_of(active_isa()))
+}  // namespace
+
+NumericsPath cuda_numerics_path(int compute_capability) {
+    return static_cast<NumericsPath>(kCudaNumericsPathBase + static_cast<uint32_t>(compute_capability));
+}
+
+bool is_cuda_path(NumericsPath path) { return static_cast<uint32_t>(path) >= kCudaNumericsPathBase; }
+
+void set_process_numerics_path(NumericsPath path) {
+    process_path.store(static_cast<uint32_t>(path), std::memory_order_release);
+}
+
+Numerics current_numerics() {
+    const uint32_t device = process_path.load(std::memory_order_acquire);
+    if (device != 0) return Numerics{kNumericsEpoch, static_cast<NumericsPath>(device)};
+    return numerics_of(active_isa());
+}
 
 std::string describe(const Numerics& numerics) {
     if (numerics.epoch == 0 || numerics.path == NumericsPath::unknown) {
         return "unknown (not recorded: saved by a kvstash from before numerics epochs)";
+    }
+    if (is_cuda_path(numerics.path)) {
+        const uint32_t cc = static_cast<uint32_t>(numerics.path) - kCudaNumericsPathBase;
+        return "epoch " + std::to_string(numerics.epoch) + ", cuda sm_" + std::to_string(cc);
     }
     const char* path = "unknown path";
     switch (numerics.path) {

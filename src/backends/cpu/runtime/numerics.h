@@ -26,6 +26,16 @@ inline constexpr uint32_t kNumericsEpoch = 2;
 // The kernel path's code in keys and files; 0 = unknown (a file from before numerics were recorded).
 enum class NumericsPath : uint32_t { unknown = 0, scalar = 1, avx2 = 2, avx512 = 3, avx512_vnni = 4 };
 
+// A device backend's path: kCudaNumericsPathBase + the CUDA compute capability (major × 10 + minor: 0x15a
+// is sm_90, H100 / H200). The CUDA kernels are bit-exact with themselves on one architecture, not with any
+// CPU path (docs/cuda.md), so a GPU state continues elsewhere as not bit-exact.
+inline constexpr uint32_t kCudaNumericsPathBase = 0x100;
+NumericsPath cuda_numerics_path(int compute_capability);
+bool is_cuda_path(NumericsPath path);
+// Makes current_numerics() report `path` (a device backend's, chosen for the whole process by
+// engine/device.h) instead of the CPU's; unknown restores the CPU's.
+void set_process_numerics_path(NumericsPath path);
+
 struct Numerics {
     uint32_t epoch = 0;
     NumericsPath path = NumericsPath::unknown;
@@ -48,12 +58,12 @@ std::vector<std::string> isa_settings();
 NumericsPath numerics_path(Isa isa);
 // This build's epoch on `isa`'s path.
 Numerics numerics_of(Isa isa);
-// numerics_of(active_isa()).
+// numerics_of(active_isa()), or the device backend's path set by set_process_numerics_path.
 Numerics current_numerics();
 // Weight layouts follow the numerics path too: whether `path`'s matmul reads q5_0 matrices as stored (the
 // AVX2 integer kernels); on the other paths a model repacks them to q8_0 at load (the same values).
 bool matmul_reads_q5_0(NumericsPath path);
-// "epoch 1, avx2"; "unknown (recorded from kvstash 0.1.0 / numerics epoch 1 on)" for epoch 0.
+// "epoch 1, avx2", "epoch 2, cuda sm_90"; "unknown (recorded from kvstash 0.1.0 / numerics epoch 1 on)" for epoch 0.
 std::string describe(const Numerics& numerics);
 
 }  // namespace kvstash
