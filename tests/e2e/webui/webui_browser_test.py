@@ -252,6 +252,22 @@ def browser_steps(driver, base, build_dir, download_dir):
     print(f"screenshot (narrow): {narrow}")
 
 
+def shut_down(driver, server, log):
+    """Closes the browser (if it started), stops the server (killed after 10 s) and closes its log."""
+    if driver is not None:
+        try:
+            driver.quit()
+        except Exception as e:  # the browser is gone already
+            print(f"note: closing the browser: {e}", file=sys.stderr)
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    log.close()
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -296,18 +312,7 @@ def main():
         print(f"web page test passed in {time.monotonic() - started:.1f} s")
         return 0
     finally:
-        if driver is not None:
-            try:
-                driver.quit()
-            except Exception as e:  # the browser is gone already
-                print(f"note: closing the browser: {e}", file=sys.stderr)
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+        shut_down(driver, server, log)
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -260,18 +260,7 @@ def main():
         print(f"web page features test passed in {time.monotonic() - started:.1f} s")
         return 0
     finally:
-        if driver is not None:
-            try:
-                driver.quit()
-            except Exception as e:
-                print(f"note: closing the browser: {e}", file=sys.stderr)
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+        common.shut_down(driver, server, log)
 
 
 if __name__ == "__main__":

@@ -108,18 +108,7 @@ def main():
         print("web page model picker test passed")
         return 0
     finally:
-        if driver is not None:
-            try:
-                driver.quit()
-            except Exception as e:
-                print(f"note: closing the browser: {e}", file=sys.stderr)
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+        common.shut_down(driver, server, log)
 
 
 if __name__ == "__main__":
