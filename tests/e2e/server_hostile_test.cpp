@@ -294,7 +294,8 @@ TEST(ServerHostile, PerAddressConnectionCap) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     // A server of its own, so that no connection of an earlier check is still being closed (a refused
     // connection is drained for up to 1 s, and counts for its address until then).
-    ServerProcess server({"-t", "1", "--header-timeout", "30", "--max-connections-per-ip", "3", "--max-connections", "16"});
+    ServerProcess server(
+        {"-t", "1", "--header-timeout", "30", "--max-connections-per-ip", "3", "--max-connections", "16"});
     // Three connections from this address wait for their heads; past them, a new one is refused (429).
     // The server counts a connection when a worker thread takes it, so the fourth is retried until the
     // three are counted; without the cap it is never refused.
