@@ -68,8 +68,8 @@ json system_message() { return {{"role", "system"}, {"content", kSystem}}; }
 
 // A greedy chat request with its tokens' log-probabilities (and bytes).
 json greedy_chat(const std::string& model, const json& messages) {
-    return {{"model", model},     {"messages", messages}, {"max_tokens", kTokens},
-            {"temperature", 0},   {"logprobs", true},     {"top_logprobs", 3}};
+    return {{"model", model},   {"messages", messages}, {"max_tokens", kTokens},
+            {"temperature", 0}, {"logprobs", true},     {"top_logprobs", 3}};
 }
 
 // The answer's bytes, token by token (the model's pieces need not be UTF-8 on their own).
@@ -83,11 +83,21 @@ std::string answer_bytes(const json& answer) {
 
 // `kvstash generate --chat` with the preset's system prompt and template, greedy, optionally under the LoRA.
 std::string cli_answer(bool with_lora) {
-    std::vector<std::string> args = {"generate",    "-m",      fixture_path("adapters/base.gguf"),
-                                     "--chat",      "--system", kSystem,
-                                     "--chat-template", "chatml", "-p",
-                                     kUser,         "-n",      std::to_string(kTokens),
-                                     "--temp",      "0",       "-t",
+    std::vector<std::string> args = {"generate",
+                                     "-m",
+                                     fixture_path("adapters/base.gguf"),
+                                     "--chat",
+                                     "--system",
+                                     kSystem,
+                                     "--chat-template",
+                                     "chatml",
+                                     "-p",
+                                     kUser,
+                                     "-n",
+                                     std::to_string(kTokens),
+                                     "--temp",
+                                     "0",
+                                     "-t",
                                      "2"};
     if (with_lora) {
         args.push_back("--lora");
@@ -114,8 +124,8 @@ TEST_F(ServerPresetAdapters, AnswersAsTheModelWithItsLoraAndLeavesTheBaseAlone) 
         // One disk tier for both: the base model's blocks are written there first, and the preset (loaded by its
         // first request, after them) must not take them for its own (its keys carry the LoRA's fingerprint).
         ServerProcess server({"--models", models(), "--chat-template", "chatml", "--cache-dir",
-                              (dir_ / "cache").string(), "--state-dir", (dir_ / "states").string(), "-t", "2",
-                              "--ctx", "512"});
+                              (dir_ / "cache").string(), "--state-dir", (dir_ / "states").string(), "-t", "2", "--ctx",
+                              "512"});
         httplib::Client client = server.client();
         base_answer =
             post(client, "/v1/chat/completions", greedy_chat("base", json::array({system_message(), user(kUser)})));
@@ -150,8 +160,9 @@ TEST_F(ServerPresetAdapters, AnswersAsTheModelWithItsLoraAndLeavesTheBaseAlone) 
     EXPECT_EQ(answer_bytes(base_answer), alone_cli);
 
     // The one-model server, --lora style=FILE, "adapter": "style", the system message given: the same bits.
-    ServerProcess one({"-m", fixture_path("adapters/base.gguf"), "--lora", "style=" + fixture_path("adapters/lora.gguf"),
-                       "--chat-template", "chatml", "-t", "2", "--ctx", "512"});
+    ServerProcess one({"-m", fixture_path("adapters/base.gguf"), "--lora",
+                       "style=" + fixture_path("adapters/lora.gguf"), "--chat-template", "chatml", "-t", "2", "--ctx",
+                       "512"});
     httplib::Client client = one.client();
     json body = greedy_chat("base", json::array({system_message(), user(kUser)}));
     body["adapter"] = "style";
