@@ -137,10 +137,22 @@ TEST_F(ServerPresetAdapters, AnswersAsTheModelWithItsLoraAndLeavesTheBaseAlone) 
             post(client, "/v1/chat/completions", greedy_chat("base", json::array({system_message(), user(kUser)})));
         EXPECT_EQ(base_again["choices"][0]["logprobs"], base_answer["choices"][0]["logprobs"]);
 
+        // Ollama's /api/show gives the preset's LoRA as a Modelfile's ADAPTER line; the base model has none.
+        auto res = client.Post("/api/show", R"({"model": "styled"})", "application/json");
+        ASSERT_TRUE(res);
+        ASSERT_EQ(res->status, 200) << res->body;
+        const std::string modelfile = json::parse(res->body)["modelfile"];
+        EXPECT_NE(modelfile.find("ADAPTER " + (dir_ / "models" / "adapters" / "style.gguf").string() + "\n"),
+                  std::string::npos)
+            << modelfile;
+        res = client.Post("/api/show", R"({"model": "base"})", "application/json");
+        ASSERT_TRUE(res);
+        EXPECT_EQ(json::parse(res->body)["modelfile"].get<std::string>().find("ADAPTER"), std::string::npos);
+
         // A request naming another adapter on the preset is refused (its one set is its own).
         json other = greedy_chat("styled", json::array({user(kUser)}));
         other["adapter"] = "mood";
-        auto res = client.Post("/v1/chat/completions", other.dump(), "application/json");
+        res = client.Post("/v1/chat/completions", other.dump(), "application/json");
         ASSERT_TRUE(res);
         EXPECT_EQ(res->status, 400) << res->body;
 

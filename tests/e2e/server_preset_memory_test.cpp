@@ -90,12 +90,13 @@ TEST(ServerPresetMemory, PresetsShareTheirModelsWeights) {
     const uint64_t file_rss_presets = status_bytes(pid, "RssFile");
     const uint64_t rss_presets = status_bytes(pid, "VmRSS");
     const uint64_t mapped = mapped_bytes(pid, model);
-    std::printf("model file %llu bytes; RssFile %llu -> %llu (model) -> %llu (+2 presets); VmRSS %llu -> %llu; "
-                "mapped %llu\n",
-                static_cast<unsigned long long>(file_bytes), static_cast<unsigned long long>(file_rss_before),
-                static_cast<unsigned long long>(file_rss_model), static_cast<unsigned long long>(file_rss_presets),
-                static_cast<unsigned long long>(rss_model), static_cast<unsigned long long>(rss_presets),
-                static_cast<unsigned long long>(mapped));
+    std::printf(
+        "model file %llu bytes; RssFile %llu -> %llu (model) -> %llu (+2 presets); VmRSS %llu -> %llu; "
+        "mapped %llu\n",
+        static_cast<unsigned long long>(file_bytes), static_cast<unsigned long long>(file_rss_before),
+        static_cast<unsigned long long>(file_rss_model), static_cast<unsigned long long>(file_rss_presets),
+        static_cast<unsigned long long>(rss_model), static_cast<unsigned long long>(rss_presets),
+        static_cast<unsigned long long>(mapped));
 
     // Mapped once (a page-rounded file's worth), not once per entry.
     EXPECT_GE(mapped, file_bytes);
