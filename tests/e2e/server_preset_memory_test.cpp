@@ -119,6 +119,15 @@ TEST(ServerPresetMemory, PresetsShareTheirModelsWeights) {
         }
     }
     EXPECT_EQ(total, file_bytes);
+    auto models = client.Get("/v1/models");
+    ASSERT_TRUE(models && models->status == 200);
+    for (const json& m : json::parse(models->body)["data"]) {
+        if (m["id"] == "smol") {
+            EXPECT_FALSE(m["meta"].contains("shares_weights_with")) << m.dump();
+        } else {
+            EXPECT_EQ(m["meta"]["shares_weights_with"], "smol") << m.dump();
+        }
+    }
     const ProcessResult listed = run_process({cli_path(), "ps", "--url", server.url()});
     EXPECT_EQ(listed.exit_code, 0) << listed.err;
     EXPECT_NE(listed.out.find("(weights of smol:latest)"), std::string::npos) << listed.out;
