@@ -45,6 +45,14 @@ protected:
                                 {"system", kSystem},
                                 {"template", "chatml"},
                                 {"adapters", {{{"lora", "adapters/style.gguf"}}}}});
+        // Another adapter set on the same model and system prompt: a control vector (absolute path).
+        write_preset("moody",
+                     {{"model", "base"},
+                      {"system", kSystem},
+                      {"template", "chatml"},
+                      {"adapters", {{{"control_vector", fixture_path("adapters/cvec.gguf")}, {"scale", 0.8}}}}});
+        // A LoRA made for another model: that preset fails to load, the others serve.
+        write_preset("broken", {{"model", "base"}, {"adapters", {fixture_path("adapters/lora_wrong_shape.gguf")}}});
     }
     void TearDown() override { fs::remove_all(dir_); }
 
@@ -112,13 +120,15 @@ std::string cli_answer(bool with_lora) {
 
 // The preset's first request: warm (its system prompt prefilled at load, under the LoRA), and bit for bit the
 // same tokens and log-probabilities as the one-model server with that LoRA named, and the same bytes as the
-// CLI with --lora. The base model beside it answers as the model alone (the CLI without --lora), and differently.
+// CLI with --lora. The base model beside it answers as the model alone (the CLI without --lora), and differently;
+// a preset with a control vector instead answers as that server with the control vector named.
 TEST_F(ServerPresetAdapters, AnswersAsTheModelWithItsLoraAndLeavesTheBaseAlone) {
     const std::string with_lora_cli = cli_answer(true);
     const std::string alone_cli = cli_answer(false);
     ASSERT_NE(with_lora_cli, alone_cli) << "the LoRA must change the greedy answer for this test to tell them apart";
 
     json preset_answer;
+    json moody_answer;
     json base_answer;
     {
         // One disk tier for both: the base model's blocks are written there first, and the preset (loaded by its
@@ -132,6 +142,15 @@ TEST_F(ServerPresetAdapters, AnswersAsTheModelWithItsLoraAndLeavesTheBaseAlone) 
         preset_answer = post(client, "/v1/chat/completions", greedy_chat("styled", json::array({user(kUser)})));
         EXPECT_GT(preset_answer["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0)
             << "the preset's system prompt was not prefilled: " << preset_answer.dump();
+        // Loaded after the LoRA's preset wrote its blocks to the shared disk tier: its own still.
+        moody_answer = post(client, "/v1/chat/completions", greedy_chat("moody", json::array({user(kUser)})));
+        EXPECT_GT(moody_answer["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0)
+            << moody_answer.dump();
+        auto broken = client.Post("/v1/chat/completions", greedy_chat("broken", json::array({user(kUser)})).dump(),
+                                  "application/json");
+        ASSERT_TRUE(broken);
+        EXPECT_EQ(broken->status, 500) << broken->body;
+        EXPECT_NE(broken->body.find("could not be loaded"), std::string::npos) << broken->body;
         // Again on the base model: still the model alone.
         const json base_again =
             post(client, "/v1/chat/completions", greedy_chat("base", json::array({system_message(), user(kUser)})));
@@ -173,14 +192,19 @@ TEST_F(ServerPresetAdapters, AnswersAsTheModelWithItsLoraAndLeavesTheBaseAlone) 
 
     // The one-model server, --lora style=FILE, "adapter": "style", the system message given: the same bits.
     ServerProcess one({"-m", fixture_path("adapters/base.gguf"), "--lora",
-                       "style=" + fixture_path("adapters/lora.gguf"), "--chat-template", "chatml", "-t", "2", "--ctx",
-                       "512"});
+                       "style=" + fixture_path("adapters/lora.gguf"), "--control-vector",
+                       "mood=" + fixture_path("adapters/cvec.gguf") + ":0.8", "--chat-template", "chatml", "-t", "2",
+                       "--ctx", "512"});
     httplib::Client client = one.client();
     json body = greedy_chat("base", json::array({system_message(), user(kUser)}));
     body["adapter"] = "style";
     const json reference = post(client, "/v1/chat/completions", body);
     EXPECT_EQ(preset_answer["choices"][0]["logprobs"], reference["choices"][0]["logprobs"]);
     EXPECT_EQ(preset_answer["usage"]["prompt_tokens"], reference["usage"]["prompt_tokens"]);
+    body["adapter"] = "mood";
+    const json mood_reference = post(client, "/v1/chat/completions", body);
+    EXPECT_EQ(moody_answer["choices"][0]["logprobs"], mood_reference["choices"][0]["logprobs"]);
+    EXPECT_NE(moody_answer["choices"][0]["logprobs"], preset_answer["choices"][0]["logprobs"]);
 }
 
 }  // namespace
