@@ -19,6 +19,7 @@
 #include "kvstash/tokenizer.h"
 #include "server/openai_request.h"
 #include "server/request_fields.h"
+#include "server/request_job.h"
 #include "server/request_log.h"
 #include "server/routes.h"
 
@@ -161,7 +162,8 @@ json embeddings(const json& body, ServerContext& ctx, Embedder& embedder) {
     if (!embedder.evaluator) embedder.evaluator = std::make_unique<Evaluator>(ctx.model, ctx.options.threads);
     std::vector<float> hidden;
     for (size_t i = 0; i < inputs.size(); ++i) {
-        State state(*ctx.model, StateOptions{.n_ctx = static_cast<int64_t>(inputs[i].size())});
+        State state(*ctx.model,
+                    StateOptions{.n_ctx = static_cast<int64_t>(inputs[i].size()), .adapters = default_adapters(ctx)});
         embedder.evaluator->eval_hidden(state, inputs[i], hidden);
         // Mean over the tokens, summed in double in token order (fixed order: the same bits every time).
         std::vector<double> sum(n_embd, 0.0);

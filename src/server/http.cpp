@@ -18,6 +18,7 @@
 #include "server/preset_warmup.h"
 #include "server/request_log.h"
 #include "server/routes.h"
+#include "server/shared_models.h"
 #include "server/state_store.h"
 #include "server/state_store_redis.h"
 
@@ -169,16 +170,19 @@ std::unique_ptr<ServerContext> make_server_context(std::shared_ptr<const Model> 
         ctx.chat_template_error = std::string("this model has no chat template kvstash knows (") + e.what() +
                                   "); start the server with --chat-template or use /v1/completions";
     }
+    // A preset's named states are computed under its adapters and loaded back under them.
+    const std::shared_ptr<const AdapterSet> adapters =
+        options.default_adapter.empty() ? nullptr : options.adapters.at(options.default_adapter);
     StateStore* state_files = nullptr;
     if (options.state_store.empty()) {
-        auto store = std::make_unique<StateStore>(*model, options.state_dir);
+        auto store = std::make_unique<StateStore>(*model, options.state_dir, adapters);
         state_files = store.get();
         ctx.states = std::move(store);
     } else {
         // Uploads and states are whole state files: give them more time than a cache block.
         ctx.states = std::make_unique<RedisStateStore>(
             *model, options.state_store,
-            RedisTimeouts{options.redis_connect_timeout_ms, std::max(options.redis_io_timeout_ms, 10000)});
+            RedisTimeouts{options.redis_connect_timeout_ms, std::max(options.redis_io_timeout_ms, 10000)}, adapters);
     }
     SchedulerOptions sched;
     sched.threads = options.threads;
@@ -249,8 +253,10 @@ HttpServer::HttpServer(std::vector<ModelSource> sources, RegistryOptions registr
     : ctx_(std::make_unique<ServerContext>()) {
     ctx_->options = options;
     Metrics* metrics = &ctx_->metrics;
+    auto shared = std::make_shared<SharedModels>();
     registry_ = std::make_unique<ModelRegistry>(
-        std::move(sources), registry_options, [load = std::move(load), options, metrics](const ModelSource& source) {
+        std::move(sources), registry_options,
+        [load = std::move(load), options, metrics, shared](const ModelSource& source) {
             ServerOptions own = options;
             own.model_id = source.name;
             if (source.preset && !source.preset->chat_template.empty())
@@ -259,8 +265,19 @@ HttpServer::HttpServer(std::vector<ModelSource> sources, RegistryOptions registr
             // the model fingerprint already).
             if (!own.state_dir.empty())
                 own.state_dir = (std::filesystem::path(own.state_dir) / safe_dir_name(source.name)).string();
+            // A preset over a model another entry has loaded runs on the same weights (server/shared_models.h).
+            std::shared_ptr<const Model> model =
+                shared->get(model_weights_key(source.path), [&] { return load(source); });
+            if (source.preset && !source.preset->adapters.empty()) {
+                // Its requests run under its adapters (none named: the default), in a prefix cache and named
+                // states of their own: the scheduler keys a set's cache by the model + adapters fingerprint.
+                own.adapters = {{source.name, AdapterSet::load(*model, source.preset->adapters)}};
+                own.default_adapter = source.name;
+                std::fprintf(stderr, "kvstash serve: preset '%s': %s\n", source.name.c_str(),
+                             own.adapters.at(source.name)->describe().c_str());
+            }
             auto loaded = std::make_unique<LoadedModel>();
-            loaded->ctx = make_server_context(load(source), own, metrics);
+            loaded->ctx = make_server_context(model, own, metrics);
             register_model_routes(loaded->routes, *loaded->ctx);
             if (source.preset) {
                 const std::string cold = warm_preset(*loaded, *source.preset);

@@ -7,6 +7,7 @@
 
 #include "kvstash/error.h"
 #include "server/api_error.h"
+#include "server/shared_models.h"
 
 namespace kvstash::server {
 
@@ -32,6 +33,7 @@ ModelRegistry::ModelRegistry(std::vector<ModelSource> sources, RegistryOptions o
         }
         auto slot = std::make_unique<Slot>();
         slot->bytes = source.path.starts_with("hf:") ? 0 : model_file_bytes(source.path);
+        slot->weights_key = model_weights_key(source.path);
         slot->source = std::move(source);
         slot->keep_alive_s = options_.keep_alive_s;
         slots_.push_back(std::move(slot));
@@ -88,29 +90,57 @@ std::shared_ptr<LoadedModel> ModelRegistry::lease(Slot& slot) {
     });
 }
 
-std::vector<std::shared_ptr<LoadedModel>> ModelRegistry::make_room(const Slot& for_slot, uint64_t bytes) {
+uint64_t ModelRegistry::weights_in_use() const {
+    std::set<std::string> counted;
+    uint64_t total = 0;
+    for (const auto& s : slots_) {
+        if ((s->loaded || s->loading) && counted.insert(s->weights_key).second) total += s->bytes;
+    }
+    return total;
+}
+
+bool ModelRegistry::weights_in_use_by_another(const Slot& slot) const {
+    for (const auto& s : slots_) {
+        if (s.get() != &slot && s->weights_key == slot.weights_key && (s->loaded || s->loading)) return true;
+    }
+    return false;
+}
+
+std::vector<std::shared_ptr<LoadedModel>> ModelRegistry::make_room(const Slot& for_slot) {
     std::vector<std::shared_ptr<LoadedModel>> unloaded;
-    if (options_.memory_budget_bytes == 0) return unloaded;
-    const auto used = [this] {
-        uint64_t total = 0;
-        for (const auto& s : slots_) total += (s->loaded || s->loading) ? s->bytes : 0;
-        return total;
-    };
-    while (used() + bytes > options_.memory_budget_bytes) {
-        Slot* oldest = nullptr;
+    if (options_.memory_budget_bytes == 0 || weights_in_use_by_another(for_slot)) return unloaded;
+    while (weights_in_use() + for_slot.bytes > options_.memory_budget_bytes) {
+        // The least recently used weights no request holds: every loaded entry on them idle, none loading.
+        // Unloading only some of the entries on one file would free nothing.
+        std::string oldest_key;
+        std::chrono::steady_clock::time_point oldest_use{};
+        std::set<std::string> seen;
         for (const auto& s : slots_) {
-            if (s.get() == &for_slot || !s->loaded || s->loaded.use_count() > 1) continue;
-            if (!oldest || s->last_used < oldest->last_used) oldest = s.get();
+            if (!s->loaded || s->weights_key == for_slot.weights_key || !seen.insert(s->weights_key).second) continue;
+            bool idle = true;
+            std::chrono::steady_clock::time_point last_use{};
+            for (const auto& other : slots_) {
+                if (other->weights_key != s->weights_key) continue;
+                if (other->loading || (other->loaded && other->loaded.use_count() > 1)) idle = false;
+                if (other->loaded) last_use = std::max(last_use, other->last_used);
+            }
+            if (idle && (oldest_key.empty() || last_use < oldest_use)) {
+                oldest_key = s->weights_key;
+                oldest_use = last_use;
+            }
         }
-        if (!oldest) {
-            if (used() == 0) break;  // a model larger than the budget alone: load it anyway, by itself
+        if (oldest_key.empty()) {
+            if (weights_in_use() == 0) break;  // a model larger than the budget alone: load it anyway, by itself
             throw ApiError(503,
                            "no room to load model '" + for_slot.source.name +
                                "' within --models-memory: the loaded models are all serving requests; retry shortly",
                            "", "server_overloaded");
         }
-        unloaded.push_back(std::move(oldest->loaded));
-        oldest->loaded.reset();
+        for (const auto& s : slots_) {
+            if (s->weights_key != oldest_key || !s->loaded) continue;
+            unloaded.push_back(std::move(s->loaded));
+            s->loaded.reset();
+        }
     }
     return unloaded;
 }
@@ -132,7 +162,7 @@ std::shared_ptr<LoadedModel> ModelRegistry::acquire(const std::string& name) {
         if (!slot->error.empty()) {
             throw ApiError(500, "model '" + slot->source.name + "' could not be loaded: " + slot->error);
         }
-        unloaded = make_room(*slot, slot->bytes);
+        unloaded = make_room(*slot);
         slot->loading = true;
     }
     unloaded.clear();  // their schedulers stop here, outside the lock
@@ -210,6 +240,13 @@ std::vector<ModelStatus> ModelRegistry::status() const {
         s.error = slot->error;
         if (slot->source.preset) s.preset_model = slot->source.preset->model;
         s.loaded = slot->loaded != nullptr;
+        for (const auto& earlier : slots_) {
+            if (!s.loaded || earlier == slot) break;
+            if (earlier->loaded && earlier->weights_key == slot->weights_key) {
+                s.shares_weights_with = earlier->source.name;
+                break;
+            }
+        }
         if (s.loaded) {
             const auto& scheduler = slot->loaded->ctx->scheduler;
             s.n_ctx = scheduler ? scheduler->n_ctx() : 0;

@@ -3,6 +3,8 @@
 // for another (least recently used first). A request holds a lease (a shared_ptr to the loaded model) from its
 // dispatch until its response is written, so an unload never cuts a request: only a model no request holds is
 // unloaded. A model that fails to load keeps its error and answers every request with it; the others serve on.
+// Entries over one model file (a model and its presets) share its loaded weights (server/shared_models.h): the
+// memory budget and status() count them once, and they are unloaded only when none of those entries is loaded.
 //
 //   ModelRegistry registry(sources, {.keep_alive_s = 300, .memory_budget_bytes = 8 << 30}, load);
 //   std::shared_ptr<LoadedModel> lease = registry.acquire("qwen");   // ApiError 404 / 500 / 503
@@ -54,6 +56,9 @@ struct ModelStatus {
     std::optional<double> expires_in_s;  // loaded and idle: seconds until unloaded (none: never, or in use)
     int in_flight = 0;                   // requests holding it
     std::string preset_model;            // a preset's model (empty: not a preset)
+    // Loaded on weights another loaded entry holds (the first such in the server's order): its name. This
+    // entry's weights are counted there, once (empty: counted here, or not loaded).
+    std::string shares_weights_with;
 };
 
 class ModelRegistry {
@@ -85,6 +90,7 @@ public:
 private:
     struct Slot {
         ModelSource source;
+        std::string weights_key;  // model_weights_key(source.path): entries with one key share one loaded Model
         uint64_t bytes = 0;
         std::shared_ptr<LoadedModel> loaded;  // null: not loaded
         bool loading = false;
@@ -96,8 +102,12 @@ private:
 
     Slot* find(const std::string& name);
     std::shared_ptr<LoadedModel> lease(Slot& slot);  // under mutex_; touches last_used when released
-    // Under mutex_: takes models out to make room for `bytes` (their destruction is the caller's, unlocked).
-    std::vector<std::shared_ptr<LoadedModel>> make_room(const Slot& for_slot, uint64_t bytes);
+    // Under mutex_: takes models out to make room for `for_slot`'s weights unless a loaded entry holds them
+    // already (their destruction is the caller's, unlocked). Entries sharing weights go out together.
+    std::vector<std::shared_ptr<LoadedModel>> make_room(const Slot& for_slot);
+    // Under mutex_: bytes of the distinct weights held by loaded (or loading) entries.
+    uint64_t weights_in_use() const;
+    bool weights_in_use_by_another(const Slot& slot) const;
     void reap();
 
     RegistryOptions options_;

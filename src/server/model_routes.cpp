@@ -102,6 +102,7 @@ json openai_entry(const ModelStatus& m) {
     if (m.loaded) meta["n_ctx"] = m.n_ctx;
     if (!m.error.empty()) meta["error"] = without_paths(m.error);  // as a 5xx shows it
     if (!m.preset_model.empty()) meta["preset"] = {{"model", m.preset_model}};
+    if (!m.shares_weights_with.empty()) meta["shares_weights_with"] = m.shares_weights_with;
     const std::string state = !m.error.empty() ? "failed" : m.loaded ? "loaded" : "unloaded";
     return {
         {"id", m.name}, {"object", "model"}, {"created", 0}, {"owned_by", "kvstash"}, {"status", {{"value", state}}},
@@ -173,6 +174,11 @@ void register_registry_routes(httplib::Server& http, ServerContext& server, Mode
             entry["expires_at"] = m.expires_in_s ? timestamp_in(*m.expires_in_s) : "9999-12-31T23:59:59Z";
             entry["size_vram"] = 0;
             entry["context_length"] = m.n_ctx;
+            // Weights another listed entry holds are counted there: the sizes add up to what is loaded.
+            if (!m.shares_weights_with.empty()) {
+                entry["size"] = 0;
+                entry["shares_weights_with"] = tagged(m.shares_weights_with);
+            }
             models.push_back(entry);
         }
         send_json(res, {{"models", models}});

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "kvstash/adapter.h"
 #include "server/ollama_request.h"
 #include "server/ollama_response.h"
 #include "server/request_fields.h"
@@ -261,7 +262,12 @@ json show(const json& body, ServerContext& server) {
     if (ctx.chat_template && ctx.chat_template->tool_call_format() != ToolCallFormat::none) {
         capabilities.push_back("tools");
     }
-    return {{"modelfile", "FROM " + ctx.model->path() + "\n"},
+    // A preset's adapters as a Modelfile's ADAPTER lines (its other fields are applied by the dispatcher).
+    std::string modelfile = "FROM " + ctx.model->path() + "\n";
+    if (const auto adapters = default_adapters(ctx)) {
+        for (const AdapterFile& file : adapters->files()) modelfile += "ADAPTER " + file.path + "\n";
+    }
+    return {{"modelfile", modelfile},
             {"parameters", ""},
             {"template", ctx.chat_template ? ctx.chat_template->name() : ""},
             {"details", details(ctx)},

@@ -62,6 +62,43 @@ void check_option(const std::string& origin, const OptionField& f, const json& v
     }
 }
 
+// "adapters": a list of {"lora": FILE, "scale": S} / {"control_vector": FILE, "scale": S} (scale 1 when not
+// given), or a FILE alone for a LoRA at scale 1.
+std::vector<AdapterFile> parse_adapters(const std::string& origin, const json& list) {
+    if (!list.is_array()) bad(origin, "adapters", "must be a list of adapters");
+    std::vector<AdapterFile> out;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const json& item = list[i];
+        const std::string field = "adapters[" + std::to_string(i) + "]";
+        AdapterFile file;
+        if (item.is_string()) {
+            file.path = item.get<std::string>();
+        } else if (item.is_object()) {
+            int kinds = 0;
+            for (const auto& [key, value] : item.items()) {
+                if (key == "lora" || key == "control_vector") {
+                    if (!value.is_string() || value.get<std::string>().empty())
+                        bad(origin, field + "." + key, "must be the adapter file's path");
+                    file.kind = key == "lora" ? AdapterKind::lora : AdapterKind::control_vector;
+                    file.path = value.get<std::string>();
+                    ++kinds;
+                } else if (key == "scale") {
+                    if (!value.is_number()) bad(origin, field + ".scale", "must be a number");
+                    file.scale = value.get<float>();
+                } else {
+                    bad(origin, field + "." + key, "is not an adapter field (lora or control_vector, scale)");
+                }
+            }
+            if (kinds != 1) bad(origin, field, "must name one file: {\"lora\": FILE} or {\"control_vector\": FILE}");
+        } else {
+            bad(origin, field, "must be a file name or {\"lora\": FILE, \"scale\": S}");
+        }
+        if (file.path.empty()) bad(origin, field, "must name the adapter file");
+        out.push_back(std::move(file));
+    }
+    return out;
+}
+
 bool has_system_message(const json& messages) {
     for (const json& m : messages) {
         if (m.is_object() && m.value("role", "") == "system") return true;
@@ -89,9 +126,9 @@ Preset parse_preset(const json& doc, const std::string& name, const std::string&
         } else if (key == "options") {
             if (!value.is_object()) bad(origin, key, "must be an object of sampling defaults");
         } else if (key == "adapters") {
-            bad(origin, key, "is not supported in presets yet; serve the model alone with --lora / --control-vector");
+            p.adapters = parse_adapters(origin, value);
         } else {
-            bad(origin, key, "is not a preset field (model, system, template, options)");
+            bad(origin, key, "is not a preset field (model, system, template, options, adapters)");
         }
     }
     if (!doc.contains("model") || doc["model"].get<std::string>().empty()) {
@@ -129,7 +166,18 @@ Preset load_preset_file(const std::string& path) {
     } catch (const json::exception& e) {
         throw Error(ErrorCode::bad_format, "preset '" + path + "' is not valid JSON: " + e.what());
     }
-    return parse_preset(doc, preset_name_of(path), "'" + path + "'");
+    Preset preset = parse_preset(doc, preset_name_of(path), "'" + path + "'");
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    for (size_t i = 0; i < preset.adapters.size(); ++i) {
+        AdapterFile& file = preset.adapters[i];
+        if (std::filesystem::path(file.path).is_relative()) file.path = (dir / file.path).string();
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(file.path, ec)) {
+            throw Error(ErrorCode::io, "preset '" + path + "': field 'adapters[" + std::to_string(i) + "]' names '" +
+                                           file.path + "', which is not a readable file");
+        }
+    }
+    return preset;
 }
 
 json apply_preset(const Preset& preset, json body, const std::string& path) {

@@ -125,8 +125,12 @@ void set_tool_grammar(const CompletionRequest& request, GenerationJob& job, Serv
 
 }  // namespace
 
-// The adapter set a request names; 400 naming it when the server has none of that name.
-std::shared_ptr<const AdapterSet> find_adapter(const std::optional<std::string>& name, const ServerContext& ctx) {
+// The adapter set a request names (none named: the server's default, a preset's adapters); 400 naming it when
+// the server has none of that name.
+std::shared_ptr<const AdapterSet> find_adapter(const std::optional<std::string>& requested, const ServerContext& ctx) {
+    const std::optional<std::string> name =
+        requested ? requested
+                  : (ctx.options.default_adapter.empty() ? std::nullopt : std::optional(ctx.options.default_adapter));
     if (!name) return nullptr;
     const auto it = ctx.options.adapters.find(*name);
     if (it != ctx.options.adapters.end()) return it->second;
@@ -136,6 +140,8 @@ std::shared_ptr<const AdapterSet> find_adapter(const std::optional<std::string>&
                           (known.empty() ? std::string("none (start it with --lora NAME=FILE)") : known),
                       "adapter", "adapter_not_found");
 }
+
+std::shared_ptr<const AdapterSet> default_adapters(const ServerContext& ctx) { return find_adapter(std::nullopt, ctx); }
 
 RequestLimits request_limits(const ServerContext& ctx) {
     RequestLimits limits{ctx.options.parallel, ctx.options.grammar_limits};

@@ -13,6 +13,9 @@
 
 namespace kvstash::server {
 
+// The adapter set a request that names none runs under: ServerOptions::default_adapter's (a preset's), or null.
+std::shared_ptr<const AdapterSet> default_adapters(const ServerContext& ctx);
+
 // The parser's limits from the server's options.
 RequestLimits request_limits(const ServerContext& ctx);
 

@@ -36,6 +36,8 @@ struct ServerOptions {
     std::string chat_template;                     // empty: the model's own
     // Adapter sets loaded at start (--lora NAME=FILE[:SCALE]), chosen per request by "adapter": NAME.
     std::map<std::string, std::shared_ptr<const AdapterSet>> adapters;
+    // The set in `adapters` a request runs under when it names none (a preset's adapters); empty: the model alone.
+    std::string default_adapter;
     // Connections (docs/architecture/server.md, "Connections and limits"): one thread each, up to max_connections (then
     // new connections wait for one to close); read_timeout_s bounds each wait for more bytes of a request once it has
     // begun, idle_timeout_s the wait for the request of a new connection (one per connection).

@@ -113,7 +113,7 @@ void handle_upload(const httplib::Request& req, httplib::Response& res, const ht
         if (received == 0)
             throw bad_request("the upload is empty: send the state file as the request body", "", "empty_body");
         try {
-            return load_state(*ctx.model, path);
+            return load_state(*ctx.model, path, LoadOptions{.adapters = default_adapters(ctx)});
         } catch (const Error& e) {
             // A malformed upload is the client's to fix (400), bad_format included; the server's own
             // failures (io, internal) keep http_status's 500 through the route guard.

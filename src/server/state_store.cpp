@@ -34,7 +34,8 @@ uint64_t file_bytes_of(const std::string& path) {
 
 }  // namespace
 
-StateStore::StateStore(const Model& model, std::string dir) : model_(model), dir_(std::move(dir)) {
+StateStore::StateStore(const Model& model, std::string dir, std::shared_ptr<const AdapterSet> adapters)
+    : model_(model), adapters_(std::move(adapters)), dir_(std::move(dir)) {
     if (dir_.empty()) return;
     std::error_code ec;
     fs::create_directories(dir_, ec);
@@ -131,7 +132,7 @@ std::optional<State> StateStore::fork(const std::string& name) {
     // On disk only: load it (outside the lock: it may take a while), then keep it.
     std::optional<State> loaded;
     try {
-        loaded.emplace(load_state(model_, file_path(name)));
+        loaded.emplace(load_state(model_, file_path(name), LoadOptions{.adapters = adapters_}));
     } catch (const Error&) {
         std::lock_guard lock(mutex_);
         if (!entries_.contains(name)) return std::nullopt;  // deleted while we read it: unknown, not an error

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kvstash/adapter.h"
 #include "kvstash/model.h"
 #include "kvstash/state.h"
 #include "server/metrics.h"
@@ -24,8 +25,9 @@ namespace kvstash::server {
 class StateStore final : public NamedStates {
 public:
     // `dir` empty: memory only. Otherwise created if missing, its <name>.kvs files are listed, and the
-    // temporary files of dead writers (a server killed mid-save) are removed (base/temp_file_name).
-    StateStore(const Model& model, std::string dir);
+    // temporary files of dead writers (a server killed mid-save) are removed (base/temp_file_name). `adapters`:
+    // the set its states are computed under (a preset's), with which their files are loaded back.
+    StateStore(const Model& model, std::string dir, std::shared_ptr<const AdapterSet> adapters = nullptr);
 
     // valid_state_name (server/state_name.h): safe as a file name, no path traversal.
     static bool valid_name(std::string_view name);
@@ -62,6 +64,7 @@ private:
     NamedStateInfo store(const std::string& name, State state, uint64_t file_bytes);
 
     const Model& model_;
+    std::shared_ptr<const AdapterSet> adapters_;
     std::string dir_;
     std::mutex mutex_;
     std::map<std::string, Entry> entries_;

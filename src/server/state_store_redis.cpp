@@ -69,10 +69,28 @@ NamedStateInfo info_from(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-RedisStateStore::RedisStateStore(const Model& model, const std::string& url, RedisTimeouts timeouts)
+namespace {
+
+// "kvstash:state:v1:<model fingerprint>:", with adapters "kvstash:state:v1:<model fingerprint>+<adapters>:".
+std::string key_prefix(const Model& model, const AdapterSet* adapters) {
+    std::string prefix = "kvstash:state:v1:";
+    prefix += model_fingerprint(model);
+    if (adapters != nullptr && !adapters->empty()) {
+        prefix += '+';
+        prefix += adapters->fingerprint();
+    }
+    prefix += ':';
+    return prefix;
+}
+
+}  // namespace
+
+RedisStateStore::RedisStateStore(const Model& model, const std::string& url, RedisTimeouts timeouts,
+                                 std::shared_ptr<const AdapterSet> adapters)
     : model_(model),
+      adapters_(std::move(adapters)),
       client_(parse_redis_url(url), timeouts),
-      prefix_("kvstash:state:v1:" + model_fingerprint(model) + ":") {}
+      prefix_(key_prefix(model, adapters_.get())) {}
 
 RedisReply RedisStateStore::run(std::initializer_list<std::string_view> args) {
     RedisReply reply = client_.run(args);
@@ -154,7 +172,7 @@ std::optional<State> RedisStateStore::fork(const std::string& name) {
         out.write(both.strings[1].data(), static_cast<std::streamsize>(both.strings[1].size()));
         if (!out) throw Error(ErrorCode::io, "cannot write a scratch copy of the named state '" + name + "'");
     }
-    auto state = std::make_shared<const State>(load_state(model_, scratch.path));
+    auto state = std::make_shared<const State>(load_state(model_, scratch.path, LoadOptions{.adapters = adapters_}));
     const std::lock_guard lock(mutex_);
     loaded_[name] = Loaded{both.strings[0], state};
     return state->fork();

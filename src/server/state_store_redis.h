@@ -21,6 +21,7 @@
 #include <string>
 
 #include "base/redis_client.h"
+#include "kvstash/adapter.h"
 #include "kvstash/model.h"
 #include "server/named_states.h"
 
@@ -28,8 +29,10 @@ namespace kvstash::server {
 
 class RedisStateStore final : public NamedStates {
 public:
-    // Throws Error(invalid_argument) for a bad URL; Redis need not be up yet.
-    RedisStateStore(const Model& model, const std::string& url, RedisTimeouts timeouts);
+    // Throws Error(invalid_argument) for a bad URL; Redis need not be up yet. `adapters`: the set its states are
+    // computed under (a preset's); its fingerprint is in every key, so other sets never see these states.
+    RedisStateStore(const Model& model, const std::string& url, RedisTimeouts timeouts,
+                    std::shared_ptr<const AdapterSet> adapters = nullptr);
 
     NamedStateInfo put(const std::string& name, State state) override;
     NamedStateInfo put_file(const std::string& name, const UploadWriter& write_and_load) override;
@@ -52,8 +55,9 @@ private:
     NamedStateInfo with_local(NamedStateInfo info);
 
     const Model& model_;
+    std::shared_ptr<const AdapterSet> adapters_;
     RedisClient client_;
-    const std::string prefix_;  // "kvstash:state:v1:<fingerprint>:"
+    const std::string prefix_;  // "kvstash:state:v1:<fingerprint>:" (with adapters: "<fingerprint>+<adapters>:")
     std::mutex mutex_;
     std::map<std::string, Loaded> loaded_;  // guarded by mutex_
 };

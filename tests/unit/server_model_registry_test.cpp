@@ -142,5 +142,52 @@ TEST(ModelRegistry, BudgetUnloadsLeastRecentlyUsedIdleModel) {
     fs::remove_all(dir);
 }
 
+// Entries over one file (a model and its presets; "./a" is the same file as "a") count its bytes once: a
+// budget of two files holds them all with a third file, unloading one of them frees nothing while another
+// holds the weights, and the least recently used weights go out with every entry on them.
+TEST(ModelRegistry, EntriesOnOneFileCountItOnceAndGoOutTogether) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("kvstash_registry_shared_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    for (const char* name : {"a", "c"}) std::ofstream(dir / name) << std::string(100, 'x');
+    const auto preset = std::make_shared<const Preset>();
+    const std::vector<ModelSource> sources = {{"a", (dir / "a").string()},
+                                              {"p", (dir / "." / "a").string(), preset},
+                                              {"q", (dir / "a").string(), preset},
+                                              {"c", (dir / "c").string()}};
+    FakeModels fake;
+    {
+        ModelRegistry registry(sources, {.keep_alive_s = -1, .memory_budget_bytes = 250}, fake.loader());
+        registry.acquire("a");
+        registry.acquire("p");
+        registry.acquire("q");
+        registry.acquire("c");  // 200 bytes of weights: a's (once) and c's
+        EXPECT_EQ(loaded_names(registry), std::vector<std::string>({"a", "p", "q", "c"}));
+        const std::vector<ModelStatus> status = registry.status();
+        EXPECT_EQ(status[0].shares_weights_with, "");
+        EXPECT_EQ(status[1].shares_weights_with, "a");
+        EXPECT_EQ(status[2].shares_weights_with, "a");
+        EXPECT_EQ(status[3].shares_weights_with, "");
+        // Without a, p counts the weights and q shares them with p.
+        EXPECT_TRUE(registry.unload_if_idle("a"));
+        EXPECT_EQ(registry.status()[2].shares_weights_with, "p");
+    }
+    {
+        // A budget of one file: c's load unloads a, p and q together (their weights are the least recently used),
+        // and p's load then unloads c; a held lease on q keeps the weights, so c cannot come back (503).
+        ModelRegistry registry(sources, {.keep_alive_s = -1, .memory_budget_bytes = 150}, fake.loader());
+        registry.acquire("a");
+        registry.acquire("p");
+        registry.acquire("c");
+        EXPECT_EQ(loaded_names(registry), std::vector<std::string>({"c"}));
+        auto held_q = registry.acquire("q");
+        EXPECT_EQ(loaded_names(registry), std::vector<std::string>({"q"}));
+        registry.acquire("a");  // on q's weights: no room needed
+        EXPECT_EQ(loaded_names(registry), std::vector<std::string>({"a", "q"}));
+        EXPECT_EQ(status_of([&] { registry.acquire("c"); }), 503);
+    }
+    fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvstash::server

@@ -3,6 +3,10 @@
 #include "server/preset.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "kvstash/error.h"
 
@@ -32,9 +36,56 @@ TEST(ServerPreset, BadFieldsAreNamed) {
     EXPECT_NE(error_of({{"model", "m"}, {"options", {{"stop", {1}}}}}).find("'options.stop'"), std::string::npos);
     EXPECT_NE(error_of({{"model", "m"}, {"options", {{"mirostat", 1}}}}).find("'options.mirostat' is not"),
               std::string::npos);
-    EXPECT_NE(error_of({{"model", "m"}, {"adapters", json::array()}}).find("'adapters' is not supported"),
+    EXPECT_NE(error_of({{"model", "m"}, {"adapters", "a.gguf"}}).find("'adapters' must be a list"), std::string::npos);
+    EXPECT_NE(error_of({{"model", "m"}, {"adapters", {{{"lora", "a.gguf"}, {"scale", "x"}}}}})
+                  .find("'adapters[0].scale' must be a number"),
+              std::string::npos);
+    EXPECT_NE(error_of({{"model", "m"}, {"adapters", {"a.gguf", {{"scale", 1}}}}}).find("'adapters[1]' must name one"),
+              std::string::npos);
+    EXPECT_NE(error_of({{"model", "m"}, {"adapters", {{{"lora", "a"}, {"control_vector", "b"}}}}})
+                  .find("'adapters[0]' must name one"),
+              std::string::npos);
+    EXPECT_NE(error_of({{"model", "m"}, {"adapters", {{{"lora", "a"}, {"alpha", 2}}}}})
+                  .find("'adapters[0].alpha' is not an adapter field"),
               std::string::npos);
     EXPECT_EQ(error_of({{"model", "m"}, {"options", {{"seed", -4}, {"stop", "\n"}, {"min_p", 0.05}}}}), "");
+}
+
+TEST(ServerPreset, AdaptersInOrderWithTheirKindAndScale) {
+    const Preset p = parse_preset(
+        {{"model", "m"},
+         {"adapters",
+          {"plain.gguf", {{"lora", "style.gguf"}, {"scale", 0.5}}, {{"control_vector", "calm.gguf"}, {"scale", -1}}}}},
+        "p", "p");
+    ASSERT_EQ(p.adapters.size(), 3u);
+    EXPECT_EQ(p.adapters[0].kind, AdapterKind::lora);
+    EXPECT_EQ(p.adapters[0].path, "plain.gguf");
+    EXPECT_EQ(p.adapters[0].scale, 1.0f);
+    EXPECT_EQ(p.adapters[1].path, "style.gguf");
+    EXPECT_EQ(p.adapters[1].scale, 0.5f);
+    EXPECT_EQ(p.adapters[2].kind, AdapterKind::control_vector);
+    EXPECT_EQ(p.adapters[2].scale, -1.0f);
+}
+
+// A preset file's adapter paths are its directory's; one that names no file stops it (Error(io), the field named).
+TEST(ServerPreset, AdapterPathsAreTheFilesDirectorys) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("kvstash_preset_unit_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "style.gguf") << "x";
+    std::ofstream(dir / "p.preset.json") << R"({"model": "m", "adapters": [{"lora": "style.gguf"}]})";
+    const Preset p = load_preset_file((dir / "p.preset.json").string());
+    ASSERT_EQ(p.adapters.size(), 1u);
+    EXPECT_EQ(p.adapters[0].path, (dir / "style.gguf").string());
+    std::ofstream(dir / "q.preset.json") << R"({"model": "m", "adapters": ["missing.gguf"]})";
+    try {
+        load_preset_file((dir / "q.preset.json").string());
+        ADD_FAILURE() << "a missing adapter file was taken";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::io);
+        EXPECT_NE(std::string(e.what()).find("field 'adapters[0]' names"), std::string::npos) << e.what();
+    }
+    fs::remove_all(dir);
 }
 
 TEST(ServerPreset, NameComesFromTheFile) {

@@ -1,6 +1,7 @@
 // kvstash ps: the models a running `kvstash serve` has loaded (its GET /api/ps), as `ollama ps` shows them:
 // NAME, SIZE (bytes of the model's files), UNTIL (when an idle model will be unloaded; "in use or kept"
-// while it serves requests or has keep-alive -1). Exits 6 when no server answers at --url.
+// while it serves requests or has keep-alive -1; "shared" for a preset on weights another line counts), and
+// the TOTAL of those sizes. Exits 6 when no server answers at --url.
 #include <httplib.h>
 
 #include <cstdio>
@@ -51,11 +52,19 @@ int ps(const PsFlags& f) {
         throw Error(ErrorCode::bad_format, "the server at " + f.url + " did not answer /api/ps as kvstash serve does");
     }
     std::printf("%-40s %12s  %s\n", "NAME", "SIZE", "UNTIL");
+    uint64_t total = 0;
     for (const nlohmann::json& m : body["models"]) {
         const std::string until = m.value("expires_at", "");
-        std::printf("%-40s %12s  %s\n", m.value("name", "").c_str(), human_size(m.value("size", uint64_t{0})).c_str(),
-                    until.starts_with("9999") ? "in use or kept" : until.c_str());
+        const uint64_t size = m.value("size", uint64_t{0});
+        total += size;
+        // A preset on weights another entry holds: counted once, on that entry's line.
+        const std::string shared = m.value("shares_weights_with", "");
+        std::printf("%-40s %12s  %s%s\n", m.value("name", "").c_str(),
+                    shared.empty() ? human_size(size).c_str() : "shared",
+                    until.starts_with("9999") ? "in use or kept" : until.c_str(),
+                    shared.empty() ? "" : ("  (weights of " + shared + ")").c_str());
     }
+    std::printf("%-40s %12s\n", "TOTAL", human_size(total).c_str());
     return 0;
 }
 

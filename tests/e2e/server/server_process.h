@@ -94,6 +94,7 @@ public:
     ServerProcess& operator=(const ServerProcess&) = delete;
 
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }  // the server's process (its /proc/PID/status, maps)
     const std::string& host() const { return host_; }
     std::string url() const { return "http://" + host_ + ":" + std::to_string(port_); }
     httplib::Client client() const {
