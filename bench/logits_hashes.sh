@@ -6,7 +6,8 @@
 #   diff before.txt after.txt        # empty: no bit of any final logits changed
 # Each line: isa, model, KV type, prompt and decode tokens, then the fnv1a hash of the last logits
 # (kvstash_bench: one sequence, prefill then greedy decode) or of stream 0's (kvstash_batch_bench: 3
-# sequences per eval_batch, several logits destinations). 2 threads.
+# sequences per eval_batch, several logits destinations). 2 threads. LOGITS_HASH_ISAS names the paths
+# (KVSTASH_ISA values, "best" for unset), e.g. LOGITS_HASH_ISAS="scalar avx2 avx512-novnni avx512".
 set -euo pipefail
 BUILD="${1:?usage: bench/logits_hashes.sh BUILD_DIR}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +23,9 @@ batch() {  # isa model
     out="$(KVSTASH_ISA="$isa" "$BUILD/bench/kvstash_batch_bench" -m "$model" -t 2 -r 1 -p 40 -n 4 --streams 1,3)"
     echo "${isa:-best} $(basename "$model") batch streams=1,3 p=40 n=4 $(echo "$out" | grep -o '"stream0_logits_fnv1a": *"[0-9a-f]*"' | tr '\n' ' ')"
 }
-for isa in "" avx2 scalar; do
+read -r -a ISAS <<<"${LOGITS_HASH_ISAS:-best avx2 scalar}"
+for isa in "${ISAS[@]}"; do
+    [[ "$isa" == best ]] && isa=""
     for m in "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$MODELS/gemma-3-270m-q4_k_m.gguf"; do one "$isa" "$m" f16 100 8; done
     for kv in f32 q8_0; do one "$isa" "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$kv" 100 8; done
     for m in recurrent/granitehybrid_q8_0 recurrent/mamba1_f32 recurrent/mamba2_q8_0 gemma3_tiny/gemma3_tiny_q5_0 \

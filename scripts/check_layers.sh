@@ -9,10 +9,13 @@
 #   1 format     src/format/        GGUF reader, tensor types
 #   2 kernels    src/backends/cpu/<op>/  the CPU kernels, one folder per op (matmul, attention, norm, rope,
 #                                   ...; runtime/: dispatch, thread pool), ISA variants and reference/ beside
+#                                   (the op entry points beside them that take the model's types: backends,
+#                                   FILE_LAYER)
 #   3 kv         src/kv/            KV cache, blocks, block pool, block hash
 #   4 tokenizer  src/tokenizer/     BPE, SentencePiece (a Model builds its tokenizer)
 #   5 model      src/model/         config, weights, the forward pass over the Backend ops (model/backend.h)
-#   6 backends   src/backends/      the ops' implementations: cpu/ (on the kernels), a device backend beside it
+#   6 backends   src/backends/      the ops' implementations: cpu/ (cpu_backend.cpp; per op: embed/ ffn/
+#                                   adapters/ and FILE_LAYER's entry points, on the kernels), a device backend beside it
 #   7 state      src/state/         State, state files, fingerprints
 #   8 text       src/text/          chat templates
 #   9 grammar    src/grammar/       GBNF grammars, JSON Schema -> GBNF, the token-mask matcher
@@ -35,8 +38,16 @@ declare -A DIR_LAYER=(
     [src/backends/cpu/activation]=kernels [src/backends/cpu/attention]=kernels [src/backends/cpu/exp]=kernels
     [src/backends/cpu/matmul]=kernels [src/backends/cpu/norm]=kernels [src/backends/cpu/rope]=kernels
     [src/backends/cpu/runtime]=kernels [src/backends/cpu/ssm]=kernels
+    [src/backends/cpu/adapters]=backends [src/backends/cpu/embed]=backends [src/backends/cpu/ffn]=backends
     [src/model]=model [src/backends]=backends [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
     [src/server]=frontends [src/hub]=frontends [tools]=frontends [python]=frontends [examples]=frontends [bench]=frontends
+)
+# Files (path without .h / .cpp) whose layer is not their directory's: the CPU backend's op entry points
+# that sit in a kernel folder beside the kernel they run, but take the model's and the cache's types
+# (MatrixRef, ModelConfig, KvCache, segments): layer backends, so the kernels beside them cannot include them.
+declare -A FILE_LAYER=(
+    [src/backends/cpu/attention/segment_attention]=backends [src/backends/cpu/matmul/project]=backends
+    [src/backends/cpu/norm/norm_rows]=backends [src/backends/cpu/ssm/mamba_block]=backends
 )
 declare -A ACCESS_HEADERS=(
     # kv_bindings.cpp: a State's KV to and from NumPy (no per-layer KV view in the public API), through
@@ -86,6 +97,8 @@ layer_of() {
         LAYER="${PUBLIC_LAYER[${path#include/kvstash/}]:-?}"
         return
     fi
+    LAYER="${FILE_LAYER[${path%.*}]:-}"
+    [[ -n "$LAYER" ]] && return
     local longest=""  # the longest matching directory wins (src/backends/cpu/matmul over src/backends)
     for dir in "${!DIR_LAYER[@]}"; do
         if [[ "$path" == "$dir"/* && ${#dir} -gt ${#longest} ]]; then

@@ -20,12 +20,13 @@
 #include <string_view>
 #include <vector>
 
-#include "kv/kv_cache.h"  // KvHalf
-#include "model/adapter_apply.h"
+#include "backends/cpu/attention/attention.h"  // AttentionShape: plain shape data, the attention kernel's own
+#include "kv/kv_cache.h"                       // KvHalf
+#include "model/adapter_rows.h"
+#include "model/attention_segment.h"
 #include "model/config.h"
 #include "model/forward_segment.h"
 #include "model/model_access.h"
-#include "model/segment_attention.h"
 #include "model/weights.h"
 
 namespace kvstash {
@@ -66,7 +67,7 @@ struct RopeAngles {
     int64_t width = 0;  // floats per row of cos / sin: the table's n_rot / 2
 };
 
-// Each sequence's rows under its adapters (model/adapter_apply.h); empty spans when no row has any.
+// Each sequence's rows under its adapters (model/adapter_rows.h); empty spans when no row has any.
 struct AdapterBatch {
     std::span<const AdapterRows> rows;         // (segments) every row of each segment
     std::span<const AdapterRows> output_rows;  // (segments) the rows that get logits, packed

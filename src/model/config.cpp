@@ -256,4 +256,11 @@ ModelConfig read_model_config(const gguf::File& file) {
     return c;
 }
 
+void check_positions(const ModelConfig& c, int64_t first, int64_t count) {
+    if (!c.learned_positions || first + count <= c.n_ctx_train) return;
+    throw Error(ErrorCode::out_of_range,
+                "position " + std::to_string(first + count - 1) + " is beyond this model's learned position table (" +
+                    std::to_string(c.n_ctx_train) + " positions, context_length); the context cannot grow past it");
+}
+
 }  // namespace kvstash

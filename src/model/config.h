@@ -120,4 +120,9 @@ struct ModelConfig {
 // cannot run and Error(bad_format) for missing or inconsistent values (naming the key).
 ModelConfig read_model_config(const gguf::File& file);
 
+// Throws Error(out_of_range) when a learned-position model is asked for positions [first, first + count)
+// beyond its table (n_ctx_train rows); nothing for other models. The forward pass checks every segment
+// before it writes anything to a cache.
+void check_positions(const ModelConfig& c, int64_t first, int64_t count);
+
 }  // namespace kvstash

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/block_ops.h"
+#include "model/config.h"
 
 namespace kvstash {
 namespace {

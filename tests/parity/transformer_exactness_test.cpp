@@ -1,10 +1,10 @@
 // The invariant for the qwen2 and gpt2 families (biases, LayerNorm, GELU, learned positions): the logits
 // at position i are the same bits however the tokens arrived — one call, chunks, one at a time, several
 // threads, batched with other sequences, after a fork, after truncate, after save and load. Every
-// per-family piece (backends/cpu/norm/layer_norm.h, backends/cpu/activation/gelu.h, model/block_ops.h) works row by row
-// in one fixed order, so none of these may change a bit. Models: tests/fixtures/{qwen2,gpt2}/*.gguf
-// (tests/reference/make_transformer_models.py), f32 and q8_0 (gpt2_q8_0: a quantized fused attn_qkv bound as
-// three row-block views).
+// per-family piece (backends/cpu/norm/layer_norm.h, backends/cpu/activation/gelu.h, backends/cpu/norm/norm_rows.h,
+// backends/cpu/ffn/feed_forward.h) works row by row in one fixed order, so none of these may change a bit. Models:
+// tests/fixtures/{qwen2,gpt2}/*.gguf (tests/reference/make_transformer_models.py), f32 and q8_0 (gpt2_q8_0: a quantized
+// fused attn_qkv bound as three row-block views).
 #include <gtest/gtest.h>
 
 #include <cstring>

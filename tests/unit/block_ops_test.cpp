@@ -1,14 +1,17 @@
-// model/block_ops.h: the data-driven pieces of a transformer layer — bias rows, the norm kind, the
-// position-table bounds check that model_forward runs before writing anything.
+// The data-driven pieces of a transformer layer: bias rows (backends/cpu/matmul/project.h), the norm kind
+// (backends/cpu/norm/norm_rows.h), the position-table bounds check that model_forward runs before writing
+// anything (model/config.h).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/matmul/project.h"
 #include "backends/cpu/norm/layer_norm.h"
 #include "backends/cpu/norm/norm.h"
+#include "backends/cpu/norm/norm_rows.h"
 #include "kvstash/error.h"
-#include "model/block_ops.h"
+#include "model/config.h"
 
 namespace kvstash {
 namespace {

@@ -3,12 +3,18 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/adapters/control_vector.h"
+#include "backends/cpu/adapters/lora_apply.h"
+#include "backends/cpu/attention/segment_attention.h"
+#include "backends/cpu/embed/embed.h"
+#include "backends/cpu/ffn/feed_forward.h"
+#include "backends/cpu/matmul/project.h"
+#include "backends/cpu/norm/norm_rows.h"
 #include "backends/cpu/runtime/thread_pool.h"
+#include "backends/cpu/ssm/mamba_block.h"
 #include "format/quantize.h"
 #include "format/tensor_type.h"
 #include "kv/kv_cache.h"
-#include "model/block_ops.h"
-#include "model/mamba_block.h"
 
 namespace kvstash {
 namespace {
@@ -22,7 +28,9 @@ public:
     void bind_model(const ModelImpl& /*model*/) override {}  // the weights are read where they are mapped
     ForwardBuffers reserve(const ModelConfig& c, int64_t n_rows) override;
 
-    void embed(const ModelImpl& model, std::span<const ForwardSegment> segments, float* x) override;
+    void embed(const ModelImpl& model, std::span<const ForwardSegment> segments, float* x) override {
+        embed_rows(model, segments, x, xn_.data());  // xn_: one row of scratch, the position embedding decoded
+    }
     void rope_angles(const RopeTable& table, int64_t half_rot, std::span<const ForwardSegment> segments, float* cos,
                      float* sin) override;
 
@@ -113,24 +121,6 @@ ForwardBuffers CpuBackend::reserve(const ModelConfig& c, int64_t n) {
     return ForwardBuffers{x_.data(),        xn_.data(),           q_.data(),           k_.data(),
                           v_.data(),        attn_.data(),         proj_.data(),        rope_cos_.data(),
                           rope_sin_.data(), rope_cos_swa_.data(), rope_sin_swa_.data()};
-}
-
-void CpuBackend::embed(const ModelImpl& model, std::span<const ForwardSegment> segments, float* x) {
-    const ModelConfig& c = model.config;
-    const ModelWeights& w = model.weights;
-    float* tmp = xn_.data();  // one row: the position embedding, decoded
-    int64_t row = 0;
-    for (const ForwardSegment& seg : segments) {
-        const auto count = static_cast<int64_t>(seg.tokens.size());
-        for (int64_t t = 0; t < count; ++t, ++row) {
-            float* out = x + row * c.n_embd;
-            dequantize_row(w.token_embd.type, w.token_embd.row(seg.tokens[static_cast<size_t>(t)]), out, c.n_embd);
-            if (c.learned_positions) add_position_embedding(c, w, seg.first_pos + t, out, tmp);
-            if (c.embedding_scale != 1.0f) {
-                for (int64_t i = 0; i < c.n_embd; ++i) out[i] *= c.embedding_scale;
-            }
-        }
-    }
 }
 
 void CpuBackend::rope_angles(const RopeTable& table, int64_t half_rot, std::span<const ForwardSegment> segments,

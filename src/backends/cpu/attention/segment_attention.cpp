@@ -1,4 +1,4 @@
-#include "model/segment_attention.h"
+#include "backends/cpu/attention/segment_attention.h"
 
 #include "backends/cpu/runtime/dispatch.h"
 #include "backends/cpu/runtime/thread_pool.h"

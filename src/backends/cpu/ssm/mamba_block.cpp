@@ -1,10 +1,10 @@
-#include "model/mamba_block.h"
+#include "backends/cpu/ssm/mamba_block.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/activation/activation.h"
-#include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/matmul/project.h"
 #include "backends/cpu/norm/norm.h"
 #include "backends/cpu/runtime/thread_pool.h"
 #include "backends/cpu/ssm/ssm.h"
@@ -12,10 +12,6 @@
 
 namespace kvstash {
 namespace {
-
-void project(const MatrixRef& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-    matmul(w.type, w.data, w.rows, w.cols, x, n_tokens, y, &pool);
-}
 
 enum class Part { conv_window, scan_state };
 

@@ -1,9 +1,10 @@
-// Causal attention of a micro-batch whose rows belong to several sequences, each row attending over
-// its own sequence's KV cache (continuous batching), in one thread-pool run per layer.
+// The CPU's attention op (Backend::attention): causal attention of a micro-batch whose rows belong to
+// several sequences, each row attending over its own sequence's KV cache (continuous batching), in one
+// thread-pool run per layer.
 //
-// Built on the attention kernel (backends/cpu/attention/attention.h), called for one row and a range of its heads at a
-// time: the per-(query, head) computation is the kernel's own, so every output is bitwise what
-// attention() over that sequence alone gives, whatever the other rows and threads.
+// Built on the attention kernel (backends/cpu/attention/attention.h), called for one row and a range of
+// its heads at a time: the per-(query, head) computation is the kernel's own, so every output is bitwise
+// what attention() over that sequence alone gives, whatever the other rows and threads.
 #pragma once
 
 #include <cstdint>
@@ -11,19 +12,11 @@
 #include <vector>
 
 #include "backends/cpu/attention/attention.h"
+#include "model/attention_segment.h"
 
 namespace kvstash {
 
-class KvCache;
 class ThreadPool;
-
-// `n_rows` consecutive rows of the micro-batch, at absolute positions first_pos.. of `kv` (whose K/V for
-// [0, first_pos + n_rows) are already stored).
-struct AttentionSegment {
-    KvCache* kv = nullptr;
-    int64_t first_pos = 0;
-    int64_t n_rows = 0;
-};
 
 // Reused across calls; sized by the largest micro-batch seen.
 struct SegmentAttentionScratch {

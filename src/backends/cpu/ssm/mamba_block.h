@@ -1,8 +1,9 @@
-// The Mamba mixer of one recurrent layer (Mamba-1 or Mamba-2, as llama.cpp's build_mamba_layer /
-// build_mamba2_layer and transformers' MambaMixer / Mamba2Mixer compute it) over a micro-batch: the
-// projections over all rows at once, then the causal convolution and the selective scan per sequence,
-// each over its own recurrent state, token after token (backends/cpu/ssm/ssm.h), so that a row's output is the
-// same bits however the rows were batched or chunked.
+// The CPU's SSM op (Backend::ssm_block): the Mamba mixer of one recurrent layer (Mamba-1 or Mamba-2, as
+// llama.cpp's build_mamba_layer / build_mamba2_layer and transformers' MambaMixer / Mamba2Mixer compute
+// it) over a micro-batch: the projections over all rows at once, then the causal convolution and the
+// selective scan per sequence, each over its own recurrent state, token after token
+// (backends/cpu/ssm/ssm.h), so that a row's output is the same bits however the rows were batched or
+// chunked.
 #pragma once
 
 #include <cstdint>
