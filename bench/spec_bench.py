@@ -78,8 +78,11 @@ def llama_worker(model_path, ids_path, threads, n, lookup_k, lookup_ngram):
     with open(ids_path) as f:
         ids = json.load(f)
     draft = LlamaPromptLookupDecoding(max_ngram_size=lookup_ngram, num_pred_tokens=lookup_k) if lookup_k else None
-    llm = L.Llama(model_path=model_path, n_threads=threads, n_threads_batch=threads, n_ctx=4096, n_batch=512,
-                  draft_model=draft, verbose=False, flash_attn=True)
+    # With a draft model llama-cpp-python 0.3.36 evaluates with logits for every row but sizes its logits
+    # buffer for one batch unless logits_all=True is passed too (else: "could not broadcast ... into shape
+    # (0,)"); that buffer is n_ctx x n_vocab floats, so n_ctx is what the run needs.
+    llm = L.Llama(model_path=model_path, n_threads=threads, n_threads_batch=threads, n_ctx=len(ids) + n + 16,
+                  n_batch=512, draft_model=draft, logits_all=draft is not None, verbose=False, flash_attn=True)
     vocab = L.llama_model_get_vocab(llm.model)
     out, t_first = [], None
     for token in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
