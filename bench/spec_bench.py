@@ -55,7 +55,7 @@ def workloads(doc_chars):
 def run(cli, prompt_file, threads, n, extra):
     cmd = [cli, "generate", "-f", prompt_file, "-n", str(n), "--temp", "0", "--seed", "1", "-t",
            str(threads), "--ctx", "4096", "--timings"] + extra
-    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=True)  # random models: any bytes
     m = TIMINGS.search(r.stderr)
     s = SPEC.search(r.stderr)
     return {"out": r.stdout, "tok_s": float(m.group(3)), "tokens": int(m.group(1)),
