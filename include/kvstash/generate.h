@@ -61,7 +61,7 @@ struct GenerateOptions {
     std::shared_ptr<GrammarConstraint> constraint;
     // Speculative decoding (kvstash/speculative.h): the drafter's guesses are verified in batches; the
     // result and the state are bitwise those without it. Null: plain decoding. Throws Error(unsupported)
-    // for states speculation cannot cut back exactly (recurrent, trimmed sliding-window layers).
+    // for states speculation cannot cut back exactly (recurrent layers).
     std::shared_ptr<Drafter> drafter;
     SpeculationOptions speculation;
 };

@@ -18,8 +18,8 @@
 // generate() without a drafter, for every sampler setting and seed. Drafters only change speed.
 //
 // Not offered (Error(unsupported)) for states that cannot be cut back without a trace: models with
-// recurrent layers (their checkpoints would differ) and states that trim sliding-window layers (the
-// trimmed frontier would lie further on).
+// recurrent layers (their checkpoints would differ). Sliding-window layers (Gemma 3) are fine: while
+// guesses are verified they are trimmed only as far as plain decoding would have.
 #pragma once
 
 #include <cstdint>

@@ -170,6 +170,9 @@ class Session:
 
         Sampling keywords: temperature, top_p, top_k, min_p, seed (None: continue the session's random
         sequence), stop, repeat_penalty. callback(token, text) returning False stops the reply.
+        speculative="lookup" (prompt lookup over the conversation) or "draft" (with draft_model=Model(...)
+        of the same vocabulary), spec_max guesses at most a round: decodes speculatively, with a reply
+        bitwise that of plain decoding (docs/speculative.md); complete() reports drafted / accepted.
         """
         if stream:
             return TextStream(

@@ -55,15 +55,6 @@ void PyTokenCallback::rethrow_if_failed() {
     if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
 }
 
-namespace {
-
-Completion to_completion(GenerateResult result, int64_t prompt_tokens) {
-    return Completion{
-        std::move(result.text), std::move(result.tokens), stop_reason_name(result.stop), result.seconds, prompt_tokens,
-        result.drafted,         result.accepted};
-}
-
-// speculative=None | "lookup" | "draft" (with draft_model): GenerateOptions::drafter (kvstash/speculative.h).
 void set_speculation(const PyModel& m, const std::optional<std::string>& speculative, const PyModel* draft_model,
                      int32_t spec_max, GenerateOptions& options) {
     if (!speculative) {
@@ -81,6 +72,14 @@ void set_speculation(const PyModel& m, const std::optional<std::string>& specula
         throw Error(ErrorCode::invalid_argument,
                     "speculative must be None, \"lookup\" or \"draft\", got \"" + *speculative + "\"");
     }
+}
+
+namespace {
+
+Completion to_completion(GenerateResult result, int64_t prompt_tokens) {
+    return Completion{
+        std::move(result.text), std::move(result.tokens), stop_reason_name(result.stop), result.seconds, prompt_tokens,
+        result.drafted,         result.accepted};
 }
 
 Completion complete(PyModel& m, PyState& s, const nb::handle& prompt, int64_t max_tokens, float temperature,

@@ -130,6 +130,11 @@ struct SamplingArgs {
 };
 // A Sampler from `args`, continuing `previous`'s random sequence when no seed is given.
 Sampler make_sampler(const SamplingArgs& args, const SamplerState* previous);
+// speculative=None | "lookup" | "draft" (with draft_model, a Model of `m`'s vocabulary), up to spec_max guesses
+// a round: sets GenerateOptions::drafter and ::speculation (kvstash/speculative.h); Error(invalid_argument)
+// for another name or a draft_model without "draft".
+void set_speculation(const PyModel& m, const std::optional<std::string>& speculative, const PyModel* draft_model,
+                     int32_t spec_max, GenerateOptions& options);
 
 // Calls a Python callable (token, text) -> bool|None from the generation loop (GIL released outside);
 // an exception it raises stops generation and is re-raised by rethrow_if_failed() once the loop returned.

@@ -6,6 +6,7 @@
 
 #include "kvstash/chat.h"
 #include "kvstash/session.h"
+#include "kvstash/speculative.h"
 #include "py_types.h"
 
 namespace kvstash::python {
@@ -34,11 +35,13 @@ public:
     }
 
     Completion reply(const std::string& message, int64_t max_tokens, const SamplingArgs& args,
-                     std::vector<std::string> stop, nb::object callback) {
+                     std::vector<std::string> stop, nb::object callback, const std::optional<std::string>& speculative,
+                     const PyModel* draft_model, int32_t spec_max) {
         Busy busy(*this);
         GenerateOptions options;
         options.max_tokens = max_tokens;
         options.stop_strings = std::move(stop);
+        set_drafter(speculative, draft_model, spec_max, options);
         PyTokenCallback on_text(std::move(callback));
         TokenCallback cb = on_text.as_callback();
         std::optional<GenerateResult> result;
@@ -49,8 +52,9 @@ public:
             result.emplace(session_->reply(message, sampler, options, cb));
         }
         on_text.rethrow_if_failed();
-        return Completion{std::move(result->text), std::move(result->tokens), stop_reason_name(result->stop),
-                          result->seconds, session_->last_turn().prompt_tokens};
+        return Completion{std::move(result->text), std::move(result->tokens),           stop_reason_name(result->stop),
+                          result->seconds,         session_->last_turn().prompt_tokens, result->drafted,
+                          result->accepted};
     }
 
     Session& session() { return *session_; }
@@ -72,12 +76,33 @@ public:
     };
 
 private:
+    // As Model.complete's speculative= keywords. A draft model's drafter is kept from one reply to the next
+    // with the same draft model: its State follows the conversation (cut back to the common prefix each
+    // round), so a turn evaluates only the new tokens on the draft model too.
+    void set_drafter(const std::optional<std::string>& speculative, const PyModel* draft_model, int32_t spec_max,
+                     GenerateOptions& options) {
+        const bool same_draft_model = speculative && *speculative == "draft" && draft_model != nullptr &&
+                                      model_drafter_ && draft_model->shared() == model_drafter_model_;
+        if (same_draft_model) {
+            options.drafter = model_drafter_;
+            options.speculation.max_draft = spec_max;
+            return;
+        }
+        set_speculation(*model_, speculative, draft_model, spec_max, options);
+        if (speculative && *speculative == "draft") {
+            model_drafter_ = options.drafter;
+            model_drafter_model_ = draft_model->shared();
+        }
+    }
+
     nb::object model_ref_;
     PyModel* model_;
     std::unique_ptr<Evaluator> evaluator_;
     ChatTemplate template_;
     std::optional<Session> session_;  // declared after the evaluator it refers to
     std::atomic<bool> busy_{false};
+    std::shared_ptr<Drafter> model_drafter_;            // the last speculative="draft" reply's drafter ...
+    std::shared_ptr<const Model> model_drafter_model_;  // ... and its draft model
 };
 
 KvType state_kv_type(const std::string& name) {
@@ -149,7 +174,8 @@ void bind_session(nb::module_& m) {
             "_reply",
             [](PySession& self, const std::string& message, int64_t max_tokens, float temperature, float top_p,
                int32_t top_k, float min_p, std::optional<uint64_t> seed, std::vector<std::string> stop,
-               float repeat_penalty, nb::object callback) {
+               float repeat_penalty, nb::object callback, std::optional<std::string> speculative,
+               const PyModel* draft_model, int32_t spec_max) {
                 SamplingArgs args;
                 args.temperature = temperature;
                 args.top_p = top_p;
@@ -157,12 +183,16 @@ void bind_session(nb::module_& m) {
                 args.min_p = min_p;
                 args.repeat_penalty = repeat_penalty;
                 args.seed = seed;
-                return self.reply(message, max_tokens, args, std::move(stop), std::move(callback));
+                return self.reply(message, max_tokens, args, std::move(stop), std::move(callback), speculative,
+                                  draft_model, spec_max);
             },
             nb::arg("message"), nb::arg("max_tokens") = 256, nb::kw_only(), nb::arg("temperature") = 0.8f,
             nb::arg("top_p") = 0.95f, nb::arg("top_k") = 40, nb::arg("min_p") = 0.05f, nb::arg("seed") = nb::none(),
             nb::arg("stop") = std::vector<std::string>{}, nb::arg("repeat_penalty") = 1.0f,
-            nb::arg("callback") = nb::none(), "Adds the user's message and generates the reply; a Completion.")
+            nb::arg("callback") = nb::none(), nb::arg("speculative") = nb::none(), nb::arg("draft_model") = nb::none(),
+            nb::arg("spec_max") = 8,
+            "Adds the user's message and generates the reply; a Completion. speculative=\"lookup\" or \"draft\" "
+            "(with draft_model) decodes speculatively, as Model.complete: the reply is bitwise the same.")
         .def(
             "undo",
             [](PySession& self) {

@@ -9,7 +9,9 @@
 //   for i in 1..k: s = sample(L_i, history tokens[0..c)); s == d_i ? c += 1 : (t = s, cut the state to c, next round)
 //   all accepted: the next token is sampled from L(k+1), the state's own last logits.
 // The sampler, the grammar and the callbacks see exactly the tokens plain decoding gives them, in the same
-// order, from bitwise the same logits (batch invariance), so they advance exactly as there.
+// order, from bitwise the same logits (batch invariance), so they advance exactly as there. Sliding-window
+// layers (Gemma 3) are trimmed during a round only as far as after the pending token alone
+// (StateAccess::hold_trim_for_guesses), so the window plain decoding still reads is never released.
 #include "engine/speculative_generate.h"
 
 #include <algorithm>
@@ -70,6 +72,7 @@ public:
         } catch (...) {
             // Positions past the verified ones were never decided: they must not stay in the state.
             if (state_.n_tokens() > verified_) state_.truncate(verified_);
+            StateAccess::settle_guesses(state_);
             state_.set_sampler_state(sampler_.state());
             throw;
         }
@@ -96,6 +99,9 @@ private:
             if (draft_.empty()) {
                 evaluator_.eval(state_, batch_);
             } else {
+                // Sliding-window layers are trimmed as after `token` alone until the guesses are decided
+                // (settled by the round's end or finish()).
+                StateAccess::hold_trim_for_guesses(state_, verified_ + 1);
                 evaluator_.eval(state_, batch_, &batch_logits_);
                 ++result_.verify_rounds;
                 result_.drafted += static_cast<int64_t>(draft_.size());
@@ -127,6 +133,7 @@ private:
             } else {
                 logits = state_.last_logits();  // every guess was right: the batch's last row
             }
+            StateAccess::settle_guesses(state_);
         }
     }
 
@@ -204,10 +211,12 @@ private:
     // token evaluated again alone so that the state holds its logits (State::truncate drops them), bitwise
     // those the batch computed.
     void finish() {
-        if (state_.n_tokens() == verified_) return;
-        const int32_t last = state_.tokens()[static_cast<size_t>(verified_ - 1)];
-        state_.truncate(verified_ - 1);
-        evaluator_.eval(state_, std::span<const int32_t>(&last, 1));
+        if (state_.n_tokens() != verified_) {
+            const int32_t last = state_.tokens()[static_cast<size_t>(verified_ - 1)];
+            state_.truncate(verified_ - 1);
+            evaluator_.eval(state_, std::span<const int32_t>(&last, 1));
+        }
+        StateAccess::settle_guesses(state_);
     }
 
     bool emit(int32_t token, std::string_view piece) { return piece.empty() || !on_text_ || on_text_(token, piece); }
@@ -243,11 +252,6 @@ void check_speculation_supported(const State& state) {
                     "speculative decoding is not offered for models with recurrent layers (Mamba, hybrids): cutting "
                     "rejected guesses back would leave other recurrent checkpoints than plain decoding; decode "
                     "without --spec");
-    }
-    if (StateAccess::sliding_window(state) > 0 && StateAccess::options(state).trim_sliding_window) {
-        throw Error(ErrorCode::unsupported,
-                    "speculative decoding is not offered for states that trim sliding-window layers (Gemma 3): "
-                    "verifying guesses would trim further than plain decoding; decode without --spec");
     }
 }
 

@@ -360,7 +360,7 @@ void Scheduler::set_drafter(Sequence& seq) const {
     try {
         check_speculation_supported(seq.state);
     } catch (const Error&) {
-        return;  // recurrent or sliding-window models: plain decoding (the same answer)
+        return;  // recurrent models: plain decoding (the same answer)
     }
     if (spec.mode == JobSpeculation::Mode::lookup) {
         seq.drafter = make_lookup_drafter();

@@ -4,6 +4,8 @@
 #include <span>
 #include <vector>
 
+#include "state/state_access.h"
+
 namespace kvstash::server {
 
 void prepare_decode(Sequence& seq) {
@@ -22,6 +24,8 @@ void prepare_decode(Sequence& seq) {
     if (static_cast<int64_t>(draft.size()) > want) draft.resize(static_cast<size_t>(want));
     if (static_cast<int64_t>(draft.size()) < seq.speculation.min_draft) return;
     seq.step_tokens.insert(seq.step_tokens.end(), draft.begin(), draft.end());
+    // Sliding-window layers: trimmed as after next_token alone until finish_decode has cut the rejected guesses.
+    StateAccess::hold_trim_for_guesses(seq.state, verified);
 }
 
 DecodeCount finish_decode(Sequence& seq) {
@@ -48,6 +52,7 @@ DecodeCount finish_decode(Sequence& seq) {
     }
     // The guesses past the decided tokens go (a finished sequence's state goes to the prefix cache).
     if (static_cast<size_t>(seq.state.n_tokens()) > verified) seq.state.truncate(static_cast<int64_t>(verified));
+    StateAccess::settle_guesses(seq.state);
     count.accepted = static_cast<int64_t>(accepted);
     seq.draft_length = next_draft_length(seq.speculation, seq.draft_length, n_guesses, accepted);
     return count;

@@ -45,8 +45,10 @@ void StateAccess::trim_sliding(State::Impl& s) {
     if (s.sliding_window <= 0 || !s.options.trim_sliding_window) return;
     const int64_t slack = s.options.sliding_window_slack < 0 ? s.sliding_window : s.options.sliding_window_slack;
     // The next position evaluated, kv.n_tokens(), reads keys from n_tokens - window + 1 on; truncating
-    // back by `slack` needs `slack` more.
-    s.kv.trim_sliding(s.kv.n_tokens() - s.sliding_window + 1 - slack);
+    // back by `slack` needs `slack` more. While guesses are held (hold_trim_for_guesses), as if the state
+    // ended before them.
+    const int64_t n = s.trim_held_at >= 0 ? std::min(s.trim_held_at, s.kv.n_tokens()) : s.kv.n_tokens();
+    s.kv.trim_sliding(n - s.sliding_window + 1 - slack);
 }
 
 void StateAccess::roll_back(State& state, int64_t first) {

@@ -33,6 +33,9 @@ struct State::Impl {
     // or continued from such KV): the prefix cache, whose blocks must be exact, never takes it.
     bool kv_exact = true;
     int64_t sliding_window = 0;  // the model's (0: no sliding-window layers)
+    // Speculative decoding: while >= 0, the positions from here on are guesses that may be cut, and the
+    // sliding layers are trimmed as if the state ended here (StateAccess::hold_trim_for_guesses).
+    int64_t trim_held_at = -1;
 };
 
 // Friend of State (declared in kvstash/state.h): the only code that reaches State::Impl. It offers the
@@ -79,6 +82,18 @@ struct StateAccess {
     // StateOptions::trim_sliding_window), and whether the KV can continue after the first n positions
     // (the window before n is all there).
     static void trim_sliding(State::Impl& s);
+    // Speculative decoding (its verification evaluates guesses that may then be cut): positions from
+    // `first_guess` on are guesses. Until settle_guesses(), trimming goes no further than a state ending at
+    // first_guess would trim, so cutting any of the guesses leaves the sliding layers' KV exactly as plain
+    // decoding's (a trim releases a block for good: nothing plain decoding still holds may go). settle:
+    // the hold ends, and the state is trimmed as plain decoding would at its length now (trims depend on
+    // the length alone, whole blocks, monotonically: so the result is plain decoding's). No-ops for
+    // models without sliding-window layers.
+    static void hold_trim_for_guesses(State& state, int64_t first_guess) { state.impl_->trim_held_at = first_guess; }
+    static void settle_guesses(State& state) {
+        state.impl_->trim_held_at = -1;
+        trim_sliding(*state.impl_);
+    }
     static bool kv_continues_at(const State::Impl& s, int64_t n) {
         return s.kv.trimmed_until() == 0 || s.kv.trimmed_until() <= n - s.sliding_window + 1;
     }

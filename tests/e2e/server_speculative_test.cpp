@@ -5,7 +5,10 @@
 // request fields.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "e2e/server/channel_collect.h"
@@ -120,6 +123,69 @@ TEST(ServerSpeculative, BatchedSpeculativeJobsEqualGenerateAlone) {
     EXPECT_GT(value("kvstash_speculative_drafted_tokens_total"), 0.0) << rendered;
     EXPECT_GT(value("kvstash_speculative_accepted_tokens_total"), 0.0) << rendered;
     EXPECT_LE(value("kvstash_speculative_accepted_tokens_total"), value("kvstash_speculative_drafted_tokens_total"));
+}
+
+TEST(ServerSpeculative, SlidingWindowJobsSpeculateAndEqualGenerateAlone) {
+    // Gemma 3 (sliding-window layers, window 512, trimmed to two windows behind the last position): a
+    // 1,100-token prompt, so that the sequences' states trim while they verify guesses (held back until the
+    // guesses are decided: server/speculative_step.cpp). Their text and logprobs are generate()'s alone.
+    const char* dir = std::getenv("KVSTASH_MODELS_DIR");
+    const std::string path = (dir != nullptr && *dir != '\0' ? std::string(dir) : test::source_dir() + "/models") +
+                             "/gemma-3-270m-q4_k_m.gguf";
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found: run scripts/fetch_model.sh gemma3";
+    auto model = Model::load(path);
+    const Tokenizer& tok = model->tokenizer();
+    std::string text = "<start_of_turn>user\nRepeat the last line of this list.\n";
+    for (int i = 0; tok.encode(text, AddSpecial::yes, ParseSpecial::yes).size() < 1100; ++i) {
+        text +=
+            "Line " + std::to_string(i) + ": the miller's daughter carried the grain to the old mill by the river.\n";
+    }
+    text += "<end_of_turn>\n<start_of_turn>model\n";
+    const std::vector<int32_t> prompt = tok.encode(text, AddSpecial::yes, ParseSpecial::yes);
+    const std::vector<std::pair<int32_t, float>> cases = {{8, 0.0f}, {4, 0.8f}, {0, 0.8f}};  // n_max, temperature
+    const int64_t max_tokens = 40;
+    Metrics metrics;
+    SchedulerOptions options;
+    options.threads = 2;
+    options.parallel = 3;
+    Scheduler scheduler(model, options, metrics);
+    std::vector<std::shared_ptr<RequestChannel>> channels;
+    for (size_t i = 0; i < cases.size(); ++i) {
+        auto job = std::make_unique<GenerationJob>();
+        job->prompt = prompt;
+        job->sampling = sampling(20 + i, cases[i].second);
+        job->max_tokens = max_tokens;
+        job->top_logprobs = 0;
+        job->speculation.mode = cases[i].first > 0 ? JobSpeculation::Mode::lookup : JobSpeculation::Mode::none;
+        job->speculation.options.max_draft = std::max(cases[i].first, 1);
+        channels.push_back(job->channel);
+        ASSERT_TRUE(scheduler.submit(std::move(job)));
+    }
+    std::vector<Served> served;
+    for (auto& channel : channels) served.push_back(collect(*channel));
+    Evaluator evaluator(model, 2);
+    State prefilled(*model, StateOptions{.n_ctx = 2048});
+    evaluator.eval(prefilled, prompt);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        ASSERT_TRUE(served[i].error.empty()) << served[i].error;
+        State state = prefilled.fork();
+        Sampler sampler(sampling(20 + i, cases[i].second));
+        GenerateOptions g;
+        g.max_tokens = max_tokens;
+        std::vector<double> logprobs;
+        g.on_sample = [&](std::span<const float> logits, int32_t token) {
+            if (!tok.is_eog(token)) logprobs.push_back(token_logprob(logits, token, 0).logprob);
+        };
+        const GenerateResult expected = generate(evaluator, state, sampler, g);
+        EXPECT_EQ(served[i].text[0], expected.text) << "case " << i;
+        EXPECT_EQ(served[i].logprobs[0], logprobs) << "case " << i;
+        EXPECT_GT(state.truncate_floor(), 0) << "the sliding layers were trimmed";
+    }
+    const std::string rendered = metrics.render(PrefixCacheStats{}, StateStoreTotals{});
+    const std::string accepted = "\nkvstash_speculative_accepted_tokens_total ";
+    const size_t at = rendered.find(accepted);
+    ASSERT_NE(at, std::string::npos) << rendered;
+    EXPECT_GT(std::stod(rendered.substr(at + accepted.size())), 0.0) << "Gemma 3's jobs speculated: " << rendered;
 }
 
 TEST(ServerSpeculative, RequestFieldsResolveAgainstTheServerDefault) {
