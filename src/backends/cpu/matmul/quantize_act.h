@@ -37,12 +37,13 @@ constexpr int32_t kActivationMax = 32639;  // largest |q|: 127 · 256 + 127
 bool has_integer_path(TensorType type);
 // True for the types whose matmul() multiplies integer activations, on every path (scalar, AVX2, AVX-512
 // with and without VNNI): every type with an integer path. This is the canonical arithmetic of the
-// block-quantized types (docs/architecture/canonical-matmul.md): integer sums are exact, so every ISA
-// gives the scalar definition's bits. Chosen over f32 activations because it is the faster one on the
-// paths that matter (docs/benchmarks-history.md): AVX2 (q8_0 1.0-1.8x, q4_0 / q4_1 1.6-2.6x per thread,
-// K-quants prefill 1.4-1.6x, decode 1.1-1.9x) and AVX-512 VNNI (K-quants and q8_0 prefill 1.5-2.0x, decode
-// q4_K / q6_K about 2x); on AVX-512 VNNI q4_0 / q4_1 decode was measured 10-15% slower than f32 (the price
-// of one set of bits, docs/benchmarks-history.md "Canonical arithmetic").
+// block-quantized types (docs/architecture/canonical-matmul.md): integer sums are exact, so every ISA gives
+// the scalar definition's bits. Chosen over f32 activations because it is the faster one on the paths that
+// matter (docs/benchmarks-history.md): AVX2 (q8_0 1.0-1.8x, q4_0 / q4_1 1.6-2.6x per thread, K-quants prefill
+// 1.4-1.6x, decode 1.1-1.9x) and AVX-512 VNNI (K-quants and q8_0 prefill 1.5-2.0x, decode q4_K / q6_K about
+// 2x). q4_0 / q4_1 on AVX-512 VNNI, which kept f32 activations before (their VNNI decode was measured 10-15%
+// slower per thread), measured faster end to end on SmolLM2 when they joined (docs/benchmarks-history.md,
+// "Canonical matmul arithmetic (issue 32)").
 bool uses_integer_activations(TensorType type);
 // The activation block size for such a type: 32 (q4_0, q4_1, q5_0, q8_0) or 256 (q4_K, q5_K, q6_K).
 int64_t activation_block(TensorType type);
