@@ -108,7 +108,10 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
     if (std::string(forced) == kAvx512WithoutVnni && cpu_supports(Isa::avx512)) {
         EXPECT_EQ(active_isa(), Isa::avx512);
         EXPECT_FALSE(avx512_uses_vnni());
-        EXPECT_FALSE(matmul_uses_integer_activations(Isa::avx512, TensorType::Q4_K));
+        // Without VNNI the AVX-512 path still multiplies integer activations (the AVX2 integer kernels): one
+        // arithmetic per type on every path.
+        EXPECT_TRUE(matmul_uses_integer_activations(Isa::avx512, TensorType::Q4_K));
+        EXPECT_EQ(kernels::kernel_table(Isa::avx512).matmul_int8_rows, &kernels::matmul_int8_rows_avx2);
         return;
     }
     for (Isa isa : isas) {

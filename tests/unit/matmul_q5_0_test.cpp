@@ -2,7 +2,7 @@
 // backends/cpu/matmul/matmul_int8_avx2.cpp): the scalar definition gives, bitwise, what the q8_0 definition gives on
 // the losslessly repacked matrix (same fp16 d, int8 q - 16), so keeping q5_0 as stored (model/weights.cpp) changes no
 // logit; the AVX2 kernels give the scalar definition's bits over rows × tokens × blocks across their tile edges, at the
-// extreme integers, and batch-invariantly; matmul() computes q5_0 only where it uses integer activations for it.
+// extreme integers, and batch-invariantly; matmul() computes q5_0 on every path (integer activations).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -174,25 +174,26 @@ TEST_F(MatmulQ5_0Avx2, BatchInvariant) {
     }
 }
 
-// matmul() on AVX2 (threads, one call per shape) gives q5_0 the repacked q8_0 matrix's bits; on a path that
-// does not use integer activations for q5_0 it refuses the type instead of computing it some other way.
-TEST_F(MatmulQ5_0Avx2, MatmulEqualsRepackedQ8_0AndIsRefusedElsewhere) {
-    ASSERT_TRUE(matmul_uses_integer_activations(Isa::avx2, kTensorTypeQ5_0));
+// matmul() on every path (threads, one call per shape) computes q5_0, with the repacked q8_0 matrix's bits
+// (so keeping or repacking q5_0 at load, model/weights.cpp, changes no bit) and the scalar path's.
+TEST(MatmulQ5_0, MatmulEqualsRepackedQ8_0OnEveryPath) {
     ThreadPool pool(2);
     const int64_t rows = 200, cols = 640;
     const std::vector<uint8_t> W5 = random_q5_0(rows, cols, 31);
     const std::vector<uint8_t> W8 = repack_as_q8_0(W5);
     for (int64_t n_tokens : {1, 5, 33}) {
         const std::vector<float> X = random_activations(n_tokens * cols, 32 + static_cast<uint32_t>(n_tokens));
-        std::vector<float> y5(static_cast<size_t>(n_tokens * rows)), y8(y5.size());
-        matmul_with(Isa::avx2, kTensorTypeQ5_0, W5.data(), rows, cols, X.data(), n_tokens, y5.data(), &pool);
-        matmul_with(Isa::avx2, TensorType::Q8_0, W8.data(), rows, cols, X.data(), n_tokens, y8.data(), &pool);
-        expect_bitwise(y5, y8, shape(rows, cols, n_tokens));
+        std::vector<float> want(static_cast<size_t>(n_tokens * rows));
+        matmul_with(Isa::scalar, kTensorTypeQ5_0, W5.data(), rows, cols, X.data(), n_tokens, want.data(), nullptr);
+        for (Isa isa : available_isas()) {
+            EXPECT_TRUE(matmul_uses_integer_activations(isa, kTensorTypeQ5_0)) << isa_name(isa);
+            std::vector<float> y5(want.size()), y8(want.size());
+            matmul_with(isa, kTensorTypeQ5_0, W5.data(), rows, cols, X.data(), n_tokens, y5.data(), &pool);
+            matmul_with(isa, TensorType::Q8_0, W8.data(), rows, cols, X.data(), n_tokens, y8.data(), &pool);
+            expect_bitwise(y5, y8, std::string(isa_name(isa)) + " " + shape(rows, cols, n_tokens));
+            expect_bitwise(y5, want, std::string(isa_name(isa)) + " vs scalar " + shape(rows, cols, n_tokens));
+        }
     }
-    float y = 0.0f;
-    EXPECT_THROW(matmul_with(Isa::scalar, kTensorTypeQ5_0, W5.data(), 1, cols, random_activations(cols, 1).data(), 1,
-                             &y, nullptr),
-                 Error);
 }
 
 }  // namespace

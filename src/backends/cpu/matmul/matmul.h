@@ -5,10 +5,11 @@
 //   Y: n_tokens × rows, f32, row stride `rows`:  Y[t][r] = sum_k W[r][k] * X[t][k].
 // Batch invariance: Y[t][r] is bitwise the same function of (W[r], X[t]) whatever n_tokens, whatever
 // the other rows of X, whatever the thread count. Each dot product has one fixed reduction order.
-// On AVX-512 VNNI and on AVX2, K-quant and q8_0 weights (q4_K, q5_K, q6_K, q8_0; AVX2 also q5_0) multiply X[t]
-// quantized on its own to 16-bit integers (backends/cpu/matmul/quantize_act.h) with exact integer block sums
-// (backends/cpu/matmul/reference/matmul_int8_ref.cpp); the other types, and every type on the scalar path, use f32
-// activations (dispatch.h, matmul_uses_integer_activations).
+// One arithmetic per weight type, the same bits on every path (scalar, AVX2, AVX-512 with or without VNNI;
+// docs/architecture/canonical-matmul.md): the block-quantized types (q4_0, q4_1, q5_0, q8_0, q4_K, q5_K,
+// q6_K) multiply X[t] quantized on its own to 16-bit integers (backends/cpu/matmul/quantize_act.h) with exact
+// integer block sums (backends/cpu/matmul/reference/matmul_int8_ref.cpp); f32 / f16 / bf16 use f32 activations
+// and the 16-lane fma dot product of backends/cpu/matmul/reference/matmul_ref.cpp.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +43,8 @@ void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, 
 float dot_row(TensorType type, const void* w_row, const float* x, int64_t cols);
 
 // `matmul` and `dot_row` on a given path, whatever KVSTASH_ISA says (backends/cpu/runtime/dispatch.h). Throws
-// Error(invalid_argument) if this CPU cannot run `isa`. Results of one ISA are bitwise reproducible;
-// different ISAs agree to rounding (their reduction orders differ).
+// Error(invalid_argument) if this CPU cannot run `isa`. Every ISA gives the same bits (the canonical
+// arithmetic above).
 void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
                  float* Y, ThreadPool* pool);
 float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols);
@@ -55,8 +56,9 @@ void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, 
                          int64_t n_tokens, float* Y, ThreadPool* pool);
 
 namespace reference {
-// Plain scalar reference: dequantize_row then a sequential double-free f32 sum. The fast path is
-// tested against it with a tolerance derived from the operands.
+// Scalar reference with f32 activations for every type: dequantize_row then the canonical 16-lane fma dot
+// product (reference/matmul_ref.cpp). matmul() equals it bitwise for f32 / f16 / bf16; the integer path of
+// the quantized types is tested against it with a tolerance derived from the operands.
 void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y);
 }  // namespace reference
 

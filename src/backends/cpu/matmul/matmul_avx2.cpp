@@ -1,12 +1,15 @@
-// AVX2 + FMA + F16C matmul. One token (decode steps) on a quantized type: the fused tile
-// (matmul_fused_avx2.cpp) decodes each weight block in registers and multiplies it straight into the
-// accumulators. Otherwise (here) each W row is decoded into an L1-resident f32 buffer with exactly the
-// arithmetic of dequantize_row (so the decoded weights are bitwise the reference ones), then a buffered
-// tile of up to 8 rows × 2 tokens runs over k. Both give bitwise the same results.
+// AVX2 + FMA + F16C matmul with f32 activations. matmul() uses it for the float weight types (f32, f16,
+// bf16); the block-quantized types take integer activations on every path (matmul_int8_avx2.cpp), and their
+// decoders here serve kernel tests only. Each W row is decoded into an L1-resident f32 buffer with exactly the
+// arithmetic of dequantize_row (so the decoded weights are bitwise the reference ones; f32 rows are read in
+// place), then a buffered tile of up to 6 rows × 1 token or 2 rows × 2 tokens runs over k.
 //
-// Reduction order of one dot product (the same in every tile shape, hence batch invariant):
-//   acc (8 lanes) = 0; for k = 0, 8, 16, ...: acc = fma(w[k..k+7], x[k..k+7], acc)
-//   (a partial last chunk is loaded masked, zeros beyond cols); result = hsum8(acc) (fixed tree).
+// Reduction order of one dot product: the canonical 16-lane one of the scalar reference
+// (reference/matmul_ref.cpp, docs/architecture/canonical-matmul.md), two ymm registers per output:
+//   lo, hi (lanes 0-7, 8-15) = 0; for k = 0, 16, 32, ...: lo = fma(w[k..k+7], x[k..k+7], lo),
+//   hi = fma(w[k+8..k+15], x[k+8..k+15], hi) (a partial last chunk is loaded masked, zeros beyond cols);
+//   result = hsum8(lo + hi), which is the tree of the AVX-512 hsum16. Hence bitwise equal to the scalar
+//   reference and to the AVX-512 path for f32 / f16 / bf16 weights.
 #pragma GCC optimize("fp-contract=off")  // decode mul-then-add exactly as written, never fused
 
 #include <immintrin.h>
@@ -21,15 +24,10 @@
 namespace kvstash::kernels {
 namespace {
 
-constexpr int kMaxRows = 8;          // row tile when n_tokens == 1
-constexpr int kRowsMulti = 4;        // row tile when several tokens share the decoded rows
-constexpr int kMaxTokens = 2;        // token tile (16 ymm registers: 8 accumulators + operands)
+constexpr int kMaxRows = 6;          // row tile when n_tokens == 1 (12 accumulators + 2 x + 1 w)
+constexpr int kRowsMulti = 2;        // row tile when several tokens share the decoded rows
+constexpr int kMaxTokens = 2;        // token tile (16 ymm registers: 8 accumulators + 4 x + operands)
 constexpr int64_t kTokenBlock = 64;  // tokens per pass over a decoded row tile (keeps X in L2)
-
-// The block-quantized types have a fused one-token tile; the plain float types take the buffered path.
-bool has_fused_tile(TensorType type) {
-    return type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16;
-}
 
 // ---- decoders: n elements of one row -> dst, bitwise equal to dequantize_row ----
 
@@ -181,33 +179,48 @@ void decode_row(TensorType type, const uint8_t* src, float* dst, int64_t n) {
 
 // ---- the buffered f32 tile ----
 
-// y[j * y_stride + i] = dot(w[i], x + j * cols) for i < NR, j < NT.
+// y[j * y_stride + i] = dot(w[i], x + j * cols) for i < NR, j < NT; lanes 0-7 of the canonical 16 in lo,
+// 8-15 in hi.
 template <int NR, int NT>
 void buffered_tile(const float* const* w, const float* x, int64_t cols, float* y, int64_t y_stride) {
-    __m256 acc[NR][NT];
+    __m256 lo[NR][NT], hi[NR][NT];
     for (int i = 0; i < NR; ++i)
-        for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+        for (int j = 0; j < NT; ++j) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 8 <= cols; k += 8) {
-        __m256 xv[NT];
-        for (int j = 0; j < NT; ++j) xv[j] = _mm256_loadu_ps(x + j * cols + k);
+    for (; k + 16 <= cols; k += 16) {
+        __m256 xl[NT], xh[NT];
+        for (int j = 0; j < NT; ++j) {
+            xl[j] = _mm256_loadu_ps(x + j * cols + k);
+            xh[j] = _mm256_loadu_ps(x + j * cols + k + 8);
+        }
         for (int i = 0; i < NR; ++i) {
-            const __m256 wv = _mm256_loadu_ps(w[i] + k);
-            for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+            const __m256 wl = _mm256_loadu_ps(w[i] + k);
+            for (int j = 0; j < NT; ++j) lo[i][j] = _mm256_fmadd_ps(wl, xl[j], lo[i][j]);
+            const __m256 wh = _mm256_loadu_ps(w[i] + k + 8);
+            for (int j = 0; j < NT; ++j) hi[i][j] = _mm256_fmadd_ps(wh, xh[j], hi[i][j]);
         }
     }
-    if (k < cols) {
+    if (k < cols) {  // lanes at or past cols load zeros: fma(0, 0, acc) as in the reference
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols - k)), lane);
-        __m256 xv[NT];
-        for (int j = 0; j < NT; ++j) xv[j] = _mm256_maskload_ps(x + j * cols + k, mask);
+        const __m256i left = _mm256_set1_epi32(static_cast<int>(cols - k));
+        const __m256i mask_lo = _mm256_cmpgt_epi32(left, lane);
+        const __m256i mask_hi = _mm256_cmpgt_epi32(left, _mm256_add_epi32(lane, _mm256_set1_epi32(8)));
+        __m256 xl[NT], xh[NT];
+        for (int j = 0; j < NT; ++j) {
+            xl[j] = _mm256_maskload_ps(x + j * cols + k, mask_lo);
+            xh[j] = _mm256_maskload_ps(x + j * cols + k + 8, mask_hi);
+        }
         for (int i = 0; i < NR; ++i) {
-            const __m256 wv = _mm256_maskload_ps(w[i] + k, mask);
-            for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+            const __m256 wl = _mm256_maskload_ps(w[i] + k, mask_lo);
+            const __m256 wh = _mm256_maskload_ps(w[i] + k + 8, mask_hi);
+            for (int j = 0; j < NT; ++j) {
+                lo[i][j] = _mm256_fmadd_ps(wl, xl[j], lo[i][j]);
+                hi[i][j] = _mm256_fmadd_ps(wh, xh[j], hi[i][j]);
+            }
         }
     }
     for (int i = 0; i < NR; ++i)
-        for (int j = 0; j < NT; ++j) y[j * y_stride + i] = hsum8(acc[i][j]);
+        for (int j = 0; j < NT; ++j) y[j * y_stride + i] = hsum8(_mm256_add_ps(lo[i][j], hi[i][j]));
 }
 
 using BufferedTileFn = void (*)(const float* const*, const float*, int64_t, float*, int64_t);
@@ -228,19 +241,13 @@ BufferedTileFn buffered_tile_for(int nr, int nt) {
         case 3: return buffered_tile_for_tokens<3>(nt);
         case 4: return buffered_tile_for_tokens<4>(nt);
         case 5: return buffered_tile_for_tokens<5>(nt);
-        case 6: return buffered_tile_for_tokens<6>(nt);
-        case 7: return buffered_tile_for_tokens<7>(nt);
-        default: return buffered_tile_for_tokens<8>(nt);
+        default: return buffered_tile_for_tokens<6>(nt);
     }
 }
 
 }  // namespace
 
 void matmul_rows_avx2(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens == 1 && has_fused_tile(a.type)) {
-        matmul_rows_fused_avx2(a, row_begin, row_end);
-        return;
-    }
     const int max_rows = a.n_tokens == 1 ? kMaxRows : kRowsMulti;
     const bool direct = a.type == TensorType::F32;  // f32 rows are used in place
     thread_local ScratchArray decoded_buf;          // max_rows × cols, per worker

@@ -1,6 +1,5 @@
-// Loads and the horizontal sum shared by the AVX2 f32-activation matmul's tiles: the buffered tile
-// (matmul_avx2.cpp) and the fused one-token tile (matmul_fused_avx2.cpp). Include only from *_avx2.cpp
-// files. Internal linkage (an unnamed namespace), as when they lived in one file.
+// Loads and the horizontal sum of the AVX2 f32-activation matmul (matmul_avx2.cpp). Include only from
+// *_avx2.cpp files. Internal linkage (an unnamed namespace), as when they lived in one file.
 #pragma once
 
 #include <immintrin.h>

@@ -1,13 +1,11 @@
-// AVX-512 matmul: the buffered many-token tiles, and the choice between them and the fused tile
-// (matmul_fused_avx512.cpp). Two ways to run a row × token tile, with the same arithmetic per output:
-//  * fused (few tokens: decode steps): each weight block is decoded in registers and multiplied
-//    straight into the accumulators; several rows at once, for memory-level parallelism;
-//  * buffered (prefill): a tile of rows is decoded once into an L1-resident f32 buffer, then reused by
-//    every token of a 64-token block with a register tile of 4 rows × 6 tokens.
-// Decoded weights are bitwise dequantize_row's values in both (matmul_avx512_blocks.h).
+// AVX-512 matmul with f32 activations. matmul() uses it for the float weight types (f32, f16, bf16); the
+// block-quantized types take integer activations on every path (matmul_int8_avx512vnni.cpp, or the AVX2
+// integer kernels without VNNI), and their decoders (matmul_avx512_blocks.h) serve kernel tests only.
+// A tile of rows is decoded once into an L1-resident f32 buffer (f32 rows are read in place), then reused by
+// every token of a 64-token block with a register tile of 4 rows × 6 tokens.
 //
-// Reduction order of one dot product Y[t][r] (the same in both ways and every tile shape, hence batch
-// invariant):
+// Reduction order of one dot product Y[t][r]: the canonical 16-lane one of the scalar reference
+// (reference/matmul_ref.cpp, docs/architecture/canonical-matmul.md), the same in every tile shape:
 //   acc (16 lanes) = 0; for k = 0, 16, 32, ...: acc = fma(w[k..k+15], x[k..k+15], acc)
 //   (a partial last chunk is loaded masked, zeros beyond cols); result = hsum16(acc) (fixed tree).
 #pragma GCC optimize("fp-contract=off")  // decode arithmetic exactly as written, never fused implicitly
@@ -20,18 +18,11 @@
 namespace kvstash::kernels {
 namespace {
 
-constexpr int kFusedChunkedMaxTokens = 9;          // up to this, quantized types run the fused tile
 constexpr int kRowTile = 4;                        // rows per register tile (and per decoded buffer)
 constexpr int kTokenTile = 6;                      // tokens per register tile (4 × 6 accumulators)
 constexpr int64_t kTokenBlock = 64;                // most tokens per pass over a decoded row tile
 constexpr int64_t kActivationBlockBytes = 786432;  // activations of one pass (kept in L2)
 constexpr int64_t kColumnSlice = 512;              // columns per pass of the token tiles over a row tile
-
-// The block-quantized types have a fused tile; the plain float types take the buffered path whatever the
-// token count.
-bool has_fused_tile(TensorType type) {
-    return type != TensorType::F32 && type != TensorType::F16 && type != TensorType::BF16;
-}
 
 // ---- buffered tile: NR decoded f32 rows × NT tokens ----
 
@@ -156,10 +147,6 @@ void buffered_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 }  // namespace
 
 void matmul_rows_avx512(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens <= kFusedChunkedMaxTokens && has_fused_tile(a.type)) {
-        matmul_rows_fused_avx512(a, row_begin, row_end);
-        return;
-    }
     buffered_rows(a, row_begin, row_end);
 }
 

@@ -1,6 +1,5 @@
-// The AVX-512 weight decoders of the f32-activation matmul, shared by its two tiles: the fused few-token
-// tile (matmul_fused_avx512.cpp) and the buffered many-token tiles (matmul_avx512.cpp). Decoded weights
-// are bitwise dequantize_row's values (see the per-type notes below).
+// The AVX-512 weight decoders of the f32-activation matmul (matmul_avx512.cpp). Decoded weights are bitwise
+// dequantize_row's values (see the per-type notes below).
 //
 // Include only from *_avx512.cpp files, after `#pragma GCC optimize("fp-contract=off")` (the decode
 // arithmetic exactly as written, never fused implicitly). Its functions have internal linkage (an
@@ -48,7 +47,6 @@ inline __m512 nibble_values() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8,
 //                                     16-element chunks c in element order (S covers a quarter of a
 //                                     K-quant super-block, all of a small block); w = the 16 decoded
 //                                     weights (p: this block's prepared floats).
-// The fused tile interleaves rows step by step, so that each row's dependent chain of FMAs is short.
 // The decoded weights are bitwise dequantize_row's (format/tensor_type.cpp): the scales are computed
 // with the reference's operations, and the weights from them as noted per type.
 //

@@ -35,20 +35,15 @@ struct MatmulArgs {
 
 // MatmulRowsFn (backends/cpu/runtime/dispatch.h): one of these, chosen by the ISA's kernel table.
 
-// Scalar: dequantize_row then a sequential f32 sum per (row, token). This is reference::matmul.
+// Scalar: dequantize_row then the canonical 16-lane f32 dot product (reference/matmul_ref.cpp). This is
+// reference::matmul; matmul() runs it (and the ISA versions below, bitwise equal to it) for f32 / f16 / bf16.
 namespace reference {
 void matmul_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 }  // namespace reference
-// AVX2 + FMA + F16C (matmul_avx2.cpp, matmul_fused_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp,
-// matmul_fused_avx512.cpp). Only call them on a CPU that has the instructions.
+// AVX2 + FMA + F16C (matmul_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp): the scalar reference's bits.
+// Only call them on a CPU that has the instructions.
 void matmul_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
-// The AVX2 fused tile (matmul_fused_avx2.cpp), which matmul_rows_avx2 runs for one token of a
-// block-quantized type: the same bits as its buffered tile.
-void matmul_rows_fused_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
-// The AVX-512 fused tile (matmul_fused_avx512.cpp), which matmul_rows_avx512 runs for a few tokens
-// (at most 9) of a block-quantized type: the same bits as its buffered tiles.
-void matmul_rows_fused_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // The quantized weight types with int8 activations (args.xq), all with the arithmetic defined in
 // reference/matmul_int8_ref.cpp, bitwise equal to each other:

@@ -18,14 +18,7 @@ QuantizedActivations& QuantizedActivations::operator=(const QuantizedActivations
 QuantizedActivations::QuantizedActivations(QuantizedActivations&&) noexcept = default;
 QuantizedActivations& QuantizedActivations::operator=(QuantizedActivations&&) noexcept = default;
 
-bool uses_integer_activations(TensorType type) {
-    return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K || type == TensorType::Q8_0;
-}
-
-bool uses_integer_activations_avx2(TensorType type) {
-    return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0 ||
-           type == kTensorTypeQ5_0 || type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
-}
+bool uses_integer_activations(TensorType type) { return has_integer_path(type); }
 
 bool has_integer_path(TensorType type) {
     if (type == kTensorTypeQ5_0) return true;  // the scalar and AVX2 kernels (backends/cpu/matmul/matmul.h)

@@ -35,21 +35,16 @@ constexpr int32_t kActivationMax = 32639;  // largest |q|: 127 · 256 + 127
 // True for the types with an integer-activation path (all block-quantized types, and q5_0: the only path that
 // computes it, on the scalar and AVX2 kernels).
 bool has_integer_path(TensorType type);
-// True for the types whose matmul() uses it on the AVX-512 VNNI path (matmul_uses_integer_activations
-// in dispatch.h adds the ISA condition): where it is faster than f32 activations on the machine it was
-// measured on (docs/benchmarks-history.md, "Speed (issue 5)"): the K-quants and q8_0 (per thread, against f32:
-// prefill 1.5-2.0×; decode q4_K and q6_K about 2×, q8_0 0.85-1.15×). q4_0 / q4_1 keep f32 activations:
-// their integer decode is 10-15% slower than the f32 one (a reduction per 32-element block and two
-// planes, against f32 lanes accumulating across blocks), and their models meet the speed goal without it.
+// True for the types whose matmul() multiplies integer activations, on every path (scalar, AVX2, AVX-512
+// with and without VNNI): every type with an integer path. This is the canonical arithmetic of the
+// block-quantized types (docs/architecture/canonical-matmul.md): integer sums are exact, so every ISA gives
+// the scalar definition's bits. Chosen over f32 activations because it is the faster one on the paths that
+// matter (docs/benchmarks-history.md): AVX2 (q8_0 1.0-1.8x, q4_0 / q4_1 1.6-2.6x per thread, K-quants prefill
+// 1.4-1.6x, decode 1.1-1.9x) and AVX-512 VNNI (K-quants and q8_0 prefill 1.5-2.0x, decode q4_K / q6_K about
+// 2x). q4_0 / q4_1 on AVX-512 VNNI, which kept f32 activations before (their VNNI decode was measured 10-15%
+// slower per thread), measured faster end to end on SmolLM2 when they joined (docs/benchmarks-history.md,
+// "Canonical matmul arithmetic (issue 32)").
 bool uses_integer_activations(TensorType type);
-// True for the types whose matmul() uses it on the AVX2 path, where its vpmaddwd kernels are faster than
-// the f32 ones on the AVX2 machine they were measured on (docs/benchmarks-history.md): q8_0 (matmul_int8_avx2.cpp,
-// "AVX2 integer-activation matmul": per thread, one token 1.8× with the weights in the L3, 1.0× from
-// DRAM; 4-512 tokens 1.2-1.7×); q5_0 (the q8_0 kernels reading 22-byte blocks: the bits of its q8_0
-// repacking, fewer bytes); q4_K, q5_K, q6_K (matmul_int8_kquant_avx2.cpp, "Gemma 3 270M decode against
-// llama.cpp": prefill 1.4-1.6×, decode 1.1-1.9×); q4_0, q4_1 (the q8_0 kernels reading nibbles, "q4_0 / q4_1
-// with integer activations on AVX2": per thread, one token 1.6-2.6×; SmolLM2's 512-token prefill 1.28×).
-bool uses_integer_activations_avx2(TensorType type);
 // The activation block size for such a type: 32 (q4_0, q4_1, q5_0, q8_0) or 256 (q4_K, q5_K, q6_K).
 int64_t activation_block(TensorType type);
 

@@ -110,8 +110,8 @@ kernels::KernelTable scalar_table() {
 kernels::KernelTable avx2_table() {
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx2;
-    // The AVX2 integer kernels (exact, the scalar bits); matmul() uses them where
-    // matmul_uses_integer_activations says (every block-quantized type: K-quants, q8_0, q5_0, q4_0, q4_1).
+    // The AVX2 integer kernels (exact, the scalar bits); matmul() uses them for every block-quantized type
+    // (matmul_uses_integer_activations: K-quants, q8_0, q5_0, q4_0, q4_1).
     t.matmul_int8_rows = kernels::matmul_int8_rows_avx2;
     t.quantize_activation_row = kernels::quantize_activation_row_avx2;
     t.attention_dot = kernels::attention_dot_avx2;
@@ -128,15 +128,14 @@ kernels::KernelTable avx2_table() {
 }
 
 kernels::KernelTable avx512_table() {
-    // The integer kernels need VNNI and VBMI besides; without them AVX-512 takes the AVX2 integer code (and matmul()
-    // keeps f32 activations: matmul_uses_integer_activations). The AVX-512 quantizer lives with the VNNI kernels
-    // (compiled for them); its bits are the scalar one's.
+    // The integer kernels need VNNI and VBMI besides; without them AVX-512 takes the AVX2 integer code and
+    // quantizer (the same bits: every path computes the scalar definition). The AVX-512 quantizer lives with the
+    // VNNI kernels (compiled for them); its bits are the scalar one's.
     const bool vnni = avx512_uses_vnni();
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx512;
     t.matmul_int8_rows = vnni ? kernels::matmul_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
-    t.quantize_activation_row =
-        vnni ? kernels::quantize_activation_row_avx512 : kernels::reference::quantize_activation_row;
+    t.quantize_activation_row = vnni ? kernels::quantize_activation_row_avx512 : kernels::quantize_activation_row_avx2;
     t.attention_dot = kernels::attention_dot_avx512;
     t.attention_axpy = kernels::attention_axpy_avx512;
     t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx512;
@@ -200,9 +199,9 @@ std::vector<Isa> available_isas() {
     return isas;
 }
 
-bool matmul_uses_integer_activations(Isa isa, TensorType type) {
-    if (isa == Isa::avx2) return kernels::uses_integer_activations_avx2(type);
-    return isa == Isa::avx512 && avx512_uses_vnni() && kernels::uses_integer_activations(type);
+bool matmul_uses_integer_activations(Isa /*isa*/, TensorType type) {
+    // One arithmetic per type on every path (docs/architecture/canonical-matmul.md).
+    return kernels::uses_integer_activations(type);
 }
 
 const kernels::KernelTable& kernels::kernel_table(Isa isa) {

@@ -38,11 +38,10 @@ Isa active_isa();
 std::vector<Isa> available_isas();
 const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 
-// Whether matmul_with(isa, type, ...) (backends/cpu/matmul/matmul.h) multiplies integer activations: the K-quants and
-// q8_0 on the AVX-512 path when the CPU has VNNI and VBMI, the K-quants, q8_0 and q5_0 on the AVX2 path
-// (where the integer kernels are faster: backends/cpu/matmul/quantize_act.h); f32 activations otherwise. (The scalar
-// integer code, and the AVX2 one for q4_0 / q4_1, is exact but slower than the f32 path, so they keep f32;
-// q5_0 is computed only by the scalar and AVX2 integer kernels, and repacked to q8_0 at load elsewhere.)
+// Whether matmul_with(isa, type, ...) (backends/cpu/matmul/matmul.h) multiplies integer activations: every
+// block-quantized type (q4_0, q4_1, q5_0, q8_0, q4_K, q5_K, q6_K) on every path, f32 activations for f32 /
+// f16 / bf16. The same answer for every ISA: one canonical arithmetic per type, which every path computes
+// bitwise (docs/architecture/canonical-matmul.md). The ISA parameter stays for callers that ask per path.
 bool matmul_uses_integer_activations(Isa isa, TensorType type);
 
 struct SsmConvArgs;  // backends/cpu/ssm/ssm.h
@@ -63,8 +62,8 @@ using RopeRotateFn = void (*)(RopeLayout layout, float* v, int64_t half, int64_t
                               const float* sin_v);
 
 // The kernel functions of one instruction set. Each family's header says which bits they give: the same
-// as the scalar reference's on every ISA, except the f32 matmul and the attention dot products, whose
-// reduction order is the ISA's (one fixed order each).
+// as the scalar reference's on every ISA (matmul, both activation kinds: docs/architecture/canonical-matmul.md),
+// except the attention dot products, whose reduction order is the ISA's (one fixed order each).
 struct KernelTable {
     MatmulRowsFn matmul_rows = nullptr;       // f32 activations (matmul_impl.h)
     MatmulRowsFn matmul_int8_rows = nullptr;  // integer activations (reference/matmul_int8_ref.cpp)

@@ -3,8 +3,6 @@
 
 #include <atomic>
 
-#include "backends/cpu/matmul/quantize_act.h"
-
 namespace kvstash {
 
 NumericsPath numerics_path(Isa isa) {
@@ -18,9 +16,11 @@ NumericsPath numerics_path(Isa isa) {
 
 bool matmul_reads_q5_0(NumericsPath path) {
     switch (path) {
-        case NumericsPath::avx2: return matmul_uses_integer_activations(Isa::avx2, kTensorTypeQ5_0);
-        case NumericsPath::avx512_vnni: return kernels::uses_integer_activations(kTensorTypeQ5_0);
-        case NumericsPath::scalar:  // f32 activations: the q8_0 rows
+        // Only the AVX2 integer kernels read q5_0 blocks (22 bytes: fewer bytes than q8_0's 34); the others read
+        // the q8_0 repacking, whose integer product is the same bits (backends/cpu/matmul/quantize_act.h).
+        case NumericsPath::avx2: return true;
+        case NumericsPath::avx512_vnni:
+        case NumericsPath::scalar:
         case NumericsPath::avx512:
         case NumericsPath::unknown: break;
     }

@@ -1,7 +1,14 @@
-// Scalar reference matmul: decode each W row with the reference dequantizer, then one sequential f32
-// sum per (row, token), k = 0, 1, ..., cols-1. It doubles as the "scalar" ISA of the dispatcher.
-#pragma GCC optimize("fp-contract=off")  // keep w*x rounded before the add, as written
+// Scalar reference matmul with f32 activations: decode each W row with the reference dequantizer, then the
+// canonical f32 dot product per (row, token). It doubles as the "scalar" ISA of the dispatcher, and defines
+// the bits that the AVX2 and AVX-512 kernels give (docs/architecture/canonical-matmul.md):
+//   acc[0..15] = +0; for k0 = 0, 16, 32, ...: for i = 0..15: acc[i] = fma(w[k0+i], x[k0+i], acc[i])
+//     (one rounding; past cols, w = x = 0: acc[i] + 0, which turns a -0 lane into +0, as a masked vector
+//     load of zeros does);
+//   s8[i] = acc[i] + acc[i+8] (i < 8); s4[i] = s8[i] + s8[i+4] (i < 4); y = (s4[0] + s4[2]) + (s4[1] + s4[3]).
+// The tree is AVX-512's hsum16 (and AVX2's hsum8 of lo + hi).
+#pragma GCC optimize("fp-contract=off")  // no contraction besides the explicit fma
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -13,15 +20,33 @@ namespace kvstash {
 
 namespace kernels::reference {
 
+namespace {
+
+float canonical_dot(const float* w, const float* x, int64_t cols) {
+    constexpr int64_t kLanes = 16;
+    float acc[kLanes] = {};
+    int64_t k0 = 0;
+    for (; k0 + kLanes <= cols; k0 += kLanes) {
+        for (int64_t i = 0; i < kLanes; ++i) acc[i] = std::fma(w[k0 + i], x[k0 + i], acc[i]);
+    }
+    if (k0 < cols) {
+        for (int64_t i = 0; i < kLanes; ++i)
+            acc[i] = k0 + i < cols ? std::fma(w[k0 + i], x[k0 + i], acc[i]) : acc[i] + 0.0f;
+    }
+    float s8[8], s4[4];
+    for (int i = 0; i < 8; ++i) s8[i] = acc[i] + acc[i + 8];
+    for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+}  // namespace
+
 void matmul_rows_scalar(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     std::vector<float> w(static_cast<size_t>(a.cols));
     for (int64_t r = row_begin; r < row_end; ++r) {
         dequantize_row(a.type, a.W + static_cast<uint64_t>(r) * a.row_bytes, w.data(), a.cols);
         for (int64_t t = 0; t < a.n_tokens; ++t) {
-            const float* x = a.X + t * a.cols;
-            float sum = 0.0f;
-            for (int64_t k = 0; k < a.cols; ++k) sum += w[static_cast<size_t>(k)] * x[k];
-            a.Y[t * a.y_stride + r] = sum;
+            a.Y[t * a.y_stride + r] = canonical_dot(w.data(), a.X + t * a.cols, a.cols);
         }
     }
 }
