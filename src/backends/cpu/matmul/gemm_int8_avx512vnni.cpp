@@ -315,13 +315,27 @@ ChunkFn chunk_for(TensorType type, int nt) {
     }
 }
 
-// Hints the raw bytes of rows [r0, r1), blocks [b0, b0 + nb) into the L2 cache.
-void prefetch_rows(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t b0, int64_t nb, int bytes) {
-    for (int64_t r = r0; r < r1; ++r) {
-        const auto* p = reinterpret_cast<const char*>(a.W + static_cast<uint64_t>(r) * a.row_bytes + b0 * bytes);
-        for (int64_t off = 0; off < nb * bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+// The raw bytes of rows [r0, r1), blocks [b0, b0 + nb): hinted into the L2 cache a slice at a time while a chunk is
+// multiplied (all at once, the prefetches queue behind each other and stall the thread that issues them).
+struct NextChunk {
+    const uint8_t* first = nullptr;  // row r0's block b0
+    uint64_t row_bytes = 0;
+    int64_t lines_per_row = 0, lines = 0;
+    void set(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t b0, int64_t nb, int bytes) {
+        first = a.W + static_cast<uint64_t>(r0) * a.row_bytes + static_cast<uint64_t>(b0 * bytes);
+        row_bytes = a.row_bytes;
+        lines_per_row = (nb * bytes + 63) / 64;
+        lines = std::max<int64_t>(0, r1 - r0) * lines_per_row;
     }
-}
+    // Slice i of n.
+    void prefetch(int64_t i, int64_t n) const {
+        for (int64_t l = lines * i / n; l < lines * (i + 1) / n; ++l) {
+            const uint8_t* p = first + static_cast<uint64_t>(l / lines_per_row) * row_bytes +
+                               static_cast<uint64_t>(l % lines_per_row) * 64;
+            _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+        }
+    }
+};
 
 bool rows16_only() {
     static const bool only = [] {
@@ -365,15 +379,18 @@ void gemm_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t r
             }
             transpose(cols, tile);
             // The next chunk's raw bytes (or the next tile's first chunk) arrive while this one is multiplied.
+            NextChunk next;
             if (c0 + kChunkCols < a.cols) {
-                const int64_t next_cols = std::min(kChunkCols, a.cols - c0 - kChunkCols);
-                prefetch_rows(a, r, r + nr, b0 + nb, next_cols / block, bytes);
+                next.set(a, r, r + nr, b0 + nb, std::min(kChunkCols, a.cols - c0 - kChunkCols) / block, bytes);
             } else if (r + kTileRows < row_end) {
-                prefetch_rows(a, r + kTileRows, std::min(row_end, r + 2 * kTileRows), 0,
-                              std::min(kChunkCols, a.cols) / block, bytes);
+                next.set(a, r + kTileRows, std::min(row_end, r + 2 * kTileRows), 0,
+                         std::min(kChunkCols, a.cols) / block, bytes);
             }
-            for (int64_t t = 0; t < a.n_tokens; t += token_tile) {
+            const int64_t n_steps = (a.n_tokens + token_tile - 1) / token_tile;
+            for (int64_t step = 0; step < n_steps; ++step) {
+                const int64_t t = step * token_tile;
                 const int nt = static_cast<int>(std::min<int64_t>(token_tile, a.n_tokens - t));
+                next.prefetch(step, n_steps);
                 chunk_for(a.type, nt)(tile, b0, nb, *a.xq, t, acc + t * kTileRows);
             }
         }
