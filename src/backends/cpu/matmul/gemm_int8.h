@@ -10,10 +10,6 @@
 
 namespace kvstash::kernels {
 
-// Whether gemm_int8_rows_avx512vnni has its own tiles for `type` (q4_K, q6_K, q8_0); other types, and up to
-// kFewTokensChunkedMax tokens (matmul_int8_avx512vnni.h), go on to matmul_int8_rows_avx512vnni.
-bool gemm_int8_has_tiles(TensorType type);
-
 // The AVX-512 VNNI integer-activation kernel of the dispatch table (backends/cpu/runtime/dispatch.cpp): the
 // 32-row tiles for many tokens of q4_K / q6_K / q8_0, matmul_int8_rows_avx512vnni otherwise. Only on a CPU with
 // AVX-512 F/BW/VL/DQ + VNNI + VBMI. KVSTASH_GEMM=rows16 keeps every call on matmul_int8_rows_avx512vnni (the same

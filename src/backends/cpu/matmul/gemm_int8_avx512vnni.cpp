@@ -345,14 +345,14 @@ bool rows16_only() {
     return only;
 }
 
-}  // namespace
-
-bool gemm_int8_has_tiles(TensorType type) {
+bool has_tiles(TensorType type) {
     return type == TensorType::Q8_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
 }
 
+}  // namespace
+
 void gemm_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens <= kFewTokensChunkedMax || !gemm_int8_has_tiles(a.type) || rows16_only()) {
+    if (a.n_tokens <= kFewTokensChunkedMax || !has_tiles(a.type) || rows16_only()) {
         return matmul_int8_rows_avx512vnni(a, row_begin, row_end);
     }
     const int64_t block = tensor_type_traits(a.type).block_size;
