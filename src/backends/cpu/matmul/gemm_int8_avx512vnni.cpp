@@ -270,7 +270,6 @@ void chunk_super(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivatio
         }
         for (int v = 0; v < 2; ++v) {
             const __m512 d = _mm512_loadu_ps(t.d + b * kTileRows + v * kRows);
-            const __m512 dmin = _mm512_loadu_ps(t.m + b * kTileRows + v * kRows);
             for (int j = 0; j < NT; ++j) {
                 float* acc_p = acc_io + (j * 2 + v) * kRows;
                 const __m512 x_scale = _mm512_set1_ps(dx[j][b]);
@@ -286,6 +285,7 @@ void chunk_super(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivatio
                         m_l = _mm512_dpwssd_epi32(m_l, mn, _mm512_set1_epi32(sl[j][b * kSub + sub]));
                     }
                     const __m512i m = _mm512_add_epi32(_mm512_slli_epi32(m_h, 8), m_l);
+                    const __m512 dmin = _mm512_loadu_ps(t.m + b * kTileRows + v * kRows);  // q4_K only
                     acc = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, x_scale), _mm512_cvtepi32_ps(m), acc);
                 }
                 _mm512_storeu_ps(acc_p, acc);
