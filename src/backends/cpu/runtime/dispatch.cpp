@@ -10,6 +10,7 @@
 #include "backends/cpu/attention/attention_group.h"
 #include "backends/cpu/attention/attention_rows.h"
 #include "backends/cpu/exp/exp_f32.h"
+#include "backends/cpu/matmul/gemm_int8.h"
 #include "backends/cpu/matmul/matmul_impl.h"
 #include "backends/cpu/matmul/quantize_act.h"
 #include "backends/cpu/norm/norm.h"
@@ -134,7 +135,7 @@ kernels::KernelTable avx512_table() {
     const bool vnni = avx512_uses_vnni();
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx512;
-    t.matmul_int8_rows = vnni ? kernels::matmul_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
+    t.matmul_int8_rows = vnni ? kernels::gemm_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
     t.quantize_activation_row = vnni ? kernels::quantize_activation_row_avx512 : kernels::quantize_activation_row_avx2;
     t.attention_dot = kernels::attention_dot_avx512;
     t.attention_axpy = kernels::attention_axpy_avx512;
