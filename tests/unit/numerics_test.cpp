@@ -37,18 +37,19 @@ struct Pin {
     uint64_t hash[4];
 };
 
-// Epoch 2 (q4_0 / q4_1 joined in epoch 2: their AVX2 kernels changed then). The scalar and avx2 columns
-// were recorded on an AVX2-only CPU and hold on an AVX-512 one (a path's bits do not depend on the CPU
-// that runs it); the avx512 and avx512_vnni columns on an AVX-512 VNNI CPU (KVSTASH_ISA=avx512-novnni and
-// avx512). On both AVX-512 paths f16, q4_0 and q4_1 take f32 activations (the same bits); q8_0 and the
-// K-quants take integer activations on avx512_vnni only.
+// Epoch 3 (attention's dot product and axpy became one arithmetic on every ISA: 16 fma lanes and the canonical
+// tree; docs/architecture/canonical-float-ops.md), recorded on an AVX-512 VNNI CPU for all four paths
+// (KVSTASH_ISA=scalar, avx2, avx512-novnni, avx512; a path's bits do not depend on the CPU that runs it). The
+// columns still differ where the matmuls' arithmetic does (f32 activations: lanes per ISA; integer activations
+// on avx2 and avx512_vnni, f32 on scalar and avx512): q8_0 and the K-quants, integer on both, now give the same
+// bits on avx2 and avx512_vnni. On both AVX-512 paths f16, q4_0 and q4_1 take f32 activations (the same bits).
 constexpr Pin kPins[] = {
-    {"gqa_f16.gguf", {0xfdd71e6cd97e5657, 0xcfa0aa80ab563dc1, 0x9bbffbc2bd42245f, 0x9bbffbc2bd42245f}},
-    {"q_q8_0.gguf", {0x77b9f6f65f48d2ca, 0xe08049cf3755e697, 0x0bde36343b072f74, 0x4efd8d438d3ad55c}},
-    {"q_q4_k.gguf", {0x633d4ebf7e9d1ab0, 0xe8639903834158c7, 0x5e558d8fa4542561, 0xddb54e88f254162a}},
-    {"q_q6_k.gguf", {0xfbb3f746741b25c7, 0x7682b8867ce83329, 0xdbf7ab93876e0989, 0x90656f3b5ce9b3e4}},
-    {"q_q4_0.gguf", {0x7a6592d371c26a75, 0x79315a90f08608d8, 0xc2ba2d3861ad45dc, 0xc2ba2d3861ad45dc}},
-    {"q_q4_1.gguf", {0xfcb6eb12613f683d, 0x4439232cf3939b1b, 0xa488feb308bb3146, 0xa488feb308bb3146}},
+    {"gqa_f16.gguf", {0xd5b12a6533816ae5, 0xec5ae410bd08f58a, 0xfdfb6cf5a67d7640, 0xfdfb6cf5a67d7640}},
+    {"q_q8_0.gguf", {0xc9668ae10ee49c51, 0x4efd8d438d3ad55c, 0x0bde36343b072f74, 0x4efd8d438d3ad55c}},
+    {"q_q4_k.gguf", {0x2e0c574fcb735aa6, 0xddb54e88f254162a, 0x5e558d8fa4542561, 0xddb54e88f254162a}},
+    {"q_q6_k.gguf", {0x7be5ba2663a93815, 0x90656f3b5ce9b3e4, 0xdbf7ab93876e0989, 0x90656f3b5ce9b3e4}},
+    {"q_q4_0.gguf", {0xc516fbff8e06ed17, 0x7acf0fa352829226, 0xc2ba2d3861ad45dc, 0xc2ba2d3861ad45dc}},
+    {"q_q4_1.gguf", {0x6e6609cfd5dd1804, 0xda05223d54adf381, 0xa488feb308bb3146, 0xa488feb308bb3146}},
 };
 
 uint64_t logits_hash(const char* model_name) {

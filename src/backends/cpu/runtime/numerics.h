@@ -21,7 +21,9 @@ namespace kvstash {
 
 // Epoch 1: 256-key attention chunks by absolute position, AVX2 integer K-quant kernels.
 // Epoch 2: q4_0 / q4_1 on AVX2 with integer activations (matmul_int8_avx2.cpp).
-inline constexpr uint32_t kNumericsEpoch = 2;
+// Epoch 3: attention's dot product in 16 fma lanes and axpy as one fma per element on every ISA
+// (docs/architecture/canonical-float-ops.md).
+inline constexpr uint32_t kNumericsEpoch = 3;
 
 // The kernel path's code in keys and files; 0 = unknown (a file from before numerics were recorded).
 enum class NumericsPath : uint32_t { unknown = 0, scalar = 1, avx2 = 2, avx512 = 3, avx512_vnni = 4 };
