@@ -63,8 +63,8 @@ using RopeRotateFn = void (*)(RopeLayout layout, float* v, int64_t half, int64_t
                               const float* sin_v);
 
 // The kernel functions of one instruction set. Each family's header says which bits they give: the same
-// as the scalar reference's on every ISA, except the f32 matmul and the attention dot products, whose
-// reduction order is the ISA's (one fixed order each).
+// as the scalar reference's on every ISA (docs/architecture/canonical-float-ops.md), except the f32 matmul,
+// whose reduction order is the ISA's (one fixed order each).
 struct KernelTable {
     MatmulRowsFn matmul_rows = nullptr;       // f32 activations (matmul_impl.h)
     MatmulRowsFn matmul_int8_rows = nullptr;  // integer activations (reference/matmul_int8_ref.cpp)

@@ -97,6 +97,36 @@ inline float reduce_add(F32x16 p) {
 }
 inline float reduce_max(F32x16 p) { return _mm512_reduce_max_ps(p.v); }  // exact in any order
 
+// RoPE's pair operations, lanes (2k, 2k+1) holding pair k: each of the 8 floats at p twice (c0 c0 c1 c1 ...);
+// the two lanes of every pair swapped; a - b in even lanes and a + b in odd lanes.
+inline F32x16 load_pairs_duplicated(const float* p) {
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return {_mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(p)))};
+}
+inline F32x16 swap_pairs(F32x16 x) { return {_mm512_permute_ps(x.v, _MM_SHUFFLE(2, 3, 0, 1))}; }
+inline F32x16 sub_even_add_odd(F32x16 a, F32x16 b) {
+    return {_mm512_mask_add_ps(_mm512_sub_ps(a.v, b.v), static_cast<__mmask16>(0xAAAA), a.v, b.v)};
+}
+
+// 16 double lanes (two zmm registers): RMSNorm's partial sums of squares.
+struct F64x16 {
+    __m512d lo, hi;
+};
+inline F64x16 zero_f64() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+// acc + double(x)² lane-wise (the square is exact in double: one rounding, the add).
+inline F64x16 add_squares(F64x16 acc, F32x16 x) {
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x.v));
+    const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x.v, 1));
+    return {_mm512_fmadd_pd(lo, lo, acc.lo), _mm512_fmadd_pd(hi, hi, acc.hi)};
+}
+// The canonical tree over the 16 double lanes.
+inline double reduce_add(F64x16 p) {
+    const __m512d q = _mm512_add_pd(p.lo, p.hi);
+    const __m256d r = _mm256_add_pd(_mm512_castpd512_pd256(q), _mm512_extractf64x4_pd(q, 1));
+    const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(r), _mm256_extractf128_pd(r, 1));
+    return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+}
+
 #else  // AVX2: lanes 0-7 in lo, 8-15 in hi
 
 struct F32x16 {
@@ -185,6 +215,39 @@ inline float reduce_max(F32x16 p) {
     const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
     const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     return _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+}
+
+inline F32x16 load_pairs_duplicated(const float* p) {
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    return {_mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), dup),
+            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p + 4)), dup)};
+}
+inline F32x16 swap_pairs(F32x16 x) {
+    return {_mm256_permute_ps(x.lo, _MM_SHUFFLE(2, 3, 0, 1)), _mm256_permute_ps(x.hi, _MM_SHUFFLE(2, 3, 0, 1))};
+}
+inline F32x16 sub_even_add_odd(F32x16 a, F32x16 b) {
+    return {_mm256_addsub_ps(a.lo, b.lo), _mm256_addsub_ps(a.hi, b.hi)};
+}
+
+// 16 double lanes (four ymm registers, lanes 4q..4q+3 in d[q]).
+struct F64x16 {
+    __m256d d[4];
+};
+inline F64x16 zero_f64() {
+    return {{_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()}};
+}
+inline F64x16 add_squares(F64x16 acc, F32x16 x) {
+    const __m256d parts[4] = {
+        _mm256_cvtps_pd(_mm256_castps256_ps128(x.lo)), _mm256_cvtps_pd(_mm256_extractf128_ps(x.lo, 1)),
+        _mm256_cvtps_pd(_mm256_castps256_ps128(x.hi)), _mm256_cvtps_pd(_mm256_extractf128_ps(x.hi, 1))};
+    for (int q = 0; q < 4; ++q) acc.d[q] = _mm256_fmadd_pd(parts[q], parts[q], acc.d[q]);
+    return acc;
+}
+inline double reduce_add(F64x16 p) {
+    // lanes j and j + 8 (d[0] + d[2], d[1] + d[3]), then j and j + 4, j + 2, j + 1.
+    const __m256d r = _mm256_add_pd(_mm256_add_pd(p.d[0], p.d[2]), _mm256_add_pd(p.d[1], p.d[3]));
+    const __m128d u = _mm_add_pd(_mm256_castpd256_pd128(r), _mm256_extractf128_pd(r, 1));
+    return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
 }
 
 #endif

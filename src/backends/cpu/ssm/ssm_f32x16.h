@@ -79,7 +79,8 @@ inline void ssm_scan(const SsmScanArgs& a, int64_t head_begin, int64_t head_end)
             store(dt, dt_v);
             store(exp_dt, exp_f32(dt_v));
             float* dts = dts_block + t * kLanes;
-            for (int64_t l = 0; l < kLanes; ++l) dts[l] = l < n ? kernels::ssm_softplus_given_exp(dt[l], exp_dt[l]) : 0.0f;
+            for (int64_t l = 0; l < kLanes; ++l)
+                dts[l] = l < n ? kernels::ssm_softplus_given_exp(dt[l], exp_dt[l]) : 0.0f;
             if (!a.per_state_decay) store(dA_block + t * kLanes, exp_f32(mul(load(dts), load_n(a.A + h0, n))));
         }
         // One head at one token: its channels' state updates and outputs.
