@@ -10,6 +10,7 @@
 #include "backends/cpu/attention/attention_group.h"
 #include "backends/cpu/attention/attention_numerator_sums.h"
 #include "backends/cpu/attention/attention_q8_0_avx2.h"
+#include "backends/cpu/attention/attention_rows_f32x16.h"
 #include "backends/cpu/attention/kv_row_walk.h"
 #include "backends/cpu/exp/exp_f32.h"
 #include "backends/cpu/runtime/scratch.h"
@@ -127,22 +128,6 @@ void scores(const AttentionGroupArgs& a) {
             }
         }
     }
-}
-
-// The per-row order: the max, then the numerators in place (exp_f32 on AVX2). (The max is taken with
-// vector max: the same value; only the sign of a zero maximum could differ, and exp(s - (+0)) ==
-// exp(s - (-0)) for every s.) Their sums follow in numerator_sums.
-void softmax_numerators(float* s, int64_t n, float* max_out) {
-    __m256 m = _mm256_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, m);
-    float max_score = lanes[0];
-    for (int i = 1; i < 8; ++i) max_score = std::max(max_score, lanes[i]);
-    for (; j < n; ++j) max_score = std::max(max_score, s[j]);
-    exp_f32_shifted_row_avx2(s, s, n, max_score);
-    *max_out = max_score;
 }
 
 // Keys [begin, end) of the chunk (indices from its first key).
@@ -325,7 +310,8 @@ void attend(const AttentionGroupArgs& a) {
     RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
     scores<T>(a);
-    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
+    for (int64_t h = 0; h < a.n_heads; ++h)
+        simd::softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
     all_numerator_sums(a);
     if (T == TensorType::F32 || a.n_heads < kConvertHeads) {
         values_all<T>(a, v_rows, KeyRange{0, a.n_keys});

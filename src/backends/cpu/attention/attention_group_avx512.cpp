@@ -16,6 +16,7 @@
 #include "backends/cpu/attention/attention.h"
 #include "backends/cpu/attention/attention_group.h"
 #include "backends/cpu/attention/attention_numerator_sums.h"
+#include "backends/cpu/attention/attention_rows_f32x16.h"
 #include "backends/cpu/attention/kv_row_walk.h"
 #include "backends/cpu/exp/exp_f32.h"
 #include "backends/cpu/exp/exp_f32x16.h"
@@ -107,22 +108,6 @@ void scores(const AttentionGroupArgs& a) {
             }
         }
     }
-}
-
-// The per-row path's order: the max, then the numerators in place (what its exp_shifted is on AVX-512). (The
-// max is taken with vector max: the same value; only the sign of a zero maximum could differ, and
-// exp(s - (+0)) == exp(s - (-0)) for every s.) Their sums follow in numerator_sums.
-void softmax_numerators(float* s, int64_t n, float* max_out) {
-    __m512 m = _mm512_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-    if (j < n) {
-        const auto mask = static_cast<__mmask16>((1u << (n - j)) - 1);
-        m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask, s + j));
-    }
-    const float max_score = _mm512_reduce_max_ps(m);
-    exp_f32_shifted_row_avx512(s, s, n, max_score);
-    *max_out = max_score;
 }
 
 // Where head h's numerator of key j is: e.head(h)[j * e.key_stride] (the per-head rows of a.scores, stride 1, or
@@ -280,7 +265,8 @@ void attend(const AttentionGroupArgs& a) {
         return;
     }
     scores<NC, F16>(a);
-    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
+    for (int64_t h = 0; h < a.n_heads; ++h)
+        simd::softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
     all_numerator_sums(a);
     values_all<NC, F16>(a, Numerators{a.scores, 0, a.n_keys, 1}, v_rows, 0, a.n_keys);
 }

@@ -6,7 +6,11 @@
 // *_avx512.cpp files (backends/cpu/simd/f32x16.h).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+
 #include "backends/cpu/attention/attention_rows.h"
+#include "backends/cpu/exp/exp_f32x16.h"
 #include "backends/cpu/simd/f32x16.h"
 
 namespace kvstash::simd {
@@ -55,6 +59,20 @@ inline void attention_axpy(float* out, float w, const uint8_t* v_row, int64_t n,
     if (i < n) {
         store_first(out + i, fma(wv, load_kv_first(v_row, i, n - i, type), load_first(out + i, n - i)), n - i);
     }
+}
+
+// A chunk's softmax in the per-row order (attention.cpp, chunk_partial_rows): the max of the n scores at s,
+// then the numerators exp_f32(s_j - max) in place. (The max is taken with vector max: the same value; only
+// the sign of a zero maximum could differ, and exp(s - (+0)) == exp(s - (-0)) for every s.) The grouped
+// kernels add the numerators' sums after (attention_numerator_sums.h).
+inline void softmax_numerators(float* s, int64_t n, float* max_out) {
+    F32x16 m = set1(-INFINITY);
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes) m = max(m, load(s + j));
+    float max_score = reduce_max(m);
+    for (; j < n; ++j) max_score = std::max(max_score, s[j]);
+    exp_f32_shifted_row(s, s, n, max_score);
+    *max_out = max_score;
 }
 
 }  // namespace
