@@ -90,6 +90,18 @@ TEST(Numerics, PinnedLogitsOnEveryPath) {
     for (const std::string& setting : failed) ADD_FAILURE() << "pins differ on KVSTASH_ISA=" << setting;
 }
 
+// One set of bits across CPUs where every op's arithmetic is the same: a model whose matmuls take integer
+// activations on both avx2 and avx512_vnni (q8_0, the K-quants) gives the same logits on both, now that attention,
+// exp, the norms, RoPE and the activations are canonical (docs/architecture/canonical-float-ops.md). A change that
+// gives one of those paths its own arithmetic again makes their pins differ and fails here.
+TEST(Numerics, IntegerActivationModelsHaveOnePinOnAvx2AndAvx512Vnni) {
+    for (const Pin& pin : kPins) {
+        const std::string model = pin.model;
+        if (model != "q_q8_0.gguf" && model != "q_q4_k.gguf" && model != "q_q6_k.gguf") continue;
+        EXPECT_EQ(pin.hash[1], pin.hash[3]) << model << ": avx2 and avx512_vnni pins differ";
+    }
+}
+
 // The weight layout (q5_0 kept or repacked to q8_0 at load) follows the numerics path, and agrees with what
 // matmul reads on the ISA that runs it.
 TEST(Numerics, Q5_0LayoutFollowsThePath) {
