@@ -37,7 +37,7 @@ declare -A DIR_LAYER=(
     [src/base]=base [src/format]=format [src/kv]=kv [src/tokenizer]=tokenizer
     [src/backends/cpu/activation]=kernels [src/backends/cpu/attention]=kernels [src/backends/cpu/exp]=kernels
     [src/backends/cpu/matmul]=kernels [src/backends/cpu/norm]=kernels [src/backends/cpu/rope]=kernels
-    [src/backends/cpu/runtime]=kernels [src/backends/cpu/ssm]=kernels
+    [src/backends/cpu/runtime]=kernels [src/backends/cpu/simd]=kernels [src/backends/cpu/ssm]=kernels
     [src/backends/cpu/adapters]=backends [src/backends/cpu/embed]=backends [src/backends/cpu/ffn]=backends
     [src/model]=model [src/backends]=backends [src/state]=state [src/text]=text [src/grammar]=grammar [src/engine]=engine
     [src/server]=frontends [src/hub]=frontends [tools]=frontends [python]=frontends [examples]=frontends [bench]=frontends

@@ -67,8 +67,8 @@ struct Rows {
 void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<float>& q, int64_t first_key,
                 int64_t n_keys, const std::vector<int64_t>& head_keys) {
     const int64_t n_heads = static_cast<int64_t>(q.size()) / kHeadDim;
-    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
-    const uint64_t offset = kernels::kv_row_offset(type, kHeadDim);  // KV head 1
+    const kernels::AttentionRowOps ops = kernels::attention_row_ops(Isa::scalar);  // every ISA: the scalar bits
+    const uint64_t offset = kernels::kv_row_offset(type, kHeadDim);                // KV head 1
     std::vector<float> scores(static_cast<size_t>(n_heads * n_keys));
     std::vector<float> max(static_cast<size_t>(n_heads)), sum(max.size()), acc(q.size());
     kernels::AttentionGroupArgs args;

@@ -1,8 +1,8 @@
-// The SIMD attention inner loops against their scalar references, on every ISA this CPU runs.
-// Tolerance: dot of n terms in fp32 with a different summation order differs by at most
-// 2·γ_n·Σ|q_i k_i| (γ_n = n·u/(1 - n·u), u = 2^-24); axpy is one FMA vs a rounded multiply-add per
-// element, at most 2 ulp of |out| + |w·v| apart. And each ISA bitwise against a scalar model of its own
-// arithmetic (lanes, tree, tail).
+// The attention inner loops (backends/cpu/attention/attention_rows.h): one arithmetic on every ISA. The scalar
+// reference is checked against a model of the documented arithmetic written here (16 fma lanes, the canonical
+// tree) and against a double-precision dot within the rounding bound; every ISA this CPU runs is compared
+// bitwise with the reference, for f16, f32 and q8_0 rows, lengths that are and are not multiples of 16, and
+// rows at any alignment.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,97 +41,104 @@ float stored(const std::vector<uint8_t>& row, size_t i, TensorType type) {
     return f;
 }
 
-TEST(AttentionRows, SimdMatchesReferenceOnEveryIsa) {
+// The reference's dot is the exact dot within 2·γ_n·Σ|q_i k_i| (γ_n = n·u/(1 - n·u), u = 2^-24): any order of
+// fp32 sums is.
+TEST(AttentionRows, ReferenceDotIsWithinRoundingOfTheExactDot) {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     constexpr double u = 1.0 / (1 << 24);
-    for (Isa isa : available_isas()) {
-        const AttentionRowOps ops = attention_row_ops(isa);
-        for (TensorType type : {TensorType::F16, TensorType::F32}) {
-            for (int64_t n : {1, 7, 8, 16, 24, 64, 100, 128}) {
-                SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n) +
-                             (type == TensorType::F16 ? " f16" : " f32"));
-                std::vector<float> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), out(static_cast<size_t>(n));
-                for (auto* v : {&q, &k, &out})
-                    for (float& x : *v) x = normal(rng);
-                const auto k_row = make_row(k, type);
-                double abs_sum = 0.0;
-                for (size_t i = 0; i < q.size(); ++i) abs_sum += std::fabs(q[i] * stored(k_row, i, type));
-                const double gamma = static_cast<double>(n) * u / (1.0 - static_cast<double>(n) * u);
-                EXPECT_NEAR(ops.dot(q.data(), k_row.data(), n, type),
-                            reference::attention_dot(q.data(), k_row.data(), n, type), 2.0 * gamma * abs_sum);
-
-                std::vector<float> got = out, want = out;
-                const float w = normal(rng);
-                ops.axpy(got.data(), w, k_row.data(), n, type);
-                reference::attention_axpy(want.data(), w, k_row.data(), n, type);
-                for (size_t i = 0; i < got.size(); ++i) {
-                    const double bound = 4.0 * u * (std::fabs(out[i]) + std::fabs(w * stored(k_row, i, type)));
-                    EXPECT_NEAR(got[i], want[i], bound) << "element " << i;
-                }
+    for (TensorType type : {TensorType::F16, TensorType::F32}) {
+        for (int64_t n : {1, 7, 8, 16, 24, 64, 100, 128, 256}) {
+            SCOPED_TRACE("n=" + std::to_string(n) + (type == TensorType::F16 ? " f16" : " f32"));
+            std::vector<float> q(static_cast<size_t>(n)), k(static_cast<size_t>(n));
+            for (auto* v : {&q, &k})
+                for (float& x : *v) x = normal(rng);
+            const auto k_row = make_row(k, type);
+            double exact = 0.0, abs_sum = 0.0;
+            for (size_t i = 0; i < q.size(); ++i) {
+                exact += static_cast<double>(q[i]) * stored(k_row, i, type);
+                abs_sum += std::fabs(static_cast<double>(q[i]) * stored(k_row, i, type));
             }
+            const double gamma = static_cast<double>(n) * u / (1.0 - static_cast<double>(n) * u);
+            EXPECT_NEAR(reference::attention_dot(q.data(), k_row.data(), n, type), exact, 2.0 * gamma * abs_sum);
         }
     }
 }
 
-// The arithmetic each ISA documents (backends/cpu/attention/attention_rows.h), modelled in scalar code and compared
-// bitwise: the dot product keeps `lanes` fma partial sums over the element index (element i in lane
-// i % lanes, full vectors only), sums them by a fixed pairwise tree (distance lanes/2, ..., 1; the AVX2
-// hsum and _mm512_reduce_add_ps both pair that way), then adds the reference dot of the tail; axpy
-// is one fma per element of the full vectors and the reference's multiply-then-add on the tail. The rows
-// sit at every offset of a buffer (alignment must not matter). A kernel that reorders its sums, fuses or
-// splits a product, or treats the tail differently fails here even where it stays within the rounding
-// bound of SimdMatchesReferenceOnEveryIsa.
-float modelled_dot(int lanes, const float* q, const std::vector<uint8_t>& k_row, size_t first, int64_t n,
-                   TensorType type) {
-    const int64_t full = lanes == 1 ? 0 : n / lanes * lanes;
-    std::vector<float> acc(static_cast<size_t>(lanes), 0.0f);
-    for (int64_t i = 0; i < full; ++i) {
-        float& a = acc[static_cast<size_t>(i % lanes)];
+// The arithmetic attention_rows.h documents, modelled here in plain scalar code: the dot product keeps 16 fma
+// partial sums over the element index (element i in lane i % 16), sums them by the canonical tree (distance 8,
+// 4, 2, 1); axpy is one fma per element. The reference must be exactly this; a kernel that reorders its sums,
+// fuses or splits a product, or treats the tail differently fails here or in EveryIsaEqualsTheReferenceBitwise.
+float modelled_dot(const float* q, const std::vector<uint8_t>& k_row, size_t first, int64_t n, TensorType type) {
+    float acc[16] = {};
+    for (int64_t i = 0; i < n; ++i) {
+        float& a = acc[i % 16];
         a = std::fma(q[i], stored(k_row, first + static_cast<size_t>(i), type), a);
     }
-    for (int width = lanes / 2; width >= 1; width /= 2) {
-        for (int l = 0; l < width; ++l) acc[static_cast<size_t>(l)] += acc[static_cast<size_t>(l + width)];
+    for (int width = 8; width >= 1; width /= 2) {
+        for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
     }
-    float tail = 0.0f;
-    for (int64_t i = full; i < n; ++i) tail += q[i] * stored(k_row, first + static_cast<size_t>(i), type);
-    return lanes == 1 ? tail : acc[0] + tail;
+    return acc[0];
 }
 
-void modelled_axpy(int lanes, float* out, float w, const std::vector<uint8_t>& v_row, size_t first, int64_t n,
-                   TensorType type) {
-    const int64_t full = lanes == 1 ? 0 : n / lanes * lanes;
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = stored(v_row, first + static_cast<size_t>(i), type);
-        out[i] = i < full ? std::fma(w, v, out[i]) : out[i] + w * v;
-    }
-}
-
-int lanes_of(Isa isa) { return isa == Isa::avx512 ? 16 : isa == Isa::avx2 ? 8 : 1; }
-
-TEST(AttentionRows, EachIsaFollowsItsLaneOrderBitwise) {
+TEST(AttentionRows, ReferenceIsTheDocumentedArithmetic) {
     std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (TensorType type : {TensorType::F16, TensorType::F32}) {
+        for (int64_t n : {1, 7, 8, 15, 16, 17, 24, 64, 100, 128, 256}) {
+            SCOPED_TRACE("n=" + std::to_string(n) + (type == TensorType::F16 ? " f16" : " f32"));
+            std::vector<float> k(static_cast<size_t>(n)), q(k.size()), out(k.size());
+            for (auto* v : {&k, &q, &out})
+                for (float& x : *v) x = normal(rng);
+            const auto row = make_row(k, type);
+            const float got = reference::attention_dot(q.data(), row.data(), n, type);
+            const float want = modelled_dot(q.data(), row, 0, n, type);
+            EXPECT_EQ(0, std::memcmp(&got, &want, 4)) << got << " vs " << want;
+            const float w = normal(rng);
+            std::vector<float> got_out = out, want_out = out;
+            reference::attention_axpy(got_out.data(), w, row.data(), n, type);
+            for (size_t i = 0; i < want_out.size(); ++i) want_out[i] = std::fma(w, stored(row, i, type), want_out[i]);
+            EXPECT_EQ(0, std::memcmp(got_out.data(), want_out.data(), 4 * got_out.size()));
+        }
+    }
+}
+
+// Every ISA gives the reference's bits, dot and axpy, f16 / f32 / q8_0 rows (q8_0: whole blocks of 32), at every
+// offset of a buffer (alignment must not matter).
+TEST(AttentionRows, EveryIsaEqualsTheReferenceBitwise) {
+    std::mt19937 rng(13);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (Isa isa : available_isas()) {
         const AttentionRowOps ops = attention_row_ops(isa);
-        for (TensorType type : {TensorType::F16, TensorType::F32}) {
-            for (int64_t n : {1, 7, 8, 15, 16, 17, 24, 64, 100, 128}) {
+        for (TensorType type : {TensorType::F16, TensorType::F32, TensorType::Q8_0}) {
+            for (int64_t n : {1, 7, 8, 15, 16, 17, 24, 32, 64, 80, 96, 100, 128, 256}) {
+                if (type == TensorType::Q8_0 && n % 32 != 0) continue;
                 for (size_t offset : {0, 1, 3}) {
                     SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n) + " offset " +
-                                 std::to_string(offset) + (type == TensorType::F16 ? " f16" : " f32"));
-                    std::vector<float> buffer(static_cast<size_t>(n) + offset), q(buffer.size()), out(buffer.size());
-                    for (auto* v : {&buffer, &q, &out})
+                                 std::to_string(offset) + " " + tensor_type_name(static_cast<uint32_t>(type)));
+                    std::vector<float> values(static_cast<size_t>(n)), q(values.size() + offset), out(q.size());
+                    for (auto* v : {&values, &q, &out})
                         for (float& x : *v) x = normal(rng);
-                    const auto row = make_row(buffer, type);
-                    const size_t row_offset = offset * (type == TensorType::F16 ? 2 : 4);
-                    const float got = ops.dot(q.data() + offset, row.data() + row_offset, n, type);
-                    const float want = modelled_dot(lanes_of(isa), q.data() + offset, row, offset, n, type);
+                    std::vector<uint8_t> row;
+                    if (type == TensorType::Q8_0) {
+                        row.assign(static_cast<size_t>(n / 32 * 34) + offset, 0);
+                        quantize_row_q8_0(values.data(), row.data() + offset, n);
+                    } else {
+                        std::vector<float> shifted(offset, 0.0f);
+                        shifted.insert(shifted.end(), values.begin(), values.end());
+                        row = make_row(shifted, type);
+                    }
+                    // The row starts `offset` bytes (q8_0) or elements (f16, f32) into its buffer.
+                    const size_t element_bytes = type == TensorType::F16 ? 2 : type == TensorType::F32 ? 4 : 1;
+                    const uint8_t* k = row.data() + offset * element_bytes;
+                    const float got = ops.dot(q.data() + offset, k, n, type);
+                    const float want = reference::attention_dot(q.data() + offset, k, n, type);
                     EXPECT_EQ(0, std::memcmp(&got, &want, 4)) << got << " vs " << want;
 
                     const float w = normal(rng);
                     std::vector<float> got_out = out, want_out = out;
-                    ops.axpy(got_out.data() + offset, w, row.data() + row_offset, n, type);
-                    modelled_axpy(lanes_of(isa), want_out.data() + offset, w, row, offset, n, type);
+                    ops.axpy(got_out.data() + offset, w, k, n, type);
+                    reference::attention_axpy(want_out.data() + offset, w, k, n, type);
                     EXPECT_EQ(0, std::memcmp(got_out.data(), want_out.data(), 4 * got_out.size()));
                 }
             }
@@ -139,15 +146,13 @@ TEST(AttentionRows, EachIsaFollowsItsLaneOrderBitwise) {
     }
 }
 
-// q8_0 rows are read as d * q, exact in f32 (backends/cpu/attention/attention_rows.h): on the scalar and AVX2 paths
-// (AVX-512 machines read q8_0 with the AVX2 kernels, backends/cpu/attention/attention.cpp) dot and axpy over a q8_0 row
-// give the bits they give over the f32 row of its decoded values, for rows whose scales span the f16 range (subnormal
-// scales included) and for a head that starts at a later block of the row.
+// q8_0 rows are read as d * q, exact in f32 (backends/cpu/attention/attention_rows.h): on every path dot and axpy over
+// a q8_0 row give the bits they give over the f32 row of its decoded values, for rows whose scales span the f16 range
+// (subnormal scales included) and for a head that starts at a later block of the row.
 TEST(AttentionRows, Q8_0ReadsExactlyItsDecodedValues) {
     std::mt19937 rng(23);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (Isa isa : available_isas()) {
-        if (isa == Isa::avx512) continue;
         const AttentionRowOps ops = attention_row_ops(isa);
         for (float magnitude : {1.0f, 1e-6f, 3e4f}) {
             for (int64_t n : {32, 64, 128, 256}) {

@@ -1,7 +1,7 @@
 // attention(): against a double-precision causal softmax reference written here, on f16 and f32 caches,
 // GQA and MHA, over a block table of several small blocks, on every ISA this CPU runs (attention_with);
 // bitwise batch invariance (one call of n tokens vs n calls of one) and thread invariance (pool of 2
-// vs none) on each ISA.
+// vs none) on each ISA, and every ISA bitwise the scalar per-row definition (attention_per_row_with(Isa::scalar)).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -253,8 +253,9 @@ TEST_P(AttentionTest, ThreadPoolOfTwoEqualsNoPoolBitwise) {
     }
 }
 
-// The grouped fast path (backends/cpu/attention/attention_group.h on AVX-512) is bitwise the per-(query, head)
-// definition with that ISA's row operations, with and without a pool (which changes how heads are grouped into tasks).
+// Every ISA's attention (the grouped kernels of backends/cpu/attention/attention_group.h where it has them) is bitwise
+// the per-(query, head) definition with the scalar row operations: one set of bits on every ISA
+// (docs/architecture/canonical-float-ops.md), with and without a pool (which changes how heads are grouped into tasks).
 TEST_P(AttentionTest, EqualsPerRowDefinitionBitwise) {
     std::mt19937 rng(17);
     const TestCache cache(type, first_pos + n_tokens, n_head_kv * head_dim, rng, 1.0f);
@@ -262,7 +263,7 @@ TEST_P(AttentionTest, EqualsPerRowDefinitionBitwise) {
     ThreadPool pool(2);
     for (Isa isa : available_isas()) {
         std::vector<float> definition(q.size()), serial(q.size()), pooled(q.size());
-        attention_per_row_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, definition.data());
+        attention_per_row_with(Isa::scalar, shape, cache.view(), q.data(), n_tokens, first_pos, definition.data());
         attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, serial.data(), nullptr);
         attention_with(isa, shape, cache.view(), q.data(), n_tokens, first_pos, pooled.data(), &pool);
         EXPECT_EQ(0, std::memcmp(definition.data(), serial.data(), q.size() * sizeof(float))) << isa_name(isa);
@@ -308,7 +309,7 @@ INSTANTIATE_TEST_SUITE_P(Q8_0, AttentionTest,
 
 // Long contexts, SmolLM2's and Gemma 3's head shapes, with and without a sliding window: every way of
 // running the rows (one call, row by row, no pool or a pool of 2 or 3 threads, which splits few rows over key chunks
-// and many rows over heads) gives the per-row definition's bits.
+// and many rows over heads), on every ISA, gives the scalar per-row definition's bits.
 TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
     struct Case {
         int64_t n_head, n_head_kv, head_dim, window;
@@ -333,7 +334,7 @@ TEST(AttentionChunks, AnyThreadCountAndBatchEqualsDefinitionBitwise) {
                 const int64_t first = 500;
                 const int64_t n_rows = n_pos - first;
                 std::vector<float> definition(static_cast<size_t>(n_rows * q_width));
-                attention_per_row_with(isa, shape, cache.view(), q.data() + first * q_width, n_rows, first,
+                attention_per_row_with(Isa::scalar, shape, cache.view(), q.data() + first * q_width, n_rows, first,
                                        definition.data());
                 for (int threads : {0, 2, 3}) {
                     std::unique_ptr<ThreadPool> pool = threads > 0 ? std::make_unique<ThreadPool>(threads) : nullptr;
@@ -377,7 +378,7 @@ TEST(AttentionChunks, DecodeOverManyChunksEqualsDefinitionBitwise) {
         for (Isa isa : available_isas()) {
             SCOPED_TRACE(std::string(isa_name(isa)) + " " + tensor_type_name(static_cast<uint32_t>(type)));
             std::vector<float> definition(q.size());
-            attention_per_row_with(isa, shape, cache.view(), q.data(), 2, n_pos - 2, definition.data());
+            attention_per_row_with(Isa::scalar, shape, cache.view(), q.data(), 2, n_pos - 2, definition.data());
             for (int threads : {2, 3}) {
                 ThreadPool pool(threads);
                 std::vector<float> one(static_cast<size_t>(q_width)), two(q.size());
@@ -425,7 +426,7 @@ TEST(AttentionChunks, TiledRowsEqualDefinitionBitwise) {
                 // The definition of just the rows the calls below compute.
                 std::vector<float> def_a(q.size()), def_b(q.size());
                 auto define = [&](const TestCache& cache, std::vector<float>& def, int64_t first, int64_t n) {
-                    attention_per_row_with(isa, shape, cache.view(), q.data() + first * q_width, n, first,
+                    attention_per_row_with(Isa::scalar, shape, cache.view(), q.data() + first * q_width, n, first,
                                            def.data() + first * q_width);
                 };
                 for (const auto& [first, n] : kSuffixes) define(a, def_a, first, n);

@@ -14,7 +14,8 @@
 namespace kvstash {
 
 // On the process's instruction set; _with: on `isa` (one of available_isas(), not checked). The AVX-512
-// path is the AVX2 one (8 lanes): this runs on n_ff values per token, next to matmuls of n_ff × n_embd.
+// path is the AVX2 one (16 lanes as two ymm registers, the same bits): this runs on n_ff values per token, next to
+// matmuls of n_ff × n_embd.
 void gelu(const float* x, float* out, int64_t n);
 void gelu_with(Isa isa, const float* x, float* out, int64_t n);
 

@@ -64,9 +64,9 @@ void chunk_partial_rows(const kernels::AttentionRowOps& ops, const AttentionShap
     *sum_out = sum;
 }
 
-// q8_0 caches are read by the AVX2 kernels on AVX-512 machines too: the AVX-512 attention kernels have no
-// q8_0 load (it could not be run where it was written, a CPU without AVX-512); every AVX-512 CPU runs AVX2.
-// Still one path per (ISA, KV type), so the output is the same whatever the batching or threads.
+// q8_0 caches are read by the AVX2 kernels on AVX-512 machines too: the AVX-512 group kernel has no q8_0 load,
+// and the AVX2 one is faster than the AVX-512 per-row operations. The bits are the same either way (every ISA
+// gives the scalar definition's: attention_rows.h).
 Isa isa_for(Isa isa, TensorType type) { return isa == Isa::avx512 && type == TensorType::Q8_0 ? Isa::avx2 : isa; }
 
 bool group_kernel_supports(Isa isa, int64_t head_dim) {

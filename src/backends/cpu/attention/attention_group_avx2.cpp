@@ -1,6 +1,6 @@
 // AVX2 grouped-query attention of one query row over one key chunk (backends/cpu/attention/attention_group.h): the
-// per-row AVX2 path's arithmetic (attention_rows_avx2.cpp), bitwise, with each K/V row read and converted
-// (from f16, or from q8_0 as d * q) once per group and no per-key call or reduction.
+// per-row operations' arithmetic (attention_rows.h: the same on every ISA), bitwise, with each K/V row read and
+// converted (from f16, or from q8_0 as d * q) once per group and no per-key call or reduction.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +10,8 @@
 #include "backends/cpu/attention/attention_group.h"
 #include "backends/cpu/attention/attention_numerator_sums.h"
 #include "backends/cpu/attention/attention_q8_0_avx2.h"
+#include "backends/cpu/attention/attention_rows_f32x16.h"
+#include "backends/cpu/attention/kv_row_walk.h"
 #include "backends/cpu/exp/exp_f32.h"
 #include "backends/cpu/runtime/scratch.h"
 
@@ -20,44 +22,6 @@ constexpr int kKeys = 8;         // keys per score tile
 constexpr int kMaxVectors = 64;  // head_dim / 8 at most (head_dim <= 512)
 constexpr int kMaxKeys = 256;    // keys per chunk at most
 static_assert(kMaxKeys >= kAttentionChunkKeys, "a chunk's V row pointers fit v_rows");
-
-// Walks one KV head's rows in key order, block by block, from absolute position `first`.
-struct RowCursor {
-    const uint8_t* const* blocks;
-    uint64_t offset;
-    int64_t block_tokens;
-    uint64_t row_bytes;
-    int64_t block;
-    int64_t in_block;
-
-    RowCursor(const uint8_t* const* b, uint64_t off, int64_t bt, uint64_t rb, int64_t first)
-        : blocks(b), offset(off), block_tokens(bt), row_bytes(rb), block(first / bt), in_block(first % bt) {}
-
-    const uint8_t* next() {
-        const uint8_t* row = blocks[block] + static_cast<uint64_t>(in_block) * row_bytes + offset;
-        if (++in_block == block_tokens) {
-            in_block = 0;
-            ++block;
-        }
-        return row;
-    }
-};
-
-// Software prefetch of one head's slice of a row (`bytes` from `row`: head_dim values of the KV type),
-// every 64-byte line it touches. The slices of one KV head are 1/n_head_kv of each row, strided by
-// row_bytes, in 32-token blocks scattered over the pool: the hardware prefetchers alone leave decode far below
-// the machine's read bandwidth (docs/benchmarks-history.md, "Where long-context decode time goes").
-inline void prefetch_slice(const uint8_t* row, uint64_t bytes) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
-    const uintptr_t end = reinterpret_cast<uintptr_t>(row) + bytes;
-    for (uintptr_t line = first; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
-}
-
-// K rows are prefetched this many keys ahead of the score tile being computed (2 tiles: ~32 lines of f16
-// at head_dim 64 in flight: at a few GB/s per core of DRAM bandwidth that covers a DRAM read's latency, and
-// more would only evict lines still to be used); the chunk's V rows are prefetched alongside the scores, so
-// that they are in cache for the values pass.
-constexpr int64_t kPrefetchKeys = 16;
 
 template <TensorType T>
 constexpr uint64_t slice_bytes(int64_t head_dim) {
@@ -81,8 +45,9 @@ inline __m256 load8(const uint8_t* row, int64_t vec) {
     }
 }
 
-// r[k] = the horizontal sum of v[k] for 8 vectors at once, with the pairing of attention_rows_avx2's hsum:
-// lanes i and i+4, then i and i+2, then 0 and 1 (float addition is commutative: only the pairing matters).
+// r[k] = the horizontal sum of v[k] for 8 vectors at once, with the last three levels of the dot product's
+// canonical tree (attention_rows.h): lanes i and i+4, then i and i+2, then 0 and 1 (float addition is
+// commutative: only the pairing matters).
 inline __m256 hsum8(const __m256 (&v)[kKeys]) {
     __m256 x[4];  // x[i]: lanes 0-3 = v[2i]'s (i, i+4) sums, lanes 4-7 = v[2i+1]'s
     for (int i = 0; i < 4; ++i) {
@@ -103,8 +68,10 @@ inline __m256 hsum8(const __m256 (&v)[kKeys]) {
     return _mm256_permutevar8x32_ps(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// Scores of every head against every key of the chunk: (hsum(fma chain over the 8-element vectors) + 0)
-// * scale, as the per-row dot (whose tail term is 0.0f for whole vectors) times the scale.
+// Scores of every head against every key of the chunk: the per-row dot (attention_rows.h) times the scale. Its 16
+// lanes are two fma chains per key, lo (lanes 0-7: elements 16c..16c+7) and hi (lanes 8-15: 16c+8..16c+15; none
+// for a last half vector), added lane-wise (the tree's first level), then hsum8's levels for 8 keys at once. The
+// keys of a tile in two halves of 4: 8 chains, 2 query vectors and a K operand fit the 16 registers.
 template <TensorType T>
 void scores(const AttentionGroupArgs& a) {
     RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
@@ -131,13 +98,26 @@ void scores(const AttentionGroupArgs& a) {
         }
         for (int64_t h = 0; h < a.n_heads; ++h) {
             const float* q = a.q + h * a.head_dim;
-            __m256 acc[kKeys];
-            for (int k = 0; k < kKeys; ++k) acc[k] = zero;
-            for (int64_t c = 0; c < nv; ++c) {
-                const __m256 qc = _mm256_loadu_ps(q + 8 * c);
-                for (int k = 0; k < kKeys; ++k) acc[k] = _mm256_fmadd_ps(qc, _mm256_load_ps(&tile[k][8 * c]), acc[k]);
+            __m256 sums[kKeys];
+            for (int k0 = 0; k0 < kKeys; k0 += 4) {
+                __m256 lo[4] = {zero, zero, zero, zero}, hi[4] = {zero, zero, zero, zero};
+                int64_t c = 0;
+                for (; c + 2 <= nv; c += 2) {
+                    const __m256 q_lo = _mm256_loadu_ps(q + 8 * c);
+                    const __m256 q_hi = _mm256_loadu_ps(q + 8 * c + 8);
+                    for (int k = 0; k < 4; ++k) {
+                        lo[k] = _mm256_fmadd_ps(q_lo, _mm256_load_ps(&tile[k0 + k][8 * c]), lo[k]);
+                        hi[k] = _mm256_fmadd_ps(q_hi, _mm256_load_ps(&tile[k0 + k][8 * c + 8]), hi[k]);
+                    }
+                }
+                if (c < nv) {
+                    const __m256 q_lo = _mm256_loadu_ps(q + 8 * c);
+                    for (int k = 0; k < 4; ++k)
+                        lo[k] = _mm256_fmadd_ps(q_lo, _mm256_load_ps(&tile[k0 + k][8 * c]), lo[k]);
+                }
+                for (int k = 0; k < 4; ++k) sums[k0 + k] = _mm256_add_ps(lo[k], hi[k]);
             }
-            const __m256 s = _mm256_mul_ps(_mm256_add_ps(hsum8(acc), zero), scale);
+            const __m256 s = _mm256_mul_ps(hsum8(sums), scale);
             float* dst = a.scores + h * a.n_keys + j0;
             if (n == kKeys) {
                 _mm256_storeu_ps(dst, s);
@@ -148,22 +128,6 @@ void scores(const AttentionGroupArgs& a) {
             }
         }
     }
-}
-
-// The per-row order: the max, then the numerators in place (exp_f32 on AVX2). (The max is taken with
-// vector max: the same value; only the sign of a zero maximum could differ, and exp(s - (+0)) ==
-// exp(s - (-0)) for every s.) Their sums follow in numerator_sums.
-void softmax_numerators(float* s, int64_t n, float* max_out) {
-    __m256 m = _mm256_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, m);
-    float max_score = lanes[0];
-    for (int i = 1; i < 8; ++i) max_score = std::max(max_score, lanes[i]);
-    for (; j < n; ++j) max_score = std::max(max_score, s[j]);
-    exp_f32_shifted_row_avx2(s, s, n, max_score);
-    *max_out = max_score;
 }
 
 // Keys [begin, end) of the chunk (indices from its first key).
@@ -346,7 +310,8 @@ void attend(const AttentionGroupArgs& a) {
     RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
     scores<T>(a);
-    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
+    for (int64_t h = 0; h < a.n_heads; ++h)
+        simd::softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
     all_numerator_sums(a);
     if (T == TensorType::F32 || a.n_heads < kConvertHeads) {
         values_all<T>(a, v_rows, KeyRange{0, a.n_keys});

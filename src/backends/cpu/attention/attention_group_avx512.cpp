@@ -16,47 +16,16 @@
 #include "backends/cpu/attention/attention.h"
 #include "backends/cpu/attention/attention_group.h"
 #include "backends/cpu/attention/attention_numerator_sums.h"
+#include "backends/cpu/attention/attention_rows_f32x16.h"
+#include "backends/cpu/attention/kv_row_walk.h"
 #include "backends/cpu/exp/exp_f32.h"
-#include "backends/cpu/exp/exp_f32_avx512.h"
+#include "backends/cpu/exp/exp_f32x16.h"
 #include "backends/cpu/runtime/scratch.h"
 
 namespace kvstash::kernels {
 namespace {
 
 constexpr int kKeys = 16;  // keys per score tile
-
-// Walks one KV head's rows in key order, block by block, from absolute position `first`.
-struct RowCursor {
-    const uint8_t* const* blocks;
-    uint64_t offset;
-    int64_t block_tokens;
-    uint64_t row_bytes;
-    int64_t block;
-    int64_t in_block;
-
-    RowCursor(const uint8_t* const* b, uint64_t off, int64_t bt, uint64_t rb, int64_t first)
-        : blocks(b), offset(off), block_tokens(bt), row_bytes(rb), block(first / bt), in_block(first % bt) {}
-
-    const uint8_t* next() {
-        const uint8_t* row = blocks[block] + static_cast<uint64_t>(in_block) * row_bytes + offset;
-        if (++in_block == block_tokens) {
-            in_block = 0;
-            ++block;
-        }
-        return row;
-    }
-};
-
-// Software prefetch of one head's slice of a row (`bytes` from `row`), every 64-byte line it touches, as the
-// AVX2 kernel does (attention_group_avx2.cpp: the hardware prefetchers alone leave decode latency-bound).
-inline void prefetch_slice(const uint8_t* row, uint64_t bytes) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
-    const uintptr_t end = reinterpret_cast<uintptr_t>(row) + bytes;
-    for (uintptr_t line = first; line < end; line += 64) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
-}
-
-// K rows are prefetched this many keys ahead of the score tile; each tile's V rows alongside its scores.
-constexpr int64_t kPrefetchKeys = 16;
 
 template <bool F16>
 inline __m512 load16(const uint8_t* row, int chunk) {
@@ -67,8 +36,8 @@ inline __m512 load16(const uint8_t* row, int chunk) {
     }
 }
 
-// r[k] = the horizontal sum of v[k], for 16 vectors at once, with exactly the pairing of lanes that
-// _mm512_reduce_add_ps uses (GCC: lanes i and i+8, then i and i+4, then i and i+2, then i and i+1;
+// r[k] = the horizontal sum of v[k], for 16 vectors at once, with the pairing of lanes of the dot product's
+// canonical tree (attention_rows.h: lanes i and i+8, then i and i+4, then i and i+2, then i and i+1;
 // float addition is commutative, so only the pairing matters).
 inline __m512 hsum16(const __m512 (&v)[kKeys]) {
     __m512 x[8];  // x[i]: lanes 0-7 = v[2i]'s i+(i+8) sums, lanes 8-15 = v[2i+1]'s
@@ -97,8 +66,8 @@ inline __m512 hsum16(const __m512 (&v)[kKeys]) {
     return _mm512_permutexvar_ps(order, w);
 }
 
-// Scores of every head against every key: (hsum(fma chain over the 16-element chunks) + 0) * scale,
-// as the per-row dot (whose tail term is 0.0f for whole chunks).
+// Scores of every head against every key: hsum(fma chain over the 16-element chunks) * scale, as the per-row
+// dot (attention_rows.h) times the scale.
 template <int NC, bool F16>
 void scores(const AttentionGroupArgs& a) {
     RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
@@ -130,7 +99,7 @@ void scores(const AttentionGroupArgs& a) {
                 const __m512 qc = _mm512_loadu_ps(q + 16 * c);
                 for (int k = 0; k < kKeys; ++k) acc[k] = _mm512_fmadd_ps(qc, _mm512_load_ps(&tile[k][16 * c]), acc[k]);
             }
-            const __m512 s = _mm512_mul_ps(_mm512_add_ps(hsum16(acc), zero), scale);
+            const __m512 s = _mm512_mul_ps(hsum16(acc), scale);
             float* dst = a.scores + h * a.n_keys + j0;
             if (n == kKeys) {
                 _mm512_storeu_ps(dst, s);
@@ -139,22 +108,6 @@ void scores(const AttentionGroupArgs& a) {
             }
         }
     }
-}
-
-// The per-row path's order: the max, then the numerators in place (what its exp_shifted is on AVX-512). (The
-// max is taken with vector max: the same value; only the sign of a zero maximum could differ, and
-// exp(s - (+0)) == exp(s - (-0)) for every s.) Their sums follow in numerator_sums.
-void softmax_numerators(float* s, int64_t n, float* max_out) {
-    __m512 m = _mm512_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-    if (j < n) {
-        const auto mask = static_cast<__mmask16>((1u << (n - j)) - 1);
-        m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), mask, s + j));
-    }
-    const float max_score = _mm512_reduce_max_ps(m);
-    exp_f32_shifted_row_avx512(s, s, n, max_score);
-    *max_out = max_score;
 }
 
 // Where head h's numerator of key j is: e.head(h)[j * e.key_stride] (the per-head rows of a.scores, stride 1, or
@@ -225,7 +178,7 @@ void values_all(const AttentionGroupArgs& a, const Numerators& num, const uint8_
 constexpr int64_t kLaneHeads = 12;
 
 // Scores, max, numerators and sums of many heads (prefill tiles) with 16 heads in the lanes of a vector: key j's
-// scores of heads 16b.. are (hsum16 of the 16 heads' fma chains + 0) * scale, the same fmas and the same
+// scores of heads 16b.. are hsum16 of the 16 heads' fma chains * scale, the same fmas and the same
 // reduction as `scores` (which puts 16 keys of one head in the lanes), so the same bits; the max over keys, the
 // numerators exp_f32(s - max) (elementwise, as exp_f32_shifted_row_avx512) and their sums in key order from 0 are
 // then lane-wise vector operations, with no per-head chain of scalar additions. The numerators go to
@@ -257,13 +210,13 @@ void scores_in_lanes(const AttentionGroupArgs& a, const float* k_f32, float* e) 
                 for (int c = 0; c < NC; ++c)
                     acc[i] = _mm512_fmadd_ps(_mm512_load_ps(q + (i * NC + c) * 16), kc[c], acc[i]);
             }
-            const __m512 s = _mm512_mul_ps(_mm512_add_ps(hsum16(acc), zero), scale);
+            const __m512 s = _mm512_mul_ps(hsum16(acc), scale);
             m = _mm512_max_ps(m, s);
             _mm512_store_ps(eb + 16 * j, s);
         }
         __m512 sum = zero;
         for (int64_t j = 0; j < a.n_keys; ++j) {
-            const __m512 x = exp_f32_avx512(_mm512_sub_ps(_mm512_load_ps(eb + 16 * j), m));
+            const __m512 x = simd::exp_f32(simd::F32x16{_mm512_sub_ps(_mm512_load_ps(eb + 16 * j), m)}).v;
             sum = _mm512_add_ps(sum, x);
             _mm512_store_ps(eb + 16 * j, x);
         }
@@ -312,7 +265,8 @@ void attend(const AttentionGroupArgs& a) {
         return;
     }
     scores<NC, F16>(a);
-    for (int64_t h = 0; h < a.n_heads; ++h) softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
+    for (int64_t h = 0; h < a.n_heads; ++h)
+        simd::softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
     all_numerator_sums(a);
     values_all<NC, F16>(a, Numerators{a.scores, 0, a.n_keys, 1}, v_rows, 0, a.n_keys);
 }

@@ -1,11 +1,12 @@
 // The two inner loops of attention, per instruction set:
 //   dot:  q · k_row over n elements, k_row stored as f16, f32 or q8_0;
 //   axpy: out[i] += w * v_row[i] over n elements;
-//   exp_shifted: the softmax numerators out[j] = exp_f32(in[j] - max) (backends/cpu/exp/exp_f32.h), which give
-//         the same bits on every ISA.
-// Each has one fixed arithmetic sequence for a given ISA (lanes over the element index, then a fixed
-// horizontal sum), so attention stays batch-invariant on every path. The scalar versions are the
-// reference the SIMD ones are tested against (tests/unit/attention_rows_test.cpp).
+//   exp_shifted: the softmax numerators out[j] = exp_f32(in[j] - max) (backends/cpu/exp/exp_f32.h).
+// One arithmetic on every ISA (docs/architecture/canonical-float-ops.md), defined by the scalar reference
+// (reference/attention_rows_ref.cpp), which the vector ISAs give bitwise (tests/unit/attention_rows_test.cpp):
+//   dot:  16 partial sums, element i in lane i mod 16, each p = fma(q[i], k[i], p) in increasing i from +0;
+//         then p[j] + p[j+8] (j < 8), + 4, + 2, + 1 (the canonical tree);
+//   axpy: out[i] = fma(w, v[i], out[i]).
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,9 @@ inline uint64_t kv_row_offset(TensorType type, int64_t i) {
 }
 
 }  // namespace
+
+// Partial sums of the dot product (the lanes of simd::F32x16).
+inline constexpr int kAttentionDotLanes = 16;
 
 struct AttentionRowOps {
     float (*dot)(const float* q, const uint8_t* k_row, int64_t n, TensorType type);

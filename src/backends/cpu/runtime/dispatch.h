@@ -62,8 +62,8 @@ using RopeRotateFn = void (*)(RopeLayout layout, float* v, int64_t half, int64_t
                               const float* sin_v);
 
 // The kernel functions of one instruction set. Each family's header says which bits they give: the same
-// as the scalar reference's on every ISA (matmul, both activation kinds: docs/architecture/canonical-matmul.md),
-// except the attention dot products, whose reduction order is the ISA's (one fixed order each).
+// as the scalar reference's on every ISA (matmul: docs/architecture/canonical-matmul.md; every other op:
+// docs/architecture/canonical-float-ops.md).
 struct KernelTable {
     MatmulRowsFn matmul_rows = nullptr;       // f32 activations (matmul_impl.h)
     MatmulRowsFn matmul_int8_rows = nullptr;  // integer activations (reference/matmul_int8_ref.cpp)

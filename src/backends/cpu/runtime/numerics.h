@@ -21,8 +21,9 @@ namespace kvstash {
 
 // Epoch 1: 256-key attention chunks by absolute position, AVX2 integer K-quant kernels.
 // Epoch 2: q4_0 / q4_1 on AVX2 with integer activations (matmul_int8_avx2.cpp).
-// Epoch 3: matmul has one arithmetic per weight type on every CPU path (integer activations for every
-// block-quantized type, a 16-lane FMA dot product for f32 / f16 / bf16: docs/architecture/canonical-matmul.md).
+// Epoch 3: one arithmetic per op on every CPU path: matmul (integer activations for every block-quantized
+// type, a 16-lane FMA dot product for f32 / f16 / bf16: docs/architecture/canonical-matmul.md) and
+// attention (its dot product in 16 fma lanes, axpy as one fma per element: docs/architecture/canonical-float-ops.md).
 inline constexpr uint32_t kNumericsEpoch = 3;
 
 // The kernel path's code in keys and files; 0 = unknown (a file from before numerics were recorded).

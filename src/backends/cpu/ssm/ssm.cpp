@@ -145,7 +145,7 @@ void ssm_scan_with(Isa isa, const SsmScanArgs& args, ThreadPool* pool) {
     // for Mamba-1). Mamba-1's heads are single channels, so a task takes a block of them.
     const int64_t per_head = args.n_tokens * (32 + args.head_dim * args.d_state * (args.per_state_decay ? 8 : 1));
     int64_t per_task = std::max<int64_t>(1, (kMinWorkPerTask + per_head - 1) / per_head);
-    // Whole blocks of heads where a task has several (the ISAs take the softplus exps 8 or 16 heads at once).
+    // Whole blocks of heads where a task has several (the vector ISAs take the softplus exps 16 heads at once).
     if (per_task > kHeadBlock) per_task = (per_task + kHeadBlock - 1) / kHeadBlock * kHeadBlock;
     split(args.n_head, per_task, pool, [&](int64_t begin, int64_t end) { scan(args, begin, end); });
 }
