@@ -20,10 +20,16 @@ set(CMAKE_FIND_ROOT_PATH /usr/${KVSTASH_TRIPLE} /usr/lib/${KVSTASH_TRIPLE})
 set(CMAKE_LIBRARY_ARCHITECTURE ${KVSTASH_TRIPLE})
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 
-# qemu-user runs the test binaries; -L names where the arm64 dynamic loader and libc are (the other shared
-# libraries are found through multiarch's /usr/lib/aarch64-linux-gnu). -cpu max: every extension qemu emulates
-# (NEON dot product included), so the run-time feature checks take their fastest path.
+# qemu-user runs the test binaries. Their loader and libc must come from one glibc build: multiarch's libc6:arm64
+# (pulled in by the :arm64 packages) puts its loader at /lib/ld-linux-aarch64.so.1, where qemu finds it without -L.
+# Mixing it with the cross compiler's copy (-L /usr/aarch64-linux-gnu: libc6-arm64-cross, another build) hangs the
+# first pthread_create (the two disagree on the loader's data layout), so -L is used only without multiarch.
+# -cpu max: every extension qemu emulates (NEON dot product included), so run-time feature checks see them.
 find_program(KVSTASH_QEMU_AARCH64 NAMES qemu-aarch64 qemu-aarch64-static)
 if(KVSTASH_QEMU_AARCH64 AND NOT CMAKE_CROSSCOMPILING_EMULATOR)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${KVSTASH_QEMU_AARCH64} -L /usr/${KVSTASH_TRIPLE} -cpu max)
+  if(EXISTS /lib/ld-linux-aarch64.so.1)
+    set(CMAKE_CROSSCOMPILING_EMULATOR ${KVSTASH_QEMU_AARCH64} -cpu max)
+  else()
+    set(CMAKE_CROSSCOMPILING_EMULATOR ${KVSTASH_QEMU_AARCH64} -L /usr/${KVSTASH_TRIPLE} -cpu max)
+  endif()
 endif()

@@ -23,14 +23,17 @@ bool forced_isa() {
     return forced != nullptr && *forced != '\0';
 }
 
-bool passes_on_path(const std::string& setting, const std::string& gtest_filter) {
+std::string self_command() {
     // "/proc/self/exe" would name the shell inside system(), so resolve our own path here.
     char self[4096];
     const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (len <= 0) throw std::runtime_error("cannot read /proc/self/exe");
     self[len] = '\0';
-    const std::string run = "KVSTASH_ISA=" + setting + " " + kEmulator + "'" + std::string(self) +
-                            "' --gtest_filter='" + gtest_filter + "'";
+    return kEmulator + "'" + std::string(self) + "'";
+}
+
+bool passes_on_path(const std::string& setting, const std::string& gtest_filter) {
+    const std::string run = "KVSTASH_ISA=" + setting + " " + self_command() + " --gtest_filter='" + gtest_filter + "'";
     return std::system(run.c_str()) == 0;
 }
 

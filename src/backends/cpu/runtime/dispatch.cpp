@@ -76,7 +76,7 @@ IsaChoice choose_isa() {
         for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
             if (name != isa_name(isa)) continue;
             if (!cpu_supports(isa)) {
-                choice.error = "KVSTASH_ISA=" + name + " but this CPU does not support " + name +
+                choice.error = "KVSTASH_ISA=" + std::string(forced) + " but this CPU does not support " + name +
                                "; unset it or choose one of the supported paths";
             }
             choice.isa = isa;
