@@ -15,8 +15,8 @@ namespace {
 using test::random_activations;
 
 // A SIMD activation quantizer against the scalar one, bitwise, including values the matmul tests do
-// not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
-void expect_equals_scalar(kernels::QuantizeRowFn simd) {
+// not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes. (Used on x86 only.)
+[[maybe_unused]] void expect_equals_scalar(kernels::QuantizeRowFn simd) {
     for (int64_t block : {32, 256}) {
         const int64_t cols = 1024;
         std::vector<float> x = random_activations(cols, 31 + static_cast<uint32_t>(block));
