@@ -9,8 +9,8 @@
 #     whole-model final logits of six tiny models (f16, q8_0, q4_K, q6_K, q4_0, q4_1; 300 tokens in three chunks),
 #     hashed and compared with the scalar pins recorded on x86-64: on ARM the scalar path must give the x86 scalar
 #     path's bits (KVSTASH_ISA=scalar there);
-#   - the parity tests against the committed transformers / llama.cpp fixtures on the tiny models and SmolLM2's first
-#     tokens (KVSTASH_QEMU_PARITY in tests/CMakeLists.txt, label parity_qemu), and parity.CrossCpuLogits: SmolLM2's
+#   - the parity tests against the committed transformers / llama.cpp fixtures on the tiny models and SmolLM2's
+#     tokenizer (KVSTASH_QEMU_PARITY in tests/CMakeLists.txt, label parity_qemu), and parity.CrossCpuLogits: SmolLM2's
 #     final logits on 64 tokens, equal to the pin recorded on x86-64's scalar path.
 # The heavy parity suites (Gemma 3 270M, batch invariance, long context: minutes on x86, hours under qemu) stay on
 # x86; what they check is the same scalar arithmetic that the pins above compare across the two architectures.
