@@ -11,7 +11,9 @@
 //
 // --bandwidth adds a STREAM-like read test (sum of a large buffer, 1 thread and `threads` threads) so
 // that decode's achieved bandwidth (weight bytes per token × decode tok/s) can be put against it.
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <CLI/CLI.hpp>
 
 #include <time.h>
@@ -89,6 +91,7 @@ Repeat run_once(const std::shared_ptr<const kvstash::Model>& model, kvstash::Eva
 
 // ---- memory bandwidth: each thread sums its contiguous share of a buffer much larger than the L3 ----
 
+#if defined(__x86_64__)
 __attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, size_t n) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
@@ -105,6 +108,7 @@ __attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, size_t
     for (; i < n; ++i) s += p[i];
     return s;
 }
+#endif
 
 uint64_t sum_bytes_plain(const uint8_t* p, size_t n) {
     uint64_t s = 0;
@@ -118,7 +122,7 @@ uint64_t sum_bytes_plain(const uint8_t* p, size_t n) {
 
 // GB/s (1e9 bytes/s) reading `buffer` with n_threads threads; median of `repeats` passes.
 json read_bandwidth(const std::vector<uint8_t>& buffer, int n_threads, int repeats) {
-    const bool avx2 = kvstash::cpu_features().avx2;
+    [[maybe_unused]] const bool avx2 = kvstash::cpu_features().avx2;  // x86 only
     std::vector<double> gbs;
     volatile uint64_t sink = 0;
     for (int rep = 0; rep < repeats; ++rep) {
@@ -129,7 +133,13 @@ json read_bandwidth(const std::vector<uint8_t>& buffer, int n_threads, int repea
         for (int t = 0; t < n_threads; ++t) {
             threads.emplace_back([&, t] {
                 const uint8_t* p = buffer.data() + share * static_cast<size_t>(t);
-                sums[static_cast<size_t>(t)] = avx2 ? sum_bytes_avx2(p, share) : sum_bytes_plain(p, share);
+#if defined(__x86_64__)
+                if (avx2) {
+                    sums[static_cast<size_t>(t)] = sum_bytes_avx2(p, share);
+                    return;
+                }
+#endif
+                sums[static_cast<size_t>(t)] = sum_bytes_plain(p, share);
             });
         }
         for (std::thread& th : threads) th.join();

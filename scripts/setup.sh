@@ -23,6 +23,18 @@ PACKAGES=(cmake g++ make pkg-config git ca-certificates python3 python3-pip pyth
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
           libxxhash-dev libzstd-dev libpcre2-dev libcpp-httplib-dev libssl-dev libutf8proc-dev libedit-dev clang-format
           nginx-light redis-server libhiredis-dev chromium chromium-driver python3-dev iproute2)
+# The ARM64 check (scripts/arm64_check.sh, run by scripts/test.sh; issue 32), on x86-64 only: Debian's aarch64 cross
+# compiler, qemu-user to run the arm64 test binaries, and the arm64 builds of the libraries above (multiarch: beside
+# the host's; nlohmann-json and CLI11 are header-only, arch all). On an ARM64 machine the packages above build
+# kvstash natively and none of these is needed.
+ARM64_CHECK_PACKAGES=(g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libgmock-dev:arm64 libxxhash-dev:arm64
+                      libzstd-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libhiredis-dev:arm64
+                      libcpp-httplib-dev:arm64 libssl-dev:arm64 libedit-dev:arm64)
+ADD_ARM64=0
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  PACKAGES+=("${ARM64_CHECK_PACKAGES[@]}")
+  dpkg --print-foreign-architectures | grep -qx arm64 || ADD_ARM64=1
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,6 +42,7 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if [ "$ADD_ARM64" -eq 1 ]; then $SUDO dpkg --add-architecture arm64; fi  # the :arm64 packages above
   $SUDO apt-get update -qq
   # libssl-dev: libcrypto's SHA-256 / SHA-1 verify models fetched from a hub (src/hub/); Debian's cpp-httplib is
   # built with OpenSSL (https), so the library is loaded anyway.

@@ -2,7 +2,8 @@
 # Runs every test: sets up (packages, default model, Release build), runs all CTest suites (unit,
 # parity against the committed reference fixtures, end-to-end CLI tests), the Python package's tests
 # (pytest tests/python, which also runs examples/python/), then rebuilds and runs the
-# unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# unit tests under AddressSanitizer + UndefinedBehaviorSanitizer; last, on x86-64, the ARM64 check
+# (scripts/arm64_check.sh: cross build, unit and parity tests under qemu-user).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -45,3 +46,8 @@ cmake --build "$ROOT/build-asan" -j"$JOBS" --target unit_tests
 # Release stage above; here the tiny generated models take the same code paths.
 KVSTASH_SKIP_DEFAULT_MODEL_TESTS=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j"$JOBS" -L unit --timeout 1200
+
+if [ "$(uname -m)" = x86_64 ]; then
+  echo "==> ARM64: cross build, unit and parity tests under qemu-user (scripts/arm64_check.sh)" >&2
+  "$ROOT/scripts/arm64_check.sh"
+fi

@@ -21,26 +21,34 @@ KvBlockHash::KvBlockHash(Path path) {
     // are test overrides. Both paths compute the same XXH3 values.
     avx512_ = path == Path::avx512 || (path == Path::automatic && active_isa() == Isa::avx512);
     if (avx512_ && !cpu_has_avx512()) throw Error(ErrorCode::invalid_argument, "KvBlockHash: this CPU has no AVX-512F");
+#if KVSTASH_HAVE_X86_KERNELS
     if (avx512_) {
         if (kv_block_hash_avx512::state_bytes() > kStateBytes)
             throw Error(ErrorCode::internal, "KvBlockHash: XXH3 state too large");
         kv_block_hash_avx512::reset(state_);
-    } else if (XXH3_64bits_reset(reinterpret_cast<XXH3_state_t*>(state_)) == XXH_ERROR) {
+        return;
+    }
+#endif
+    if (XXH3_64bits_reset(reinterpret_cast<XXH3_state_t*>(state_)) == XXH_ERROR) {
         throw Error(ErrorCode::internal, "cannot initialise XXH3");
     }
 }
 
 void KvBlockHash::update(const uint8_t* bytes, size_t n) {
+#if KVSTASH_HAVE_X86_KERNELS
     if (avx512_) {
         kv_block_hash_avx512::update(state_, bytes, n);
-    } else {
-        XXH3_64bits_update(reinterpret_cast<XXH3_state_t*>(state_), bytes, n);
+        return;
     }
+#endif
+    XXH3_64bits_update(reinterpret_cast<XXH3_state_t*>(state_), bytes, n);
 }
 
 uint64_t KvBlockHash::digest() const {
-    return avx512_ ? kv_block_hash_avx512::digest(state_)
-                   : XXH3_64bits_digest(reinterpret_cast<const XXH3_state_t*>(state_));
+#if KVSTASH_HAVE_X86_KERNELS
+    if (avx512_) return kv_block_hash_avx512::digest(state_);
+#endif
+    return XXH3_64bits_digest(reinterpret_cast<const XXH3_state_t*>(state_));
 }
 
 }  // namespace kvstash

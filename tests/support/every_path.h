@@ -13,5 +13,9 @@ bool forced_isa();
 
 // Runs `gtest_filter` in one child per path; returns the KVSTASH_ISA values whose child failed.
 std::vector<std::string> failing_paths(const std::string& gtest_filter);
+// The shell command that starts this test executable again (its path, quoted; under the emulator in a cross build).
+std::string self_command();
+// Runs `gtest_filter` in one child with KVSTASH_ISA=setting; whether it passed.
+bool passes_on_path(const std::string& setting, const std::string& gtest_filter);
 
 }  // namespace kvstash::test

@@ -15,8 +15,8 @@ namespace {
 using test::random_activations;
 
 // A SIMD activation quantizer against the scalar one, bitwise, including values the matmul tests do
-// not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes.
-void expect_equals_scalar(kernels::QuantizeRowFn simd) {
+// not produce: NaN, ±inf, subnormals, -0, huge and tiny magnitudes. (Used on x86 only.)
+[[maybe_unused]] void expect_equals_scalar(kernels::QuantizeRowFn simd) {
     for (int64_t block : {32, 256}) {
         const int64_t cols = 1024;
         std::vector<float> x = random_activations(cols, 31 + static_cast<uint32_t>(block));
@@ -52,6 +52,7 @@ void expect_equals_scalar(kernels::QuantizeRowFn simd) {
     }
 }
 
+#if KVSTASH_HAVE_X86_KERNELS  // the x86 kernel files are compiled for x86 only
 TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
     const std::vector<Isa> isas = available_isas();
     if (isas.back() != Isa::avx512 || !cpu_supports_avx512_vnni()) {
@@ -64,6 +65,7 @@ TEST(QuantizeActivations, Avx2EqualsScalarBitwise) {
     if (!cpu_supports(Isa::avx2)) GTEST_SKIP() << "no AVX2 on this CPU";
     expect_equals_scalar(kernels::quantize_activation_row_avx2);
 }
+#endif
 
 // The int16 plane q that quantize_activations adds is 256 h + l, per row, and copy_activation_rows
 // keeps it.

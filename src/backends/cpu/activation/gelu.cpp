@@ -5,11 +5,15 @@
 namespace kvstash {
 
 void gelu_with(Isa isa, const float* x, float* out, int64_t n) {
-    if (isa == Isa::scalar) {
-        kernels::reference::gelu(x, out, n);
-    } else {
+#if KVSTASH_HAVE_X86_KERNELS
+    if (isa != Isa::scalar) {
         kernels::gelu_avx2(x, out, n);  // AVX-512 CPUs run the AVX2 path (gelu.h)
+        return;
     }
+#else
+    (void)isa;  // only the scalar path here
+#endif
+    kernels::reference::gelu(x, out, n);
 }
 
 void gelu(const float* x, float* out, int64_t n) { gelu_with(active_isa(), x, out, n); }

@@ -1,8 +1,6 @@
 // CPU feature detection, KVSTASH_ISA, and each instruction set's kernel table (backends/cpu/runtime/dispatch.h).
 #include "backends/cpu/runtime/dispatch.h"
 
-#include <cpuid.h>
-
 #include <cstdlib>
 #include <string>
 
@@ -20,9 +18,14 @@
 #include "kvstash/error.h"
 #include "kvstash/instruction_sets.h"
 
+#if KVSTASH_HAVE_X86_KERNELS
+#include <cpuid.h>
+#endif
+
 namespace kvstash {
 namespace {
 
+#if KVSTASH_HAVE_X86_KERNELS
 // F16C through CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
 bool cpu_has_f16c() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -42,6 +45,9 @@ CpuFeatures detect_cpu_features() {
     f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
     return f;
 }
+#else
+CpuFeatures detect_cpu_features() { return {}; }  // no x86 extension: the scalar path
+#endif
 
 bool detect_cpu_supports(Isa isa) {
     const CpuFeatures& f = cpu_features();
@@ -71,7 +77,7 @@ IsaChoice choose_isa() {
         for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
             if (name != isa_name(isa)) continue;
             if (!cpu_supports(isa)) {
-                choice.error = "KVSTASH_ISA=" + name + " but this CPU does not support " + name +
+                choice.error = "KVSTASH_ISA=" + std::string(forced) + " but this CPU does not support " + name +
                                "; unset it or choose one of the supported paths";
             }
             choice.isa = isa;
@@ -108,6 +114,7 @@ kernels::KernelTable scalar_table() {
     return t;
 }
 
+#if KVSTASH_HAVE_X86_KERNELS
 kernels::KernelTable avx2_table() {
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx2;
@@ -149,6 +156,7 @@ kernels::KernelTable avx512_table() {
     t.ssm_scan = kernels::ssm_scan_avx512;
     return t;
 }
+#endif
 
 }  // namespace
 
@@ -208,6 +216,7 @@ bool matmul_uses_integer_activations(Isa /*isa*/, TensorType type) {
 const kernels::KernelTable& kernels::kernel_table(Isa isa) {
     // Each table built on first use only (taking the addresses of a path's functions runs none of them).
     switch (isa) {
+#if KVSTASH_HAVE_X86_KERNELS
         case Isa::avx512: {
             static const KernelTable table = avx512_table();
             return table;
@@ -216,6 +225,10 @@ const kernels::KernelTable& kernels::kernel_table(Isa isa) {
             static const KernelTable table = avx2_table();
             return table;
         }
+#else
+        case Isa::avx512:
+        case Isa::avx2: break;  // never available here (cpu_supports)
+#endif
         case Isa::scalar: break;
     }
     static const KernelTable table = scalar_table();

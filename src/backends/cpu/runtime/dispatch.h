@@ -12,6 +12,14 @@
 #include "backends/cpu/rope/rope_params.h"
 #include "format/tensor_type.h"
 
+// Whether this build has the x86 kernels (*_avx2.cpp, *_avx512*.cpp), which CMakeLists.txt compiles for x86 only.
+// Elsewhere every x86 path reads as unsupported and only the code naming their functions is left out.
+#if defined(__x86_64__) || defined(__i386__)
+#define KVSTASH_HAVE_X86_KERNELS 1
+#else
+#define KVSTASH_HAVE_X86_KERNELS 0
+#endif
+
 namespace kvstash {
 
 enum class Isa { scalar, avx2, avx512 };

@@ -46,6 +46,8 @@ constexpr auto kSpinTime = std::chrono::microseconds(200);
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");  // ARM's spin-wait hint, as pause is x86's
 #else
     std::this_thread::yield();
 #endif
