@@ -23,7 +23,9 @@ namespace {
 
 // XXH3-64 of the logits' bytes (64 positions × 49,152 vocabulary, f32) of 64 pseudo-random tokens (seed 32),
 // evaluated in chunks of 5 and 59 tokens on 2 threads, SmolLM2-135M-Instruct Q4_1, scalar path.
-constexpr uint64_t kSmolLM2ScalarLogits = 0x27c09d92ea15507e;
+// Re-pinned at numerics epoch 3 (canonical matmul: the scalar path now takes integer activations), x86-64,
+// KVSTASH_ISA=scalar, 2026-11-28.
+constexpr uint64_t kSmolLM2ScalarLogits = 0x0e38445684cdae83;
 
 TEST(CrossCpuLogits, SmolLM2ScalarPathGivesThePinnedBits) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
