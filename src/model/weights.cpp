@@ -183,7 +183,7 @@ void repack_q5_0_block(const uint8_t* src, uint8_t* dst) {
 // repacked, and the first matmul reports it.
 bool q5_0_computed() {
     try {
-        return matmul_reads_q5_0(current_numerics().path);
+        return !is_cuda_path(current_numerics().path) && matmul_reads_q5_0(active_isa());
     } catch (const Error&) {
         return false;
     }

@@ -171,7 +171,7 @@ FileNumerics Reader::read_numerics() const {
     }
     out.numerics.epoch = load_le<uint32_t>(&b[0]);
     // A path this build does not know (a newer kvstash's) is as good as unknown: not this process's.
-    const bool known = path <= static_cast<uint32_t>(NumericsPath::avx512_vnni) || path >= kCudaNumericsPathBase;
+    const bool known = path <= static_cast<uint32_t>(NumericsPath::cpu) || path >= kCudaNumericsPathBase;
     out.numerics.path = known ? static_cast<NumericsPath>(path) : NumericsPath::unknown;
     out.kv_exact = (flags & kNumericsKvExact) != 0;
     return out;

@@ -8,6 +8,9 @@
 //   - Redis killed mid-test: requests keep succeeding; restarted (empty): reuse across replicas resumes;
 //   - values corrupted in Redis: refused (counted in /metrics), recomputed, the same answer;
 //   - a named state created on A is used on B; one uploaded to A is used on B; deleted on B, gone on A.
+// Replica B runs the AVX2 kernels (KVSTASH_ISA=avx2) and A the best this CPU has (AVX-512 where present):
+// every CPU path computes the same bits (numerics path "cpu", issue 32), so B takes A's blocks and states as
+// bitwise its own and answers alike; were the ISA still part of the identity, B would find nothing to reuse.
 // Four prompts of ~730 tokens are computed in all (SmolLM2-135M): about 20 s on a quiet 2-core machine.
 // nginx routes on an X-Replica header (a test-only map; the deployment guide's config is plain
 // round-robin) so the test knows which replica served what. Skips when redis-server or nginx is missing.
@@ -18,7 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -26,6 +31,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/cpu/runtime/numerics.h"
 #include "e2e/server/http_client.h"
 #include "support/netns.h"
 #include "support/redis_server.h"
@@ -190,7 +196,19 @@ TEST(ServerRedisReplicas, ReplicasShareBlocksAndStatesThroughRedis) {
         return std::make_unique<ServerProcess>(args, "",
                                                ns ? ServerPlace{ns->inner_address(), ns->launcher()} : ServerPlace{});
     };
-    const std::unique_ptr<ServerProcess> a_process = replica(ns_a.get()), b_process = replica(ns_b.get());
+    const std::unique_ptr<ServerProcess> a_process = replica(ns_a.get());
+    // B on the AVX2 kernels where this CPU has them (the environment is copied when B is spawned).
+    const std::vector<std::string> isas = isa_settings();
+    const bool has_avx512 = std::find(isas.begin(), isas.end(), "avx512") != isas.end();
+    const bool b_on_avx2 = has_avx512 && std::find(isas.begin(), isas.end(), "avx2") != isas.end();
+    const std::string a_isa = has_avx512 ? "avx512" : isas.back();  // the dispatch's choice: the best ISA
+    std::cout << "[ INFO     ] replica A runs " << a_isa << ", replica B " << (b_on_avx2 ? "avx2" : a_isa) << std::endl;
+    RecordProperty("replica_b_isa", b_on_avx2 ? "avx2" : a_isa);
+    const char* inherited_isa = std::getenv("KVSTASH_ISA");
+    const std::string restore = inherited_isa ? inherited_isa : "";
+    if (b_on_avx2) ::setenv("KVSTASH_ISA", "avx2", 1);
+    const std::unique_ptr<ServerProcess> b_process = replica(ns_b.get());
+    if (b_on_avx2) inherited_isa ? ::setenv("KVSTASH_ISA", restore.c_str(), 1) : ::unsetenv("KVSTASH_ISA");
     const ServerProcess &a = *a_process, &b = *b_process;
     Nginx nginx(a.host() + ":" + std::to_string(a.port()), b.host() + ":" + std::to_string(b.port()));
     httplib::Client front = nginx.client();

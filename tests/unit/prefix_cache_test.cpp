@@ -273,7 +273,7 @@ TEST(PrefixCache, KeysNameTheWholePrefixTheModelKvTypeAndIsa) {
     for (const PrefixKeyDomain& other :
          {PrefixKeyDomain(fp2, KvType::f16, numerics_of(Isa::scalar)),
           PrefixKeyDomain(fp, KvType::f32, numerics_of(Isa::scalar)),
-          PrefixKeyDomain(fp, KvType::f16, numerics_of(Isa::avx2)),
+          PrefixKeyDomain(fp, KvType::f16, Numerics{kNumericsEpoch, cuda_numerics_path(90)}),
           PrefixKeyDomain(fp, KvType::f16, Numerics{kNumericsEpoch + 1, NumericsPath::scalar})}) {
         EXPECT_NE(other.root(), d.root());
         EXPECT_NE(other.chain(tokens, 2)[0], keys[0]);

@@ -22,8 +22,9 @@ namespace {
 
 std::string v1_fixture() { return fixture_path("state/v1_gqa_f32.kvs"); }
 
-// The path the fixture was written on (README.md beside it: the AVX2 development machine).
-bool on_the_writing_path() { return current_numerics().path == NumericsPath::avx2; }
+// The fixture was written on the AVX2 path of an earlier numerics epoch (README.md beside it): no path of this
+// build computes those bits (numerics epoch 3 made every CPU path canonical), so it is compared within tolerance.
+bool on_the_writing_path() { return current_numerics() == Numerics{1, NumericsPath::avx2}; }
 
 // n floats of `got` against `want`: bitwise on the writing path, else within 1e-4 of max |want|.
 void expect_like_one_pass(const float* got, const float* want, size_t n, const char* what) {

@@ -5,26 +5,12 @@
 
 namespace kvstash {
 
-NumericsPath numerics_path(Isa isa) {
-    switch (isa) {
-        case Isa::scalar: return NumericsPath::scalar;
-        case Isa::avx2: return NumericsPath::avx2;
-        case Isa::avx512: return avx512_uses_vnni() ? NumericsPath::avx512_vnni : NumericsPath::avx512;
-    }
-    return NumericsPath::unknown;
-}
+NumericsPath numerics_path(Isa) { return NumericsPath::cpu; }
 
-bool matmul_reads_q5_0(NumericsPath path) {
-    switch (path) {
-        // Only the AVX2 integer kernels read q5_0 blocks (22 bytes: fewer bytes than q8_0's 34); the others read
-        // the q8_0 repacking, whose integer product is the same bits (backends/cpu/matmul/quantize_act.h).
-        case NumericsPath::avx2: return true;
-        case NumericsPath::avx512_vnni:
-        case NumericsPath::scalar:
-        case NumericsPath::avx512:
-        case NumericsPath::unknown: break;
-    }
-    return false;
+bool matmul_reads_q5_0(Isa isa) {
+    // Only the AVX2 integer kernels read q5_0 blocks (22 bytes: fewer bytes than q8_0's 34); the others read
+    // the q8_0 repacking, whose integer product is the same bits (backends/cpu/matmul/quantize_act.h).
+    return isa == Isa::avx2;
 }
 
 Numerics numerics_of(Isa isa) { return Numerics{kNumericsEpoch, numerics_path(isa)}; }
@@ -63,6 +49,7 @@ std::string describe(const Numerics& numerics) {
         case NumericsPath::avx2: path = "avx2"; break;
         case NumericsPath::avx512: path = "avx512"; break;
         case NumericsPath::avx512_vnni: path = "avx512-vnni"; break;
+        case NumericsPath::cpu: path = "cpu"; break;
         case NumericsPath::unknown: break;
     }
     return "epoch " + std::to_string(numerics.epoch) + ", " + path;

@@ -27,7 +27,12 @@ namespace kvstash {
 inline constexpr uint32_t kNumericsEpoch = 3;
 
 // The kernel path's code in keys and files; 0 = unknown (a file from before numerics were recorded).
-enum class NumericsPath : uint32_t { unknown = 0, scalar = 1, avx2 = 2, avx512 = 3, avx512_vnni = 4 };
+// scalar .. avx512_vnni: the per-ISA paths of epochs 1 and 2, when each ISA rounded its own way (files of
+// theirs still load, as not exact here). cpu: from epoch 3 on every CPU path (scalar, AVX2, AVX-512 with or
+// without VNNI, aarch64's) computes the same bits (docs/architecture/canonical-matmul.md,
+// canonical-float-ops.md), so the instruction set is not part of the identity: a state or a prefix-cache block
+// made on any CPU continues bit-exactly on any other.
+enum class NumericsPath : uint32_t { unknown = 0, scalar = 1, avx2 = 2, avx512 = 3, avx512_vnni = 4, cpu = 5 };
 
 // A device backend's path: kCudaNumericsPathBase + the CUDA compute capability (major × 10 + minor: 0x15a
 // is sm_90, H100 / H200). The CUDA kernels are bit-exact with themselves on one architecture, not with any
@@ -56,17 +61,17 @@ bool avx512_uses_vnni();
 // and, on a CPU with AVX-512 VNNI, avx512-novnni.
 std::vector<std::string> isa_settings();
 
-// The path `isa` runs in this process: avx512 is avx512_vnni where it runs the VNNI integer-activation
-// kernels (other bits).
+// The path `isa` runs in this process: NumericsPath::cpu for every ISA (they give the same bits).
 NumericsPath numerics_path(Isa isa);
 // This build's epoch on `isa`'s path.
 Numerics numerics_of(Isa isa);
 // numerics_of(active_isa()), or the device backend's path set by set_process_numerics_path.
 Numerics current_numerics();
-// Weight layouts follow the numerics path too: whether `path`'s matmul reads q5_0 matrices as stored (the
-// AVX2 integer kernels); on the other paths a model repacks them to q8_0 at load (the same values).
-bool matmul_reads_q5_0(NumericsPath path);
-// "epoch 1, avx2", "epoch 2, cuda sm_90"; "unknown (recorded from kvstash 0.1.0 / numerics epoch 1 on)" for epoch 0.
+// Whether matmul on `isa` reads q5_0 matrices as stored (the AVX2 integer kernels: 22-byte blocks); on the
+// other ISAs a model repacks them to q8_0 at load. Either layout gives the same bits (a speed choice only).
+bool matmul_reads_q5_0(Isa isa);
+// "epoch 3, cpu", "epoch 1, avx2", "epoch 2, cuda sm_90"; "unknown (recorded from kvstash 0.1.0 / numerics epoch 1 on)"
+// for epoch 0.
 std::string describe(const Numerics& numerics);
 
 }  // namespace kvstash
