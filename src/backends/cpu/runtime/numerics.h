@@ -1,10 +1,10 @@
-// Which bits this build's kernels compute: a numerics epoch and the kernel path (ISA) that runs.
+// Which bits this build's kernels compute: a numerics epoch and the numerics path (the CPU, or a GPU).
 //
 // Batch invariance makes the KV of a token sequence a pure function of (model, adapters, tokens, KV type)
-// *for one set of kernels*. Two things change those bits: another kernel path on the same build (the
-// scalar, AVX2, AVX-512 and AVX-512 VNNI paths round differently), and a change to a kernel's fixed
-// evaluation order between kvstash versions. The epoch counts the second: it is raised by every commit
-// that changes the bits any path computes for any model (a new accumulation order, chunk size, exp
+// *for one kernel arithmetic*. Two things change those bits: another backend whose arithmetic differs (a GPU;
+// every CPU instruction set follows one canonical arithmetic since epoch 3, so all CPUs are one path), and a
+// change to a kernel's fixed evaluation order between kvstash versions. The epoch counts the second: it is
+// raised by every commit that changes the bits for any model (a new accumulation order, chunk size, exp
 // approximation, quantization of activations, ...), and tests/unit/numerics_test.cpp's pinned logits
 // tell when that happened. Prefix-cache keys include both (a cached block is reused only where it is
 // bitwise what would be computed); state files record both, and a state whose numerics are not this
