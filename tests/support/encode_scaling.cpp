@@ -22,7 +22,8 @@ double best_of_three_ms(const Tokenizer& tok, const std::string& text, std::vect
 
 }  // namespace
 
-std::vector<int32_t> expect_near_linear_encoding(const Tokenizer& tok, const std::string& text, const std::string& what) {
+std::vector<int32_t> expect_near_linear_encoding(const Tokenizer& tok, const std::string& text,
+                                                 const std::string& what) {
     std::vector<int32_t> ids, part_ids;
     const double ms = best_of_three_ms(tok, text, ids);
     const double part_ms = best_of_three_ms(tok, text.substr(0, text.size() / 16), part_ids);

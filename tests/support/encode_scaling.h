@@ -13,9 +13,10 @@ namespace kvstash::test {
 
 // Encodes `text` and its first sixteenth (each the best of three runs), prints both timings, and fails the
 // current test when the whole took more than 100 times as long as the sixteenth plus 20 ms (linear: 16;
-// measured 17-47 on an AVX-512 Xeon under load, caches making the small input cheaper per byte; quadratic:
+// measured 17-79 on an AVX-512 Xeon under load, caches making the small input cheaper per byte; quadratic:
 // 256). Release builds without sanitizers, not under an emulator (elsewhere it prints). Returns the token ids of
 // `text`.
-std::vector<int32_t> expect_near_linear_encoding(const Tokenizer& tok, const std::string& text, const std::string& what);
+std::vector<int32_t> expect_near_linear_encoding(const Tokenizer& tok, const std::string& text,
+                                                 const std::string& what);
 
 }  // namespace kvstash::test
