@@ -50,13 +50,17 @@ inline __m512 combine_planes_wide(__m512i s_h, __m512i s_l) {
 }
 
 constexpr int kFewTokensMax = 2;  // token counts up to this take the decode kernels directly
-// Up to this many tokens (continuous batching of a few sequences) take them in chunks of 2: below it the
-// decode kernels re-reading the task's rows per chunk beat the many-token kernel, whose unpacking of
-// every 16-row tile costs about as much for 3 tokens as for 8.
+// Up to this many tokens (speculative verification, continuous batching of a few sequences) take the few-token
+// kernels (decode_rows, matmul_int8_few_avx512vnni.h: each weight read and unpacked once, multiplied per token
+// pair); above, the many-token kernels, which unpack and transpose every 16-row tile (here) or 32-row tile
+// (gemm_int8.h) and then run token tiles without a reduction tree.
 constexpr int kFewTokensChunkedMax = 8;
+// kFewTokensChunkedMax, or KVSTASH_FEW_TOKENS_MAX where set (>= 2; read once): one binary measures both sides
+// of the threshold. Every choice gives the same bits.
+int64_t few_tokens_max();
 
-// The decode path (matmul_int8_decode*_avx512vnni.cpp): rows [row_begin, row_end),
-// a.n_tokens <= kFewTokensChunkedMax.
+// The decode path (matmul_int8_decode*_avx512vnni.cpp, and the few-token kernels above kFewTokensMax): rows
+// [row_begin, row_end), a.n_tokens <= few_tokens_max().
 void decode_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
 }  // namespace kvstash::kernels::int8_avx512
