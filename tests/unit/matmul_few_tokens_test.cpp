@@ -1,9 +1,9 @@
 // The integer-activation matmul at a few tokens (speculative verification of k guesses, continuous batching
 // of a few sequences): on every ISA this CPU runs, every token count 1..16 (on AVX-512 VNNI: the decode
 // kernels at 1-2, the few-token kernels that unpack each weight once for all tokens above, the many-token
-// kernels past kFewTokensChunkedMax) is bitwise the scalar definition (reference/matmul_int8_ref.cpp), for
-// every integer-path type, with full and partial 16-row tiles and an odd block count (an unpaired last block);
-// and each token of a batch is bitwise the same token alone, whatever the thread count and row range.
+// kernels past the per-type threshold few_tokens_max) is bitwise the scalar definition (reference/matmul_int8_ref.cpp),
+// for every integer-path type, with full and partial 16-row tiles and an odd block count (an unpaired last block); and
+// each token of a batch is bitwise the same token alone, whatever the thread count and row range.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -153,7 +153,7 @@ void decode_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         few_tokens_one_call(a, row_begin, row_end);
         return;
     }
-    // 3 .. few_tokens_max() tokens: each weight read and unpacked once, then multiplied per token pair
+    // 3 .. few_tokens_max(type) tokens: each weight read and unpacked once, then multiplied per token pair
     // (matmul_int8_few_avx512vnni.h); every output is computed exactly as for its token alone.
     few_tokens_rows(a, row_begin, row_end);
 }

@@ -176,12 +176,19 @@ void rows_of_type(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 
 }  // namespace
 
-int64_t few_tokens_max() {
-    static const int64_t max = [] {
+int64_t few_tokens_max(TensorType type) {
+    static const int64_t forced = [] {
         const char* set = std::getenv("KVSTASH_FEW_TOKENS_MAX");
-        return set != nullptr ? std::max<int64_t>(kFewTokensMax, std::atoll(set)) : int64_t{kFewTokensChunkedMax};
+        return set != nullptr ? std::max<int64_t>(kFewTokensMax, std::atoll(set)) : int64_t{0};
     }();
-    return max;
+    if (forced != 0) return forced;
+    switch (type) {
+        case TensorType::Q4_0:
+        case TensorType::Q4_1: return 5;
+        case TensorType::Q8_0: return 8;
+        case TensorType::Q5_K: return 12;
+        default: return kFewTokensChunkedMax;  // q4_K, q6_K
+    }
 }
 
 void few_tokens_rows_blocks32(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {

@@ -1,4 +1,4 @@
-// The AVX-512 VNNI integer-activation matmul for a few tokens (3 .. few_tokens_max(): speculative
+// The AVX-512 VNNI integer-activation matmul for a few tokens (3 .. few_tokens_max(type): speculative
 // verification, continuous batching of a few sequences): matmul_int8_few_avx512vnni.cpp (32-element blocks:
 // q4_0, q4_1, q8_0) and matmul_int8_few_kquant_avx512vnni.cpp (q4_K, q5_K, q6_K). Include only from files
 // compiled with AVX-512 F/BW/VL/DQ + VNNI + VBMI (named *_avx512vnni.cpp).
@@ -19,7 +19,7 @@
 namespace kvstash::kernels::int8_avx512 {
 
 // Rows [row_begin, row_end) of a product of any token count (a.n_tokens >= 1; meant for 3 ..
-// few_tokens_max()), any integer-path type.
+// few_tokens_max(type)), any integer-path type.
 void few_tokens_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 // The same by family.
 void few_tokens_rows_blocks32(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
