@@ -56,7 +56,8 @@ constexpr int kFewTokensMax = 2;  // token counts up to this take the decode ker
 // and transpose every 16-row tile (here: q4_0, q4_1, q5_K) or 32-row tile (gemm_int8.h: q8_0, q4_K, q6_K)
 // and need no tree. Where they cross, measured per type with `kvstash_bench --kernels` (1 thread, CPU time;
 // docs/benchmarks.md, "Few-token matmul"): q4_0 / q4_1 between 4 and 6 tokens (the 16-row tiles are cheap to
-// build for 32-element blocks), q8_0 between 8 and 10, q5_K between 10 and 16, q4_K and q6_K past 16.
+// build for 32-element blocks), q8_0 at 10 (9 = a verification of 8 guesses), q5_K between 10 and 16, q4_K and
+// q6_K past 16.
 constexpr int kFewTokensChunkedMax = 16;  // the largest of few_tokens_max(type)
 // The threshold of `type`, or KVSTASH_FEW_TOKENS_MAX for every type where set (>= 2; read once): one binary
 // measures both sides of the threshold. Every choice gives the same bits.

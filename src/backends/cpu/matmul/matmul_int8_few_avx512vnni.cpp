@@ -185,7 +185,7 @@ int64_t few_tokens_max(TensorType type) {
     switch (type) {
         case TensorType::Q4_0:
         case TensorType::Q4_1: return 5;
-        case TensorType::Q8_0: return 8;
+        case TensorType::Q8_0: return 9;
         case TensorType::Q5_K: return 12;
         default: return kFewTokensChunkedMax;  // q4_K, q6_K
     }
