@@ -239,7 +239,7 @@ TEST_P(MatmulCase, OneHotActivationsReturnTheDequantizedWeights) {
 // negative split h = -127, l = -127) with every sign pattern that keeps the sums extreme or makes the
 // two planes disagree. The kernels' int32 steps are only exact within bounds that these inputs reach
 // (K-quant super-block sums pass 2^32), so this pins the bounds reasoning, bitwise against the scalar
-// definition, for the decode (1, 2 tokens) and batched paths and partial row tiles.
+// definition, for the decode (1, 2 tokens), few-token (3 .. 16) and batched paths and partial row tiles.
 TEST_P(MatmulCase, ExtremeIntegerSumsBitwise) {
     const auto [isa, type] = GetParam();
     if (!kernels::has_integer_path(type)) return;
@@ -268,7 +268,7 @@ TEST_P(MatmulCase, ExtremeIntegerSumsBitwise) {
         }
     }
     for (int pattern = 0; pattern < 4; ++pattern) {
-        for (int64_t n_tokens : {1, 2, 3}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 7, 16}) {
             std::vector<float> X(static_cast<size_t>(n_tokens * cols));
             for (size_t i = 0; i < X.size(); ++i) {
                 const bool negative =

@@ -352,7 +352,7 @@ bool has_tiles(TensorType type) {
 }  // namespace
 
 void gemm_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens <= kFewTokensChunkedMax || !has_tiles(a.type) || rows16_only()) {
+    if (a.n_tokens <= few_tokens_max(a.type) || !has_tiles(a.type) || rows16_only()) {
         return matmul_int8_rows_avx512vnni(a, row_begin, row_end);
     }
     const int64_t block = tensor_type_traits(a.type).block_size;

@@ -10,7 +10,8 @@
 // int32 sum: lanes are rows, so a block's sum S_b needs no horizontal reduction, and the float step of
 // the definition (acc = fma(d·dx, float(S_b), acc)) runs on 16 rows at once, in block order. The tile
 // is reused by token tiles of 6 (K-quants: 4) tokens.
-// Few tokens (decode, up to kFewTokensChunkedMax): no unpacked copy (matmul_int8_decode_avx512vnni.h).
+// Few tokens (decode, up to few_tokens_max(type)): no transposed copy (matmul_int8_decode_avx512vnni.h,
+// matmul_int8_few_avx512vnni.h).
 // Offsets (q4_0: -8, q8_0: -128, q6_K: -32 per sub-block) are exact integer corrections from the
 // activation sums: a sum starts at -offset·sum(plane) instead of 0.
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)
@@ -369,9 +370,9 @@ PackedTileFn packed_tile_for(TensorType type, int nt) {
 }  // namespace
 
 // A 16-row tile at a time: unpack the whole tile once, then token tile after token tile over it. Up to
-// kFewTokensChunkedMax tokens go to the decode kernels instead (decode_rows).
+// few_tokens_max(type) tokens go to the decode and few-token kernels instead (decode_rows).
 void matmul_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.n_tokens <= kFewTokensChunkedMax) return decode_rows(a, row_begin, row_end);
+    if (a.n_tokens <= few_tokens_max(a.type)) return decode_rows(a, row_begin, row_end);
     const int64_t block = tensor_type_traits(a.type).block_size;
     const int64_t n_blocks = a.cols / block;
     const int n_sub = a.type == TensorType::Q6_K ? 16 : 8;

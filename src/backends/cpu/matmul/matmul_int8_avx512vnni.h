@@ -50,13 +50,21 @@ inline __m512 combine_planes_wide(__m512i s_h, __m512i s_l) {
 }
 
 constexpr int kFewTokensMax = 2;  // token counts up to this take the decode kernels directly
-// Up to this many tokens (continuous batching of a few sequences) take them in chunks of 2: below it the
-// decode kernels re-reading the task's rows per chunk beat the many-token kernel, whose unpacking of
-// every 16-row tile costs about as much for 3 tokens as for 8.
-constexpr int kFewTokensChunkedMax = 8;
+// Up to few_tokens_max(type) tokens (speculative verification, continuous batching of a few sequences) take
+// the few-token kernels (decode_rows, matmul_int8_few_avx512vnni.h: each weight read and unpacked once,
+// multiplied per token pair, rows summed by a reduction tree); above, the many-token kernels, which unpack
+// and transpose every 16-row tile (here: q4_0, q4_1, q5_K) or 32-row tile (gemm_int8.h: q8_0, q4_K, q6_K)
+// and need no tree. Where they cross, measured per type with `kvstash_bench --kernels` (1 thread, CPU time;
+// docs/benchmarks.md, "Few-token matmul"): q4_0 / q4_1 between 4 and 6 tokens (the 16-row tiles are cheap to
+// build for 32-element blocks), q8_0 at 10 (9 = a verification of 8 guesses), q5_K between 10 and 16, q4_K and
+// q6_K past 16.
+constexpr int kFewTokensChunkedMax = 16;  // the largest of few_tokens_max(type)
+// The threshold of `type`, or KVSTASH_FEW_TOKENS_MAX for every type where set (>= 2; read once): one binary
+// measures both sides of the threshold. Every choice gives the same bits.
+int64_t few_tokens_max(TensorType type);
 
-// The decode path (matmul_int8_decode*_avx512vnni.cpp): rows [row_begin, row_end),
-// a.n_tokens <= kFewTokensChunkedMax.
+// The decode path (matmul_int8_decode*_avx512vnni.cpp, and the few-token kernels above kFewTokensMax): rows
+// [row_begin, row_end), a.n_tokens <= few_tokens_max(a.type).
 void decode_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end);
 
 }  // namespace kvstash::kernels::int8_avx512

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "backends/cpu/matmul/matmul_int8_few_avx512vnni.h"
+
 namespace kvstash::kernels::int8_avx512 {
 namespace {
 
@@ -151,19 +153,9 @@ void decode_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
         few_tokens_one_call(a, row_begin, row_end);
         return;
     }
-    // 3 .. kFewTokensChunkedMax tokens: pairs of tokens (and a last single one), each with its own copy of
-    // its activation rows; every output is computed exactly as for those tokens alone.
-    thread_local QuantizedActivations chunk_xq;
-    for (int64_t t0 = 0; t0 < a.n_tokens; t0 += 2) {
-        const int64_t n = std::min<int64_t>(2, a.n_tokens - t0);
-        copy_activation_rows(*a.xq, t0, n, chunk_xq);
-        MatmulArgs chunk = a;
-        chunk.X = a.X + t0 * a.cols;
-        chunk.n_tokens = n;
-        chunk.Y = a.Y + t0 * a.y_stride;
-        chunk.xq = &chunk_xq;
-        few_tokens_one_call(chunk, row_begin, row_end);
-    }
+    // 3 .. few_tokens_max(type) tokens: each weight read and unpacked once, then multiplied per token pair
+    // (matmul_int8_few_avx512vnni.h); every output is computed exactly as for its token alone.
+    few_tokens_rows(a, row_begin, row_end);
 }
 
 }  // namespace kvstash::kernels::int8_avx512
