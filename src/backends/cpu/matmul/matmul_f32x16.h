@@ -74,7 +74,10 @@ void buffered_tile(const float* const* w, const float* x, int64_t cols, int64_t 
     for (; k + kLanes <= k_end; k += kLanes) {
         F32x16 wv[NR];
 #pragma GCC unroll 16
-        for (int i = 0; i < NR; ++i) wv[i] = load(w[i] + k);
+        for (int i = 0; i < NR; ++i) {
+            wv[i] = load(w[i] + k);
+            if constexpr (NT > 1) keep_in_registers(wv[i]);  // read once for the NT tokens
+        }
 #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) {
             const F32x16 xv = load(x + j * cols + k);

@@ -46,6 +46,10 @@ inline F32x16 load_first(const float* p, int64_t n) { return {_mm512_maskz_loadu
 inline void store(float* p, F32x16 x) { _mm512_storeu_ps(p, x.v); }
 inline void store_first(float* p, F32x16 x, int64_t n) { _mm512_mask_storeu_ps(p, first_lanes(n), x.v); }
 
+// x, held in registers from here on: a value used several times (a matmul tile's weights) is then read once,
+// where the compiler would otherwise load it again from memory for every use. No arithmetic.
+inline void keep_in_registers(F32x16& x) { asm("" : "+v"(x.v)); }
+
 inline F32x16 add(F32x16 a, F32x16 b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F32x16 sub(F32x16 a, F32x16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline F32x16 mul(F32x16 a, F32x16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
@@ -158,6 +162,8 @@ inline void store_first(float* p, F32x16 x, int64_t n) {
     _mm256_maskstore_ps(p, first_lanes8(lo_count(n)), x.lo);
     _mm256_maskstore_ps(p + 8, first_lanes8(hi_count(n)), x.hi);
 }
+
+inline void keep_in_registers(F32x16& x) { asm("" : "+x"(x.lo), "+x"(x.hi)); }
 
 inline F32x16 add(F32x16 a, F32x16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
 inline F32x16 sub(F32x16 a, F32x16 b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
