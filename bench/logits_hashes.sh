@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Final-logits hashes of one build on every numerics path this CPU runs (KVSTASH_ISA unset = the best
-# path, avx2, scalar), for the benchmark models and the tiny fixtures of each family, so that two builds
+# path, avx2, scalar), for the benchmark models and the tiny fixtures of each family (quantized, and with
+# f32 / f16 / bf16 weights: the f32-activation matmul), so that two builds
 # (before / after a refactor) can be compared line by line:
 #   bench/logits_hashes.sh build-before > before.txt; bench/logits_hashes.sh build > after.txt
 #   diff before.txt after.txt        # empty: no bit of any final logits changed
@@ -30,6 +31,10 @@ for isa in "${ISAS[@]}"; do
     for kv in f32 q8_0; do one "$isa" "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf" "$kv" 100 8; done
     for m in recurrent/granitehybrid_q8_0 recurrent/mamba1_f32 recurrent/mamba2_q8_0 gemma3_tiny/gemma3_tiny_q5_0 \
         gpt2/gpt2_q8_0 qwen2/qwen2_q8_0 tiny/gqa_f16; do
+        one "$isa" "$FIX/$m.gguf" f16 50 8
+    done
+    for m in tiny/gqa_f32 tiny/gqa_bf16 tiny/mha_tied_f32 hf/llama_f16 hf/gemma3_bf16 gemma3_tiny/gemma3_tiny_f32 \
+        gpt2/gpt2_f32 qwen2/qwen2_f32 recurrent/granitehybrid_f32 recurrent/mamba2_f32; do
         one "$isa" "$FIX/$m.gguf" f16 50 8
     done
     batch "$isa" "$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf"

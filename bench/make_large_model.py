@@ -15,8 +15,9 @@ Variants (written to models/, which git ignores), as llama.cpp's quantizer lays 
           (the first and last eighth, and every third between: use_more_bits); token embedding Q4_K, output
           Q6_K (tied: the embedding Q6_K). The `bench` shape keeps its historical layout (every layer matrix
           Q4_K) under the name q4_k;
-  q8_0    every matrix Q8_0.
-Files: bench-llama-2048x16-{q4_k,q8_0}.gguf, bench-llama8b-{q4_k_m,q8_0}[-Lnn].gguf,
+  q8_0    every matrix Q8_0;
+  f16, bf16  every matrix F16 / BF16 (the f32-activation matmul: normal values of the same spread, rounded).
+Files: bench-llama-2048x16-{q4_k,q8_0,f16,bf16}[-Lnn].gguf, bench-llama8b-{q4_k_m,q8_0}[-Lnn].gguf,
 bench-qwen3b-{q4_k_m,q8_0}[-Lnn].gguf (-Lnn with --layers).
 
 The quantized blocks are random but valid bytes with fp16 scales chosen so that the weights have a
@@ -69,11 +70,15 @@ VARIANTS = {
     "q4_k": (QT.Q4_K, None, QT.Q4_K, QT.Q6_K),
     "q4_k_m": (QT.Q4_K, QT.Q6_K, QT.Q4_K, QT.Q6_K),
     "q8_0": (QT.Q8_0, None, QT.Q8_0, QT.Q8_0),
+    "f16": (QT.F16, None, QT.F16, QT.F16),
+    "bf16": (QT.BF16, None, QT.BF16, QT.BF16),
 }
 FILE_TYPE = {
     "q4_k": gguf.LlamaFileType.MOSTLY_Q4_K_M,
     "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M,
     "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    "f16": gguf.LlamaFileType.MOSTLY_F16,
+    "bf16": gguf.LlamaFileType.MOSTLY_BF16,
 }
 
 
@@ -88,6 +93,13 @@ def f16_bytes(values):
 
 def random_blocks(rng, qtype, rows, cols, std):
     """(rows, row_bytes) uint8 of random valid blocks whose decoded weights have roughly this std."""
+    if qtype in (QT.F16, QT.BF16):  # normal values of this std, rounded to nearest (even) 16-bit floats
+        x = rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(std)
+        if qtype == QT.F16:
+            return x.astype(np.float16).view(np.uint8)
+        bits = x.view(np.uint32)
+        rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16  # no NaN or Inf here
+        return rounded.astype(np.uint16).view(np.uint8)
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     n_blocks = rows * cols // block
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)

@@ -40,8 +40,9 @@ struct MatmulArgs {
 namespace reference {
 void matmul_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 }  // namespace reference
-// AVX2 + FMA + F16C (matmul_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp): the scalar reference's bits.
-// Only call them on a CPU that has the instructions.
+// AVX2 + FMA + F16C (matmul_avx2.cpp) and AVX-512 F/BW/VL/DQ (matmul_avx512.cpp): one definition over
+// simd::F32x16 (matmul_f32x16.h), the scalar reference's bits, for f32 / f16 / bf16 weights only. Only call
+// them on a CPU that has the instructions.
 void matmul_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 

@@ -46,6 +46,10 @@ inline F32x16 load_first(const float* p, int64_t n) { return {_mm512_maskz_loadu
 inline void store(float* p, F32x16 x) { _mm512_storeu_ps(p, x.v); }
 inline void store_first(float* p, F32x16 x, int64_t n) { _mm512_mask_storeu_ps(p, first_lanes(n), x.v); }
 
+// x, held in registers from here on: a value used several times (a matmul tile's weights) is then read once,
+// where the compiler would otherwise load it again from memory for every use. No arithmetic.
+inline void keep_in_registers(F32x16& x) { asm("" : "+v"(x.v)); }
+
 inline F32x16 add(F32x16 a, F32x16 b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F32x16 sub(F32x16 a, F32x16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline F32x16 mul(F32x16 a, F32x16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
@@ -81,6 +85,11 @@ inline F32x16 add_first(F32x16 a, F32x16 b, int64_t n) { return {_mm512_mask_add
 // 16 f16 values at p as f32 (exact).
 inline F32x16 load_f16(const uint8_t* p) {
     return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+// 16 bf16 values at p as f32 (exact: the 16 bits become the high half of the float's).
+inline F32x16 load_bf16(const uint8_t* p) {
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(h, 16))};
 }
 // 16 int8 values at q times d (exact in f32 when d is an f16 value: a q8_0 block's d · q).
 inline F32x16 load_i8_scaled(const int8_t* q, float d) {
@@ -154,6 +163,8 @@ inline void store_first(float* p, F32x16 x, int64_t n) {
     _mm256_maskstore_ps(p + 8, first_lanes8(hi_count(n)), x.hi);
 }
 
+inline void keep_in_registers(F32x16& x) { asm("" : "+x"(x.lo), "+x"(x.hi)); }
+
 inline F32x16 add(F32x16 a, F32x16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
 inline F32x16 sub(F32x16 a, F32x16 b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
 inline F32x16 mul(F32x16 a, F32x16 b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
@@ -197,6 +208,11 @@ inline F32x16 load_f16(const uint8_t* p) {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
 }
+inline __m256 bf16x8_to_f32(const uint8_t* p) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+inline F32x16 load_bf16(const uint8_t* p) { return {bf16x8_to_f32(p), bf16x8_to_f32(p + 16)}; }
 inline F32x16 load_i8_scaled(const int8_t* q, float d) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
     const __m256 scale = _mm256_set1_ps(d);
@@ -252,11 +268,16 @@ inline double reduce_add(F64x16 p) {
 
 #endif
 
-// f16 and q8_0 tails: lanes [0, n) of 16 f16 values at p, the others +0 (nothing past the n values is read).
+// f16, bf16 and q8_0 tails: lanes [0, n) of 16 values at p, the others +0 (nothing past the n values is read).
 inline F32x16 load_f16_first(const uint8_t* p, int64_t n) {
     alignas(32) uint8_t halves[2 * kLanes] = {};
     std::memcpy(halves, p, static_cast<size_t>(2 * n));
     return load_f16(halves);
+}
+inline F32x16 load_bf16_first(const uint8_t* p, int64_t n) {
+    alignas(32) uint8_t halves[2 * kLanes] = {};
+    std::memcpy(halves, p, static_cast<size_t>(2 * n));
+    return load_bf16(halves);
 }
 inline F32x16 load_i8_scaled_first(const int8_t* q, float d, int64_t n) {
     alignas(16) int8_t bytes[kLanes] = {};

@@ -5,7 +5,7 @@
 //     (one rounding; past cols, w = x = 0: acc[i] + 0, which turns a -0 lane into +0, as a masked vector
 //     load of zeros does);
 //   s8[i] = acc[i] + acc[i+8] (i < 8); s4[i] = s8[i] + s8[i+4] (i < 4); y = (s4[0] + s4[2]) + (s4[1] + s4[3]).
-// The tree is AVX-512's hsum16 (and AVX2's hsum8 of lo + hi).
+// The tree is simd::reduce_add's (backends/cpu/simd/f32x16.h), which the vector paths end each dot product with.
 #pragma GCC optimize("fp-contract=off")  // no contraction besides the explicit fma
 
 #include <cmath>
