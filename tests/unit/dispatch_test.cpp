@@ -112,7 +112,7 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
         EXPECT_EQ(active_isa(), Isa::avx512);
         EXPECT_FALSE(avx512_uses_vnni());
         // Without VNNI the AVX-512 path still multiplies integer activations (its 512-bit tiles on vpmaddubsw +
-        // vpmaddwd, the AVX2 kernels for a few tokens and q8_0): one arithmetic per type on every path.
+        // vpmaddwd, the AVX2 kernels for a few tokens): one arithmetic per type on every path.
         EXPECT_TRUE(matmul_uses_integer_activations(Isa::avx512, TensorType::Q4_K));
 #if KVSTASH_HAVE_X86_KERNELS
         EXPECT_EQ(kernels::kernel_table(Isa::avx512).matmul_int8_rows, &kernels::gemm_int8_rows_avx512bw);

@@ -19,8 +19,8 @@
 //
 // Shared by two instruction sets through the dot-product primitive of int8_dot_avx512.h (DotRun: vpdpbusd, or
 // vpmaddubsw + vpmaddwd): AVX-512 VNNI (gemm_int8_avx512vnni.cpp) and AVX-512 F/BW without VNNI
-// (gemm_int8_avx512.cpp: q4_K and q6_K; q8_0's unsigned weights do not fit vpmaddubsw exactly). Include only from
-// such a file, which must also turn off floating-point contraction (as below).
+// (gemm_int8_avx512.cpp), where q8_0 has its own chunk kernel on int16 weights (chunk_q8_0). Include only from such
+// a file, which must also turn off floating-point contraction (as below).
 #pragma once
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)
 
@@ -40,15 +40,19 @@ namespace gemm32 {
 using namespace int8_avx512;
 
 constexpr int kTileRows = 2 * kRows;  // 32 rows: two int32-lane vectors
-constexpr int64_t kChunkCols = 1024;  // columns per unpacked tile chunk (whole q4_K / q6_K super-blocks)
+constexpr int64_t kChunkCols = 1024;  // bytes per row of an unpacked tile chunk (whole q4_K / q6_K super-blocks)
 constexpr int kTokenTile32 = 4;       // tokens per step, 32-element blocks (q8_0)
 constexpr int kTokenTileSuper = 2;    // the same for super-blocks (more accumulators per token)
 
-// One unpacked chunk of a 32-row tile. packed: (chunk / 4) dwords k, each as two 64-byte vectors (rows 0-15, 16-31)
-// of dword k of every row; per block b of the chunk and row i: d[b * 32 + i], m (q4_K: dmin); the K-quants'
+// Bytes per unpacked weight: 1 (unsigned bytes), or 2 for q8_0 without VNNI (int16 weights, chunk_q8_0 below); a
+// chunk holds kChunkCols / unpacked_bytes columns.
+int unpacked_bytes(TensorType type) { return !kDotVnni && type == TensorType::Q8_0 ? 2 : 1; }
+
+// One unpacked chunk of a 32-row tile. packed: (chunk bytes / 4) dwords k, each as two 64-byte vectors (rows 0-15,
+// 16-31) of dword k of every row; per block b of the chunk and row i: d[b * 32 + i], m (q4_K: dmin); the K-quants'
 // sub-block scales and mins sc / mn[(b * n_sub + j) * 32 + i].
 struct Tile {
-    uint8_t* u = nullptr;       // 32 × kChunkCols: row-major unsigned bytes before the transpose
+    uint8_t* u = nullptr;       // 32 × kChunkCols: row-major unsigned bytes (or int16) before the transpose
     uint8_t* packed = nullptr;  // 32 × kChunkCols
     float *d = nullptr, *m = nullptr;
     int32_t *sc = nullptr, *mn = nullptr;
@@ -79,12 +83,19 @@ void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t nb, int i
     uint8_t* u = t.u + static_cast<size_t>(i) * kChunkCols;
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     if (type == TensorType::Q8_0) {
-        const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
         w += b0 * 34;
+#if defined(__AVX512VNNI__)
+        const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
         for (int64_t b = 0; b < nb; ++b, w += 34, u += 32) {
             t.d[b * kTileRows + i] = fp16_at(w);
             store256(u, _mm256_xor_si256(load256(w + 2), bias));  // q + 128
         }
+#else
+        for (int64_t b = 0; b < nb; ++b, w += 34, u += 64) {
+            t.d[b * kTileRows + i] = fp16_at(w);
+            _mm512_storeu_si512(u, _mm512_cvtepi8_epi16(load256(w + 2)));  // q as int16
+        }
+#endif
     } else if (type == TensorType::Q4_K) {
         w += b0 * 144;
         for (int64_t b = 0; b < nb; ++b, w += 144, u += 256) {
@@ -229,6 +240,49 @@ void chunk_q8_0(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivation
         for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
 }
 
+#else
+// q8_0 without VNNI: its weights as int16 (|q| <= 128, two per dword: the tile holds 512 columns) against the int16
+// activations x = 256·h + l (|x| <= 32639) with vpmaddwd, which adds two exact products per int32 lane; a block's
+// |S| <= 32·128·32639 < 2^31, so S is exact and is the definition's 256·S_h + S_l, the same integer. (vpmaddubsw on
+// the unsigned q + 128 of the VNNI layout could saturate its int16 sums.)
+template <int NT>
+void chunk_q8_0(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+    const int16_t* xq[NT];
+    const float* dx[NT];
+    for (int j = 0; j < NT; ++j) {
+        xq[j] = xa.q_row(t0 + j) + b0 * 32;
+        dx[j] = xa.d_row(t0 + j) + b0;
+    }
+    __m512 acc[NT][2];
+    for (int j = 0; j < NT; ++j)
+        for (int v = 0; v < 2; ++v) acc[j][v] = _mm512_loadu_ps(acc_io + (j * 2 + v) * kRows);
+    const uint8_t* wp = t.packed;
+    for (int64_t b = 0; b < nb; ++b, wp += 16 * 2 * 64) {
+        __m512i s[NT][2];
+        for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; ++k) {  // dword k: elements 2k, 2k + 1
+            const __m512i w0 = _mm512_loadu_si512(wp + (2 * k) * 64);
+            const __m512i w1 = _mm512_loadu_si512(wp + (2 * k + 1) * 64);
+#pragma GCC unroll 8
+            for (int j = 0; j < NT; ++j) {
+                const __m512i x = _mm512_set1_epi32(load_i32(xq[j] + 32 * b + 2 * k));
+                s[j][0] = _mm512_add_epi32(s[j][0], _mm512_madd_epi16(w0, x));
+                s[j][1] = _mm512_add_epi32(s[j][1], _mm512_madd_epi16(w1, x));
+            }
+        }
+        const __m512 d[2] = {_mm512_loadu_ps(t.d + b * kTileRows), _mm512_loadu_ps(t.d + b * kTileRows + kRows)};
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) {
+            const __m512 x_scale = _mm512_set1_ps(dx[j][b]);
+            for (int v = 0; v < 2; ++v) {
+                acc[j][v] = _mm512_fmadd_ps(_mm512_mul_ps(d[v], x_scale), _mm512_cvtepi32_ps(s[j][v]), acc[j][v]);
+            }
+        }
+    }
+    for (int j = 0; j < NT; ++j)
+        for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
+}
 #endif
 
 // Super-blocks of 256. kQ6: 16 sub-blocks of 16, offset -32, signed scales, no mins; otherwise (q4_K) 8 sub-blocks
@@ -317,9 +371,7 @@ using ChunkFn = void (*)(const Tile&, int64_t, int64_t, const QuantizedActivatio
 template <int NT>
 ChunkFn chunk_fn(TensorType type) {
     switch (type) {
-#if defined(__AVX512VNNI__)
         case TensorType::Q8_0: return &chunk_q8_0<NT>;
-#endif
         case TensorType::Q4_K: return &chunk_super<std::min(NT, kTokenTileSuper), false>;
         default: return &chunk_super<std::min(NT, kTokenTileSuper), true>;
     }
@@ -365,10 +417,9 @@ bool rows16_only() {
     return only;
 }
 
-// The types of the 32-row tiles on this instruction set (q8_0 with VNNI only: has_unsigned_tile).
+// The types of the 32-row tiles.
 bool has_tiles(TensorType type) {
-    return (type == TensorType::Q8_0 || type == TensorType::Q4_K || type == TensorType::Q6_K) &&
-           has_unsigned_tile(type);
+    return type == TensorType::Q8_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
 }
 
 // Rows [row_begin, row_end) of a product of many tokens, 32-row tiles; only for has_tiles(a.type).
@@ -377,6 +428,7 @@ void tile_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const int bytes = block_bytes(a.type);
     const int n_sub = a.type == TensorType::Q6_K ? 16 : a.type == TensorType::Q4_K ? 8 : 0;  // scales to clear
     const int token_tile = block == 256 ? kTokenTileSuper : kTokenTile32;
+    const int64_t chunk_cols = kChunkCols / unpacked_bytes(a.type);
     thread_local Tile tile_storage;
     thread_local ScratchArray acc_buf;
     Tile& tile = tile_storage;
@@ -385,8 +437,8 @@ void tile_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     for (int64_t r = row_begin; r < row_end; r += kTileRows) {
         const int nr = static_cast<int>(std::min<int64_t>(kTileRows, row_end - r));
         std::fill(acc, acc + a.n_tokens * kTileRows, 0.0f);
-        for (int64_t c0 = 0; c0 < a.cols; c0 += kChunkCols) {
-            const int64_t cols = std::min(kChunkCols, a.cols - c0);
+        for (int64_t c0 = 0; c0 < a.cols; c0 += chunk_cols) {
+            const int64_t cols = std::min(chunk_cols, a.cols - c0);
             const int64_t b0 = c0 / block, nb = cols / block;
             for (int i = 0; i < kTileRows; ++i) {
                 if (i < nr) {
@@ -395,14 +447,14 @@ void tile_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
                     clear_row(nb, n_sub, i, tile);
                 }
             }
-            transpose(cols, tile);
+            transpose(cols * unpacked_bytes(a.type), tile);
             // The next chunk's raw bytes (or the next tile's first chunk) arrive while this one is multiplied.
             NextChunk next;
-            if (c0 + kChunkCols < a.cols) {
-                next.set(a, r, r + nr, b0 + nb, std::min(kChunkCols, a.cols - c0 - kChunkCols) / block, bytes);
+            if (c0 + chunk_cols < a.cols) {
+                next.set(a, r, r + nr, b0 + nb, std::min(chunk_cols, a.cols - c0 - chunk_cols) / block, bytes);
             } else if (r + kTileRows < row_end) {
                 next.set(a, r + kTileRows, std::min(row_end, r + 2 * kTileRows), 0,
-                         std::min(kChunkCols, a.cols) / block, bytes);
+                         std::min(chunk_cols, a.cols) / block, bytes);
             }
             const int64_t n_steps = (a.n_tokens + token_tile - 1) / token_tile;
             for (int64_t step = 0; step < n_steps; ++step) {

@@ -23,8 +23,8 @@ constexpr bool kDotVnni = false;
 //   F/BW: vpmaddubsw (two products per int16 lane, saturating at ±32767) summed in int16 over groups of kGroup steps,
 //     then widened by vpmaddwd with 1 and added to the int32 lanes. Exact while no int16 sum can pass 32767:
 //     kGroup · 2 · kMaxWeight · 128 <= 32767 (4-bit weights: 8 steps, 5-bit: 4, 6-bit: 2). 8-bit weights (q8_0
-//     stored as q + 128, up to 255) would saturate a single vpmaddubsw: the F/BW path does not run them here
-//     (has_unsigned_tile below).
+//     stored as q + 128, up to 255) would saturate a single vpmaddubsw: the F/BW path multiplies q8_0 as int16
+//     (gemm_int8_avx512_tiles.h) and not in the 16-row tiles (has_unsigned_tile below).
 template <int kMaxWeight>
 struct DotRun {
     __m512i s32;  // the run's int32 sums
@@ -66,8 +66,9 @@ __attribute__((always_inline)) inline __m512i dot_i16(__m512i acc, __m512i a, __
 #endif
 }
 
-// Whether the unpacked-tile kernels run a type on this instruction set: every type they know with VNNI; without it
-// those whose unsigned weights fit the exactness bound above (q4_0, q4_1, q4_K, q5_K, q6_K: not q8_0).
+// Whether the 16-row unsigned-byte tiles (matmul_int8_avx512_tiles.h) run a type on this instruction set: every type
+// they know with VNNI; without it those whose weights fit the exactness bound above (q4_0, q4_1, q4_K, q5_K, q6_K: not
+// q8_0).
 inline bool has_unsigned_tile(TensorType type) {
     switch (type) {
         case TensorType::Q4_0:

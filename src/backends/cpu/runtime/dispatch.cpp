@@ -137,8 +137,8 @@ kernels::KernelTable avx2_table() {
 
 kernels::KernelTable avx512_table() {
     // With VNNI and VBMI the integer kernels use vpdpbusd; without them (Skylake-SP/X, KVSTASH_ISA=avx512-novnni) the
-    // same many-token tiles run on vpmaddubsw + vpmaddwd, and a few tokens and q8_0 on the AVX2 integer kernels
-    // (gemm_int8.h). The same bits either way: every path computes the scalar definition.
+    // same many-token tiles run on vpmaddubsw + vpmaddwd, and a few tokens on the AVX2 integer kernels (gemm_int8.h).
+    // The same bits either way: every path computes the scalar definition.
     const bool vnni = avx512_uses_vnni();
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx512;
