@@ -269,6 +269,8 @@ void chunk_q8_0(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivation
                 const __m512i x = _mm512_set1_epi32(load_i32(xq[j] + 32 * b + 2 * k));
                 s[j][0] = _mm512_add_epi32(s[j][0], _mm512_madd_epi16(w0, x));
                 s[j][1] = _mm512_add_epi32(s[j][1], _mm512_madd_epi16(w1, x));
+                keep_chain(s[j][0]);
+                keep_chain(s[j][1]);
             }
         }
         const __m512 d[2] = {_mm512_loadu_ps(t.d + b * kTileRows), _mm512_loadu_ps(t.d + b * kTileRows + kRows)};

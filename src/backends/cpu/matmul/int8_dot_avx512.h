@@ -25,6 +25,11 @@ constexpr bool kDotVnni = false;
 //     kGroup · 2 · kMaxWeight · 128 <= 32767 (4-bit weights: 8 steps, 5-bit: 4, 6-bit: 2). 8-bit weights (q8_0
 //     stored as q + 128, up to 255) would saturate a single vpmaddubsw: the F/BW path multiplies q8_0 as int16
 //     (gemm_int8_avx512_tiles.h) and not in the 16-row tiles (has_unsigned_tile below).
+// An empty asm that the compiler must assume changes v: keeps a chain of integer adds in the order written.
+// Without it GCC reassociates the F/BW path's add chains into trees of all the products of a block, which need
+// more vector registers than there are (measured: most of the chunk kernels' zmm traffic was spills).
+__attribute__((always_inline)) inline void keep_chain(__m512i& v) { asm("" : "+v"(v)); }
+
 template <int kMaxWeight>
 struct DotRun {
     __m512i s32;  // the run's int32 sums
@@ -48,8 +53,10 @@ struct DotRun {
 #else
         const __m512i p = _mm512_maddubs_epi16(w, x);
         s16 = k % kGroup == 0 ? p : _mm512_add_epi16(s16, p);
+        keep_chain(s16);
         if (k % kGroup == kGroup - 1 || k == n - 1) {
             s32 = _mm512_add_epi32(s32, _mm512_madd_epi16(s16, _mm512_set1_epi16(1)));
+            keep_chain(s32);
         }
 #endif
     }
@@ -62,7 +69,9 @@ __attribute__((always_inline)) inline __m512i dot_i16(__m512i acc, __m512i a, __
 #if defined(__AVX512VNNI__)
     return _mm512_dpwssd_epi32(acc, a, b);
 #else
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+    __m512i sum = _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+    keep_chain(sum);
+    return sum;
 #endif
 }
 
