@@ -308,7 +308,7 @@ void chunk_super(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivatio
         __m512i s_h[NT][2], s_l[NT][2];
         for (int j = 0; j < NT; ++j) s_h[j][0] = s_h[j][1] = s_l[j][0] = s_l[j][1] = _mm512_setzero_si512();
         for (int sub = 0; sub < kSub; ++sub, wp += kDwords * 2 * 64) {
-            DotRun<kQ6 ? 63 : 15> p_h[NT][2], p_l[NT][2];  // q6_K: 6-bit weights; q4_K: nibbles
+            DotRun<weight_bound(kQ6 ? 63 : 15)> p_h[NT][2], p_l[NT][2];  // q6_K: 6-bit weights; q4_K: nibbles
 #pragma GCC unroll 8
             for (int j = 0; j < NT; ++j) {
                 const __m512i h_init = kQ6 ? _mm512_set1_epi32(-(sh[j][b * kSub + sub] << 5)) : _mm512_setzero_si512();

@@ -63,6 +63,10 @@ struct DotRun {
     __m512i sum() const { return s32; }
 };
 
+// The DotRun parameter for weights up to w: w itself on the F/BW path; one value for all with VNNI, whose vpdpbusd is
+// exact for every byte, so that the types that differ only in it (q4_K, q5_K) share one instantiation there.
+constexpr int weight_bound(int w) { return kDotVnni ? 255 : w; }
+
 // acc + a[2i]·b[2i] + a[2i+1]·b[2i+1] per int32 lane, int16 inputs whose products and pair sums fit int32 (no
 // wrap-around: the callers' values are far below it).
 __attribute__((always_inline)) inline __m512i dot_i16(__m512i acc, __m512i a, __m512i b) {

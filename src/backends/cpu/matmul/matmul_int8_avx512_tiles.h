@@ -340,11 +340,11 @@ PackedTileFn packed_tile_for_tokens(int nt) {
 
 template <int NT>
 struct PackedTileQ4_0 {
-    static constexpr PackedTileFn fn = &packed_tile_blocks32<NT, 3, false, 15>;
+    static constexpr PackedTileFn fn = &packed_tile_blocks32<NT, 3, false, weight_bound(15)>;
 };
 template <int NT>
 struct PackedTileQ4_1 {
-    static constexpr PackedTileFn fn = &packed_tile_blocks32<NT, 0, true, 15>;
+    static constexpr PackedTileFn fn = &packed_tile_blocks32<NT, 0, true, weight_bound(15)>;
 };
 #if defined(__AVX512VNNI__)
 template <int NT>
@@ -354,15 +354,15 @@ struct PackedTileQ8_0 {
 #endif
 template <int NT>
 struct PackedTileQ4_K {
-    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), false, 15>;
+    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), false, weight_bound(15)>;
 };
 template <int NT>
 struct PackedTileQ5_K {
-    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), false, 31>;
+    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), false, weight_bound(31)>;
 };
 template <int NT>
 struct PackedTileQ6_K {
-    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), true, 63>;
+    static constexpr PackedTileFn fn = &packed_tile_super_blocks<std::min(NT, kTokenTileK), true, weight_bound(63)>;
 };
 
 // nullptr where this instruction set has no tile kernel for the type (has_unsigned_tile).
