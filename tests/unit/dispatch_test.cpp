@@ -13,6 +13,7 @@
 #include "backends/cpu/activation/activation.h"
 #include "backends/cpu/attention/attention_rows.h"
 #include "backends/cpu/exp/exp_f32.h"
+#include "backends/cpu/matmul/gemm_int8.h"
 #include "backends/cpu/matmul/matmul.h"
 #include "backends/cpu/matmul/matmul_impl.h"
 #include "backends/cpu/matmul/quantize_act.h"
@@ -110,11 +111,12 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
     if (std::string(forced) == kAvx512WithoutVnni && cpu_supports(Isa::avx512)) {
         EXPECT_EQ(active_isa(), Isa::avx512);
         EXPECT_FALSE(avx512_uses_vnni());
-        // Without VNNI the AVX-512 path still multiplies integer activations (the AVX2 integer kernels): one
-        // arithmetic per type on every path.
+        // Without VNNI the AVX-512 path still multiplies integer activations (its 512-bit tiles on vpmaddubsw +
+        // vpmaddwd, the AVX2 kernels for a few tokens): one arithmetic per type on every path.
         EXPECT_TRUE(matmul_uses_integer_activations(Isa::avx512, TensorType::Q4_K));
 #if KVSTASH_HAVE_X86_KERNELS
-        EXPECT_EQ(kernels::kernel_table(Isa::avx512).matmul_int8_rows, &kernels::matmul_int8_rows_avx2);
+        EXPECT_EQ(kernels::kernel_table(Isa::avx512).matmul_int8_rows, &kernels::gemm_int8_rows_avx512bw);
+        EXPECT_EQ(kernels::kernel_table(Isa::avx512).quantize_activation_row, &kernels::quantize_activation_row_avx512);
 #endif
         return;
     }

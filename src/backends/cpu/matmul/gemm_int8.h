@@ -16,4 +16,8 @@ namespace kvstash::kernels {
 // bits; for side-by-side speed measurements, read once).
 void gemm_int8_rows_avx512vnni(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
+// The same on AVX-512 F/BW/VL/DQ without VNNI (gemm_int8_avx512.cpp): the same tiles with vpmaddubsw + vpmaddwd (q8_0:
+// int16 weights and vpmaddwd) for many tokens; matmul_int8_rows_avx2 for a few tokens. The same bits.
+void gemm_int8_rows_avx512bw(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+
 }  // namespace kvstash::kernels

@@ -50,7 +50,8 @@ void matmul_rows_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_e
 // reference/matmul_int8_ref.cpp, bitwise equal to each other:
 //   scalar (the definition), AVX2 (matmul_int8_avx2.cpp: vpmaddwd kernels for q8_0, q5_0, q4_0, q4_1, the definition's
 //   code vectorized by the compiler for the other types),
-//   AVX-512 F/BW/VL/DQ + VNNI + VBMI (matmul_int8_avx512vnni.cpp, matmul_int8_decode*_avx512vnni.cpp).
+//   AVX-512 F/BW/VL/DQ + VNNI + VBMI (matmul_int8_avx512vnni.cpp, matmul_int8_decode*_avx512vnni.cpp; the tiles of
+//   matmul_int8_avx512_tiles.h, which gemm_int8_avx512.cpp also compiles for AVX-512 F/BW without VNNI, gemm_int8.h).
 namespace reference {
 void matmul_int8_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 }  // namespace reference

@@ -1,6 +1,7 @@
-// Shared by the AVX-512 VNNI integer-activation kernels (matmul_int8_avx512vnni.cpp: many tokens;
-// matmul_int8_decode*_avx512vnni.cpp: a few tokens). Include only from files compiled with
-// AVX-512 F/BW/VL/DQ + VNNI + VBMI (named *_avx512vnni.cpp).
+// Shared by the AVX-512 integer-activation kernels (matmul_int8_avx512_tiles.h, gemm_int8_avx512_tiles.h: many
+// tokens; matmul_int8_decode*_avx512vnni.cpp: a few tokens; quantize_act_avx512.cpp). Nothing here needs more than
+// AVX-512 F/BW/VL/DQ: include from files compiled with that (*_avx512.cpp) or with VNNI + VBMI besides
+// (*_avx512vnni.cpp).
 #pragma once
 
 #pragma GCC diagnostic push

@@ -1,5 +1,5 @@
 // AVX-512 VNNI integer-activation matmul, few tokens (decode): bitwise equal to the scalar definition
-// (reference/matmul_int8_ref.cpp) and to the many-token path (matmul_int8_avx512vnni.cpp). The products
+// (reference/matmul_int8_ref.cpp) and to the many-token tiles (matmul_int8_avx512_tiles.h). The products
 // of 32-element blocks here, the K-quants' in matmul_int8_decode_kquant_avx512vnni.cpp; the scheme in
 // matmul_int8_decode_avx512vnni.h.
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)

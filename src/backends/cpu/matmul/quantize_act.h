@@ -85,9 +85,9 @@ void quantize_activation_row(const float* x, int64_t cols, int64_t block, int8_t
 
 // QuantizeRowFn (backends/cpu/runtime/dispatch.h): quantize_activation_row or an ISA's version of it with the same
 // result bits.
-// AVX-512 version (quantize_act_avx512vnni.cpp): the same operations 16 lanes at a time (max and the
+// AVX-512 version (quantize_act_avx512.cpp): the same operations 16 lanes at a time (max and the
 // integer steps are exact, the product and the rounding add are the same single roundings), so the
-// same bits. Only on a CPU with the VNNI kernels' instruction sets (compiled with them).
+// same bits. Only on a CPU with AVX-512 F/BW/VL/DQ (compiled with them); both AVX-512 integer paths use it.
 void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
                                     int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
 

@@ -136,14 +136,14 @@ kernels::KernelTable avx2_table() {
 }
 
 kernels::KernelTable avx512_table() {
-    // The integer kernels need VNNI and VBMI besides; without them AVX-512 takes the AVX2 integer code and
-    // quantizer (the same bits: every path computes the scalar definition). The AVX-512 quantizer lives with the
-    // VNNI kernels (compiled for them); its bits are the scalar one's.
+    // With VNNI and VBMI the integer kernels use vpdpbusd; without them (Skylake-SP/X, KVSTASH_ISA=avx512-novnni) the
+    // same many-token tiles run on vpmaddubsw + vpmaddwd, and a few tokens on the AVX2 integer kernels (gemm_int8.h).
+    // The same bits either way: every path computes the scalar definition.
     const bool vnni = avx512_uses_vnni();
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx512;
-    t.matmul_int8_rows = vnni ? kernels::gemm_int8_rows_avx512vnni : kernels::matmul_int8_rows_avx2;
-    t.quantize_activation_row = vnni ? kernels::quantize_activation_row_avx512 : kernels::quantize_activation_row_avx2;
+    t.matmul_int8_rows = vnni ? kernels::gemm_int8_rows_avx512vnni : kernels::gemm_int8_rows_avx512bw;
+    t.quantize_activation_row = kernels::quantize_activation_row_avx512;
     t.attention_dot = kernels::attention_dot_avx512;
     t.attention_axpy = kernels::attention_axpy_avx512;
     t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_avx512;

@@ -1,5 +1,5 @@
 // The scalar activation quantizer (backends/cpu/matmul/quantize_act.h): the definition of the 16-bit two-plane
-// activations; the SIMD version (quantize_act_avx512vnni.cpp) gives its bits.
+// activations; the SIMD version (quantize_act_avx512.cpp, quantize_act_avx2.cpp) gives its bits.
 #pragma GCC optimize("fp-contract=off")  // the scale and products exactly as written
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// The activation quantizer on AVX-512 (backends/cpu/matmul/quantize_act.h), compiled with the VNNI kernels' instruction
-// sets and used with them (backends/cpu/runtime/dispatch.h).
+// The activation quantizer on AVX-512 (backends/cpu/matmul/quantize_act.h), compiled for AVX-512 F/BW/VL/DQ and used
+// by both AVX-512 integer paths, with and without VNNI (backends/cpu/runtime/dispatch.cpp).
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)
 
 #include "backends/cpu/matmul/matmul_int8_avx512vnni.h"
