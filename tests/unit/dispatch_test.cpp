@@ -170,7 +170,8 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
 
 TEST(Dispatch, ForcedIsaInChildProcesses) {
     if (std::getenv("KVSTASH_ISA")) GTEST_SKIP() << "already a child";
-    std::vector<std::string> values = {"scalar", "avx2", "avx512", kAvx512WithoutVnni, "neon", kNeonWithoutDotprod, "sse9"};
+    std::vector<std::string> values = {"scalar", "avx2", "avx512", kAvx512WithoutVnni, "neon", kNeonWithoutDotprod,
+                                       "sse9"};
     for (const std::string& value : values) {
         const std::string run = "KVSTASH_ISA=" + value + " " + test::self_command() +
                                 " --gtest_filter=Dispatch.ActiveIsaFollowsEnvironment > /dev/null 2>&1";

@@ -37,7 +37,8 @@ std::vector<float> run_rows(kernels::MatmulRowsFn fn, TensorType type, const std
 void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_EQ(0, std::memcmp(&got[i], &want[i], 4)) << what << ", output " << i << ": " << got[i] << " vs " << want[i];
+        ASSERT_EQ(0, std::memcmp(&got[i], &want[i], 4))
+            << what << ", output " << i << ": " << got[i] << " vs " << want[i];
     }
 }
 

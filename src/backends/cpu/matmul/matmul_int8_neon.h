@@ -89,7 +89,8 @@ inline void unpack_block(TensorType type, const uint8_t* w, int8_t* q) {
                     const uint8x16_t bytes = vld1q_u8(qs + 32 * (j / 2) + 16 * half);
                     uint8x16_t v = j % 2 == 0 ? vandq_u8(bytes, nibble) : vshrq_n_u8(bytes, 4);
                     if (five) {
-                        const uint8x16_t set = vtstq_u8(vld1q_u8(qh + 16 * half), vdupq_n_u8(static_cast<uint8_t>(1u << j)));
+                        const uint8x16_t set =
+                            vtstq_u8(vld1q_u8(qh + 16 * half), vdupq_n_u8(static_cast<uint8_t>(1u << j)));
                         v = vorrq_u8(v, vandq_u8(set, vdupq_n_u8(16)));
                     }
                     vst1q_s8(q + 32 * j + 16 * half, as_signed(v));

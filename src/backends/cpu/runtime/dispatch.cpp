@@ -79,7 +79,7 @@ struct IsaChoice {
     Isa isa = Isa::scalar;
     bool vnni_off = false;     // KVSTASH_ISA=avx512-novnni: the AVX-512 path without its VNNI integer kernels
     bool dotprod_off = false;  // KVSTASH_ISA=neon-nodotprod: the NEON path without its dot-product integer kernels
-    std::string error;      // non-empty: KVSTASH_ISA asked for something unusable
+    std::string error;         // non-empty: KVSTASH_ISA asked for something unusable
 };
 
 IsaChoice choose_isa() {

@@ -39,7 +39,7 @@ struct CpuFeatures {
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
     bool avx512vnni = false, avx512vbmi = false;  // the integer-activation kernels (*_avx512vnni.cpp)
-    bool neon = false;          // aarch64 Advanced SIMD (always there): *_neon.cpp
+    bool neon = false;                            // aarch64 Advanced SIMD (always there): *_neon.cpp
     bool neon_dotprod = false;  // aarch64 FEAT_DotProd (getauxval(AT_HWCAP) & HWCAP_ASIMDDP): *_neon_dotprod.cpp
 };
 const CpuFeatures& cpu_features();

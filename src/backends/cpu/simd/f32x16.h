@@ -145,8 +145,10 @@ inline F32x16 load_i8_scaled(const int8_t* q, float d) {
     const int8x16_t bytes = vld1q_s8(q);
     const int16x8_t lo = vmovl_s8(vget_low_s8(bytes)), hi = vmovl_high_s8(bytes);
     const float32x4_t scale = vdupq_n_f32(d);
-    return {{vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)))), vmulq_f32(scale, vcvtq_f32_s32(vmovl_high_s16(lo))),
-             vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)))), vmulq_f32(scale, vcvtq_f32_s32(vmovl_high_s16(hi)))}};
+    return {{vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)))),
+             vmulq_f32(scale, vcvtq_f32_s32(vmovl_high_s16(lo))),
+             vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)))),
+             vmulq_f32(scale, vcvtq_f32_s32(vmovl_high_s16(hi)))}};
 }
 // One f16 value as f32 (exact).
 inline float half_to_float(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
