@@ -7,8 +7,10 @@
 #   - the unit tests of label unit_qemu (KVSTASH_QEMU_UNIT in tests/CMakeLists.txt: kernels against their scalar
 #     definitions, formats, KV cache, state files, tokenizer, sampler), among them Numerics.PinnedLogitsOfThisPath:
 #     whole-model final logits of six tiny models (f16, q8_0, q4_K, q6_K, q4_0, q4_1; 300 tokens in three chunks),
-#     hashed and compared with the scalar pins recorded on x86-64: on ARM the scalar path must give the x86 scalar
-#     path's bits (KVSTASH_ISA=scalar there);
+#     hashed and compared with the pins recorded on x86-64: on ARM the scalar path, the NEON path and the NEON path
+#     without the dot-product instructions (KVSTASH_ISA=neon-nodotprod, in a child process) must give x86's bits;
+#     every kernel test compares scalar and neon (and neon-nodotprod where it runs children) with the scalar
+#     reference bitwise, unit_matmul_int8_neon both NEON integer kernels in one process;
 #   - the parity tests against the committed transformers / llama.cpp fixtures on the tiny models and SmolLM2's
 #     tokenizer (KVSTASH_QEMU_PARITY in tests/CMakeLists.txt, label parity_qemu), and parity.CrossCpuLogits: SmolLM2's
 #     final logits on 64 tokens, equal to the pin recorded on x86-64's scalar path.

@@ -1,7 +1,7 @@
-// One set of bits on every CPU (issue 32): the default model's final logits on the scalar path, hashed, equal a pin
-// recorded on x86-64 — wherever this runs. scripts/arm64_check.sh runs it on aarch64 (under qemu-user), where the
-// scalar path must give x86's bits: the same C++ (no x86 file is compiled there) and no fused multiply-add
-// (-ffp-contract=off, CMakeLists.txt).
+// One set of bits on every CPU (issue 32): the default model's final logits on the scalar path and on the path this
+// process runs, hashed, equal a pin recorded on x86-64's scalar path — wherever this runs. scripts/arm64_check.sh
+// runs it on aarch64 (under qemu-user), where the scalar path must give x86's bits (the same C++, no x86 file is
+// compiled there, and no fused multiply-add: -ffp-contract=off, CMakeLists.txt) and so must the NEON path.
 //
 // Origin of the pin: build/tests/parity_cross_cpu_logits on x86-64 (AVX-512 VNNI), whose child ran with
 // KVSTASH_ISA=scalar; a failure prints the value. The tiny models' scalar pins (Numerics.PinnedLogitsOfThisPath,
@@ -27,6 +27,13 @@ namespace {
 // KVSTASH_ISA=scalar, 2026-11-28.
 constexpr uint64_t kSmolLM2ScalarLogits = 0x0e38445684cdae83;
 
+uint64_t smol_lm2_logits_hash() {
+    const auto model = Model::load(test::default_model_path());
+    const auto tokens = test::pseudo_random_tokens(64, model->info().n_vocab, 32);
+    const std::vector<float> logits = test::eval_logits(model, tokens, {5, 59}, 2);
+    return XXH3_64bits(logits.data(), logits.size() * sizeof(float));
+}
+
 TEST(CrossCpuLogits, SmolLM2ScalarPathGivesThePinnedBits) {
     KVSTASH_REQUIRE_DEFAULT_MODEL();
     if (active_isa() != Isa::scalar) {  // KVSTASH_ISA is read once per process: the scalar path in a child
@@ -34,13 +41,21 @@ TEST(CrossCpuLogits, SmolLM2ScalarPathGivesThePinnedBits) {
         EXPECT_TRUE(test::passes_on_path("scalar", "CrossCpuLogits.SmolLM2ScalarPathGivesThePinnedBits"));
         return;
     }
-    const auto model = Model::load(test::default_model_path());
-    const auto tokens = test::pseudo_random_tokens(64, model->info().n_vocab, 32);
-    const std::vector<float> logits = test::eval_logits(model, tokens, {5, 59}, 2);
-    const uint64_t got = XXH3_64bits(logits.data(), logits.size() * sizeof(float));
+    const uint64_t got = smol_lm2_logits_hash();
     EXPECT_EQ(got, kSmolLM2ScalarLogits) << std::hex << "SmolLM2's scalar logits: got 0x" << got
                                          << ": this CPU's scalar path differs from x86-64's (or the scalar arithmetic"
                                             " changed: see the file's comment)";
+}
+
+// The same pin on the path this process runs (the best one: AVX-512 or AVX2 on x86-64, NEON with the dot product on
+// ARM64 under qemu -cpu max): every CPU path computes the scalar path's bits (docs/architecture/canonical-*.md).
+TEST(CrossCpuLogits, SmolLM2ActivePathGivesThePinnedBits) {
+    KVSTASH_REQUIRE_DEFAULT_MODEL();
+    if (active_isa() == Isa::scalar) GTEST_SKIP() << "the scalar path: the test above";
+    const uint64_t got = smol_lm2_logits_hash();
+    EXPECT_EQ(got, kSmolLM2ScalarLogits) << std::hex << "SmolLM2's logits on KVSTASH_ISA=" << isa_name(active_isa())
+                                         << ": got 0x" << got
+                                         << ": this path has left the canonical arithmetic (x86-64's scalar pin)";
 }
 
 }  // namespace

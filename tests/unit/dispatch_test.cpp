@@ -32,6 +32,7 @@ TEST(Dispatch, NamesAndAvailability) {
     EXPECT_STREQ(isa_name(Isa::scalar), "scalar");
     EXPECT_STREQ(isa_name(Isa::avx2), "avx2");
     EXPECT_STREQ(isa_name(Isa::avx512), "avx512");
+    EXPECT_STREQ(isa_name(Isa::neon), "neon");
     const std::vector<Isa> isas = available_isas();
     ASSERT_FALSE(isas.empty());
     EXPECT_EQ(isas.front(), Isa::scalar);
@@ -65,9 +66,22 @@ TEST(Dispatch, CpuFeaturesAgreeWithProcCpuinfo) {
     EXPECT_TRUE(cpu_supports(Isa::scalar));
     EXPECT_TRUE(!cpu_supports(Isa::avx512) || cpu_supports(Isa::avx2));
     EXPECT_TRUE(!cpu_supports_avx512_vnni() || cpu_supports(Isa::avx512));
+    EXPECT_FALSE(cpu_supports(Isa::neon));
 }
 
-// Every table is complete (only AVX-512 has a GQA group kernel), and the scalar one is made of the
+// On aarch64 the NEON path is always there (part of the baseline) and x86's never; FEAT_DotProd only with NEON.
+TEST(Dispatch, Aarch64HasTheNeonPath) {
+    if (!KVSTASH_HAVE_NEON_KERNELS) GTEST_SKIP() << "not an aarch64 build";
+    EXPECT_TRUE(cpu_supports(Isa::neon));
+    EXPECT_TRUE(cpu_features().neon);
+    EXPECT_FALSE(cpu_supports(Isa::avx2));
+    EXPECT_FALSE(cpu_supports(Isa::avx512));
+    EXPECT_EQ(available_isas(), (std::vector<Isa>{Isa::scalar, Isa::neon}));
+    EXPECT_TRUE(!cpu_supports_neon_dotprod() || cpu_features().neon_dotprod);
+}
+
+// Every table is complete (the x86 paths have a GQA group kernel; scalar and neon take the per-row operations), and
+// the scalar one is made of the
 // scalar references, the definitions the other tables are tested against.
 TEST(Dispatch, KernelTablesAreCompleteAndScalarIsTheReference) {
     for (Isa isa : available_isas()) {
@@ -79,11 +93,13 @@ TEST(Dispatch, KernelTablesAreCompleteAndScalarIsTheReference) {
         EXPECT_NE(t.attention_dot, nullptr);
         EXPECT_NE(t.attention_axpy, nullptr);
         EXPECT_NE(t.exp_f32_shifted_row, nullptr);
-        EXPECT_EQ(t.attention_group != nullptr, isa != Isa::scalar);
+        EXPECT_EQ(t.attention_group != nullptr, isa == Isa::avx2 || isa == Isa::avx512);
         EXPECT_NE(t.sum_of_squares, nullptr);
         EXPECT_NE(t.scale_row, nullptr);
         EXPECT_NE(t.rope_rotate, nullptr);
         EXPECT_NE(t.swiglu, nullptr);
+        EXPECT_NE(t.ssm_conv, nullptr);
+        EXPECT_NE(t.ssm_scan, nullptr);
     }
     const kernels::KernelTable& s = kernels::kernel_table(Isa::scalar);
     EXPECT_EQ(s.matmul_rows, &kernels::reference::matmul_rows_scalar);
@@ -106,8 +122,25 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
     if (!forced || !*forced) {
         EXPECT_EQ(active_isa(), isas.back()) << "the best available path is chosen by default";
         EXPECT_EQ(avx512_uses_vnni(), cpu_supports_avx512_vnni());
+        EXPECT_EQ(neon_uses_dotprod(), cpu_supports_neon_dotprod());
         return;
     }
+    if (std::string(forced) == kNeonWithoutDotprod && cpu_supports(Isa::neon)) {
+        EXPECT_EQ(active_isa(), Isa::neon);
+        EXPECT_FALSE(neon_uses_dotprod());
+        EXPECT_TRUE(matmul_uses_integer_activations(Isa::neon, TensorType::Q4_K));
+#if KVSTASH_HAVE_NEON_KERNELS
+        EXPECT_EQ(kernels::kernel_table(Isa::neon).matmul_int8_rows, &kernels::matmul_int8_rows_neon);
+#endif
+        return;
+    }
+#if KVSTASH_HAVE_NEON_KERNELS
+    if (std::string(forced) == "neon") {
+        EXPECT_EQ(kernels::kernel_table(Isa::neon).matmul_int8_rows, cpu_supports_neon_dotprod()
+                                                                         ? &kernels::matmul_int8_rows_neon_dotprod
+                                                                         : &kernels::matmul_int8_rows_neon);
+    }
+#endif
     if (std::string(forced) == kAvx512WithoutVnni && cpu_supports(Isa::avx512)) {
         EXPECT_EQ(active_isa(), Isa::avx512);
         EXPECT_FALSE(avx512_uses_vnni());
@@ -139,7 +172,8 @@ TEST(Dispatch, ActiveIsaFollowsEnvironment) {
 
 TEST(Dispatch, ForcedIsaInChildProcesses) {
     if (std::getenv("KVSTASH_ISA")) GTEST_SKIP() << "already a child";
-    std::vector<std::string> values = {"scalar", "avx2", "avx512", kAvx512WithoutVnni, "sse9"};
+    std::vector<std::string> values = {"scalar", "avx2", "avx512", kAvx512WithoutVnni, "neon", kNeonWithoutDotprod,
+                                       "sse9"};
     for (const std::string& value : values) {
         const std::string run = "KVSTASH_ISA=" + value + " " + test::self_command() +
                                 " --gtest_filter=Dispatch.ActiveIsaFollowsEnvironment > /dev/null 2>&1";

@@ -1,6 +1,7 @@
 // The numerics identity (backends/cpu/runtime/numerics.h) and its guard: logits of fixed token sequences, hashed,
 // pinned once for the current kNumericsEpoch and checked on every path the dispatch can choose (scalar, avx2,
-// avx512 without VNNI, avx512 with VNNI): every CPU path computes the same bits, so one pin holds on all.
+// avx512 without VNNI, avx512 with VNNI; on aarch64 scalar, neon, neon without dotprod): every CPU path computes the
+// same bits, so one pin holds on all.
 //
 // Origin of the pins. They are kvstash's own bits, per path: they detect a change, they are not a
 // correctness reference. Each path's correctness comes from the parity tests, which compare it with
@@ -40,7 +41,8 @@ struct Pin {
 // Epoch 3, NumericsPath::cpu (matmul: one arithmetic per weight type, docs/architecture/canonical-matmul.md;
 // attention's dot product and axpy in 16 fma lanes and the canonical tree, canonical-float-ops.md). Recorded on an
 // AVX-512 VNNI CPU on 2026-11-28 with the loop above: all four paths (KVSTASH_ISA=scalar, avx2, avx512-novnni,
-// avx512) gave these same values, and the aarch64 scalar path gives them under qemu (scripts/arm64_check.sh).
+// avx512) gave these same values, and the aarch64 paths (scalar, neon, neon-nodotprod) give them under qemu
+// (scripts/arm64_check.sh).
 constexpr Pin kPins[] = {
     {"gqa_f16.gguf", 0xfdfb6cf5a67d7640}, {"q_q8_0.gguf", 0x4efd8d438d3ad55c}, {"q_q4_k.gguf", 0xddb54e88f254162a},
     {"q_q6_k.gguf", 0x90656f3b5ce9b3e4},  {"q_q4_0.gguf", 0x7acf0fa352829226}, {"q_q4_1.gguf", 0xda05223d54adf381},
@@ -55,7 +57,7 @@ uint64_t logits_hash(const char* model_name) {
 
 TEST(Numerics, PathsAndDescriptions) {
     // Every ISA computes the same bits: one path, so states and cache blocks move between CPUs.
-    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) EXPECT_EQ(numerics_path(isa), NumericsPath::cpu);
+    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon}) EXPECT_EQ(numerics_path(isa), NumericsPath::cpu);
     EXPECT_EQ(current_numerics(), numerics_of(active_isa()));
     EXPECT_EQ(current_numerics().epoch, kNumericsEpoch);
     EXPECT_EQ(describe(Numerics{1, NumericsPath::avx2}), "epoch 1, avx2");

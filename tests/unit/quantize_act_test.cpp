@@ -52,6 +52,14 @@ using test::random_activations;
     }
 }
 
+// The quantizer of every path's kernel table (on aarch64 the NEON one), bitwise the scalar one.
+TEST(QuantizeActivations, EveryIsaTableEqualsScalarBitwise) {
+    for (Isa isa : available_isas()) {
+        SCOPED_TRACE(isa_name(isa));
+        expect_equals_scalar(kernels::kernel_table(isa).quantize_activation_row);
+    }
+}
+
 #if KVSTASH_HAVE_X86_KERNELS  // the x86 kernel files are compiled for x86 only
 TEST(QuantizeActivations, Avx512EqualsScalarBitwise) {
     // Compiled for AVX-512 F/BW/VL/DQ and used on both AVX-512 paths, with and without VNNI.

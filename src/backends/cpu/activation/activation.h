@@ -21,6 +21,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n);
 }  // namespace reference
 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
+void swiglu_neon(const float* gate, const float* up, float* out, int64_t n);  // aarch64
 }  // namespace kernels
 
 }  // namespace kvstash

@@ -1,6 +1,6 @@
 // SwiGLU (activation.h) and GELU (gelu.h) written once over simd::F32x16: the references' operation
 // sequences on 16 lanes, the tail masked, so every vector ISA gives their bits. Include only from
-// *_avx2.cpp / *_avx512.cpp files (backends/cpu/simd/f32x16.h).
+// *_avx2.cpp / *_avx512.cpp / *_neon.cpp files (backends/cpu/simd/f32x16.h).
 #pragma once
 
 #include "backends/cpu/activation/activation.h"

@@ -10,6 +10,11 @@ void gelu_with(Isa isa, const float* x, float* out, int64_t n) {
         kernels::gelu_avx2(x, out, n);  // AVX-512 CPUs run the AVX2 path (gelu.h)
         return;
     }
+#elif KVSTASH_HAVE_NEON_KERNELS
+    if (isa == Isa::neon) {
+        kernels::gelu_neon(x, out, n);
+        return;
+    }
 #else
     (void)isa;  // only the scalar path here
 #endif

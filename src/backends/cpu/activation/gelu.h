@@ -26,6 +26,7 @@ namespace reference {
 void gelu(const float* x, float* out, int64_t n);
 }  // namespace reference
 void gelu_avx2(const float* x, float* out, int64_t n);
+void gelu_neon(const float* x, float* out, int64_t n);  // aarch64 (gelu_neon.cpp)
 }  // namespace kernels
 
 }  // namespace kvstash

@@ -68,5 +68,8 @@ float attention_dot_avx2(const float* q, const uint8_t* k_row, int64_t n, Tensor
 void attention_axpy_avx2(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type);
 float attention_dot_avx512(const float* q, const uint8_t* k_row, int64_t n, TensorType type);
 void attention_axpy_avx512(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type);
+// aarch64 (attention_rows_neon.cpp): the same bits.
+float attention_dot_neon(const float* q, const uint8_t* k_row, int64_t n, TensorType type);
+void attention_axpy_neon(float* out, float w, const uint8_t* v_row, int64_t n, TensorType type);
 
 }  // namespace kvstash::kernels

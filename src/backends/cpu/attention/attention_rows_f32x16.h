@@ -3,7 +3,7 @@
 // reference (reference/attention_rows_ref.cpp) defines them, for K/V rows of f16, f32 or q8_0. The tail of
 // a row that is not a multiple of 16 is loaded with its missing lanes +0: fma(+0, +0, p) == p for every
 // partial sum p (none is -0), so the tail changes no lane it does not own. Include only from *_avx2.cpp /
-// *_avx512.cpp files (backends/cpu/simd/f32x16.h).
+// *_avx512.cpp / *_neon.cpp files (backends/cpu/simd/f32x16.h).
 #pragma once
 
 #include <algorithm>
@@ -20,7 +20,7 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per in
 inline float q8_0_scale(const uint8_t* row, int64_t i) {
     uint16_t d = 0;
     std::memcpy(&d, row + (i / kernels::kQ8_0BlockValues) * kernels::kQ8_0BlockBytes, 2);
-    return _cvtsh_ss(d);
+    return half_to_float(d);
 }
 inline const int8_t* q8_0_values(const uint8_t* row, int64_t i) {
     return reinterpret_cast<const int8_t*>(row + (i / kernels::kQ8_0BlockValues) * kernels::kQ8_0BlockBytes + 2 +

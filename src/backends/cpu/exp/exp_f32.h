@@ -55,5 +55,6 @@ void exp_f32_shifted_row(const float* in, float* out, int64_t n, float shift);
 }  // namespace reference
 void exp_f32_shifted_row_avx2(const float* in, float* out, int64_t n, float shift);
 void exp_f32_shifted_row_avx512(const float* in, float* out, int64_t n, float shift);
+void exp_f32_shifted_row_neon(const float* in, float* out, int64_t n, float shift);  // aarch64 (exp_f32_neon.cpp)
 
 }  // namespace kvstash::kernels

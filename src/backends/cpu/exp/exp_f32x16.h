@@ -1,6 +1,6 @@
 // exp_f32 (backends/cpu/exp/exp_f32.h) on 16 lanes, written once over simd::F32x16: the scalar reference's
 // operation sequence, step for step, so every vector ISA gives its bits. Include only from *_avx2.cpp /
-// *_avx512.cpp files (backends/cpu/simd/f32x16.h).
+// *_avx512.cpp / *_neon.cpp files (backends/cpu/simd/f32x16.h).
 #pragma once
 
 #include "backends/cpu/exp/exp_f32.h"

@@ -1,7 +1,7 @@
 // The matmul with f32 activations (f32 / f16 / bf16 weights) written once over simd::F32x16, for every vector
-// ISA: matmul_avx2.cpp and matmul_avx512.cpp instantiate it with their register tiling. matmul() uses it for
-// the float weight types only; the block-quantized types take integer activations on every path
-// (matmul_int8_*, docs/architecture/canonical-matmul.md).
+// ISA: matmul_avx2.cpp, matmul_avx512.cpp and matmul_neon.cpp instantiate it with their register tiling. matmul() uses
+// it for the float weight types only; the block-quantized types take integer activations on every path (matmul_int8_*,
+// docs/architecture/canonical-matmul.md).
 //
 // A tile of rows is decoded once into an L1-resident f32 buffer (f16 through F16C, bf16 by a shift: both
 // exact, dequantize_row's values; f32 rows are read in place), then reused by every token of a block of
@@ -14,7 +14,7 @@
 // The tiling below (rows and tokens per register tile, tokens per pass, column slices) only decides which
 // outputs are in flight together: no bit depends on it.
 //
-// Include only from *_avx2.cpp / *_avx512.cpp files (backends/cpu/simd/f32x16.h); internal linkage.
+// Include only from *_avx2.cpp / *_avx512.cpp / *_neon.cpp files (backends/cpu/simd/f32x16.h); internal linkage.
 #pragma once
 
 #include <algorithm>

@@ -45,6 +45,8 @@ void matmul_rows_scalar(const MatmulArgs& args, int64_t row_begin, int64_t row_e
 // them on a CPU that has the instructions.
 void matmul_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// aarch64 NEON (matmul_neon.cpp): the scalar reference's bits.
+void matmul_rows_neon(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // The quantized weight types with int8 activations (args.xq), all with the arithmetic defined in
 // reference/matmul_int8_ref.cpp, bitwise equal to each other:
@@ -59,6 +61,10 @@ void matmul_int8_rows_avx2(const MatmulArgs& args, int64_t row_begin, int64_t ro
 // q4_K / q5_K / q6_K rows of matmul_int8_rows_avx2 (matmul_int8_kquant_avx2.cpp).
 void matmul_int8_rows_kquant_avx2(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 void matmul_int8_rows_avx512vnni(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+// aarch64 (matmul_int8_neon.h): every block type, the block sums with NEON's widening multiplies
+// (matmul_int8_neon.cpp) or with the dot-product instructions where the CPU has them (matmul_int8_neon_dotprod.cpp).
+void matmul_int8_rows_neon(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
+void matmul_int8_rows_neon_dotprod(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // Unpacks scale / min j (0..7) of a q4_K / q5_K super-block from its 12 packed bytes (ggml
 // get_scale_min_k4).

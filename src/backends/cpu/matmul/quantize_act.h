@@ -95,6 +95,9 @@ void quantize_activation_row_avx512(const float* x, int64_t cols, int64_t block,
 // CPU with AVX2 (compiled with it).
 void quantize_activation_row_avx2(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
                                   int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
+// aarch64 NEON version (quantize_act_neon.cpp): the same operations 16 lanes at a time, the same bits.
+void quantize_activation_row_neon(const float* x, int64_t cols, int64_t block, int8_t* h, int8_t* l, float* d,
+                                  int32_t* h32, int32_t* l32, int32_t* h16, int32_t* l16);
 
 // Rows [t0, t0 + n) of `from` as a QuantizedActivations of n rows (the same bits: each row is quantized
 // on its own), for kernels that take a few tokens at a time.

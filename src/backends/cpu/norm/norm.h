@@ -32,6 +32,8 @@ double sum_of_squares_avx2(const float* x, int64_t n);
 void scale_row_avx2(const float* x, const float* weight, float scale, float* out, int64_t n);
 double sum_of_squares_avx512(const float* x, int64_t n);
 void scale_row_avx512(const float* x, const float* weight, float scale, float* out, int64_t n);
+double sum_of_squares_neon(const float* x, int64_t n);  // aarch64 (norm_neon.cpp)
+void scale_row_neon(const float* x, const float* weight, float scale, float* out, int64_t n);
 }  // namespace kernels
 
 }  // namespace kvstash

@@ -1,6 +1,6 @@
 // RMSNorm's vector kernels (norm.h) written once over simd::F32x16 / F64x16: the sum of squares in 16
 // double lanes and the canonical tree, and the scaling out = weight · (x · scale), the reference's bits on every
-// vector ISA. Include only from *_avx2.cpp / *_avx512.cpp files (backends/cpu/simd/f32x16.h).
+// vector ISA. Include only from *_avx2.cpp / *_avx512.cpp / *_neon.cpp files (backends/cpu/simd/f32x16.h).
 #pragma once
 
 #include "backends/cpu/norm/norm.h"

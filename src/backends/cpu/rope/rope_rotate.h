@@ -19,5 +19,6 @@ void rope_rotate(RopeLayout layout, float* v, int64_t half, int64_t begin, const
 void rope_rotate_avx2(RopeLayout layout, float* v, int64_t half, int64_t begin, const float* cos_v, const float* sin_v);
 void rope_rotate_avx512(RopeLayout layout, float* v, int64_t half, int64_t begin, const float* cos_v,
                         const float* sin_v);
+void rope_rotate_neon(RopeLayout layout, float* v, int64_t half, int64_t begin, const float* cos_v, const float* sin_v);
 
 }  // namespace kvstash::kernels

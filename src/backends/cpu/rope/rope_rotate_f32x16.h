@@ -1,7 +1,7 @@
 // RoPE's rotation (rope_rotate.h) written once over simd::F32x16: 8 pairs (normal layout: lanes 2k, 2k+1 hold
 // pair k) or 16 pairs (neox: x0 and x1 in two vectors) per step, the products rounded before the add or
-// subtract as in the reference, which rotates the remaining pairs. Include only from *_avx2.cpp / *_avx512.cpp
-// files (backends/cpu/simd/f32x16.h).
+// subtract as in the reference, which rotates the remaining pairs. Include only from *_avx2.cpp / *_avx512.cpp /
+// *_neon.cpp files (backends/cpu/simd/f32x16.h).
 #pragma once
 
 #include "backends/cpu/rope/rope_rotate.h"

@@ -21,9 +21,17 @@
 #if KVSTASH_HAVE_X86_KERNELS
 #include <cpuid.h>
 #endif
+#if KVSTASH_HAVE_NEON_KERNELS
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // linux/arch/arm64/include/uapi/asm/hwcap.h
+#endif
+#endif
 
 namespace kvstash {
 namespace {
+
+constexpr Isa kEveryIsa[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::neon};
 
 #if KVSTASH_HAVE_X86_KERNELS
 // F16C through CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
@@ -45,8 +53,15 @@ CpuFeatures detect_cpu_features() {
     f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
     return f;
 }
+#elif KVSTASH_HAVE_NEON_KERNELS
+CpuFeatures detect_cpu_features() {
+    CpuFeatures f;
+    f.neon = true;  // part of the aarch64 baseline
+    f.neon_dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    return f;
+}
 #else
-CpuFeatures detect_cpu_features() { return {}; }  // no x86 extension: the scalar path
+CpuFeatures detect_cpu_features() { return {}; }  // no known extension: the scalar path
 #endif
 
 bool detect_cpu_supports(Isa isa) {
@@ -55,14 +70,16 @@ bool detect_cpu_supports(Isa isa) {
         case Isa::scalar: return true;
         case Isa::avx2: return f.avx2 && f.fma && f.f16c;
         case Isa::avx512: return detect_cpu_supports(Isa::avx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+        case Isa::neon: return f.neon;
     }
     return false;
 }
 
 struct IsaChoice {
     Isa isa = Isa::scalar;
-    bool vnni_off = false;  // KVSTASH_ISA=avx512-novnni: the AVX-512 path without its VNNI integer kernels
-    std::string error;      // non-empty: KVSTASH_ISA asked for something unusable
+    bool vnni_off = false;     // KVSTASH_ISA=avx512-novnni: the AVX-512 path without its VNNI integer kernels
+    bool dotprod_off = false;  // KVSTASH_ISA=neon-nodotprod: the NEON path without its dot-product integer kernels
+    std::string error;         // non-empty: KVSTASH_ISA asked for something unusable
 };
 
 IsaChoice choose_isa() {
@@ -73,8 +90,11 @@ IsaChoice choose_isa() {
         if (name == kAvx512WithoutVnni) {
             choice.vnni_off = true;
             name = isa_name(Isa::avx512);
+        } else if (name == kNeonWithoutDotprod) {
+            choice.dotprod_off = true;
+            name = isa_name(Isa::neon);
         }
-        for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+        for (Isa isa : kEveryIsa) {
             if (name != isa_name(isa)) continue;
             if (!cpu_supports(isa)) {
                 choice.error = "KVSTASH_ISA=" + std::string(forced) + " but this CPU does not support " + name +
@@ -83,11 +103,14 @@ IsaChoice choose_isa() {
             choice.isa = isa;
             return choice;
         }
-        choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2, avx512 or " +
-                       kAvx512WithoutVnni;
+        choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2, avx512, " +
+                       kAvx512WithoutVnni + ", neon or " + kNeonWithoutDotprod;
         return choice;
     }
-    choice.isa = cpu_supports(Isa::avx512) ? Isa::avx512 : cpu_supports(Isa::avx2) ? Isa::avx2 : Isa::scalar;
+    choice.isa = cpu_supports(Isa::avx512) ? Isa::avx512
+                 : cpu_supports(Isa::avx2) ? Isa::avx2
+                 : cpu_supports(Isa::neon) ? Isa::neon
+                                           : Isa::scalar;
     return choice;
 }
 
@@ -158,6 +181,28 @@ kernels::KernelTable avx512_table() {
 }
 #endif
 
+#if KVSTASH_HAVE_NEON_KERNELS
+kernels::KernelTable neon_table() {
+    // The integer kernels with sdot where the CPU has it (and KVSTASH_ISA is not neon-nodotprod), else with
+    // widening multiplies: the same integers, the same bits. No grouped attention kernel: the per-row operations.
+    kernels::KernelTable t;
+    t.matmul_rows = kernels::matmul_rows_neon;
+    t.matmul_int8_rows = neon_uses_dotprod() ? kernels::matmul_int8_rows_neon_dotprod : kernels::matmul_int8_rows_neon;
+    t.quantize_activation_row = kernels::quantize_activation_row_neon;
+    t.attention_dot = kernels::attention_dot_neon;
+    t.attention_axpy = kernels::attention_axpy_neon;
+    t.exp_f32_shifted_row = kernels::exp_f32_shifted_row_neon;
+    t.attention_group = nullptr;
+    t.sum_of_squares = kernels::sum_of_squares_neon;
+    t.scale_row = kernels::scale_row_neon;
+    t.rope_rotate = kernels::rope_rotate_neon;
+    t.swiglu = kernels::swiglu_neon;
+    t.ssm_conv = kernels::ssm_conv_neon;
+    t.ssm_scan = kernels::ssm_scan_neon;
+    return t;
+}
+#endif
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -166,8 +211,8 @@ const CpuFeatures& cpu_features() {
 }
 
 bool cpu_supports(Isa isa) {
-    static const bool has[3] = {detect_cpu_supports(Isa::scalar), detect_cpu_supports(Isa::avx2),
-                                detect_cpu_supports(Isa::avx512)};
+    static const bool has[4] = {detect_cpu_supports(Isa::scalar), detect_cpu_supports(Isa::avx2),
+                                detect_cpu_supports(Isa::avx512), detect_cpu_supports(Isa::neon)};
     return has[static_cast<int>(isa)];
 }
 
@@ -181,6 +226,7 @@ const char* isa_name(Isa isa) {
         case Isa::scalar: return "scalar";
         case Isa::avx2: return "avx2";
         case Isa::avx512: return "avx512";
+        case Isa::neon: return "neon";
     }
     return "unknown";
 }
@@ -193,16 +239,24 @@ Isa active_isa() {
 
 bool avx512_uses_vnni() { return cpu_supports_avx512_vnni() && !isa_choice().vnni_off; }
 
+bool cpu_supports_neon_dotprod() {
+    static const bool has = cpu_supports(Isa::neon) && cpu_features().neon_dotprod;
+    return has;
+}
+
+bool neon_uses_dotprod() { return cpu_supports_neon_dotprod() && !isa_choice().dotprod_off; }
+
 std::vector<std::string> isa_settings() {
     std::vector<std::string> settings;
     for (Isa isa : available_isas()) settings.emplace_back(isa_name(isa));
     if (cpu_supports_avx512_vnni()) settings.emplace_back(kAvx512WithoutVnni);
+    if (cpu_supports_neon_dotprod()) settings.emplace_back(kNeonWithoutDotprod);
     return settings;
 }
 
 std::vector<Isa> available_isas() {
     std::vector<Isa> isas;
-    for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512}) {
+    for (Isa isa : kEveryIsa) {
         if (cpu_supports(isa)) isas.push_back(isa);
     }
     return isas;
@@ -228,6 +282,14 @@ const kernels::KernelTable& kernels::kernel_table(Isa isa) {
 #else
         case Isa::avx512:
         case Isa::avx2: break;  // never available here (cpu_supports)
+#endif
+#if KVSTASH_HAVE_NEON_KERNELS
+        case Isa::neon: {
+            static const KernelTable table = neon_table();
+            return table;
+        }
+#else
+        case Isa::neon: break;  // never available here (cpu_supports)
 #endif
         case Isa::scalar: break;
     }

@@ -2,8 +2,9 @@
 // KVSTASH_ISA, and the table of each ISA's kernel functions. No other file reads CPUID.
 //
 // The best path the CPU supports is chosen once per process. The environment variable
-// KVSTASH_ISA=scalar|avx2|avx512 forces one (tests, benchmarks); forcing an ISA this CPU or build lacks,
-// or an unknown name, makes active_isa() and matmul() throw Error(invalid_argument).
+// KVSTASH_ISA=scalar|avx2|avx512 (x86-64) or scalar|neon (aarch64) forces one (tests, benchmarks), as do
+// avx512-novnni and neon-nodotprod (numerics.h); forcing an ISA this CPU or build lacks, or an unknown name,
+// makes active_isa() and matmul() throw Error(invalid_argument).
 #pragma once
 
 #include <cstdint>
@@ -19,10 +20,17 @@
 #else
 #define KVSTASH_HAVE_X86_KERNELS 0
 #endif
+// Whether this build has the aarch64 kernels (*_neon.cpp, *_neon_dotprod.cpp), which CMakeLists.txt compiles for
+// aarch64 only. NEON (Advanced SIMD) is part of the aarch64 baseline; the dot-product instructions are not.
+#if defined(__aarch64__)
+#define KVSTASH_HAVE_NEON_KERNELS 1
+#else
+#define KVSTASH_HAVE_NEON_KERNELS 0
+#endif
 
 namespace kvstash {
 
-enum class Isa { scalar, avx2, avx512 };
+enum class Isa { scalar, avx2, avx512, neon };
 
 // The instruction-set extensions kvstash uses, as this CPU reports them. Read once: CPUID is slow in a
 // virtual machine (a VM exit, microseconds) and matmul checks the ISA on every call (a decode step
@@ -31,20 +39,24 @@ struct CpuFeatures {
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
     bool avx512vnni = false, avx512vbmi = false;  // the integer-activation kernels (*_avx512vnni.cpp)
+    bool neon = false;                            // aarch64 Advanced SIMD (always there): *_neon.cpp
+    bool neon_dotprod = false;  // aarch64 FEAT_DotProd (getauxval(AT_HWCAP) & HWCAP_ASIMDDP): *_neon_dotprod.cpp
 };
 const CpuFeatures& cpu_features();
 
 // Whether this CPU runs `isa`'s kernels: avx2 = AVX2 + FMA + F16C (*_avx2.cpp); avx512 = those and
-// AVX-512 F/BW/VL/DQ (*_avx512.cpp).
+// AVX-512 F/BW/VL/DQ (*_avx512.cpp); neon = an aarch64 CPU (*_neon.cpp).
 bool cpu_supports(Isa isa);
 // Whether it also runs the AVX-512 integer-activation kernels: avx512 and VNNI (vpdpbusd, vpdpwssd) and
 // VBMI (vpermb).
 bool cpu_supports_avx512_vnni();
+// Whether it also runs the NEON integer-activation kernels with the dot-product instructions (sdot).
+bool cpu_supports_neon_dotprod();
 
 Isa active_isa();
 // Every path this CPU can run, scalar first.
 std::vector<Isa> available_isas();
-const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512", "neon"
 
 // Whether matmul_with(isa, type, ...) (backends/cpu/matmul/matmul.h) multiplies integer activations: every
 // block-quantized type (q4_0, q4_1, q5_0, q8_0, q4_K, q5_K, q6_K) on every path, f32 activations for f32 /

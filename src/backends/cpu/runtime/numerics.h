@@ -57,8 +57,14 @@ inline constexpr const char* kAvx512WithoutVnni = "avx512-novnni";
 // Whether the avx512 path of this process runs the VNNI integer-activation kernels: the CPU has them
 // (cpu_supports_avx512_vnni) and KVSTASH_ISA is not avx512-novnni.
 bool avx512_uses_vnni();
-// The KVSTASH_ISA values this CPU runs, one per numerics path, scalar first: the available ISAs' names
-// and, on a CPU with AVX-512 VNNI, avx512-novnni.
+// KVSTASH_ISA=neon-nodotprod: the aarch64 NEON path without its dot-product integer kernels (the widening-multiply
+// ones), i.e. what an aarch64 CPU without FEAT_DotProd computes, so that a CPU with it runs that path's bits too.
+inline constexpr const char* kNeonWithoutDotprod = "neon-nodotprod";
+// Whether the neon path of this process runs the dot-product integer kernels: the CPU has them
+// (cpu_supports_neon_dotprod) and KVSTASH_ISA is not neon-nodotprod.
+bool neon_uses_dotprod();
+// The KVSTASH_ISA values this CPU runs, scalar first: the available ISAs' names and, on a CPU with AVX-512 VNNI,
+// avx512-novnni; on an aarch64 CPU with the dot-product instructions, neon-nodotprod.
 std::vector<std::string> isa_settings();
 
 // The path `isa` runs in this process: NumericsPath::cpu for every ISA (they give the same bits).

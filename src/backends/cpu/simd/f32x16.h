@@ -1,36 +1,223 @@
 // A 16-lane float vector for kernels written once for every vector instruction set: one zmm register on
-// AVX-512, two ymm registers (lanes 0-7, 8-15) on AVX2. Every operation is lane-wise IEEE fp32 with one
+// AVX-512, two ymm registers (lanes 0-7, 8-15) on AVX2, four NEON q registers (lanes 4k..4k+3) on aarch64.
+// Every operation is lane-wise IEEE fp32 with one
 // rounding (fma: one rounding of a·b + c), so a kernel written over F32x16 gives the same bits on both, and
 // the same as a scalar reference that keeps 16 lanes (docs/architecture/canonical-float-ops.md). The one
 // reduction, reduce_add, uses the canonical tree: p[j] + p[j+8], then + 4, + 2, + 1.
 //
 // Include only from *_avx2.cpp / *_avx512.cpp files (CMakeLists.txt gives them -mavx2 -mfma -mf16c or the
-// AVX-512 flags); __AVX512F__ picks the layout. Everything has internal linkage: a file compiled for one
+// AVX-512 flags) or, on aarch64, *_neon.cpp files (NEON is part of the baseline there); __aarch64__ and
+// __AVX512F__ pick the layout. Everything has internal linkage: a file compiled for one
 // instruction set must define no weak symbol (backends/cpu/runtime/scratch.h, scripts/check_isa_symbols.sh).
 #pragma once
 
 // The float steps exactly as written (an fma only where fma() asks for one), in every including file.
 #pragma GCC optimize("fp-contract=off")
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
-
-#include <cstdint>
-#include <cstring>
-
 #if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
 #error "backends/cpu/simd/f32x16.h: compile with -mavx2 -mfma -mf16c (a *_avx2.cpp or *_avx512.cpp file)"
 #endif
+#endif
+
+#include <cstdint>
+#include <cstring>
 
 namespace kvstash::simd {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per including ISA file
 
 inline constexpr int kLanes = 16;
 
-#if defined(__AVX512F__)
+#if defined(__aarch64__)  // NEON: lanes 4k..4k+3 in v[k]
+
+struct F32x16 {
+    float32x4_t v[4];
+};
+
+// op applied to each of the four registers (lanes 4k..4k+3 of every operand).
+template <class Op>
+inline F32x16 per_register(Op op, F32x16 a) {
+    return {{op(a.v[0], 0), op(a.v[1], 1), op(a.v[2], 2), op(a.v[3], 3)}};
+}
+template <class Op>
+inline F32x16 per_register(Op op, F32x16 a, F32x16 b) {
+    return {{op(a.v[0], b.v[0]), op(a.v[1], b.v[1]), op(a.v[2], b.v[2]), op(a.v[3], b.v[3])}};
+}
+
+// All ones in lane i of register k where 4k + i < n.
+inline uint32x4_t first_lanes4(int64_t n, int k) {
+    const uint32x4_t index = {0, 1, 2, 3};
+    const int64_t count = n - 4 * k;
+    return vcltq_u32(index, vdupq_n_u32(static_cast<uint32_t>(count < 0 ? 0 : count > 4 ? 4 : count)));
+}
+
+inline F32x16 zero() {
+    const float32x4_t z = vdupq_n_f32(0.0f);
+    return {{z, z, z, z}};
+}
+inline F32x16 set1(float x) {
+    const float32x4_t s = vdupq_n_f32(x);
+    return {{s, s, s, s}};
+}
+inline F32x16 load(const float* p) { return {{vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}}; }
+// Lanes [0, n) from p, the others +0 (nothing past p + n is read).
+inline F32x16 load_first(const float* p, int64_t n) {
+    alignas(16) float lanes[kLanes] = {};
+    std::memcpy(lanes, p, static_cast<size_t>(n) * sizeof(float));
+    return load(lanes);
+}
+inline void store(float* p, F32x16 x) {
+    for (int k = 0; k < 4; ++k) vst1q_f32(p + 4 * k, x.v[k]);
+}
+inline void store_first(float* p, F32x16 x, int64_t n) {
+    alignas(16) float lanes[kLanes];
+    store(lanes, x);
+    std::memcpy(p, lanes, static_cast<size_t>(n) * sizeof(float));
+}
+
+inline F32x16 add(F32x16 a, F32x16 b) {
+    return per_register([](float32x4_t x, float32x4_t y) { return vaddq_f32(x, y); }, a, b);
+}
+inline F32x16 sub(F32x16 a, F32x16 b) {
+    return per_register([](float32x4_t x, float32x4_t y) { return vsubq_f32(x, y); }, a, b);
+}
+inline F32x16 mul(F32x16 a, F32x16 b) {
+    return per_register([](float32x4_t x, float32x4_t y) { return vmulq_f32(x, y); }, a, b);
+}
+inline F32x16 div(F32x16 a, F32x16 b) {
+    return per_register([](float32x4_t x, float32x4_t y) { return vdivq_f32(x, y); }, a, b);
+}
+inline F32x16 fma(F32x16 a, F32x16 b, F32x16 c) {  // a·b + c, one rounding
+    return {{vfmaq_f32(c.v[0], a.v[0], b.v[0]), vfmaq_f32(c.v[1], a.v[1], b.v[1]), vfmaq_f32(c.v[2], a.v[2], b.v[2]),
+             vfmaq_f32(c.v[3], a.v[3], b.v[3])}};
+}
+// max / min as x86's instructions (the layouts below): a > b ? a : b, so b where either is NaN (and b for +0
+// against -0). NEON's fmax would return the NaN, fmaxnm the number: neither is x86's.
+inline float32x4_t max4(float32x4_t a, float32x4_t b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+inline F32x16 max(F32x16 a, F32x16 b) { return per_register(max4, a, b); }
+inline F32x16 min(F32x16 a, F32x16 b) {
+    return per_register([](float32x4_t x, float32x4_t y) { return vbslq_f32(vcltq_f32(x, y), x, y); }, a, b);
+}
+inline F32x16 negate(F32x16 a) {  // flips the sign bit only
+    return per_register([](float32x4_t x, int) { return vnegq_f32(x); }, a);
+}
+inline F32x16 round_to_nearest_even(F32x16 a) {
+    return per_register([](float32x4_t x, int) { return vrndnq_f32(x); }, a);
+}
+inline F32x16 scale_by_pow2_halves(F32x16 p, F32x16 n) {
+    return per_register(
+        [](float32x4_t p4, float32x4_t n4) {
+            const int32x4_t bias = vdupq_n_s32(127);
+            const int32x4_t ni = vcvtnq_s32_f32(n4);  // n is integer-valued: exact
+            const int32x4_t n1 = vshrq_n_s32(ni, 1);
+            const int32x4_t n2 = vsubq_s32(ni, n1);
+            const float32x4_t scale1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
+            const float32x4_t scale2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
+            return vmulq_f32(vmulq_f32(p4, scale1), scale2);
+        },
+        p, n);
+}
+inline F32x16 nan_else(F32x16 x, F32x16 y) {
+    return per_register([](float32x4_t x4, float32x4_t y4) { return vbslq_f32(vceqq_f32(x4, x4), y4, x4); }, x, y);
+}
+inline F32x16 add_first(F32x16 a, F32x16 b, int64_t n) {
+    const F32x16 s = add(a, b);
+    return {{vbslq_f32(first_lanes4(n, 0), s.v[0], a.v[0]), vbslq_f32(first_lanes4(n, 1), s.v[1], a.v[1]),
+             vbslq_f32(first_lanes4(n, 2), s.v[2], a.v[2]), vbslq_f32(first_lanes4(n, 3), s.v[3], a.v[3])}};
+}
+
+inline float32x4_t load_f16x4(const uint8_t* p) {
+    uint16_t halves[4];
+    std::memcpy(halves, p, sizeof(halves));
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(halves)));
+}
+inline F32x16 load_f16(const uint8_t* p) {
+    return {{load_f16x4(p), load_f16x4(p + 8), load_f16x4(p + 16), load_f16x4(p + 24)}};
+}
+// 4 / 16 bf16 values at p as f32 (exact: the 16 bits become the high half of the float's).
+inline float32x4_t load_bf16x4(const uint8_t* p) {
+    uint16_t halves[4];
+    std::memcpy(halves, p, sizeof(halves));
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(halves), 16));
+}
+inline F32x16 load_bf16(const uint8_t* p) {
+    return {{load_bf16x4(p), load_bf16x4(p + 8), load_bf16x4(p + 16), load_bf16x4(p + 24)}};
+}
+// Keeps x in registers across a loop (an empty asm: no arithmetic; see the x86 layouts).
+inline void keep_in_registers(F32x16& x) { asm("" : "+w"(x.v[0]), "+w"(x.v[1]), "+w"(x.v[2]), "+w"(x.v[3])); }
+inline F32x16 load_i8_scaled(const int8_t* q, float d) {
+    const int8x16_t bytes = vld1q_s8(q);
+    const int16x8_t lo = vmovl_s8(vget_low_s8(bytes)), hi = vmovl_high_s8(bytes);
+    const float32x4_t scale = vdupq_n_f32(d);
+    return {{vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)))),
+             vmulq_f32(scale, vcvtq_f32_s32(vmovl_high_s16(lo))),
+             vmulq_f32(scale, vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)))),
+             vmulq_f32(scale, vcvtq_f32_s32(vmovl_high_s16(hi)))}};
+}
+// One f16 value as f32 (exact).
+inline float half_to_float(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+
+// The canonical tree: lanes j + (j + 8) are v[0] + v[2], v[1] + v[3]; then j + (j + 4), j + (j + 2), j + (j + 1).
+inline float reduce_add(F32x16 p) {
+    const float32x4_t r = vaddq_f32(vaddq_f32(p.v[0], p.v[2]), vaddq_f32(p.v[1], p.v[3]));
+    const float32x2_t u = vadd_f32(vget_low_f32(r), vget_high_f32(r));
+    return vget_lane_f32(u, 0) + vget_lane_f32(u, 1);
+}
+inline float reduce_max(F32x16 p) {  // AVX2's tree with x86's max: j and j + 8, j + 4, j + 2, j + 1
+    const float32x4_t m4 = max4(max4(p.v[0], p.v[2]), max4(p.v[1], p.v[3]));
+    const float32x2_t m2 = vbsl_f32(vcgt_f32(vget_low_f32(m4), vget_high_f32(m4)), vget_low_f32(m4), vget_high_f32(m4));
+    const float a = vget_lane_f32(m2, 0), b = vget_lane_f32(m2, 1);
+    return a > b ? a : b;
+}
+
+inline F32x16 load_pairs_duplicated(const float* p) {
+    const float32x4_t lo = vld1q_f32(p), hi = vld1q_f32(p + 4);
+    return {{vzip1q_f32(lo, lo), vzip2q_f32(lo, lo), vzip1q_f32(hi, hi), vzip2q_f32(hi, hi)}};
+}
+inline F32x16 swap_pairs(F32x16 x) {
+    return per_register([](float32x4_t x4, int) { return vrev64q_f32(x4); }, x);
+}
+inline F32x16 sub_even_add_odd(F32x16 a, F32x16 b) {
+    return per_register(
+        [](float32x4_t a4, float32x4_t b4) {
+            const uint32x4_t odd = {0, 0xFFFFFFFFu, 0, 0xFFFFFFFFu};
+            return vbslq_f32(odd, vaddq_f32(a4, b4), vsubq_f32(a4, b4));
+        },
+        a, b);
+}
+
+// 16 double lanes (eight q registers, lanes 2q, 2q+1 in d[q]).
+struct F64x16 {
+    float64x2_t d[8];
+};
+inline F64x16 zero_f64() {
+    const float64x2_t z = vdupq_n_f64(0.0);
+    return {{z, z, z, z, z, z, z, z}};
+}
+inline F64x16 add_squares(F64x16 acc, F32x16 x) {
+    for (int k = 0; k < 4; ++k) {
+        const float64x2_t lo = vcvt_f64_f32(vget_low_f32(x.v[k])), hi = vcvt_high_f64_f32(x.v[k]);
+        acc.d[2 * k] = vfmaq_f64(acc.d[2 * k], lo, lo);
+        acc.d[2 * k + 1] = vfmaq_f64(acc.d[2 * k + 1], hi, hi);
+    }
+    return acc;
+}
+inline double reduce_add(F64x16 p) {
+    // lanes j and j + 8 (d[q] + d[q + 4]), then j and j + 4 (q and q + 2), j + 2 (q and q + 1), j + 1.
+    const float64x2_t q0 = vaddq_f64(p.d[0], p.d[4]), q1 = vaddq_f64(p.d[1], p.d[5]), q2 = vaddq_f64(p.d[2], p.d[6]),
+                      q3 = vaddq_f64(p.d[3], p.d[7]);
+    const float64x2_t u = vaddq_f64(vaddq_f64(q0, q2), vaddq_f64(q1, q3));
+    return vgetq_lane_f64(u, 0) + vgetq_lane_f64(u, 1);
+}
+
+#elif defined(__AVX512F__)
 
 struct F32x16 {
     __m512 v;
@@ -266,6 +453,10 @@ inline double reduce_add(F64x16 p) {
     return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
 }
 
+#endif
+
+#if !defined(__aarch64__)
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }  // one f16 value as f32 (exact)
 #endif
 
 // f16, bf16 and q8_0 tails: lanes [0, n) of 16 values at p, the others +0 (nothing past the n values is read).

@@ -87,6 +87,8 @@ void ssm_conv_avx2(const SsmConvArgs& args, int64_t channel_begin, int64_t chann
 void ssm_scan_avx2(const SsmScanArgs& args, int64_t head_begin, int64_t head_end);
 void ssm_conv_avx512(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end);
 void ssm_scan_avx512(const SsmScanArgs& args, int64_t head_begin, int64_t head_end);
+void ssm_conv_neon(const SsmConvArgs& args, int64_t channel_begin, int64_t channel_end);  // aarch64 (ssm_neon.cpp)
+void ssm_scan_neon(const SsmScanArgs& args, int64_t head_begin, int64_t head_end);
 
 // Shared by every ISA (compiled once, for the baseline, so every path calls the same code):
 // softplus(dt) as above (std::log1p of exp_f32); the same given exp_dt = exp_f32(dt) (a SIMD path's

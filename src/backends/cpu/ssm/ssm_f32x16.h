@@ -1,7 +1,8 @@
 // The Mamba kernels (backends/cpu/ssm/ssm.h) written once over simd::F32x16, the reference's bits on every
 // vector ISA: the conv with 16 channels per vector (each channel's taps in k order), the scan with the 16
 // partial sums over d_state as one vector (combined by reduce_add: ssm.h's tree); lanes past d_state or past
-// the last channel are left out. Include only from *_avx2.cpp / *_avx512.cpp files (backends/cpu/simd/f32x16.h).
+// the last channel are left out. Include only from *_avx2.cpp / *_avx512.cpp / *_neon.cpp files
+// (backends/cpu/simd/f32x16.h).
 #pragma once
 
 #include <algorithm>
