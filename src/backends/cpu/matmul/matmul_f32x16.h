@@ -112,6 +112,18 @@ void buffered_tile(const float* const* w, const float* x, int64_t cols, int64_t 
 
 using BufferedTileFn = void (*)(const float* const*, const float*, int64_t, int64_t, int64_t, F32x16*, float*, int64_t);
 
+// The tiling for 8 F32x16 registers (AVX2's 16 ymm, NEON's 32 q): 6 rows × 1 token for one token (12 accumulator
+// registers, the token's 2, the weights read from memory by the fma), 2 rows × 2 tokens for several (8 accumulator
+// registers, 4 of weights, 2 of a token); 64 tokens per pass over a decoded row tile, whole rows (no column slices).
+struct EightVectorTiling {
+    static constexpr int kRowsOneToken = 6;
+    static constexpr int kRows = 2;
+    static constexpr int kTokens = 2;
+    static constexpr int64_t kTokenBlock = 64;
+    static constexpr int64_t kActivationBlockBytes = 0;
+    static constexpr int64_t kColumnSlice = 0;
+};
+
 template <class Tiling>
 inline constexpr int kMaxTileRows = std::max(Tiling::kRowsOneToken, Tiling::kRows);
 
