@@ -74,23 +74,17 @@ inline __m256 hsum8(const __m256 (&v)[kKeys]) {
 // keys of a tile in two halves of 4: 8 chains, 2 query vectors and a K operand fit the 16 registers.
 template <TensorType T>
 void scores(const AttentionGroupArgs& a) {
-    RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
-    RowCursor k_ahead(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
-    RowCursor v_ahead(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
-    const uint64_t bytes = slice_bytes<T>(a.head_dim);
-    int64_t k_prefetched = 0;
+    ScoreTileWalk walk(a.k_blocks, a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key, a.n_keys,
+                       slice_bytes<T>(a.head_dim));
     const int64_t nv = a.head_dim / 8;
     const __m256 zero = _mm256_setzero_ps();
     const __m256 scale = _mm256_set1_ps(a.scale);
     alignas(32) float tile[kKeys][kMaxVectors * 8];
     for (int64_t j0 = 0; j0 < a.n_keys; j0 += kKeys) {
         const int n = static_cast<int>(std::min<int64_t>(kKeys, a.n_keys - j0));
-        for (const int64_t until = std::min(a.n_keys, j0 + n + kPrefetchKeys); k_prefetched < until; ++k_prefetched) {
-            prefetch_slice(k_ahead.next(), bytes);
-        }
-        for (int k = 0; k < n; ++k) prefetch_slice(v_ahead.next(), bytes);
+        walk.prefetch_tile(j0, n);
         for (int k = 0; k < n; ++k) {
-            const uint8_t* row = cursor.next();
+            const uint8_t* row = walk.next_key_row();
             for (int64_t c = 0; c < nv; ++c) _mm256_store_ps(&tile[k][8 * c], load8<T>(row, c));
         }
         for (int k = n; k < kKeys; ++k) {

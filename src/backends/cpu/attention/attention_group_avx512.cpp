@@ -70,22 +70,16 @@ inline __m512 hsum16(const __m512 (&v)[kKeys]) {
 // dot (attention_rows.h) times the scale.
 template <int NC, bool F16>
 void scores(const AttentionGroupArgs& a) {
-    RowCursor cursor(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
-    RowCursor k_ahead(a.k_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
-    RowCursor v_ahead(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
-    const uint64_t bytes = static_cast<uint64_t>(a.head_dim) * (F16 ? 2 : 4);
-    int64_t k_prefetched = 0;
+    ScoreTileWalk walk(a.k_blocks, a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key, a.n_keys,
+                       static_cast<uint64_t>(a.head_dim) * (F16 ? 2 : 4));
     const __m512 zero = _mm512_setzero_ps();
     const __m512 scale = _mm512_set1_ps(a.scale);
     alignas(64) float tile[kKeys][NC * 16];
     for (int64_t j0 = 0; j0 < a.n_keys; j0 += kKeys) {
         const int n = static_cast<int>(std::min<int64_t>(kKeys, a.n_keys - j0));
-        for (const int64_t until = std::min(a.n_keys, j0 + n + kPrefetchKeys); k_prefetched < until; ++k_prefetched) {
-            prefetch_slice(k_ahead.next(), bytes);
-        }
-        for (int k = 0; k < n; ++k) prefetch_slice(v_ahead.next(), bytes);
+        walk.prefetch_tile(j0, n);
         for (int k = 0; k < n; ++k) {
-            const uint8_t* row = cursor.next();
+            const uint8_t* row = walk.next_key_row();
             for (int c = 0; c < NC; ++c) _mm512_store_ps(&tile[k][16 * c], load16<F16>(row, c));
         }
         for (int k = n; k < kKeys; ++k) {

@@ -5,6 +5,7 @@
 
 #include <xmmintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace kvstash::kernels {
@@ -48,6 +49,31 @@ inline void prefetch_slice(const uint8_t* row, uint64_t bytes) {
 // more would only evict lines still to be used); each tile's V rows are prefetched alongside its scores, so
 // that they are in cache for the values pass.
 inline constexpr int64_t kPrefetchKeys = 16;
+
+// The K rows of a chunk's score tiles in key order from `first` (n_keys of them), with the prefetches above: for a
+// tile of keys [j0, j0 + n), K rows up to kPrefetchKeys keys past it and the tile's own V rows (for the values pass).
+struct ScoreTileWalk {
+    RowCursor k, k_ahead, v_ahead;
+    uint64_t slice_bytes;
+    int64_t n_keys;
+    int64_t k_prefetched = 0;
+
+    ScoreTileWalk(const uint8_t* const* k_blocks, const uint8_t* const* v_blocks, uint64_t offset, int64_t block_tokens,
+                  uint64_t row_bytes, int64_t first, int64_t keys, uint64_t bytes)
+        : k(k_blocks, offset, block_tokens, row_bytes, first),
+          k_ahead(k_blocks, offset, block_tokens, row_bytes, first),
+          v_ahead(v_blocks, offset, block_tokens, row_bytes, first),
+          slice_bytes(bytes),
+          n_keys(keys) {}
+
+    void prefetch_tile(int64_t j0, int n) {
+        for (const int64_t until = std::min(n_keys, j0 + n + kPrefetchKeys); k_prefetched < until; ++k_prefetched) {
+            prefetch_slice(k_ahead.next(), slice_bytes);
+        }
+        for (int i = 0; i < n; ++i) prefetch_slice(v_ahead.next(), slice_bytes);
+    }
+    const uint8_t* next_key_row() { return k.next(); }
+};
 
 }  // namespace
 }  // namespace kvstash::kernels
