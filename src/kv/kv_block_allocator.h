@@ -1,4 +1,4 @@
-// Where KV block memory comes from: host memory today (KvBlockPool behind host_kv_allocator()), device
+// Where KV block memory comes from: host memory for the CPU backend (KvBlockPool behind host_kv_allocator()), device
 // memory for a device backend. KvBlockBuffer allocates through one of these and keeps it, so that a
 // block's copies (copy-on-write, trimming) and its transfers to and from the host stay in its memory.
 //

@@ -1,5 +1,6 @@
-// The CPU backend: the forward pass's ops (model/backend.h) on today's kernels, each on the process's
-// instruction set (backends/cpu/runtime/dispatch.h), over a thread pool of its own. Activations are host vectors.
+// The CPU backend: the forward pass's ops (model/backend.h) on the CPU kernels (backends/cpu/<op>/), each on the
+// process's instruction set (backends/cpu/runtime/dispatch.h), over a thread pool of its own. Activations are host
+// vectors.
 #pragma once
 
 #include <memory>
