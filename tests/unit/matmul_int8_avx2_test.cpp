@@ -49,6 +49,8 @@ protected:
         if (!cpu_supports(Isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
     }
 };
+// The tests of the 32-element block types' own kernels (q8_0, q4_0, q4_1; the K-quants': matmul_int8_kquant_avx2_test).
+class MatmulInt8Avx2Blocks32 : public MatmulInt8Avx2 {};
 
 TEST_P(MatmulInt8Avx2, EqualsScalarDefinitionAcrossTileEdges) {
     const TensorType type = GetParam();
@@ -77,9 +79,8 @@ TEST_P(MatmulInt8Avx2, EqualsScalarDefinitionAcrossTileEdges) {
 
 // Weights at their extremes (q8_0: -128 and 127 everywhere; q4_0 / q4_1: nibbles 0 and 15) with activations at
 // +-32639: the exact int32 sums at their largest (q4_0: with the offset 8 subtracted from the raw nibbles' sum).
-TEST_P(MatmulInt8Avx2, EqualsScalarDefinitionAtExtremeIntegers) {
+TEST_P(MatmulInt8Avx2Blocks32, EqualsScalarDefinitionAtExtremeIntegers) {
     const TensorType type = GetParam();
-    if (tensor_type_traits(type).block_size != 32) GTEST_SKIP() << "the 32-element types' extremes";
     const int64_t rows = 11, cols = 96;
     const kernels::MatmulRowsFn avx2 = kernels::kernel_table(Isa::avx2).matmul_int8_rows;
     std::vector<uint8_t> W = random_weights(type, rows, cols, 9);
@@ -140,9 +141,8 @@ TEST_P(MatmulInt8Avx2, BatchInvariant) {
 // The few-token kernel of the 32-element types at Gemma 3's width (640 columns: 20 blocks, 680-byte q8_0 rows)
 // over row ranges that start and end mid-tile: full 8-row tiles (strided rows, prefetching tiles ahead, clamped
 // at the range's end) and the tail tile, against the scalar definition over the same range, 1..6 tokens.
-TEST_P(MatmulInt8Avx2, FewTokensOverRowRangesAtGemmaWidth) {
+TEST_P(MatmulInt8Avx2Blocks32, FewTokensOverRowRangesAtGemmaWidth) {
     const TensorType type = GetParam();
-    if (tensor_type_traits(type).block_size != 32) GTEST_SKIP() << "the 32-element types' few-token kernel";
     const int64_t rows = 77, cols = 640;
     const kernels::MatmulRowsFn avx2 = kernels::kernel_table(Isa::avx2).matmul_int8_rows;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 640);
@@ -195,6 +195,11 @@ TEST_P(MatmulInt8Avx2, PrefetchPastTheRangeChangesNothing) {
 INSTANTIATE_TEST_SUITE_P(Types, MatmulInt8Avx2,
                          ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q4_K,
                                            TensorType::Q5_K, TensorType::Q6_K),
+                         [](const ::testing::TestParamInfo<TensorType>& info) {
+                             return std::string(tensor_type_traits(info.param).name);
+                         });
+INSTANTIATE_TEST_SUITE_P(Types, MatmulInt8Avx2Blocks32,
+                         ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1),
                          [](const ::testing::TestParamInfo<TensorType>& info) {
                              return std::string(tensor_type_traits(info.param).name);
                          });
