@@ -36,6 +36,9 @@ PATH="$PATH:/usr/local/cuda/bin"
   echo "cmake: $(cmake --version 2>/dev/null | head -1 || echo absent)"
   echo "--- nvidia-smi"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+  echo "--- host CPU (AMX is used by no kernel yet; recorded for issue 35)"
+  grep -m1 'model name' /proc/cpuinfo
+  echo "amx flags: $(grep -m1 -o 'amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "--- carried pack"
   cat build-gpu-pack/MANIFEST 2>/dev/null || echo "no build-gpu-pack/MANIFEST"
 } >"$OUTDIR/env.txt" 2>&1
@@ -115,6 +118,19 @@ if [ -f "$PACK/gpu_e2e_tests" ]; then
         -m tests/fixtures/qwen2/qwen2_q8_0.gguf -p "The quick brown fox" -n 16 --temp 0 2>&1
       echo "exit: $?"
     done
+    echo "=== kvstash generate --device cuda --spec lookup against plain decoding (the text must be identical)"
+    prompt="one two three four five six seven eight one two three four five six seven eight one two"
+    for mode in plain lookup; do
+      spec=(); [ "$mode" = lookup ] && spec=(--spec lookup --spec-max 8)
+      LD_LIBRARY_PATH="$PACK/lib" timeout 60 "$PACK/kvstash" generate --device cuda "${spec[@]}" --timings \
+        -m tests/fixtures/qwen2/qwen2_q8_0.gguf -p "$prompt" -n 48 --temp 0.8 --seed 3 >"/tmp/kvstash_spec_$mode.txt"
+      echo "$mode exit: $?"
+    done
+    if cmp -s /tmp/kvstash_spec_plain.txt /tmp/kvstash_spec_lookup.txt; then
+      echo "spec lookup on cuda: identical text"
+    else
+      echo "spec lookup on cuda: TEXT DIFFERS"; diff /tmp/kvstash_spec_plain.txt /tmp/kvstash_spec_lookup.txt
+    fi
     echo "=== kvstash generate -ngl 99 on a gemma3 fixture (must be refused by name)"
     LD_LIBRARY_PATH="$PACK/lib" timeout 60 "$PACK/kvstash" generate -ngl 99 \
       -m "$(ls tests/fixtures/gemma3_tiny/*.gguf | head -1)" -p "x" -n 1 2>&1
@@ -125,6 +141,7 @@ if [ -f "$PACK/gpu_e2e_tests" ]; then
   e2e_skipped=$(grep -o '\[  SKIPPED \] [0-9]* test' "$OUTDIR/gpu_e2e.log" | grep -o '[0-9]*' || echo 0)
   E2E_RESULT="exit $E2E_RC; passed ${e2e_passed:-0}, skipped ${e2e_skipped:-0} (gpu_e2e.log, with the CLI runs)"
   [ "${e2e_skipped:-0}" = "0" ] || E2E_RC=1
+  grep -q '^spec lookup on cuda: identical text' "$OUTDIR/gpu_e2e.log" || { E2E_RC=1; E2E_RESULT="$E2E_RESULT; CLI --spec lookup NOT identical"; }
 fi
 
 LOG="$OUTDIR/gpu_tests.log"
