@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -100,9 +101,20 @@ inline std::vector<uint8_t> random_weights(TensorType type, int64_t rows, int64_
 inline bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 // The first index where a and b differ in bits, or -1.
+// The index of the first element whose bits differ (-1: none); prints that element and the next few of both
+// sides (value and bits) to stderr, so that a failure on the GPU machine says what the kernel wrote.
 inline int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return static_cast<int64_t>(i);
+        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            for (size_t j = i; j < i + 4 && j < a.size() && j < b.size(); ++j) {
+                uint32_t x = 0, y = 0;
+                std::memcpy(&x, &a[j], 4);
+                std::memcpy(&y, &b[j], 4);
+                std::fprintf(stderr, "  element %zu: got %.9g (0x%08x), want %.9g (0x%08x)\n", j,
+                             static_cast<double>(a[j]), x, static_cast<double>(b[j]), y);
+            }
+            return static_cast<int64_t>(i);
+        }
     }
     return a.size() == b.size() ? -1 : static_cast<int64_t>(std::min(a.size(), b.size()));
 }

@@ -30,18 +30,18 @@ namespace kvstash::cuda::device {
 
 // One IEEE operation each, rounded to nearest even, never fused with another.
 #ifdef __CUDA_ARCH__
-KVSTASH_HOST_DEVICE float mul_rn(float a, float b) { return mul_rn(a, b); }
+KVSTASH_HOST_DEVICE float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 KVSTASH_HOST_DEVICE float add_rn(float a, float b) { return __fadd_rn(a, b); }
 KVSTASH_HOST_DEVICE float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-KVSTASH_HOST_DEVICE float fma_rn(float a, float b, float c) { return fma_rn(a, b, c); }
+KVSTASH_HOST_DEVICE float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 KVSTASH_HOST_DEVICE float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 KVSTASH_HOST_DEVICE float round_to_integer(float x) { return rintf(x); }  // nearest, ties to even
 KVSTASH_HOST_DEVICE float round_half_away(float x) { return roundf(x); }
 KVSTASH_HOST_DEVICE float abs_f(float x) { return fabsf(x); }
 KVSTASH_HOST_DEVICE float max_f(float a, float b) { return fmaxf(a, b); }
 KVSTASH_HOST_DEVICE int leading_zeros(uint32_t x) { return __clz(static_cast<int>(x)); }
-KVSTASH_HOST_DEVICE float float_of_bits(uint32_t b) { return float_of_bits(b); }
-KVSTASH_HOST_DEVICE uint32_t bits_of_float(float f) { return bits_of_float(f); }
+KVSTASH_HOST_DEVICE float float_of_bits(uint32_t b) { return __uint_as_float(b); }
+KVSTASH_HOST_DEVICE uint32_t bits_of_float(float f) { return __float_as_uint(f); }
 #else
 inline float mul_rn(float a, float b) { return a * b; }
 inline float add_rn(float a, float b) { return a + b; }
