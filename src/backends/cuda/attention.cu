@@ -4,15 +4,16 @@
 // Order, for query row r at absolute position p, head h (KV head h / (n_head / n_head_kv)):
 //   chunks c = first_key(p) / 256 .. p / 256, chunk c = keys [max(first_key, 256c), min(p, 256c + 255)];
 //   per chunk (one block of 256 threads, one work item):
-//     score_j = (sum over d = 0..head_dim-1 in order, from +0, of q[d] * k_j[d]) * scale   (thread j: key j)
+//     score_j = dot(q, k_j) * scale, dot = 16 lanes (d mod 16) of fma chains in increasing d from +0, then
+//               the canonical tree (docs/architecture/canonical-float-ops.md)              (thread j: key j)
 //     max = running max over j in key order from -inf (thread 0)
 //     e_j = exp_f32(score_j - max)                                                        (thread j)
 //     sum = sum over j in key order, from +0, of e_j                                      (thread 0)
-//     acc[d] = sum over j in key order, from +0, of e_j * v_j[d]                          (thread d)
+//     acc[d] = fma(e_j, v_j[d], acc[d]) over j in key order, from +0                      (thread d)
 //   combined per (row, head) in chunk order (one thread per d): M = running max of the chunk maxima,
 //   f_k = exp_f32(max_k - M), l = sum_k sum_k * f_k, o[d] = sum_k acc_k[d] * f_k (both from +0, in chunk
 //   order), out[d] = o[d] * (1 / l).
-// Every product and sum is rounded on its own (no fma): the scalar CPU path's operations
+// Every product and sum is rounded on its own, fma only in the dot and the axpy: the scalar CPU path's operations
 // (backends/cpu/attention/reference/attention_rows_ref.cpp, backends/cpu/attention/attention.cpp combine_partials), so the output is
 // bitwise attention_per_row_with(Isa::scalar). Nothing depends on the other rows of the call, on n_rows or
 // on the grid. Correctness first: a thread per key reads K rows strided, and one thread sums 256 values
@@ -27,6 +28,7 @@ namespace {
 
 constexpr int64_t kChunkKeys = 256;  // kvstash::kAttentionChunkKeys (backends/cpu/attention/attention.h)
 constexpr int kThreads = 256;        // one per key of a chunk; also >= head_dim
+constexpr int kDotLanes = 16;        // kvstash::kAttentionDotLanes: the canonical dot product's lanes
 
 struct WorkItem {
     int32_t row;
@@ -66,11 +68,25 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t key = lo + j;
         const uint8_t* k_row = view.k_blocks[key / view.block_tokens] + (key % view.block_tokens) * view.row_bytes +
                                device::kv_offset(view.type, kv_head * s.head_dim);
-        float dot = 0.0f;
-        for (int64_t d = 0; d < s.head_dim; ++d) {
-            dot = __fadd_rn(dot, __fmul_rn(q_head[d], device::kv_load(k_row, d, view.type)));
+        // The canonical dot product (docs/architecture/canonical-float-ops.md): element d in lane d mod 16,
+        // each lane an fma chain in increasing d from +0, then the canonical tree.
+        float lane[kDotLanes];
+#pragma unroll
+        for (int l = 0; l < kDotLanes; ++l) lane[l] = 0.0f;
+        for (int64_t d0 = 0; d0 < s.head_dim; d0 += kDotLanes) {
+#pragma unroll
+            for (int l = 0; l < kDotLanes; ++l) {
+                if (d0 + l < s.head_dim) {
+                    lane[l] = __fmaf_rn(q_head[d0 + l], device::kv_load(k_row, d0 + l, view.type), lane[l]);
+                }
+            }
         }
-        scores[j] = __fmul_rn(dot, s.scale);
+#pragma unroll
+        for (int width = kDotLanes / 2; width >= 1; width /= 2) {
+#pragma unroll
+            for (int l = 0; l < width; ++l) lane[l] = __fadd_rn(lane[l], lane[l + width]);
+        }
+        scores[j] = __fmul_rn(lane[0], s.scale);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(kThreads)
             const int64_t key = lo + i;
             const uint8_t* v_row = view.v_blocks[key / view.block_tokens] + (key % view.block_tokens) * view.row_bytes +
                                    device::kv_offset(view.type, kv_head * s.head_dim);
-            acc = __fadd_rn(acc, __fmul_rn(scores[i], device::kv_load(v_row, d, view.type)));
+            acc = __fmaf_rn(scores[i], device::kv_load(v_row, d, view.type), acc);  // the canonical axpy
         }
         partial[2 + d] = acc;
     }

@@ -129,7 +129,9 @@ TEST_P(CudaSpeculativeE2E, EveryDrafterGivesPlainDecodingsBitsOnTheGpu) {
         EXPECT_LT(wrong.result.accepted, wrong.result.drafted);
         const Outcome self = run(model, prompt, params, make_model_drafter(model, *model, {.n_threads = 1}));
         expect_identical(plain, self, setting + ", the model as its own draft");
-        EXPECT_GT(self.result.accepted, 8) << "the same model's guesses should hold: long verification batches";
+        if (temperature == 0.0f) {  // the draft model guesses greedily: under sampling most guesses fail
+            EXPECT_GT(self.result.accepted, 8) << "the same model's greedy guesses hold: long verification batches";
+        }
         std::printf("[ %s, %s ] lookup %d/%d, wrong %d/%d, self %d/%d accepted/drafted\n", GetParam(), setting.c_str(),
                     static_cast<int>(lookup.result.accepted), static_cast<int>(lookup.result.drafted),
                     static_cast<int>(wrong.result.accepted), static_cast<int>(wrong.result.drafted),
