@@ -86,7 +86,7 @@ struct Case {
 
 TEST(VerifyRows, KRowBatchEqualsKSingleStepsBitwise) {
     const Case cases[] = {
-        {9, 3, 64, 0, KvType::f16, {2040, 8180}},   // SmolLM2
+        {9, 3, 64, 0, KvType::f16, {2040, 4090}},   // SmolLM2
         {9, 3, 64, 0, KvType::q8_0, {2040}},        //
         {4, 1, 256, 0, KvType::f16, {2040, 8180}},  // Gemma 3 270M, global layers
         {4, 1, 256, 0, KvType::q8_0, {2040}},       //
