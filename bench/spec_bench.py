@@ -12,6 +12,11 @@ variant's stdout equals the plain run's (the promise: the same text).
 
   .venv/bin/python bench/spec_bench.py --cli build/kvstash -t 2 --rounds 3
 
+--baseline-cli OLD runs a second binary's plain and lookup variants in the same rounds, alternated with --cli's
+(rows "(before)": a change measured before/after in one run, under the same load). --cpu adds the process CPU
+time of each variant less that of a prompt-only (-n 1) run of the same binary: on a loaded machine a steadier
+figure than wall-clock tok/s (with -t 1: with more threads it counts their spin-waiting too).
+
 With --llama-python PY (a Python that has llama-cpp-python, e.g. built as bench/compare_llamacpp.py says),
 each round also runs llama.cpp on the same GGUF and the same prompt token ids (rendered and tokenized by
 kvstash's Python package, as --chat does), the same threads, greedy, in a fresh process: plain, and with
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,13 +58,20 @@ def workloads(doc_chars):
     }
 
 
+def children_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(cli, prompt_file, threads, n, extra):
     cmd = [cli, "generate", "-f", prompt_file, "-n", str(n), "--temp", "0", "--seed", "1", "-t",
            str(threads), "--ctx", "4096", "--timings"] + extra
+    cpu_before = children_cpu_seconds()
     r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=True)  # random models: any bytes
+    cpu = children_cpu_seconds() - cpu_before
     m = TIMINGS.search(r.stderr)
     s = SPEC.search(r.stderr)
-    return {"out": r.stdout, "tok_s": float(m.group(3)), "tokens": int(m.group(1)),
+    return {"out": r.stdout, "tok_s": float(m.group(3)), "tokens": int(m.group(1)), "cpu_s": cpu,
             "drafted": int(s.group(1)) if s else 0, "accepted": int(s.group(2)) if s else 0}
 
 
@@ -127,6 +140,13 @@ def main():
     ap.add_argument("--llama-lookup-ngram", type=int, default=2, help="LlamaPromptLookupDecoding max_ngram_size")
     ap.add_argument("--llama-omp-wait", default="passive", choices=["passive", "active"],
                     help="OMP_WAIT_POLICY of llama.cpp's process")
+    ap.add_argument("--baseline-cli", default=None,
+                    help="a second kvstash binary (before a change): its plain and lookup runs alternate with --cli's, "
+                         "rows marked (before)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also a `-n 1` run of each binary per round: the column 'decode CPU s' is the process CPU "
+                         "time (user + system, spin-waiting threads included: use -t 1 for the work alone) less that "
+                         "prompt-only run's, medians")
     ap.add_argument("--llama-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -135,14 +155,23 @@ def main():
     model_path = args.model or os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf")
     with open("/proc/loadavg") as f:
         print(f"load average at the start: {' '.join(f.read().split()[:3])}", file=sys.stderr)
-    variants = {"plain": []}
-    for k in args.spec_max:
-        variants[f"lookup, --spec-max {k}"] = ["--spec", "lookup", "--spec-max", str(k)]
+    # variant name -> (binary, extra flags, n); "plain" rows are each binary's reference (speed-up, same text).
+    binaries = {"": args.cli}
+    if args.baseline_cli:
+        binaries[" (before)"] = args.baseline_cli
+    variants = {}
+    for tag, cli in binaries.items():
+        variants["plain" + tag] = (cli, [], args.n)
+        for k in args.spec_max:
+            variants[f"lookup, --spec-max {k}{tag}"] = (cli, ["--spec", "lookup", "--spec-max", str(k)], args.n)
+        if args.cpu:
+            variants["prompt only" + tag] = (cli, [], 1)
     model = (["-m", args.model] if args.model else []) + ([] if args.no_chat else ["--chat"])
     llama = {"llama.cpp": 0, "llama.cpp lookup": args.llama_lookup_k} if args.llama_python else {}
-    print("| workload | variant | decode tok/s (median) | speed-up | vs llama lookup | drafted | accepted | acceptance "
-          "| same text |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    cpu_head, cpu_rule = (" decode CPU s |", "---:|") if args.cpu else ("", "")
+    print(f"| workload | variant | decode tok/s (median) | speed-up |{cpu_head} vs llama lookup | drafted | accepted "
+          "| acceptance | same text |")
+    print(f"|---|---|---:|---:|{cpu_rule}---:|---:|---:|---:|---|")
     for name, prompt in workloads(args.doc_chars).items():
         if name not in args.workloads:
             continue
@@ -155,24 +184,33 @@ def main():
                 json.dump(prompt_ids(model_path, prompt, not args.no_chat), f)
         results = {v: [] for v in list(variants) + list(llama)}
         for _ in range(args.rounds):
-            for v, extra in variants.items():
-                results[v].append(run(args.cli, path, args.threads, args.n, model + extra))
+            for v, (cli, extra, n) in variants.items():
+                results[v].append(run(cli, path, args.threads, n, model + extra))
             for v, k in llama.items():
                 results[v].append(run_llama(args, model_path, ids_path, k))
         os.unlink(path)
         if llama:
             os.unlink(ids_path)
-        plain = statistics.median(r["tok_s"] for r in results["plain"])
         llama_lookup = statistics.median(r["tok_s"] for r in results["llama.cpp lookup"]) if llama else None
         for v, rs in results.items():
+            if v.startswith("prompt only"):
+                continue
+            tag = " (before)" if v.endswith(" (before)") else ""
+            plain = statistics.median(r["tok_s"] for r in results["plain" + tag])
             speed = statistics.median(r["tok_s"] for r in rs)
             drafted, accepted = rs[0]["drafted"], rs[0]["accepted"]
             reference = results["llama.cpp" if v.startswith("llama.cpp") else "plain"][0]["out"]
             same = all(r["out"] == reference for r in rs)
             rate = f"{100 * accepted / drafted:.0f}%" if drafted else "-"
             vs_llama = f"{speed / llama_lookup:.2f}x" if llama_lookup else "-"
-            print(f"| {name} | {v} | {speed:.1f} | {speed / plain:.2f}x | {vs_llama} | {drafted} | {accepted} | {rate} "
-                  f"| {same} |")
+            cpu = ""
+            if args.cpu and not v.startswith("llama.cpp"):
+                prompt_cpu = statistics.median(r["cpu_s"] for r in results["prompt only" + tag])
+                cpu = f" {statistics.median(r['cpu_s'] for r in rs) - prompt_cpu:.2f} |"
+            elif args.cpu:
+                cpu = " - |"
+            print(f"| {name} | {v} | {speed:.1f} | {speed / plain:.2f}x |{cpu} {vs_llama} | {drafted} | {accepted} "
+                  f"| {rate} | {same} |")
 
 
 if __name__ == "__main__":

@@ -64,10 +64,15 @@ void chunk_partial_rows(const kernels::AttentionRowOps& ops, const AttentionShap
     *sum_out = sum;
 }
 
-// q8_0 caches are read by the AVX2 kernels on AVX-512 machines too: the AVX-512 group kernel has no q8_0 load,
-// and the AVX2 one is faster than the AVX-512 per-row operations. The bits are the same either way (every ISA
-// gives the scalar definition's: attention_rows.h).
-Isa isa_for(Isa isa, TensorType type) { return isa == Isa::avx512 && type == TensorType::Q8_0 ? Isa::avx2 : isa; }
+// q8_0 caches, and head sizes the AVX-512 group kernel does not take (Gemma 3's 256), are read by the AVX2 kernels on
+// AVX-512 machines too: the AVX-512 group kernel has no q8_0 load and holds at most 128 values per head in registers,
+// and the AVX2 group kernel (each K/V row read once for every head of the call) is faster than the AVX-512 per-row
+// operations (one K/V read per head and key). The bits are the same either way (every ISA gives the scalar
+// definition's: attention_rows.h).
+Isa isa_for(Isa isa, TensorType type, int64_t head_dim) {
+    const bool avx512_group = type != TensorType::Q8_0 && kernels::attention_group_avx512_supports(head_dim);
+    return isa == Isa::avx512 && !avx512_group ? Isa::avx2 : isa;
+}
 
 bool group_kernel_supports(Isa isa, int64_t head_dim) {
     switch (isa) {
@@ -77,22 +82,16 @@ bool group_kernel_supports(Isa isa, int64_t head_dim) {
     }
 }
 
-// Whether chunk_partial_heads takes heads that see different numbers of keys on this path (the AVX2 group
-// kernel reads AttentionGroupArgs::head_keys; the per-row fallback takes them one head at a time).
-bool heads_may_differ_in_keys(Isa isa, TensorType type, int64_t head_dim) {
-    isa = isa_for(isa, type);
-    return isa != Isa::avx512 || !group_kernel_supports(isa, head_dim);
-}
-
 // `n_heads` heads that read KV head `kv_head` (their query vectors consecutive at q_heads), keys
-// k_first.. (n_keys of them; head i the first head_keys[i] of them where head_keys is given, which only
-// heads_may_differ_in_keys ISAs take): the partials into `partial` (partial_floats(n_heads) floats), bitwise
-// chunk_partial_rows for each head, by the ISA's group kernel where it has one. Each head's partial depends
-// only on its own query vector and the keys, never on how many heads share the call.
+// k_first.. (n_keys of them; head i the first head_keys[i] of them where head_keys is given: every group kernel
+// reads AttentionGroupArgs::head_keys, the per-row fallback takes the heads one at a time): the partials into
+// `partial` (partial_floats(n_heads) floats), bitwise chunk_partial_rows for each head, by the ISA's group kernel
+// where it has one. Each head's partial depends only on its own query vector and the keys, never on how many heads
+// share the call.
 void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_heads, int64_t n_heads,
                          int64_t kv_head, int64_t k_first, int64_t n_keys, float* partial, std::vector<float>& scores,
                          const int64_t* head_keys = nullptr) {
-    isa = isa_for(isa, kv.type);
+    isa = isa_for(isa, kv.type, s.head_dim);
     scores.resize(static_cast<size_t>(n_heads * kChunk));
     float* max_score = partial;
     float* sum = partial + n_heads;
@@ -303,8 +302,8 @@ struct TileScratch {
 // Chunk c of KV head `kv_head` for the rows of `tile` that attend to it. Row i's partial (partial_floats(group)
 // floats, as chunk_partial writes it) goes to base + (i * tile.span + c - first_chunk(row's pos)) * stride, so
 // that each row's chunks are consecutive from its first. Consecutive rows that see the same keys of this
-// chunk (all of them below the last rows' chunk), or the same first key (the rows of the chunk's diagonal, on
-// the paths that take heads of different key counts), share one call: their heads' query vectors are gathered
+// chunk (all of them below the last rows' chunk), or the same first key (the rows of the chunk's diagonal, each
+// seeing one key more than the row before), share one call: their heads' query vectors are gathered
 // and each head's partial is bitwise what a call of its own gives.
 void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, const RowTile& tile,
                 int64_t kv_head, int64_t c, float* base, TileScratch& scratch) {
@@ -312,7 +311,6 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
     const int64_t q_width = s.n_head * s.head_dim;
     const int64_t stride = partial_floats(s, group);
     const KvLayerView& kv = rows.views[rows.row_view[tile.first_row]];
-    const bool may_differ = heads_may_differ_in_keys(isa, kv.type, s.head_dim);
     for (int64_t i = 0; i < tile.n_rows;) {
         const int64_t pos = rows.row_pos[tile.first_row + i];
         if (c < first_chunk(s, pos) || c > pos / kChunk) {
@@ -321,8 +319,7 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
         }
         int64_t k_first = 0, n_keys = 0;
         chunk_keys(s, pos, c, &k_first, &n_keys);
-        // Rows i..i+m-1 share the call: keys from k_first, row j the first row_keys[j] of them (the same count
-        // for all where the kernel needs it: heads_may_differ_in_keys), n_keys the most.
+        // Rows i..i+m-1 share the call: keys from k_first, row j the first row_keys[j] of them, n_keys the most.
         scratch.head_keys.assign(static_cast<size_t>(group), n_keys);
         int64_t m = 1;
         for (; i + m < tile.n_rows; ++m) {
@@ -330,7 +327,7 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
             if (c < first_chunk(s, p) || c > p / kChunk) break;
             int64_t f = 0, n = 0;
             chunk_keys(s, p, c, &f, &n);
-            if (f != k_first || (n != scratch.head_keys.back() && !may_differ)) break;
+            if (f != k_first) break;
             scratch.head_keys.insert(scratch.head_keys.end(), static_cast<size_t>(group), n);
             n_keys = std::max(n_keys, n);
         }
@@ -435,6 +432,14 @@ void tiled_rows(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
     });
 }
 
+// Whether two consecutive rows read the same cache (make_tiles puts them in one tile).
+bool adjacent_rows_share_a_cache(const AttentionRows& rows) {
+    for (int64_t r = 1; r < rows.n_rows; ++r) {
+        if (rows.row_view[r] == rows.row_view[r - 1]) return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 void attention(const AttentionShape& shape, const KvLayerView& kv, const float* q, int64_t n_tokens, int64_t first_pos,
@@ -449,7 +454,7 @@ void attention_row_heads(Isa isa, const AttentionShape& shape, const KvLayerView
 
 void attention_per_row_with(Isa isa, const AttentionShape& shape, const KvLayerView& kv, const float* q,
                             int64_t n_tokens, int64_t first_pos, float* out) {
-    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa_for(isa, kv.type));
+    const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa_for(isa, kv.type, shape.head_dim));
     const int64_t q_width = shape.n_head * shape.head_dim;
     const int64_t group = shape.n_head / shape.n_head_kv;
     const int64_t stride = partial_floats(shape, 1);
@@ -476,9 +481,16 @@ void attention_rows_with(Isa isa, const AttentionShape& shape, const AttentionRo
     const int n_threads = pool ? pool->n_threads() : 1;
     int64_t max_chunks = 0;
     for (int64_t r = 0; r < rows.n_rows; ++r) max_chunks = std::max(max_chunks, n_chunks_of(shape, rows.row_pos[r]));
-    // Too few (row, KV head) tasks to keep every thread busy, and chunks to split: split over keys too.
+    // Too few (row, KV head) tasks to keep every thread busy, and chunks to split: split over keys too. Rows of one
+    // cache side by side (a verification batch of k guesses at the end of a long state) go as a tile whose
+    // (KV head, chunk) tasks are split over the threads: each K/V chunk is read once for all of them, where
+    // split_over_chunks would read the whole cache once per row.
     if (pool != nullptr && n_threads > 1 && max_chunks > 1 && rows.n_rows * shape.n_head_kv < 4 * n_threads) {
-        split_over_chunks(isa, shape, rows, q, out, *pool);
+        if (adjacent_rows_share_a_cache(rows)) {
+            tiled_rows(isa, shape, rows, q, out, pool);
+        } else {
+            split_over_chunks(isa, shape, rows, q, out, *pool);
+        }
         return;
     }
     // Several rows that can share K/V chunk reads (a tile of rows, per KV head, has at least one chunk per

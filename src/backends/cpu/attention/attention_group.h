@@ -24,8 +24,8 @@ struct AttentionGroupArgs {
     int64_t n_keys = 0;     // keys first_key..first_key + n_keys - 1 (1..kAttentionChunkKeys)
     float scale = 1.0f;
     // Per head, the keys it sees: head h the first head_keys[h] (1..n_keys) of the chunk's keys; nullptr: all
-    // n_keys. (The rows of a chunk's diagonal share one call: row i sees one key more than row i - 1.) Only
-    // attention_group_avx2 reads it; keys up to n_keys must be stored whichever head sees them.
+    // n_keys. (The rows of a chunk's diagonal share one call: row i sees one key more than row i - 1.) Keys up to
+    // n_keys must be stored whichever head sees them.
     const int64_t* head_keys = nullptr;
     // Key j's K row for this KV head: k_blocks[j / block_tokens] + (j % block_tokens) * row_bytes + offset.
     const uint8_t* const* k_blocks = nullptr;

@@ -146,19 +146,32 @@ void values(const AttentionGroupArgs& a, const Numerators& num, const uint8_t* c
 }
 
 // Every head's values over keys [j_begin, j_end), in passes of up to kHeadsPerPass heads: HB * NC accumulators,
-// NC values and a weight in the 32 registers.
+// NC values and a weight in the 32 registers. A pass takes its heads together as far as all of them have keys
+// (AttentionGroupArgs::head_keys: the rows of a chunk's diagonal see one key more than the row before), then each
+// head alone over the rest of its keys, continuing from its stored accumulators: every head's fmas in key order.
 template <int NC, bool F16>
 void values_all(const AttentionGroupArgs& a, const Numerators& num, const uint8_t* const* v_rows, int64_t j_begin,
                 int64_t j_end) {
     constexpr int kHeadsPerPass = NC <= 4 ? 6 : 2;
     for (int64_t h0 = 0; h0 < a.n_heads; h0 += kHeadsPerPass) {
-        switch (std::min<int64_t>(kHeadsPerPass, a.n_heads - h0)) {
-            case 6: values<NC, (kHeadsPerPass >= 6 ? 6 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
-            case 5: values<NC, (kHeadsPerPass >= 5 ? 5 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
-            case 4: values<NC, (kHeadsPerPass >= 4 ? 4 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
-            case 3: values<NC, (kHeadsPerPass >= 3 ? 3 : 1), F16>(a, num, v_rows, h0, j_begin, j_end); break;
-            case 2: values<NC, 2, F16>(a, num, v_rows, h0, j_begin, j_end); break;
-            default: values<NC, 1, F16>(a, num, v_rows, h0, j_begin, j_end); break;
+        const int64_t heads = std::min<int64_t>(kHeadsPerPass, a.n_heads - h0);
+        int64_t common = j_end;
+        for (int64_t i = 0; i < heads; ++i) common = std::min(common, keys_of(a, h0 + i));
+        if (common > j_begin) {
+            switch (heads) {
+                case 6: values<NC, (kHeadsPerPass >= 6 ? 6 : 1), F16>(a, num, v_rows, h0, j_begin, common); break;
+                case 5: values<NC, (kHeadsPerPass >= 5 ? 5 : 1), F16>(a, num, v_rows, h0, j_begin, common); break;
+                case 4: values<NC, (kHeadsPerPass >= 4 ? 4 : 1), F16>(a, num, v_rows, h0, j_begin, common); break;
+                case 3: values<NC, (kHeadsPerPass >= 3 ? 3 : 1), F16>(a, num, v_rows, h0, j_begin, common); break;
+                case 2: values<NC, 2, F16>(a, num, v_rows, h0, j_begin, common); break;
+                default: values<NC, 1, F16>(a, num, v_rows, h0, j_begin, common); break;
+            }
+        }
+        if (a.head_keys == nullptr) continue;
+        const int64_t rest = std::max(j_begin, common);
+        for (int64_t i = 0; i < heads; ++i) {
+            const int64_t end = std::min(j_end, keys_of(a, h0 + i));
+            if (end > rest) values<NC, 1, F16>(a, num, v_rows, h0 + i, rest, end);
         }
     }
 }
@@ -254,13 +267,14 @@ void attend(const AttentionGroupArgs& a) {
     const uint8_t* v_rows[kMaxKeys];  // the chunk's V rows, in key order
     RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
-    if (a.n_heads >= kLaneHeads) {
+    // (Heads of different key counts, the rows of a chunk's diagonal: the per-head softmax below, not the lanes.)
+    if (a.n_heads >= kLaneHeads && a.head_keys == nullptr) {
         attend_many<NC, F16>(a, v_rows);
         return;
     }
     scores<NC, F16>(a);
     for (int64_t h = 0; h < a.n_heads; ++h)
-        simd::softmax_numerators(a.scores + h * a.n_keys, a.n_keys, a.max_score + h);
+        simd::softmax_numerators(a.scores + h * a.n_keys, keys_of(a, h), a.max_score + h);
     all_numerator_sums(a);
     values_all<NC, F16>(a, Numerators{a.scores, 0, a.n_keys, 1}, v_rows, 0, a.n_keys);
 }
