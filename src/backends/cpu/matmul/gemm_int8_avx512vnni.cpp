@@ -4,7 +4,7 @@
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)
 
 #include "backends/cpu/matmul/gemm_int8.h"
-#include "backends/cpu/matmul/gemm_int8_avx512_tiles.h"
+#include "backends/cpu/matmul/gemm_int8_avx512_repacked.h"
 
 namespace kvstash::kernels {
 
@@ -12,7 +12,7 @@ void gemm_int8_rows_avx512vnni(const MatmulArgs& a, int64_t row_begin, int64_t r
     if (a.n_tokens <= int8_avx512::few_tokens_max(a.type) || !gemm32::has_tiles(a.type) || gemm32::rows16_only()) {
         return matmul_int8_rows_avx512vnni(a, row_begin, row_end);
     }
-    gemm32::tile_rows(a, row_begin, row_end);
+    gemm32::tiles_any_rows(a, row_begin, row_end);
 }
 
 }  // namespace kvstash::kernels
