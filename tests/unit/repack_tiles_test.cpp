@@ -7,6 +7,7 @@
 // take the products.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -23,39 +24,20 @@
 #include "kvstash/model.h"
 #include "support/eval_helpers.h"
 #include "support/every_path.h"
+#include "support/matmul_checks.h"
 #include "support/paths.h"
 #include "support/random_operands.h"
 
 namespace kvstash {
 namespace {
 
-using test::random_activations;
+using test::expect_same_bits;
 using test::random_weights;
 
 std::vector<uint8_t> repacked(TensorType type, const std::vector<uint8_t>& W, int64_t rows, int64_t cols) {
     std::vector<uint8_t> tiles(kernels::repacked_bytes(type, rows, cols));
     kernels::repack_tiles(type, W.data(), rows, cols, tiles.data());
     return tiles;
-}
-
-// Activations with the edge rows of the integer ranges: token 0 all zeros, token 1 one huge value per block.
-std::vector<float> activations(int64_t n_tokens, int64_t cols, uint32_t seed) {
-    std::vector<float> X = random_activations(n_tokens * cols, seed);
-    if (n_tokens >= 2) {
-        std::fill(X.begin(), X.begin() + cols, 0.0f);
-        for (int64_t k = 0; k < cols; k += 32) X[static_cast<size_t>(cols + k)] = 1e6f;
-    }
-    return X;
-}
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, int64_t rows,
-                      const std::string& what) {
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_TRUE(test::same_bits(got[i], want[i]))
-            << what << ": token " << i / static_cast<size_t>(rows) << " row " << i % static_cast<size_t>(rows) << ": "
-            << got[i] << " vs " << want[i];
-    }
 }
 
 class RepackTiles : public ::testing::TestWithParam<TensorType> {};
@@ -76,7 +58,8 @@ TEST_P(RepackTiles, EveryTokenCountAndThreadCountEqualsTheScalarDefinition) {
             random_weights(type, shape.rows, shape.cols, 5 + static_cast<uint32_t>(shape.cols));
         const std::vector<uint8_t> tiles = repacked(type, W, shape.rows, shape.cols);
         for (int64_t n_tokens = 1; n_tokens <= 40; ++n_tokens) {
-            const std::vector<float> X = activations(n_tokens, shape.cols, 9 + static_cast<uint32_t>(n_tokens));
+            const std::vector<float> X =
+                test::edge_activations(n_tokens, shape.cols, 9 + static_cast<uint32_t>(n_tokens));
             std::vector<float> want(static_cast<size_t>(n_tokens * shape.rows));
             matmul_integer_with(Isa::scalar, type, W.data(), shape.rows, shape.cols, X.data(), n_tokens, want.data(),
                                 nullptr);
@@ -98,7 +81,7 @@ TEST_P(RepackTiles, TokenOfABatchEqualsItAlone) {
     const int64_t rows = 112, cols = 2048, n_tokens = 40;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 21);
     const std::vector<uint8_t> tiles = repacked(type, W, rows, cols);
-    const std::vector<float> X = activations(n_tokens, cols, 23);
+    const std::vector<float> X = test::edge_activations(n_tokens, cols, 23);
     ThreadPool pool(3);
     std::vector<float> batch(static_cast<size_t>(n_tokens * rows));
     matmul_integer_with(active_isa(), type, W.data(), rows, cols, X.data(), n_tokens, batch.data(), &pool,
@@ -119,7 +102,7 @@ TEST_P(RepackTiles, RowRangesInsideATileDoNotChangeTheResult) {
     const int64_t rows = 112, cols = 2048, n_tokens = 40;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 31);
     const std::vector<uint8_t> tiles = repacked(type, W, rows, cols);
-    const std::vector<float> X = activations(n_tokens, cols, 33);
+    const std::vector<float> X = test::edge_activations(n_tokens, cols, 33);
     kernels::QuantizedActivations xq;
     kernels::quantize_activations(X.data(), n_tokens, cols, kernels::activation_block(type), xq, nullptr);
     const kernels::MatmulRowsFn kernel = kernels::kernel_table(active_isa()).matmul_int8_rows;
