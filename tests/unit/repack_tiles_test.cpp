@@ -122,6 +122,22 @@ TEST_P(RepackTiles, RowRangesInsideATileDoNotChangeTheResult) {
     expect_same_bits(run({0, 5, 37, 38, 101, rows}, tiles.data()), want, rows, "odd cuts");
 }
 
+// The tiles are what the kernels read where they read them: another matrix's tiles given with W give that matrix's
+// products (so the tests above exercise the repacked path, not only the file's layout).
+TEST_P(RepackTiles, TheTilesAreWhatIsRead) {
+    const TensorType type = GetParam();
+    if (!kernels::matmul_reads_repacked(active_isa(), type))
+        GTEST_SKIP() << "this path does not read repacked " << tensor_type_name(static_cast<uint32_t>(type));
+    const int64_t rows = 40, cols = 2048, n_tokens = 40;
+    const std::vector<uint8_t> W = random_weights(type, rows, cols, 51), other = random_weights(type, rows, cols, 53);
+    const std::vector<float> X = test::edge_activations(n_tokens, cols, 55);
+    std::vector<float> want(static_cast<size_t>(n_tokens * rows)), got(want.size());
+    matmul_integer_with(Isa::scalar, type, other.data(), rows, cols, X.data(), n_tokens, want.data(), nullptr);
+    matmul_integer_with(active_isa(), type, W.data(), rows, cols, X.data(), n_tokens, got.data(), nullptr,
+                        repacked(type, other, rows, cols).data());
+    expect_same_bits(got, want, rows, "the other matrix's tiles");
+}
+
 // The point of the layout: the file's bytes per weight, not int8 (repack_tiles.h), at the widths of Llama 3.1 8B.
 TEST_P(RepackTiles, KeepsTheFilesBytesPerWeight) {
     const TensorType type = GetParam();
