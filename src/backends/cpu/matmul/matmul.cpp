@@ -81,8 +81,10 @@ bool decode_shares_enabled() {
     return enabled;
 }
 
-int64_t share_chunk_rows(int64_t chunk_bytes, uint64_t row_bytes) {
-    return std::max<int64_t>(16, static_cast<int64_t>(static_cast<uint64_t>(chunk_bytes) / row_bytes) / 16 * 16);
+// Whole `group`-row groups, as rows_per_task.
+int64_t share_chunk_rows(int64_t chunk_bytes, uint64_t row_bytes, int64_t group) {
+    return std::max<int64_t>(group,
+                             static_cast<int64_t>(static_cast<uint64_t>(chunk_bytes) / row_bytes) / group * group);
 }
 
 // One operand of a run: its kernel and arguments, cut into tasks (or chunks) of `chunk` rows numbered from
@@ -152,12 +154,13 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
     for (const MatmulOperand& op : operands) {
         const bool integer = activations == Activations::integer || matmul_uses_integer_activations(isa, op.type);
         const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer, op.type);  // throws if the CPU lacks `isa`
+        const int64_t group = op.tiles != nullptr ? 32 : 16;                      // rows: whole tiles
         if (op.rows == 0 || n_tokens == 0) continue;
         Part part{kernel,
                   kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols,
                                       X, n_tokens, op.Y, op.rows},
-                  shares ? share_chunk_rows(chunk_bytes, tensor_row_bytes(op.type, cols))
-                         : rows_per_task(op.rows, n_threads, op.tiles != nullptr ? 32 : 16),
+                  shares ? share_chunk_rows(chunk_bytes, tensor_row_bytes(op.type, cols), group)
+                         : rows_per_task(op.rows, n_threads, group),
                   n_tasks};
         part.args.tiles = static_cast<const uint8_t*>(op.tiles);
         if (integer) {
