@@ -40,6 +40,17 @@ std::vector<uint8_t> repacked(TensorType type, const std::vector<uint8_t>& W, in
     return tiles;
 }
 
+// Random weights (seed), their tiles, and edge activations (seed + 2).
+struct Operands {
+    std::vector<uint8_t> W, tiles;
+    std::vector<float> X;
+};
+Operands operands(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens, uint32_t seed) {
+    std::vector<uint8_t> W = random_weights(type, rows, cols, seed);
+    std::vector<uint8_t> tiles = repacked(type, W, rows, cols);
+    return {std::move(W), std::move(tiles), test::edge_activations(n_tokens, cols, seed + 2)};
+}
+
 class RepackTiles : public ::testing::TestWithParam<TensorType> {};
 
 std::string type_name(const ::testing::TestParamInfo<TensorType>& info) {
@@ -79,9 +90,7 @@ TEST_P(RepackTiles, EveryTokenCountAndThreadCountEqualsTheScalarDefinition) {
 TEST_P(RepackTiles, TokenOfABatchEqualsItAlone) {
     const TensorType type = GetParam();
     const int64_t rows = 112, cols = 2048, n_tokens = 40;
-    const std::vector<uint8_t> W = random_weights(type, rows, cols, 21);
-    const std::vector<uint8_t> tiles = repacked(type, W, rows, cols);
-    const std::vector<float> X = test::edge_activations(n_tokens, cols, 23);
+    const auto [W, tiles, X] = operands(type, rows, cols, n_tokens, 21);
     ThreadPool pool(3);
     std::vector<float> batch(static_cast<size_t>(n_tokens * rows));
     matmul_integer_with(active_isa(), type, W.data(), rows, cols, X.data(), n_tokens, batch.data(), &pool,
@@ -100,9 +109,7 @@ TEST_P(RepackTiles, TokenOfABatchEqualsItAlone) {
 TEST_P(RepackTiles, RowRangesInsideATileDoNotChangeTheResult) {
     const TensorType type = GetParam();
     const int64_t rows = 112, cols = 2048, n_tokens = 40;
-    const std::vector<uint8_t> W = random_weights(type, rows, cols, 31);
-    const std::vector<uint8_t> tiles = repacked(type, W, rows, cols);
-    const std::vector<float> X = test::edge_activations(n_tokens, cols, 33);
+    const auto [W, tiles, X] = operands(type, rows, cols, n_tokens, 31);
     kernels::QuantizedActivations xq;
     kernels::quantize_activations(X.data(), n_tokens, cols, kernels::activation_block(type), xq, nullptr);
     const kernels::MatmulRowsFn kernel = kernels::kernel_table(active_isa()).matmul_int8_rows;
