@@ -1,8 +1,9 @@
 // The 32-row tiles of gemm_int8_avx512_tiles.h read from weights repacked at load (repack_tiles.h) instead of
 // unpacked and transposed from the file's layout on every call: per chunk q8_0 is read in place and the K-quants'
-// transposed nibbles (q6_K: and its high bits) are split into the tile's bytes, a streaming pass with no transpose and
-// no per-row scale unpacking. The chunk kernels and their arithmetic are the same, so the same bits.
-// Include only from a file that includes gemm_int8_avx512_tiles.h's instruction-set files (gemm_int8_avx512*.cpp).
+// transposed nibbles (q6_K: and its high bits) are split into the tile's bytes and their int8 scales widened to int32,
+// a streaming pass with no transpose and no per-row scale unpacking. The chunk kernels and their arithmetic are the
+// same, so the same bits. Include only from a file that includes gemm_int8_avx512_tiles.h's instruction-set files
+// (gemm_int8_avx512*.cpp).
 #pragma once
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)
 
@@ -21,6 +22,14 @@ bool reads_repacked(TensorType type) { return has_tiles(type) && (type != Tensor
 
 inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
 inline void store512(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// n (a multiple of 16) int8 scales or mins widened into int32 (the chunk kernels' scale vectors).
+const int32_t* widen(const int8_t* src, int64_t n, int32_t* dst) {
+    for (int64_t i = 0; i < n; i += 16) {
+        _mm512_storeu_si512(dst + i, _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    }
+    return dst;
+}
 
 // Blocks [0, nb) of the repacked chunk at `chunk` as the chunk kernels read it; t: where the split bytes go.
 TileView repacked_view(TensorType type, const uint8_t* chunk, int64_t nb, Tile& t) {
@@ -41,7 +50,8 @@ TileView repacked_view(TensorType type, const uint8_t* chunk, int64_t nb, Tile& 
         }
         const auto* d = reinterpret_cast<const float*>(chunk + nb * 4096);
         const auto* sc = reinterpret_cast<const int8_t*>(d + 2 * nb * kTileRows);
-        return {t.packed, d, d + nb * kTileRows, sc, sc + nb * 8 * kTileRows};
+        const int64_t n_sc = nb * 8 * kTileRows;
+        return {t.packed, d, d + nb * kTileRows, widen(sc, n_sc, t.sc), widen(sc + n_sc, n_sc, t.mn)};
     }
     // q6_K: element 128h + 32m + 4k + j of a super-block = (ql nibble) | (2 bits of qh) << 4, as unpack_row builds it.
     const __m512i bits45 = _mm512_set1_epi8(0x30);
@@ -72,7 +82,8 @@ TileView repacked_view(TensorType type, const uint8_t* chunk, int64_t nb, Tile& 
         }
     }
     const auto* d = reinterpret_cast<const float*>(chunk + nb * 6144);
-    return {t.packed, d, nullptr, reinterpret_cast<const int8_t*>(d + nb * kTileRows), nullptr};
+    return {t.packed, d, nullptr, widen(reinterpret_cast<const int8_t*>(d + nb * kTileRows), nb * 16 * kTileRows, t.sc),
+            nullptr};
 }
 
 // Rows [row_begin, row_end) from the repacked tiles at a.tiles: every 32-row tile that holds one of them, whole (a

@@ -50,12 +50,12 @@ int unpacked_bytes(TensorType type) { return !kDotVnni && type == TensorType::Q8
 
 // One unpacked chunk of a 32-row tile, as the chunk kernels read it. packed: (chunk bytes / 4) dwords k, each as two
 // 64-byte vectors (rows 0-15, 16-31) of dword k of every row; per block b of the chunk and row i: d[b * 32 + i], m
-// (q4_K: dmin); the K-quants' sub-block scales and mins sc / mn[(b * n_sub + j) * 32 + i] (int8: q4_K's 6-bit
-// fields, q6_K's signed scales). Points into a Tile's buffers, or into repacked weights (repack_tiles.h).
+// (q4_K: dmin); the K-quants' sub-block scales and mins sc / mn[(b * n_sub + j) * 32 + i]. Points into a Tile's
+// buffers, or partly into repacked weights (repack_tiles.h).
 struct TileView {
     const uint8_t* packed = nullptr;
     const float *d = nullptr, *m = nullptr;
-    const int8_t *sc = nullptr, *mn = nullptr;
+    const int32_t *sc = nullptr, *mn = nullptr;
 };
 
 // The buffers a chunk is unpacked into.
@@ -63,7 +63,7 @@ struct Tile {
     uint8_t* u = nullptr;       // 32 × kChunkCols: row-major unsigned bytes (or int16) before the transpose
     uint8_t* packed = nullptr;  // 32 × kChunkCols
     float *d = nullptr, *m = nullptr;
-    int8_t *sc = nullptr, *mn = nullptr;
+    int32_t *sc = nullptr, *mn = nullptr;
     ScratchArray u_buf, packed_buf, d_buf, m_buf, sc_buf, mn_buf;
     void reserve() {
         const auto bytes = static_cast<size_t>(kTileRows * kChunkCols);
@@ -73,16 +73,11 @@ struct Tile {
         d = d_buf.floats(blocks);
         m = m_buf.floats(blocks);
         const auto subs = static_cast<size_t>(kChunkCols / 16 * kTileRows);  // q6_K: 16-element sub-blocks
-        sc = reinterpret_cast<int8_t*>(sc_buf.bytes(subs));
-        mn = reinterpret_cast<int8_t*>(mn_buf.bytes(subs));
+        sc = sc_buf.ints(subs);
+        mn = mn_buf.ints(subs);
     }
     TileView view() const { return {packed, d, m, sc, mn}; }
 };
-
-// 16 int8 values (scales, mins) widened to int32 lanes.
-inline __m512i load_i8x16(const int8_t* p) {
-    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 int block_bytes(TensorType type) {
     switch (type) {
@@ -118,8 +113,8 @@ void unpack_row(TensorType type, const uint8_t* w, int64_t b0, int64_t nb, int i
             for (int j = 0; j < 8; ++j) {
                 int sc = 0, mn = 0;
                 k_quant_scale_min(j, w + 4, &sc, &mn);
-                t.sc[(b * 8 + j) * kTileRows + i] = static_cast<int8_t>(sc);
-                t.mn[(b * 8 + j) * kTileRows + i] = static_cast<int8_t>(mn);
+                t.sc[(b * 8 + j) * kTileRows + i] = sc;
+                t.mn[(b * 8 + j) * kTileRows + i] = mn;
             }
             for (int g = 0; g < 4; ++g) {  // 32 bytes: elements 64g.. in the low nibbles, 64g + 32.. in the high
                 const __m256i q = load256(w + 16 + 32 * g);
@@ -346,8 +341,8 @@ void chunk_super(const TileView& t, int64_t b0, int64_t nb, const QuantizedActiv
                     p_l[j][1].add(k, kDwords, w1, l);
                 }
             }
-            const int8_t* sc = t.sc + (b * kSub + sub) * kTileRows;
-            const __m512i scale[2] = {load_i8x16(sc), load_i8x16(sc + kRows)};
+            const int32_t* sc = t.sc + (b * kSub + sub) * kTileRows;
+            const __m512i scale[2] = {_mm512_loadu_si512(sc), _mm512_loadu_si512(sc + kRows)};
 #pragma GCC unroll 8
             for (int j = 0; j < NT; ++j) {
                 for (int v = 0; v < 2; ++v) {
@@ -368,7 +363,7 @@ void chunk_super(const TileView& t, int64_t b0, int64_t nb, const QuantizedActiv
                     // halves are zero, so dot_i16 (vpdpwssd, or vpmaddwd and an add) adds exactly m_j · sum.
                     __m512i m_h = _mm512_setzero_si512(), m_l = _mm512_setzero_si512();
                     for (int sub = 0; sub < kSub; ++sub) {
-                        const __m512i mn = load_i8x16(t.mn + (b * kSub + sub) * kTileRows + v * kRows);
+                        const __m512i mn = _mm512_loadu_si512(t.mn + (b * kSub + sub) * kTileRows + v * kRows);
                         m_h = dot_i16(m_h, mn, _mm512_set1_epi32(sh[j][b * kSub + sub]));
                         m_l = dot_i16(m_l, mn, _mm512_set1_epi32(sl[j][b * kSub + sub]));
                     }
