@@ -34,6 +34,7 @@
 #include "bench_common.h"
 
 #include "backends/cpu/matmul/matmul.h"
+#include "backends/cpu/matmul/repack_tiles.h"
 #include "backends/cpu/runtime/dispatch.h"
 #include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
@@ -194,16 +195,23 @@ json kernel_speed(kvstash::TensorType type, int64_t rows, int64_t cols, int64_t 
     std::normal_distribution<float> normal;
     for (float& v : x) v = normal(rng);
     kvstash::ThreadPool pool(threads);
+    // The weights repacked as a model load repacks them (backends/cpu/matmul/repack_tiles.h; KVSTASH_REPACK=off: not).
+    std::vector<uint8_t> tiles;
+    if (kvstash::kernels::matmul_reads_repacked(kvstash::active_isa(), type)) {
+        tiles.resize(kvstash::kernels::repacked_bytes(type, rows, cols));
+        kvstash::kernels::repack_tiles(type, w.data(), rows, cols, tiles.data());
+    }
+    const void* tiles_or_null = tiles.empty() ? nullptr : tiles.data();
     // Calls per measurement: enough for ~20 ms.
     const auto t0 = Clock::now();
-    kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool);
+    kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool, tiles_or_null);
     const int calls = std::max(1, static_cast<int>(0.02 / std::max(seconds_since(t0), 1e-7)));
     std::vector<double> per_call, cpu_per_call;
     for (int rep = 0; rep < repeats; ++rep) {
         const auto start = Clock::now();
         const double cpu_start = thread_cpu_seconds();
         for (int c = 0; c < calls; ++c)
-            kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool);
+            kvstash::matmul(type, w.data(), rows, cols, x.data(), n_tokens, y.data(), &pool, tiles_or_null);
         cpu_per_call.push_back((thread_cpu_seconds() - cpu_start) / calls);
         per_call.push_back(seconds_since(start) / calls);
     }
@@ -218,6 +226,7 @@ json kernel_speed(kvstash::TensorType type, int64_t rows, int64_t cols, int64_t 
             {"tokens", n_tokens},
             {"threads", threads},
             {"weight_mib", static_cast<double>(w.size()) / (1 << 20)},
+            {"repacked", !tiles.empty()},
             {"us_per_call", s * 1e6},
             {"timed_by", threads == 1 ? "min thread cpu time" : "median wall time"},
             {"weight_gb_s", static_cast<double>(w.size()) / s / 1e9},

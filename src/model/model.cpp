@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "kvstash/error.h"
@@ -108,6 +110,19 @@ std::string Model::describe() const {
     s << "weights:       " << impl_->weights.matrix_bytes << " bytes of matrices ("
       << tensor_type_name(static_cast<uint32_t>(first.type)) << (c.is_recurrent(0) ? " ssm_in, " : " attention, ")
       << tensor_type_name(static_cast<uint32_t>(impl_->weights.output.type)) << " output)\n";
+    const ModelWeights& w = impl_->weights;
+    if (w.tile_bytes > 0) {  // backends/cpu/matmul/repack_tiles.h
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%.2f", w.tile_seconds);
+        s << "repacked:      " << w.tile_bytes << " bytes in memory beside the file ("
+          << (100 * w.tile_bytes + w.matrix_bytes / 2) / std::max<uint64_t>(1, w.matrix_bytes)
+          << "% of the matrices' bytes), the layers' matrices for the prefill tiles, made in " << seconds
+          << " s at load (KVSTASH_REPACK=off: none)\n";
+    } else if (w.tiles_left_out > 0) {
+        s << "repacked:      none: the " << w.tiles_left_out
+          << " bytes the prefill tiles would take do not fit beside the mapped weights in 3/4 of the memory "
+             "available (prefill unpacks the weights per call instead)\n";
+    }
     s << "tokenizer:     "
       << (impl_->tokenizer ? f.get_string("tokenizer.ggml.model").value_or("?") + " / " +
                                  f.get_string("tokenizer.ggml.pre").value_or("default")

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct MatrixRef {
     int64_t rows = 0;
     int64_t cols = 0;
     uint64_t row_bytes = 0;
+    // The same matrix repacked at load for the CPU's prefill tiles (backends/cpu/matmul/repack_tiles.h), owned by
+    // ModelWeights::tiles; null where no kernel of this process would read it.
+    const void* tiles = nullptr;
     const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes; }
 };
 
@@ -66,6 +70,15 @@ struct LayerWeights {
     MatrixRef ssm_out;                // n_embd × d_inner
 };
 
+// A 64-byte-aligned buffer of repacked weights (the tiles' vector loads never split a cache line).
+struct TileBuffer {
+    struct Free {
+        void operator()(uint8_t* p) const;
+    };
+    std::unique_ptr<uint8_t[], Free> data;
+    uint64_t bytes = 0;
+};
+
 struct ModelWeights {
     MatrixRef token_embd;  // n_vocab × n_embd
     std::vector<LayerWeights> layers;
@@ -79,6 +92,13 @@ struct ModelWeights {
     // where matmul does not read q5_0 itself, weights.cpp q5_0_computed), which the
     // MatrixRefs above point into; empty when the file has none.
     std::vector<std::vector<uint8_t>> repacked;
+    // The layers' matrices repacked for the CPU's prefill tiles (MatrixRef::tiles points into them;
+    // model/prefill_tiles.h): memory beside the mapped file, which the other kernels (decode) still read. Empty where
+    // none is made (another path than AVX-512, KVSTASH_REPACK=off, a device backend).
+    std::vector<TileBuffer> tiles;
+    uint64_t tile_bytes = 0;      // their total bytes
+    double tile_seconds = 0.0;    // the time taken to make them at load
+    uint64_t tiles_left_out = 0;  // bytes they would have taken where they did not fit (model/prefill_tiles.h)
 
     // Move-only: a copy's MatrixRefs would point into the original's repacked buffers.
     ModelWeights() = default;

@@ -17,38 +17,19 @@
 #include "backends/cpu/runtime/dispatch.h"
 #include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
+#include "support/matmul_checks.h"
 #include "support/random_operands.h"
 
 namespace kvstash {
 namespace {
 
-using test::random_activations;
+using test::expect_same_bits;
 using test::random_weights;
 
 class GemmInt8 : public ::testing::TestWithParam<TensorType> {};
 
 std::string type_name(const ::testing::TestParamInfo<TensorType>& info) {
     return tensor_type_name(static_cast<uint32_t>(info.param));
-}
-
-// Activations with the edge rows of the integer ranges: token 0 all zeros, token 1 one huge value per block.
-std::vector<float> activations(int64_t n_tokens, int64_t cols, uint32_t seed) {
-    std::vector<float> X = random_activations(n_tokens * cols, seed);
-    if (n_tokens >= 2) {
-        std::fill(X.begin(), X.begin() + cols, 0.0f);
-        for (int64_t k = 0; k < cols; k += 32) X[static_cast<size_t>(cols + k)] = 1e6f;
-    }
-    return X;
-}
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, int64_t rows,
-                      const std::string& what) {
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_TRUE(test::same_bits(got[i], want[i]))
-            << what << ": token " << i / static_cast<size_t>(rows) << " row " << i % static_cast<size_t>(rows) << ": "
-            << got[i] << " vs " << want[i];
-    }
 }
 
 TEST_P(GemmInt8, EveryIsaEqualsTheScalarDefinitionBitwise) {
@@ -62,7 +43,8 @@ TEST_P(GemmInt8, EveryIsaEqualsTheScalarDefinitionBitwise) {
         const std::vector<uint8_t> W =
             random_weights(type, shape.rows, shape.cols, 7 + static_cast<uint32_t>(shape.cols));
         for (int64_t n_tokens : {1, 3, 17, 64, 129}) {
-            const std::vector<float> X = activations(n_tokens, shape.cols, 11 + static_cast<uint32_t>(n_tokens));
+            const std::vector<float> X =
+                test::edge_activations(n_tokens, shape.cols, 11 + static_cast<uint32_t>(n_tokens));
             std::vector<float> want(static_cast<size_t>(n_tokens * shape.rows));
             matmul_integer_with(Isa::scalar, type, W.data(), shape.rows, shape.cols, X.data(), n_tokens, want.data(),
                                 nullptr);
@@ -82,7 +64,7 @@ TEST_P(GemmInt8, TokenOfABatchEqualsItAloneWhateverTheThreads) {
     const TensorType type = GetParam();
     const int64_t rows = 112, cols = 4096, n_tokens = 129;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 21);
-    const std::vector<float> X = activations(n_tokens, cols, 23);
+    const std::vector<float> X = test::edge_activations(n_tokens, cols, 23);
     ThreadPool pool(3);
     for (Isa isa : available_isas()) {
         std::vector<float> batch(static_cast<size_t>(n_tokens * rows));
@@ -100,7 +82,7 @@ TEST_P(GemmInt8, RowRangesDoNotChangeTheResult) {
     const TensorType type = GetParam();
     const int64_t rows = 112, cols = 2048, n_tokens = 17;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 31);
-    const std::vector<float> X = activations(n_tokens, cols, 33);
+    const std::vector<float> X = test::edge_activations(n_tokens, cols, 33);
     kernels::QuantizedActivations xq;
     kernels::quantize_activations(X.data(), n_tokens, cols, kernels::activation_block(type), xq, nullptr);
     for (Isa isa : available_isas()) {
@@ -166,7 +148,8 @@ TEST_P(GemmInt8Avx512Bw, EqualsTheScalarDefinitionBitwise) {
     // 48 × 4096: 32- and 16-row tiles, full and partial, 4 column chunks; 21 × 1280: a short chunk, a 5-row tile.
     for (const Shape shape : {Shape{48, 4096}, Shape{21, 1280}}) {
         for (int64_t n_tokens : {1, 8, 9, 17, 64}) {  // the AVX2 kernels up to 8 tokens, the 512-bit tiles above
-            const std::vector<float> X = activations(n_tokens, shape.cols, 41 + static_cast<uint32_t>(n_tokens));
+            const std::vector<float> X =
+                test::edge_activations(n_tokens, shape.cols, 41 + static_cast<uint32_t>(n_tokens));
             kernels::QuantizedActivations xq;
             kernels::quantize_activations(X.data(), n_tokens, shape.cols, kernels::activation_block(type), xq, nullptr);
             const std::vector<uint8_t> W = random_weights(type, shape.rows, shape.cols, 43);

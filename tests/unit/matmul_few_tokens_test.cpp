@@ -15,11 +15,13 @@
 #include "backends/cpu/runtime/dispatch.h"
 #include "backends/cpu/runtime/thread_pool.h"
 #include "format/tensor_type.h"
+#include "support/matmul_checks.h"
 #include "support/random_operands.h"
 
 namespace kvstash {
 namespace {
 
+using test::expect_same_bits;
 using test::random_activations;
 using test::random_weights;
 using test::same_bits;
@@ -53,15 +55,6 @@ std::vector<float> activations(int64_t n_tokens, int64_t cols, uint32_t seed) {
 std::string name(Isa isa, TensorType type, int64_t rows, int64_t cols, int64_t n_tokens) {
     return std::string(isa_name(isa)) + " " + tensor_type_name(static_cast<uint32_t>(type)) + " " +
            std::to_string(rows) + "x" + std::to_string(cols) + ", " + std::to_string(n_tokens) + " tokens";
-}
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, int64_t rows,
-                      const std::string& what) {
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_TRUE(same_bits(got[i], want[i])) << what << ": token " << i / static_cast<size_t>(rows) << " row "
-                                                << i % static_cast<size_t>(rows) << ": " << got[i] << " vs " << want[i];
-    }
 }
 
 TEST(MatmulFewTokens, EveryTokenCountEqualsTheScalarDefinitionBitwise) {

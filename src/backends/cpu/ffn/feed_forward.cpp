@@ -17,8 +17,8 @@ void feed_forward(const ModelConfig& c, const LayerWeights& l, const float* xn, 
         project(l.w_down, s.up, n_tokens, out, pool);
         lora(LoraTarget::down, s.up, out, pool);
     } else {
-        const MatmulOperand ops[] = {{l.w_gate.type, l.w_gate.data, l.w_gate.rows, s.gate},
-                                     {l.w_up.type, l.w_up.data, l.w_up.rows, s.up}};
+        const MatmulOperand ops[] = {{l.w_gate.type, l.w_gate.data, l.w_gate.rows, s.gate, l.w_gate.tiles},
+                                     {l.w_up.type, l.w_up.data, l.w_up.rows, s.up, l.w_up.tiles}};
         matmul_shared_input(ops, l.w_gate.cols, xn, n_tokens, &pool);
         lora(LoraTarget::gate, xn, s.gate, pool);
         lora(LoraTarget::up, xn, s.up, pool);

@@ -11,9 +11,10 @@
 namespace kvstash::kernels {
 
 // The AVX-512 VNNI integer-activation kernel of the dispatch table (backends/cpu/runtime/dispatch.cpp): the
-// 32-row tiles for many tokens of q4_K / q6_K / q8_0, matmul_int8_rows_avx512vnni otherwise. Only on a CPU with
-// AVX-512 F/BW/VL/DQ + VNNI + VBMI. KVSTASH_GEMM=rows16 keeps every call on matmul_int8_rows_avx512vnni (the same
-// bits; for side-by-side speed measurements, read once).
+// 32-row tiles for many tokens of q4_K / q6_K / q8_0 (read from args.tiles where the weights were repacked at load,
+// repack_tiles.h: then from fewer tokens, few_tokens_max_repacked), matmul_int8_rows_avx512vnni otherwise. Only on a
+// CPU with AVX-512 F/BW/VL/DQ + VNNI + VBMI. KVSTASH_GEMM=rows16 keeps every call on matmul_int8_rows_avx512vnni (the
+// same bits; for side-by-side speed measurements, read once).
 void gemm_int8_rows_avx512vnni(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // The same on AVX-512 F/BW/VL/DQ without VNNI (gemm_int8_avx512.cpp): the same tiles with vpmaddubsw + vpmaddwd (q8_0:

@@ -10,7 +10,7 @@
 #pragma GCC optimize("fp-contract=off")  // float steps exactly as written (fma only where asked for)
 
 #include "backends/cpu/matmul/gemm_int8.h"
-#include "backends/cpu/matmul/gemm_int8_avx512_tiles.h"
+#include "backends/cpu/matmul/gemm_int8_avx512_repacked.h"
 #include "backends/cpu/matmul/matmul_int8_avx512_tiles.h"
 
 #if defined(__AVX512VNNI__)
@@ -26,7 +26,7 @@ constexpr int64_t kAvx2TokensMax = 8;
 
 void gemm_int8_rows_avx512bw(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     if (a.n_tokens > kAvx2TokensMax) {
-        if (gemm32::has_tiles(a.type) && !gemm32::rows16_only()) return gemm32::tile_rows(a, row_begin, row_end);
+        if (gemm32::has_tiles(a.type) && !gemm32::rows16_only()) return gemm32::tiles_any_rows(a, row_begin, row_end);
         if (has_unsigned_tile(a.type))
             return rows16::packed_rows(a, row_begin, row_end);  // KVSTASH_GEMM=rows16: not q8_0
     }

@@ -48,9 +48,17 @@ constexpr int kTokenTileSuper = 2;    // the same for super-blocks (more accumul
 // chunk holds kChunkCols / unpacked_bytes columns.
 int unpacked_bytes(TensorType type) { return !kDotVnni && type == TensorType::Q8_0 ? 2 : 1; }
 
-// One unpacked chunk of a 32-row tile. packed: (chunk bytes / 4) dwords k, each as two 64-byte vectors (rows 0-15,
-// 16-31) of dword k of every row; per block b of the chunk and row i: d[b * 32 + i], m (q4_K: dmin); the K-quants'
-// sub-block scales and mins sc / mn[(b * n_sub + j) * 32 + i].
+// One unpacked chunk of a 32-row tile, as the chunk kernels read it. packed: (chunk bytes / 4) dwords k, each as two
+// 64-byte vectors (rows 0-15, 16-31) of dword k of every row; per block b of the chunk and row i: d[b * 32 + i], m
+// (q4_K: dmin); the K-quants' sub-block scales and mins sc / mn[(b * n_sub + j) * 32 + i]. Points into a Tile's
+// buffers, or partly into repacked weights (repack_tiles.h).
+struct TileView {
+    const uint8_t* packed = nullptr;
+    const float *d = nullptr, *m = nullptr;
+    const int32_t *sc = nullptr, *mn = nullptr;
+};
+
+// The buffers a chunk is unpacked into.
 struct Tile {
     uint8_t* u = nullptr;       // 32 × kChunkCols: row-major unsigned bytes (or int16) before the transpose
     uint8_t* packed = nullptr;  // 32 × kChunkCols
@@ -68,6 +76,7 @@ struct Tile {
         sc = sc_buf.ints(subs);
         mn = mn_buf.ints(subs);
     }
+    TileView view() const { return {packed, d, m, sc, mn}; }
 };
 
 int block_bytes(TensorType type) {
@@ -186,7 +195,7 @@ void transpose(int64_t cols, Tile& t) {
 
 #if defined(__AVX512VNNI__)
 template <int NT>
-void chunk_q8_0(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
     const int8_t *xh[NT], *xl[NT];
     const float* dx[NT];
     const int32_t* h32[NT];
@@ -246,7 +255,7 @@ void chunk_q8_0(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivation
 // |S| <= 32·128·32639 < 2^31, so S is exact and is the definition's 256·S_h + S_l, the same integer. (vpmaddubsw on
 // the unsigned q + 128 of the VNNI layout could saturate its int16 sums.)
 template <int NT>
-void chunk_q8_0(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
     const int16_t* xq[NT];
     const float* dx[NT];
     for (int j = 0; j < NT; ++j) {
@@ -290,7 +299,7 @@ void chunk_q8_0(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivation
 // Super-blocks of 256. kQ6: 16 sub-blocks of 16, offset -32, signed scales, no mins; otherwise (q4_K) 8 sub-blocks
 // of 32 with 6-bit scales and mins.
 template <int NT, bool kQ6>
-void chunk_super(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+void chunk_super(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
     constexpr int kSub = kQ6 ? 16 : 8;
     constexpr int kDwords = 64 / kSub;  // dwords (4 elements) per sub-block
     const int8_t *xh[NT], *xl[NT];
@@ -368,7 +377,7 @@ void chunk_super(const Tile& t, int64_t b0, int64_t nb, const QuantizedActivatio
     }
 }
 
-using ChunkFn = void (*)(const Tile&, int64_t, int64_t, const QuantizedActivations&, int64_t, float*);
+using ChunkFn = void (*)(const TileView&, int64_t, int64_t, const QuantizedActivations&, int64_t, float*);
 
 template <int NT>
 ChunkFn chunk_fn(TensorType type) {
@@ -389,10 +398,11 @@ ChunkFn chunk_for(TensorType type, int nt) {
     }
 }
 
-// The raw bytes of rows [r0, r1), blocks [b0, b0 + nb): hinted into the L2 cache a slice at a time while a chunk is
-// multiplied (all at once, the prefetches queue behind each other and stall the thread that issues them).
+// Bytes of the weights read next, hinted into the L2 cache a slice at a time while a chunk is multiplied (all at once,
+// the prefetches queue behind each other and stall the thread that issues them): the raw bytes of rows [r0, r1),
+// blocks [b0, b0 + nb), or one contiguous range (a repacked chunk).
 struct NextChunk {
-    const uint8_t* first = nullptr;  // row r0's block b0
+    const uint8_t* first = nullptr;  // row r0's block b0, or the range's start
     uint64_t row_bytes = 0;
     int64_t lines_per_row = 0, lines = 0;
     void set(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t b0, int64_t nb, int bytes) {
@@ -400,6 +410,11 @@ struct NextChunk {
         row_bytes = a.row_bytes;
         lines_per_row = (nb * bytes + 63) / 64;
         lines = std::max<int64_t>(0, r1 - r0) * lines_per_row;
+    }
+    void set_range(const uint8_t* begin, uint64_t bytes) {
+        first = begin;
+        row_bytes = 0;
+        lines = lines_per_row = static_cast<int64_t>((bytes + 63) / 64);
     }
     // Slice i of n.
     void prefetch(int64_t i, int64_t n) const {
@@ -424,12 +439,39 @@ bool has_tiles(TensorType type) {
     return type == TensorType::Q8_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
 }
 
-// Rows [row_begin, row_end) of a product of many tokens, 32-row tiles; only for has_tiles(a.type).
+// Every token of a.xq times one chunk (blocks [b0, b0 + nb) of a tile), in steps of a few tokens, the accumulators
+// acc (a.n_tokens × 32) carried; the next chunk's bytes prefetched a slice per step.
+void multiply_chunk(const MatmulArgs& a, const TileView& view, int64_t b0, int64_t nb, const NextChunk& next,
+                    float* acc) {
+    const int token_tile = tensor_type_traits(a.type).block_size == 256 ? kTokenTileSuper : kTokenTile32;
+    const int64_t n_steps = (a.n_tokens + token_tile - 1) / token_tile;
+    for (int64_t step = 0; step < n_steps; ++step) {
+        const int64_t t = step * token_tile;
+        const int nt = static_cast<int>(std::min<int64_t>(token_tile, a.n_tokens - t));
+        next.prefetch(step, n_steps);
+        chunk_for(a.type, nt)(view, b0, nb, *a.xq, t, acc + t * kTileRows);
+    }
+}
+
+// The outputs of rows r + [lo, hi) (0 <= lo < hi <= 32) of the tile at row r, every token.
+void store_rows(const MatmulArgs& a, int64_t r, int lo, int hi, const float* acc) {
+    for (int v = 0; v < 2; ++v) {
+        const int first = std::clamp(lo - v * kRows, 0, kRows), end = std::clamp(hi - v * kRows, 0, kRows);
+        if (first >= end) continue;
+        const auto mask = static_cast<__mmask16>(((1u << end) - 1) & ~((1u << first) - 1));
+        for (int64_t t = 0; t < a.n_tokens; ++t) {
+            _mm512_mask_storeu_ps(a.Y + t * a.y_stride + r + v * kRows, mask,
+                                  _mm512_loadu_ps(acc + (t * 2 + v) * kRows));
+        }
+    }
+}
+
+// Rows [row_begin, row_end) of a product of many tokens, 32-row tiles unpacked from the weights as they lie; only for
+// has_tiles(a.type).
 void tile_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const int64_t block = tensor_type_traits(a.type).block_size;
     const int bytes = block_bytes(a.type);
     const int n_sub = a.type == TensorType::Q6_K ? 16 : a.type == TensorType::Q4_K ? 8 : 0;  // scales to clear
-    const int token_tile = block == 256 ? kTokenTileSuper : kTokenTile32;
     const int64_t chunk_cols = kChunkCols / unpacked_bytes(a.type);
     thread_local Tile tile_storage;
     thread_local ScratchArray acc_buf;
@@ -458,23 +500,9 @@ void tile_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
                 next.set(a, r + kTileRows, std::min(row_end, r + 2 * kTileRows), 0,
                          std::min(chunk_cols, a.cols) / block, bytes);
             }
-            const int64_t n_steps = (a.n_tokens + token_tile - 1) / token_tile;
-            for (int64_t step = 0; step < n_steps; ++step) {
-                const int64_t t = step * token_tile;
-                const int nt = static_cast<int>(std::min<int64_t>(token_tile, a.n_tokens - t));
-                next.prefetch(step, n_steps);
-                chunk_for(a.type, nt)(tile, b0, nb, *a.xq, t, acc + t * kTileRows);
-            }
+            multiply_chunk(a, tile.view(), b0, nb, next, acc);
         }
-        for (int v = 0; v < 2; ++v) {
-            const int rows_in_half = std::clamp(nr - v * kRows, 0, kRows);
-            if (rows_in_half == 0) continue;
-            const auto mask = static_cast<__mmask16>((1u << rows_in_half) - 1);
-            for (int64_t t = 0; t < a.n_tokens; ++t) {
-                _mm512_mask_storeu_ps(a.Y + t * a.y_stride + r + v * kRows, mask,
-                                      _mm512_loadu_ps(acc + (t * 2 + v) * kRows));
-            }
-        }
+        store_rows(a, r, 0, nr, acc);
     }
 }
 

@@ -50,11 +50,12 @@ void check_shape(TensorType type, int64_t rows, int64_t cols, int64_t n_tokens) 
 }
 
 // Rows per task: enough tasks for dynamic balancing (about 4 per thread), each a whole number of
-// 16-row groups so that kernels run full tiles. The split never changes a result.
-int64_t rows_per_task(int64_t rows, int n_threads) {
+// `group`-row groups so that kernels run full tiles (16, or 32 for repacked weights, whose tiles are 32 rows from row
+// 0: a range cut inside one multiplies the whole tile). The split never changes a result.
+int64_t rows_per_task(int64_t rows, int n_threads, int64_t group) {
     if (n_threads <= 1) return rows;
     const int64_t target = (rows + 4 * n_threads - 1) / (4 * n_threads);
-    return std::max<int64_t>(16, (target + 15) / 16 * 16);
+    return std::max<int64_t>(group, (target + group - 1) / group * group);
 }
 
 // Decode (up to kShareTokensMax tokens) reads every weight once from memory and is bound by that. The rows of
@@ -80,8 +81,10 @@ bool decode_shares_enabled() {
     return enabled;
 }
 
-int64_t share_chunk_rows(int64_t chunk_bytes, uint64_t row_bytes) {
-    return std::max<int64_t>(16, static_cast<int64_t>(static_cast<uint64_t>(chunk_bytes) / row_bytes) / 16 * 16);
+// Whole `group`-row groups, as rows_per_task.
+int64_t share_chunk_rows(int64_t chunk_bytes, uint64_t row_bytes, int64_t group) {
+    return std::max<int64_t>(group,
+                             static_cast<int64_t>(static_cast<uint64_t>(chunk_bytes) / row_bytes) / group * group);
 }
 
 // One operand of a run: its kernel and arguments, cut into tasks (or chunks) of `chunk` rows numbered from
@@ -151,13 +154,15 @@ void run_products(Isa isa, Activations activations, std::span<const MatmulOperan
     for (const MatmulOperand& op : operands) {
         const bool integer = activations == Activations::integer || matmul_uses_integer_activations(isa, op.type);
         const kernels::MatmulRowsFn kernel = rows_kernel(isa, integer, op.type);  // throws if the CPU lacks `isa`
+        const int64_t group = op.tiles != nullptr ? 32 : 16;                      // rows: whole tiles
         if (op.rows == 0 || n_tokens == 0) continue;
-        Part part{
-            kernel,
-            kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols, X,
-                                n_tokens, op.Y, op.rows},
-            shares ? share_chunk_rows(chunk_bytes, tensor_row_bytes(op.type, cols)) : rows_per_task(op.rows, n_threads),
-            n_tasks};
+        Part part{kernel,
+                  kernels::MatmulArgs{op.type, static_cast<const uint8_t*>(op.W), tensor_row_bytes(op.type, cols), cols,
+                                      X, n_tokens, op.Y, op.rows},
+                  shares ? share_chunk_rows(chunk_bytes, tensor_row_bytes(op.type, cols), group)
+                         : rows_per_task(op.rows, n_threads, group),
+                  n_tasks};
+        part.args.tiles = static_cast<const uint8_t*>(op.tiles);
         if (integer) {
             const int64_t block = kernels::activation_block(op.type);
             const size_t slot = block == 256 ? 1 : 0;
@@ -219,21 +224,21 @@ void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, 
 }
 
 void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
-                 float* Y, ThreadPool* pool) {
+                 float* Y, ThreadPool* pool, const void* tiles) {
     check_shape(type, rows, cols, n_tokens);
-    const MatmulOperand op{type, W, rows, Y};
+    const MatmulOperand op{type, W, rows, Y, tiles};
     run_products(isa, Activations::as_inference_does, {&op, 1}, cols, X, n_tokens, pool);
 }
 
 void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
-                         int64_t n_tokens, float* Y, ThreadPool* pool) {
+                         int64_t n_tokens, float* Y, ThreadPool* pool, const void* tiles) {
     check_shape(type, rows, cols, n_tokens);
     if (!kernels::has_integer_path(type)) {
         throw Error(ErrorCode::invalid_argument,
                     "matmul_integer_with: " + tensor_type_name(static_cast<uint32_t>(type)) +
                         " has no integer-activation path (only block-quantized types)");
     }
-    const MatmulOperand op{type, W, rows, Y};
+    const MatmulOperand op{type, W, rows, Y, tiles};
     run_products(isa, Activations::integer, {&op, 1}, cols, X, n_tokens, pool);
 }
 
@@ -244,9 +249,9 @@ float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, 
 }
 
 void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y,
-            ThreadPool* pool) {
+            ThreadPool* pool, const void* tiles) {
     check_shape(type, rows, cols, n_tokens);  // report bad arguments before a bad KVSTASH_ISA
-    matmul_with(active_isa(), type, W, rows, cols, X, n_tokens, Y, pool);
+    matmul_with(active_isa(), type, W, rows, cols, X, n_tokens, Y, pool, tiles);
 }
 
 float dot_row(TensorType type, const void* w_row, const float* x, int64_t cols) {

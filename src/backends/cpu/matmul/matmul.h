@@ -23,7 +23,7 @@ namespace kvstash {
 class ThreadPool;
 
 void matmul(TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens, float* Y,
-            ThreadPool* pool);
+            ThreadPool* pool, const void* tiles = nullptr);
 
 // Several products of one input X (n_tokens × cols) with matrices of `cols` columns: Y_i = X · W_iᵀ
 // (Y_i: n_tokens × rows_i). One thread-pool run for all of them, and X quantized once per activation
@@ -34,6 +34,9 @@ struct MatmulOperand {
     const void* W;
     int64_t rows;
     float* Y;
+    // W repacked at load (repack_tiles.h: repack_tiles of this W), or null. The kernels that read that layout use it
+    // (the same bits); every other path reads W.
+    const void* tiles = nullptr;
 };
 void matmul_shared_input(std::span<const MatmulOperand> operands, int64_t cols, const float* X, int64_t n_tokens,
                          ThreadPool* pool);
@@ -45,15 +48,16 @@ float dot_row(TensorType type, const void* w_row, const float* x, int64_t cols);
 // `matmul` and `dot_row` on a given path, whatever KVSTASH_ISA says (backends/cpu/runtime/dispatch.h). Throws
 // Error(invalid_argument) if this CPU cannot run `isa`. Every ISA gives the same bits (the canonical
 // arithmetic above).
+// `tiles`: W repacked (repack_tiles.h), or null, as MatmulOperand::tiles.
 void matmul_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tokens,
-                 float* Y, ThreadPool* pool);
+                 float* Y, ThreadPool* pool, const void* tiles = nullptr);
 float dot_row_with(Isa isa, TensorType type, const void* w_row, const float* x, int64_t cols);
 
 // The integer-activation product (backends/cpu/matmul/quantize_act.h, reference/matmul_int8_ref.cpp) of a
 // block-quantized type on `isa`, whether or not matmul() uses it for that type (tests, benchmarks).
 // Every ISA gives the same bits. Throws Error(invalid_argument) for f32 / f16 / bf16.
 void matmul_integer_with(Isa isa, TensorType type, const void* W, int64_t rows, int64_t cols, const float* X,
-                         int64_t n_tokens, float* Y, ThreadPool* pool);
+                         int64_t n_tokens, float* Y, ThreadPool* pool, const void* tiles = nullptr);
 
 namespace reference {
 // Scalar reference with f32 activations for every type: dequantize_row then the canonical 16-lane fma dot

@@ -31,6 +31,9 @@ struct MatmulArgs {
     // matrix's rows): the rows the same thread reads next (decode's contiguous shares, matmul.cpp). 0: only up
     // to row_end. Prefetching never changes a result.
     int64_t prefetch_row_end = 0;
+    // The matrix repacked at load for the AVX-512 32-row tiles (repack_tiles.h), or null: the kernels that read
+    // that layout use it instead of W (the same values, so the same bits); every other kernel reads W.
+    const uint8_t* tiles = nullptr;
 };
 
 // MatmulRowsFn (backends/cpu/runtime/dispatch.h): one of these, chosen by the ISA's kernel table.

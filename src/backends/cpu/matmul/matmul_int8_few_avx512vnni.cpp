@@ -176,12 +176,29 @@ void rows_of_type(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
 
 }  // namespace
 
-int64_t few_tokens_max(TensorType type) {
+namespace {
+// KVSTASH_FEW_TOKENS_MAX (>= kFewTokensMax), or 0 where unset. Read once.
+int64_t forced_few_tokens_max() {
     static const int64_t forced = [] {
         const char* set = std::getenv("KVSTASH_FEW_TOKENS_MAX");
         return set != nullptr ? std::max<int64_t>(kFewTokensMax, std::atoll(set)) : int64_t{0};
     }();
-    if (forced != 0) return forced;
+    return forced;
+}
+}  // namespace
+
+int64_t few_tokens_max_repacked(TensorType type) {
+    if (forced_few_tokens_max() != 0) return forced_few_tokens_max();
+    switch (type) {
+        case TensorType::Q8_0: return kFewTokensMax;
+        case TensorType::Q6_K: return 7;
+        case TensorType::Q4_K: return 8;
+        default: return few_tokens_max(type);
+    }
+}
+
+int64_t few_tokens_max(TensorType type) {
+    if (forced_few_tokens_max() != 0) return forced_few_tokens_max();
     switch (type) {
         case TensorType::Q4_0:
         case TensorType::Q4_1: return 5;

@@ -5,13 +5,14 @@
 namespace kvstash {
 
 void project(const MatrixRef& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-    matmul(w.type, w.data, w.rows, w.cols, x, n_tokens, y, &pool);
+    matmul(w.type, w.data, w.rows, w.cols, x, n_tokens, y, &pool, w.tiles);
 }
 
 void project_qkv(const MatrixRef& wq, float* q, const MatrixRef& wk, float* k, const MatrixRef& wv, float* v,
                  const float* x, int64_t n_tokens, ThreadPool& pool) {
-    const MatmulOperand ops[] = {
-        {wq.type, wq.data, wq.rows, q}, {wk.type, wk.data, wk.rows, k}, {wv.type, wv.data, wv.rows, v}};
+    const MatmulOperand ops[] = {{wq.type, wq.data, wq.rows, q, wq.tiles},
+                                 {wk.type, wk.data, wk.rows, k, wk.tiles},
+                                 {wv.type, wv.data, wv.rows, v, wv.tiles}};
     matmul_shared_input(ops, wq.cols, x, n_tokens, &pool);
 }
 

@@ -1,0 +1,102 @@
+#include "model/prefill_tiles.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/matmul/repack_tiles.h"
+#include "backends/cpu/runtime/dispatch.h"
+#include "backends/cpu/runtime/numerics.h"
+#include "kvstash/error.h"
+
+namespace kvstash {
+namespace {
+
+// MemAvailable of /proc/meminfo (free memory plus the page cache the kernel can drop), in bytes; 0 where unknown.
+uint64_t available_memory_bytes() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    uint64_t kib = 0;
+    while (meminfo >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    return 0;
+}
+
+struct Job {
+    const MatrixRef* matrix;
+    uint8_t* out;
+};
+
+// Repacks every job, the matrices split over the hardware threads (an 8B model's layers: 4.3 GB).
+void run_jobs(const std::vector<Job>& jobs) {
+    std::atomic<size_t> next{0};
+    const auto repack_some = [&] {
+        for (size_t i = next++; i < jobs.size(); i = next++) {
+            const MatrixRef& m = *jobs[i].matrix;
+            kernels::repack_tiles(m.type, m.data, m.rows, m.cols, jobs[i].out);
+        }
+    };
+    const size_t n_threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), jobs.size());
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < n_threads; ++t) helpers.emplace_back(repack_some);
+    repack_some();
+    for (std::thread& t : helpers) t.join();
+}
+
+}  // namespace
+
+void TileBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
+
+// Not the output matrix: prefill takes logits of a few rows, which the decode kernels compute from the file's layout.
+// A bad KVSTASH_ISA: none, and the first matmul reports it.
+void repack_for_prefill(ModelWeights& w) {
+    Isa isa = Isa::scalar;
+    try {
+        if (is_cuda_path(current_numerics().path)) return;
+        isa = active_isa();
+    } catch (const Error&) {
+        return;
+    }
+    std::vector<MatrixRef*> matrices;
+    uint64_t tile_bytes = 0, file_bytes = 0;
+    for (LayerWeights& l : w.layers) {
+        for (MatrixRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+            if (m->data == nullptr || !kernels::matmul_reads_repacked(isa, m->type)) continue;
+            matrices.push_back(m);
+            tile_bytes += kernels::repacked_bytes(m->type, m->rows, m->cols);
+            file_bytes += m->row_bytes * static_cast<uint64_t>(m->rows);
+        }
+    }
+    // Decode reads the mapped file every token: a copy that pushed it out of the page cache would make decode read
+    // the disk. Both must fit in 3/4 of what is available (the file's pages already cached count as available).
+    if (matrices.empty()) return;
+    const uint64_t available = available_memory_bytes();
+    if (available != 0 && tile_bytes + file_bytes > available / 4 * 3) {
+        w.tiles_left_out = tile_bytes;
+        return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<Job> jobs;
+    for (MatrixRef* m : matrices) {
+        TileBuffer buffer;
+        buffer.bytes = kernels::repacked_bytes(m->type, m->rows, m->cols);
+        const uint64_t padded = (buffer.bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+        buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, padded)));
+        if (!buffer.data) throw std::bad_alloc();  // as a std::vector of that size would
+        m->tiles = buffer.data.get();
+        jobs.push_back({m, buffer.data.get()});
+        w.tile_bytes += buffer.bytes;
+        w.tiles.push_back(std::move(buffer));  // the buffer moves, its address stays
+    }
+    run_jobs(jobs);
+    w.tile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace kvstash
