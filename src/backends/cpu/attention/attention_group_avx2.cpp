@@ -194,50 +194,6 @@ inline simd::F32x16 dot_in_lanes(const float* qt, const float* k, int64_t head_d
     return simd::add(d0, d1);
 }
 
-// The same for two keys at once (each query load serves both): b_l = a_l + a_{l+8}, the tree's first level, for
-// l < 8, then its other levels; 8 chains, 4 query vectors and a broadcast in the 16 registers.
-inline void dot_pair_first_level(const float* qt, const float* k0, const float* k1, int64_t head_dim, int64_t l,
-                                 simd::F32x16& b0, simd::F32x16& b1) {
-    using simd::fma, simd::load, simd::set1;
-    simd::F32x16 x0 = simd::zero(), y0 = x0, x1 = x0, y1 = x0;  // keys 0 and 1, lanes l (x) and l + 8 (y)
-    int64_t e = l;
-    for (const int64_t end = l + head_dim / 16 * 16; e < end; e += 16) {
-        const simd::F32x16 q_x = load(qt + 16 * e), q_y = load(qt + 16 * (e + 8));
-        x0 = fma(q_x, set1(k0[e]), x0);
-        x1 = fma(q_x, set1(k1[e]), x1);
-        y0 = fma(q_y, set1(k0[e + 8]), y0);
-        y1 = fma(q_y, set1(k1[e + 8]), y1);
-    }
-    if (e < head_dim) {  // head_dim = 16n + 8: the last 8 elements are lanes 0-7's
-        const simd::F32x16 q_x = load(qt + 16 * e);
-        x0 = fma(q_x, set1(k0[e]), x0);
-        x1 = fma(q_x, set1(k1[e]), x1);
-    }
-    b0 = simd::add(x0, y0);
-    b1 = simd::add(x1, y1);
-}
-
-inline void dot_pair_in_lanes(const float* qt, const float* k0, const float* k1, int64_t head_dim, simd::F32x16& s0,
-                              simd::F32x16& s1) {
-    using simd::add;
-    // c_l = b_l + b_{l+4} (l < 4), depth first so that few partial sums wait in registers.
-    auto second_level = [&](int64_t l, simd::F32x16& c0, simd::F32x16& c1) {
-        simd::F32x16 x0, x1, y0, y1;
-        dot_pair_first_level(qt, k0, k1, head_dim, l, x0, x1);
-        dot_pair_first_level(qt, k0, k1, head_dim, l + 4, y0, y1);
-        c0 = add(x0, y0);
-        c1 = add(x1, y1);
-    };
-    simd::F32x16 c00, c01, c20, c21, c10, c11, c30, c31;  // c{l}{key}
-    second_level(0, c00, c01);
-    second_level(2, c20, c21);
-    const simd::F32x16 d00 = add(c00, c20), d01 = add(c01, c21);  // d{l}{key}
-    second_level(1, c10, c11);
-    second_level(3, c30, c31);
-    s0 = add(d00, add(c10, c30));
-    s1 = add(d01, add(c11, c31));
-}
-
 // s in the lanes whose head sees key j (j < count, AttentionGroupArgs::head_keys), -inf in the others.
 inline simd::F32x16 seen_or_minus_inf(simd::F32x16 s, simd::F32x16 count, int64_t j) {
     const __m256 key = _mm256_set1_ps(static_cast<float>(j));
@@ -250,7 +206,6 @@ inline simd::F32x16 seen_or_minus_inf(simd::F32x16 s, simd::F32x16 count, int64_
 // dot_in_lanes * scale (the per-row dot's fmas and tree, so its bits), the max over the keys each head sees, then
 // simd::softmax_numerators_in_lanes. The numerators go to e[(b * n_keys + j) * 16 + lane]; k_rows[j]: key j's row in
 // f32.
-constexpr bool kKeyPairs = true;
 void scores_in_lanes(const AttentionGroupArgs& a, const float* const* k_rows, float* e) {
     thread_local ScratchArray qt_scratch;
     float* qt = qt_scratch.floats(static_cast<size_t>(16 * a.head_dim));
@@ -269,22 +224,12 @@ void scores_in_lanes(const AttentionGroupArgs& a, const float* const* k_rows, fl
         const simd::F32x16 counts = simd::load(count);
         float* eb = e + b * a.n_keys * 16;
         simd::F32x16 m = simd::set1(-INFINITY);
-        auto put = [&](simd::F32x16 dot, int64_t j) {
-            simd::F32x16 s = simd::mul(dot, scale);
+        for (int64_t j = 0; j < a.n_keys; ++j) {
+            simd::F32x16 s = simd::mul(dot_in_lanes(qt, k_rows[j], a.head_dim), scale);
             if (j >= common) s = seen_or_minus_inf(s, counts, j);
             m = simd::max(m, s);
             simd::store(eb + 16 * j, s);
-        };
-        int64_t j = 0;
-        if constexpr (kKeyPairs) {
-            for (; j + 2 <= a.n_keys; j += 2) {
-                simd::F32x16 s0, s1;
-                dot_pair_in_lanes(qt, k_rows[j], k_rows[j + 1], a.head_dim, s0, s1);
-                put(s0, j);
-                put(s1, j + 1);
-            }
         }
-        for (; j < a.n_keys; ++j) put(dot_in_lanes(qt, k_rows[j], a.head_dim), j);
         simd::softmax_numerators_in_lanes(eb, a.n_keys, m, lanes, a.max_score + 16 * b, a.sum + 16 * b);
     }
 }
