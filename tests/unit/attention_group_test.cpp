@@ -26,14 +26,15 @@ constexpr int64_t kBlockTokens = 32;
 constexpr int64_t kHeadDim = 64;
 constexpr int64_t kKvHeads = 2;  // the heads read KV head 1 (a row offset)
 
-// n_pos rows of K and V (kKvHeads * kHeadDim values of `type`) in blocks of kBlockTokens rows.
+// n_pos rows of K and V (kKvHeads * head_dim values of `type`) in blocks of kBlockTokens rows.
 struct Rows {
+    int64_t head_dim = 0;
     uint64_t row_bytes = 0;
     std::vector<std::vector<uint8_t>> k, v;
     std::vector<const uint8_t*> k_table, v_table;
 
-    Rows(TensorType type, int64_t n_pos, std::mt19937& rng) {
-        const int64_t width = kKvHeads * kHeadDim;
+    Rows(TensorType type, int64_t n_pos, std::mt19937& rng, int64_t head_size = kHeadDim) : head_dim(head_size) {
+        const int64_t width = kKvHeads * head_dim;
         row_bytes = tensor_row_bytes(type, width);
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> row(static_cast<size_t>(width));
@@ -66,15 +67,16 @@ struct Rows {
 // (backends/cpu/attention/attention.cpp), the definition, head by head.
 void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<float>& q, int64_t first_key,
                 int64_t n_keys, const std::vector<int64_t>& head_keys) {
-    const int64_t n_heads = static_cast<int64_t>(q.size()) / kHeadDim;
+    const int64_t head_dim = rows.head_dim;
+    const int64_t n_heads = static_cast<int64_t>(q.size()) / head_dim;
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(Isa::scalar);  // every ISA: the scalar bits
-    const uint64_t offset = kernels::kv_row_offset(type, kHeadDim);                // KV head 1
+    const uint64_t offset = kernels::kv_row_offset(type, head_dim);                // KV head 1
     std::vector<float> scores(static_cast<size_t>(n_heads * n_keys));
     std::vector<float> max(static_cast<size_t>(n_heads)), sum(max.size()), acc(q.size());
     kernels::AttentionGroupArgs args;
     args.q = q.data();
     args.n_heads = n_heads;
-    args.head_dim = kHeadDim;
+    args.head_dim = head_dim;
     args.first_key = first_key;
     args.n_keys = n_keys;
     args.scale = 0.125f;
@@ -95,19 +97,19 @@ void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<fl
     };
     for (int64_t h = 0; h < n_heads; ++h) {
         const int64_t n = head_keys.empty() ? n_keys : head_keys[h];
-        std::vector<float> s(static_cast<size_t>(n)), a(kHeadDim, 0.0f);
+        std::vector<float> s(static_cast<size_t>(n)), a(static_cast<size_t>(head_dim), 0.0f);
         float m = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
-            s[j] = ops.dot(q.data() + h * kHeadDim, row(rows.k_table, first_key + j), kHeadDim, type) * args.scale;
+            s[j] = ops.dot(q.data() + h * head_dim, row(rows.k_table, first_key + j), head_dim, type) * args.scale;
             if (s[j] > m) m = s[j];
         }
         ops.exp_shifted(s.data(), s.data(), n, m);
         float l = 0.0f;
         for (int64_t j = 0; j < n; ++j) l += s[j];
-        for (int64_t j = 0; j < n; ++j) ops.axpy(a.data(), s[j], row(rows.v_table, first_key + j), kHeadDim, type);
+        for (int64_t j = 0; j < n; ++j) ops.axpy(a.data(), s[j], row(rows.v_table, first_key + j), head_dim, type);
         ASSERT_EQ(0, std::memcmp(&m, &max[h], sizeof(float))) << "head " << h << " max";
         ASSERT_EQ(0, std::memcmp(&l, &sum[h], sizeof(float))) << "head " << h << " sum";
-        ASSERT_EQ(0, std::memcmp(a.data(), acc.data() + h * kHeadDim, kHeadDim * sizeof(float)))
+        ASSERT_EQ(0, std::memcmp(a.data(), acc.data() + h * head_dim, head_dim * sizeof(float)))
             << "head " << h << " values";
     }
 }
@@ -125,7 +127,7 @@ TEST(AttentionGroup, ManyHeadsAnyKeyCountEqualPerRowOperationsBitwise) {
             std::mt19937 rng(static_cast<uint32_t>(type) + 5);
             const Rows rows(type, 600, rng);
             std::normal_distribution<float> normal(0.0f, 2.0f);
-            for (int64_t n_heads : {3, 12, 13, 16, 17, 24, 96}) {
+            for (int64_t n_heads : {3, 11, 12, 13, 16, 17, 24, 32, 33, 96}) {
                 std::vector<float> q(static_cast<size_t>(n_heads * kHeadDim));
                 for (float& x : q) x = normal(rng);
                 for (int64_t first_key : {0, 37, 256}) {
@@ -134,6 +136,44 @@ TEST(AttentionGroup, ManyHeadsAnyKeyCountEqualPerRowOperationsBitwise) {
                                      " heads " + std::to_string(n_heads) + " keys " + std::to_string(first_key) + "+" +
                                      std::to_string(n_keys));
                         check_call(isa, type, rows, q, first_key, n_keys, {});
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Whether the ISA's group kernel takes a head size (attention_group.h).
+bool group_kernel_takes(Isa isa, int64_t head_dim) {
+    if (kernels::kernel_table(isa).attention_group == nullptr) return false;
+    return isa == Isa::avx2 ? kernels::attention_group_avx2_supports(head_dim)
+                            : kernels::attention_group_avx512_supports(head_dim);
+}
+
+// Head sizes other than 64 (a last half of 16 lanes where head_dim is 16n + 8; q8_0 on multiples of 32 only), with
+// few heads and with many (the heads-in-lanes paths: blocks of 16 heads, a last block with idle lanes), and
+// rows of a chunk's diagonal in one call whose heads' key counts differ inside one block of 16 lanes.
+TEST(AttentionGroup, EveryHeadSizeEqualsPerRowOperationsBitwise) {
+    for (Isa isa : available_isas()) {
+        for (int64_t head_dim : {8, 16, 24, 40, 72, 128, 256, 512}) {
+            if (!group_kernel_takes(isa, head_dim)) continue;
+            for (TensorType type : group_types(isa)) {
+                if (type == TensorType::Q8_0 && head_dim % 32 != 0) continue;
+                std::mt19937 rng(static_cast<uint32_t>(head_dim) + static_cast<uint32_t>(type));
+                const Rows rows(type, 300, rng, head_dim);
+                std::normal_distribution<float> normal(0.0f, 2.0f);
+                for (int64_t n_heads : {3, 12, 17, 33}) {
+                    std::vector<float> q(static_cast<size_t>(n_heads * head_dim));
+                    for (float& x : q) x = normal(rng);
+                    for (int64_t n_keys : {1, 13, 256}) {
+                        SCOPED_TRACE(std::string(isa_name(isa)) + " " + tensor_type_name(static_cast<uint32_t>(type)) +
+                                     " head_dim " + std::to_string(head_dim) + " heads " + std::to_string(n_heads) +
+                                     " keys " + std::to_string(n_keys));
+                        check_call(isa, type, rows, q, 40, n_keys, {});
+                        if (n_keys < 13) continue;
+                        std::vector<int64_t> head_keys;  // one row of 3 heads per key count, up to n_keys
+                        for (int64_t h = 0; h < n_heads; ++h) head_keys.push_back(n_keys - (n_heads - 1 - h) / 3);
+                        check_call(isa, type, rows, q, 40, n_keys, head_keys);
                     }
                 }
             }

@@ -5,7 +5,8 @@
 //   - each key row is read (and converted from f16) once for all the heads of the group, scores and
 //     values alike;
 //   - the lane-wise dot products of several keys are summed horizontally together, with the same pairing
-//     of lanes as the per-row dot's reduction, instead of one reduction per key;
+//     of lanes as the per-row dot's reduction, instead of one reduction per key; or, with many heads, 16 heads'
+//     dot products lie in the lanes of a vector, and the reduction and the softmax are lane-wise;
 //   - the weighted sum of values stays in registers across keys (same fma per key, in key order);
 //   - key rows are walked block by block, with no division or indirect call per key.
 #pragma once

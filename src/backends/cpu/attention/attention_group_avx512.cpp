@@ -19,7 +19,6 @@
 #include "backends/cpu/attention/attention_rows_f32x16.h"
 #include "backends/cpu/attention/kv_row_walk.h"
 #include "backends/cpu/exp/exp_f32.h"
-#include "backends/cpu/exp/exp_f32x16.h"
 #include "backends/cpu/runtime/scratch.h"
 
 namespace kvstash::kernels {
@@ -104,18 +103,6 @@ void scores(const AttentionGroupArgs& a) {
     }
 }
 
-// Where head h's numerator of key j is: e.head(h)[j * e.key_stride] (the per-head rows of a.scores, stride 1, or
-// the heads-in-lanes blocks of scores_in_lanes, stride 16).
-struct Numerators {
-    const float* base;
-    int64_t head_block;  // floats between blocks of 16 heads (0: a row per head)
-    int64_t n_keys;
-    int64_t key_stride;
-    const float* head(int64_t h) const {
-        return head_block == 0 ? base + h * n_keys : base + (h / 16) * head_block + h % 16;
-    }
-};
-
 // acc[h] for HB heads from h0 over keys [j_begin, j_end): fma(e_hj, v_j, acc) in key order (the per-row axpy's
 // arithmetic), from 0 for the chunk's first key, else continuing from the acc stored after the keys before
 // (exact), sharing each V row's load among the heads. v_rows[j]: key j's V slice (of type F16 or f32).
@@ -188,8 +175,9 @@ constexpr int64_t kLaneHeads = 12;
 // scores of heads 16b.. are hsum16 of the 16 heads' fma chains * scale, the same fmas and the same
 // reduction as `scores` (which puts 16 keys of one head in the lanes), so the same bits; the max over keys, the
 // numerators exp_f32(s - max) (elementwise, as exp_f32_shifted_row_avx512) and their sums in key order from 0 are
-// then lane-wise vector operations, with no per-head chain of scalar additions. The numerators go to
-// e[(b * n_keys + j) * 16 + lane]; k_f32: the chunk's K rows converted to f32 (n_keys × head_dim).
+// then lane-wise vector operations (simd::softmax_numerators_in_lanes), with no per-head chain of scalar additions.
+// The numerators go to e[(b * n_keys + j) * 16 + lane]; k_f32: the chunk's K rows converted to f32 (n_keys ×
+// head_dim).
 template <int NC>
 void scores_in_lanes(const AttentionGroupArgs& a, const float* k_f32, float* e) {
     const __m512 zero = _mm512_setzero_ps();
@@ -221,15 +209,7 @@ void scores_in_lanes(const AttentionGroupArgs& a, const float* k_f32, float* e) 
             m = _mm512_max_ps(m, s);
             _mm512_store_ps(eb + 16 * j, s);
         }
-        __m512 sum = zero;
-        for (int64_t j = 0; j < a.n_keys; ++j) {
-            const __m512 x = simd::exp_f32(simd::F32x16{_mm512_sub_ps(_mm512_load_ps(eb + 16 * j), m)}).v;
-            sum = _mm512_add_ps(sum, x);
-            _mm512_store_ps(eb + 16 * j, x);
-        }
-        const auto mask = static_cast<__mmask16>((1u << lanes) - 1);
-        _mm512_mask_storeu_ps(a.max_score + 16 * b, mask, m);
-        _mm512_mask_storeu_ps(a.sum + 16 * b, mask, sum);
+        simd::softmax_numerators_in_lanes(eb, a.n_keys, simd::F32x16{m}, lanes, a.max_score + 16 * b, a.sum + 16 * b);
     }
 }
 

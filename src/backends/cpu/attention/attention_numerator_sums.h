@@ -1,7 +1,7 @@
-// The softmax numerators' sums of the grouped-query attention kernels (attention_group_avx2.cpp,
-// attention_group_avx512.cpp), heads whose numerators are rows of AttentionGroupArgs::scores. Plain code with
-// internal linkage, included into each instruction set's file: each keeps its own copy, compiled for its ISA
-// (no weak symbol shared between them: backends/cpu/runtime/scratch.h).
+// The softmax numerators of the grouped-query attention kernels (attention_group_avx2.cpp,
+// attention_group_avx512.cpp): where they lie, and the sums of heads whose numerators are rows of
+// AttentionGroupArgs::scores. Plain code with internal linkage, included into each instruction set's file: each
+// keeps its own copy, compiled for its ISA (no weak symbol shared between them: backends/cpu/runtime/scratch.h).
 #pragma once
 
 #include <algorithm>
@@ -16,6 +16,19 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per in
 inline int64_t keys_of(const AttentionGroupArgs& a, int64_t h) {
     return a.head_keys == nullptr ? a.n_keys : a.head_keys[h];
 }
+
+// Where head h's numerator of key j is: e.head(h)[j * e.key_stride]. Rows of AttentionGroupArgs::scores (a row of
+// n_keys per head, key stride 1; head_block 0), or the heads-in-lanes blocks of the many-heads paths (16 heads a block:
+// head h at block h / 16, lane h % 16; key stride 16, head_block n_keys * 16 floats between blocks).
+struct Numerators {
+    const float* base;
+    int64_t head_block;  // floats between blocks of 16 heads (0: a row per head)
+    int64_t n_keys;
+    int64_t key_stride;
+    const float* head(int64_t h) const {
+        return head_block == 0 ? base + h * n_keys : base + (h / 16) * head_block + h % 16;
+    }
+};
 
 // sum[h] = the numerators of head h (a.scores + h * n_keys) added in key order from 0.0f (the per-row sum), H
 // heads from h0 at once: H independent chains of dependent additions instead of one after the other (a chain

@@ -75,5 +75,21 @@ inline void softmax_numerators(float* s, int64_t n, float* max_out) {
     *max_out = max_score;
 }
 
+// The same for 16 heads at once, heads in the lanes (the grouped kernels' many-heads paths): e holds n keys' scores,
+// 16 floats a key (lane i: head i), m their max per lane. The numerators exp_f32(s - m) replace the scores (lane-wise,
+// the same bits as exp_f32_shifted_row), and their sums, added in key order from +0 (the per-row sum), and the maxima
+// go to the first `lanes` floats of sum_out and max_out. A key that a lane's head does not see (the rows of a chunk's
+// diagonal) holds the score -inf: its numerator is +0 (exp_f32(-inf)), which leaves the sum as it was.
+inline void softmax_numerators_in_lanes(float* e, int64_t n, F32x16 m, int64_t lanes, float* max_out, float* sum_out) {
+    F32x16 sum = zero();
+    for (int64_t j = 0; j < n; ++j) {
+        const F32x16 x = exp_f32(sub(load(e + kLanes * j), m));
+        sum = add(sum, x);
+        store(e + kLanes * j, x);
+    }
+    store_first(max_out, m, lanes);
+    store_first(sum_out, sum, lanes);
+}
+
 }  // namespace
 }  // namespace kvstash::simd
