@@ -8,10 +8,10 @@
 #   2. tests.log: the AMX unit tests (unit_gemm_int8_amx) under KVSTASH_ISA=amx, unset (the default) and avx512, then
 #      the neighbouring suites on the amx path and, through their every-path children, on every path
 #      (unit_repack_tiles, unit_numerics, unit_gemm_int8, unit_matmul_canonical);
-#   3. bench.txt: kvstash_bench --kernels --kernel-shape q8_0:ROWS:4096:T, ROWS 14336 and 4096, T 64 and 512,
-#      -t 1 and -t 2, under KVSTASH_ISA=amx and avx512: GOP/s side by side;
+#   3. bench.txt: kvstash_bench --kernels --kernel-shape TYPE:ROWS:4096:T (q8_0: ROWS 14336 and 4096; q4_K: 14336),
+#      T 64 and 512, -t 1 and -t 2, under KVSTASH_ISA=amx and avx512: GOP/s side by side;
 #   4. logits.txt: final-logits hashes (kvstash_bench, a 100-token prompt and 4 decoded tokens, 2 threads) of the
-#      tiny q8_0 / q5_0 fixtures under scalar, avx512 and amx: all equal or a FAIL;
+#      tiny q8_0 / q5_0 / q4_K fixtures under scalar, avx512 and amx: all equal or a FAIL;
 #   5. summary.md: one line per step, the GOP/s table.
 # Where AMX does not run (detection fails), the AMX steps are SKIPPED with the reason and the rest still runs. Writes
 # at most 6 files into OUTDIR. Exit status: 0 when nothing failed (skips included), 1 otherwise.
@@ -125,15 +125,17 @@ ISAS=(avx512)
 [ "$AMX" -eq 1 ] && ISAS=(avx512 amx)
 {
   echo
-  echo "## q8_0 prefill kernel, GOP/s (kvstash_bench --kernels --kernel-shape q8_0:ROWS:4096:T -r 3; -t 1: min thread CPU time, -t 2: median wall)"
+  echo "## Prefill kernels, GOP/s (kvstash_bench --kernels --kernel-shape TYPE:ROWS:4096:T -r 3; -t 1: min thread CPU time, -t 2: median wall)"
   echo
-  echo "| rows × cols | tokens | threads | avx512 (VNNI tiles) | amx | amx / avx512 |"
-  echo "|---|---:|---:|---:|---:|---:|"
+  echo "| type | rows × cols | tokens | threads | avx512 (VNNI tiles) | amx | amx / avx512 |"
+  echo "|---|---|---:|---:|---:|---:|---:|"
 } >>"$SUMMARY"
-for rows in 14336 4096; do
+for type_rows in q8_0:14336 q8_0:4096 q4_K:14336; do
+  type="${type_rows%%:*}"
+  rows="${type_rows##*:}"
   for tokens in 64 512; do
     for threads in 1 2; do
-      shape="q8_0:$rows:4096:$tokens"
+      shape="$type:$rows:4096:$tokens"
       v="$(gops avx512 "$shape" "$threads")"
       a="SKIPPED"
       ratio="-"
@@ -141,7 +143,7 @@ for rows in 14336 4096; do
         a="$(gops amx "$shape" "$threads")"
         ratio="$(awk -v a="$a" -v v="$v" 'BEGIN { if (a + 0 > 0 && v + 0 > 0) printf "%.2f", a / v; else print "-" }')"
       fi
-      echo "| $rows × 4096 | $tokens | $threads | $v | $a | $ratio |" >>"$SUMMARY"
+      echo "| $type | $rows × 4096 | $tokens | $threads | $v | $a | $ratio |" >>"$SUMMARY"
     done
   done
 done
@@ -152,7 +154,7 @@ LOGITS="$OUTDIR/logits.txt"
 : >"$LOGITS"
 LOGIT_ISAS=(scalar avx512)
 [ "$AMX" -eq 1 ] && LOGIT_ISAS=(scalar avx512 amx)
-for model in qwen2/qwen2_q8_0.gguf gpt2/gpt2_q8_0.gguf gemma3_tiny/gemma3_tiny_q5_0.gguf; do
+for model in qwen2/qwen2_q8_0.gguf gpt2/gpt2_q8_0.gguf gemma3_tiny/gemma3_tiny_q5_0.gguf tiny/q_q4_k.gguf; do
   hashes=()
   for isa in "${LOGIT_ISAS[@]}"; do
     t=$(step_timeout 20)

@@ -22,10 +22,10 @@
 namespace kvstash::kernels {
 namespace {
 
-constexpr int kTileRows = 32;     // weight rows of a repacked tile (two halves of 16: one int32 C-tile row each)
-constexpr int kHalfRows = 16;     // C-tile columns: one per weight row of a half
-constexpr int kTokenGroup = 16;   // tokens per tile product: A- and C-tile rows
-constexpr int kBlock = 32;        // q8_0 block, activation block
+constexpr int kTileRows = 32;       // weight rows of a repacked tile (two halves of 16: one int32 C-tile row each)
+constexpr int kHalfRows = 16;       // C-tile columns: one per weight row of a half
+constexpr int kTokenGroup = 16;     // tokens per tile product: A- and C-tile rows
+constexpr int kBlock = 32;          // q8_0 block, activation block
 constexpr int kBlockQuants = 1024;  // repacked quant bytes of one block of a 32-row tile (repack_tiles.h)
 constexpr int kWeightStride = 128;  // bytes between the 64-byte dword rows of one half (the two halves interleave)
 static_assert(kRepackTileRows == kTileRows, "repack_tiles.h's tiles are this kernel's");
@@ -99,8 +99,8 @@ inline void accumulate_block(const int32_t* c, const float* d, const QuantizedAc
             const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(c_h, h_offset), 8),
                                                  _mm512_sub_epi32(c_l, l_offset));
             float* a = acc + (t * 2 + v) * kHalfRows;
-            _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_mul_ps(dw[v], x_scale), _mm512_cvtepi32_ps(sum),
-                                                _mm512_loadu_ps(a)));
+            _mm512_storeu_ps(
+                a, _mm512_fmadd_ps(_mm512_mul_ps(dw[v], x_scale), _mm512_cvtepi32_ps(sum), _mm512_loadu_ps(a)));
         }
     }
 }
@@ -119,18 +119,112 @@ void store_rows(const MatmulArgs& a, int64_t r, int lo, int hi, const float* acc
     }
 }
 
+// q4_K: a repacked chunk (repack_tiles.h) as the tile products read it. quants: the nibbles split into bytes, each
+// 32-element sub-block s of block b laid out as a q8_0 block is (slot ((b·8 + s)·8 + k)·2 + half of 64 bytes: dword k
+// of 16 rows); the 6-bit scales and mins widened to int32, [b][s][32 rows]; d, dmin f32 [b][32 rows] in place.
+struct Q4kChunk {
+    uint8_t* quants = nullptr;
+    int32_t *sc = nullptr, *mn = nullptr;
+    const float *d = nullptr, *dmin = nullptr;
+};
+
+void prepare_q4_k(const uint8_t* chunk, int64_t nb, Q4kChunk& q) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    // Raw slot v = b·32 + g·8 + k: low nibbles are sub-block 2g's dword k, high ones sub-block 2g + 1's.
+    for (int64_t v = 0; v < nb * 32; ++v) {
+        const int64_t lo_slot = v / 32 * 64 + v % 32 / 8 * 16 + v % 8;
+        for (int half = 0; half < 2; ++half) {
+            const __m512i raw = _mm512_loadu_si512(chunk + (v * 2 + half) * 64);
+            _mm512_storeu_si512(q.quants + (lo_slot * 2 + half) * 64, _mm512_and_si512(raw, low4));
+            _mm512_storeu_si512(q.quants + ((lo_slot + 8) * 2 + half) * 64,
+                                _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+        }
+    }
+    q.d = reinterpret_cast<const float*>(chunk + nb * 4096);
+    q.dmin = q.d + nb * kTileRows;
+    const auto* sc = reinterpret_cast<const int8_t*>(q.dmin + nb * kTileRows);
+    const int64_t n = nb * 8 * kTileRows;
+    for (int64_t i = 0; i < n; i += 16) {
+        _mm512_storeu_si512(q.sc + i, _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + i))));
+        _mm512_storeu_si512(q.mn + i,
+                            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + n + i))));
+    }
+}
+
+// One q4_K super-block (b in the chunk, bb absolute) for tokens t0 .. t0 + nt of a group whose planes start at h, l:
+// per sub-block the four tile products, scaled in int32 (|sc · C| summed over 8 sub-blocks <= 8·63·32·127·15 < 2^31)
+// into s[(half * 2 + plane) * 256 + token * 16 + row]; then the definition's float steps: S formed in int64 and rounded
+// once (combine_planes_wide), acc = fma(fl(d·dx), S, acc), acc = fma(-fl(dmin·dx), M, acc) with M the mins times the
+// plane sums of each sub-block (exact in int32, as the VNNI tiles form it).
+void super_block_q4_k(const Q4kChunk& q, int64_t b, int64_t bb, const int8_t* h, const int8_t* l, int64_t act_stride,
+                      const QuantizedActivations& xa, int64_t t0, int nt, int32_t* c, int32_t* s, float* acc) {
+    std::memset(s, 0, 4 * 256 * sizeof(int32_t));
+    for (int sub = 0; sub < 8; ++sub) {
+        const int64_t col = bb * 256 + sub * 32;
+        multiply_block(h + col, l + col, act_stride, q.quants + (b * 8 + sub) * kBlockQuants, c);
+        const int32_t* sc = q.sc + (b * 8 + sub) * kTileRows;
+        for (int v = 0; v < 2; ++v) {
+            const __m512i scale = _mm512_loadu_si512(sc + v * kHalfRows);
+            for (int plane = 0; plane < 2; ++plane) {
+                const int32_t* cp = c + (v * 2 + plane) * 256;
+                int32_t* sp = s + (v * 2 + plane) * 256;
+                for (int j = 0; j < nt; ++j) {
+                    const __m512i prod = _mm512_mullo_epi32(_mm512_loadu_si512(cp + j * kHalfRows), scale);
+                    _mm512_storeu_si512(sp + j * kHalfRows,
+                                        _mm512_add_epi32(_mm512_loadu_si512(sp + j * kHalfRows), prod));
+                }
+            }
+        }
+    }
+    for (int j = 0; j < nt; ++j) {
+        const int64_t t = t0 + j;
+        const __m512 x_scale = _mm512_set1_ps(xa.d_row(t)[bb]);
+        const int32_t* sh = xa.h32_row(t) + bb * 8;
+        const int32_t* sl = xa.l32_row(t) + bb * 8;
+        for (int v = 0; v < 2; ++v) {
+            float* a = acc + (t * 2 + v) * kHalfRows;
+            const __m512 d = _mm512_loadu_ps(q.d + b * kTileRows + v * kHalfRows);
+            const __m512i s_h = _mm512_loadu_si512(s + (v * 2) * 256 + j * kHalfRows);
+            const __m512i s_l = _mm512_loadu_si512(s + (v * 2 + 1) * 256 + j * kHalfRows);
+            __m512 sum = _mm512_fmadd_ps(_mm512_mul_ps(d, x_scale), int8_avx512::combine_planes_wide(s_h, s_l),
+                                         _mm512_loadu_ps(a));
+            __m512i m_h = _mm512_setzero_si512(), m_l = _mm512_setzero_si512();
+            for (int sub = 0; sub < 8; ++sub) {
+                const __m512i mn = _mm512_loadu_si512(q.mn + (b * 8 + sub) * kTileRows + v * kHalfRows);
+                m_h = _mm512_add_epi32(m_h, _mm512_mullo_epi32(mn, _mm512_set1_epi32(sh[sub])));
+                m_l = _mm512_add_epi32(m_l, _mm512_mullo_epi32(mn, _mm512_set1_epi32(sl[sub])));
+            }
+            const __m512i m = _mm512_add_epi32(_mm512_slli_epi32(m_h, 8), m_l);
+            const __m512 dmin = _mm512_loadu_ps(q.dmin + b * kTileRows + v * kHalfRows);
+            sum = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, x_scale), _mm512_cvtepi32_ps(m), sum);
+            _mm512_storeu_ps(a, sum);
+        }
+    }
+}
+
 }  // namespace
 
-void gemm_q8_0_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
+bool amx_reads_repacked(TensorType type) { return type == TensorType::Q8_0 || type == TensorType::Q4_K; }
+
+void gemm_repacked_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     const QuantizedActivations& xa = *a.xq;
-    const int64_t blocks = a.cols / kBlock;
-    const int64_t chunk_blocks = kRepackChunkCols / kBlock;
-    const uint64_t record = repacked_bytes_per_block(TensorType::Q8_0);
+    const bool q4_k = a.type == TensorType::Q4_K;
+    const int64_t block = q4_k ? 256 : kBlock;
+    const int64_t blocks = a.cols / block;
+    const int64_t chunk_blocks = kRepackChunkCols / block;
+    const uint64_t record = repacked_bytes_per_block(a.type);
     const int64_t full_groups = a.n_tokens / kTokenGroup;
     const int tail = static_cast<int>(a.n_tokens % kTokenGroup);
-    thread_local ScratchArray acc_buf, c_buf, tail_h_buf, tail_l_buf;
+    thread_local ScratchArray acc_buf, c_buf, s_buf, tail_h_buf, tail_l_buf, split_buf, sc_buf, mn_buf;
     float* acc = acc_buf.floats(static_cast<size_t>(a.n_tokens * kTileRows));
     int32_t* c = c_buf.ints(4 * 256);
+    int32_t* s = s_buf.ints(4 * 256);
+    Q4kChunk q4;
+    if (q4_k) {
+        q4.quants = split_buf.bytes(static_cast<size_t>(chunk_blocks * 8 * kBlockQuants));
+        q4.sc = sc_buf.ints(static_cast<size_t>(chunk_blocks * 8 * kTileRows));
+        q4.mn = mn_buf.ints(static_cast<size_t>(chunk_blocks * 8 * kTileRows));
+    }
     // The last tokens (fewer than a group) as a zero-padded group of their own: the tile loads read 16 rows.
     int8_t* tail_h = nullptr;
     int8_t* tail_l = nullptr;
@@ -143,7 +237,6 @@ void gemm_q8_0_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
         std::memcpy(tail_l, xa.l_row(full_groups * kTokenGroup), used);
         std::memset(tail_h + used, 0, bytes - used);
         std::memset(tail_l + used, 0, bytes - used);
-        memory_barrier();
     }
     const TileConfig config = kernel_config();
     _tile_loadconfig(&config);
@@ -152,10 +245,12 @@ void gemm_q8_0_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
         const uint8_t* tile = a.tiles + static_cast<uint64_t>(i * blocks) * record;
         std::fill(acc, acc + a.n_tokens * kTileRows, 0.0f);
         for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
-            // A chunk (repack_tiles.h): quants of its nb blocks (1,024 bytes each), then their scales d[b][32 rows].
+            // A chunk (repack_tiles.h), q8_0: the quants of its nb blocks (1,024 bytes each), then d[b][32 rows].
             const int64_t nb = std::min(chunk_blocks, blocks - b0);
             const uint8_t* chunk = tile + static_cast<uint64_t>(b0) * record;
             const auto* d = reinterpret_cast<const float*>(chunk + nb * kBlockQuants);
+            if (q4_k) prepare_q4_k(chunk, nb, q4);
+            memory_barrier();  // the split bytes (and the padded tokens) are in memory before the tile loads
             for (int64_t g = 0; g * kTokenGroup < a.n_tokens; ++g) {
                 const int64_t t0 = g * kTokenGroup;
                 const bool padded = g == full_groups;
@@ -163,6 +258,10 @@ void gemm_q8_0_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
                 const int8_t* h = padded ? tail_h : xa.h_row(t0);
                 const int8_t* l = padded ? tail_l : xa.l_row(t0);
                 for (int64_t b = 0; b < nb; ++b) {
+                    if (q4_k) {
+                        super_block_q4_k(q4, b, b0 + b, h, l, a.cols, xa, t0, nt, c, s, acc);
+                        continue;
+                    }
                     const int64_t col = (b0 + b) * kBlock;
                     multiply_block(h + col, l + col, a.cols, chunk + b * kBlockQuants, c);
                     accumulate_block(c, d + b * kTileRows, xa, b0 + b, t0, nt, acc);
@@ -176,8 +275,8 @@ void gemm_q8_0_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
 }
 
 void gemm_int8_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
-    if (a.type == TensorType::Q8_0 && a.tiles != nullptr && a.n_tokens > int8_avx512::few_tokens_max_repacked(a.type)) {
-        return gemm_q8_0_rows_amx(a, row_begin, row_end);
+    if (a.tiles != nullptr && amx_reads_repacked(a.type) && a.n_tokens > int8_avx512::few_tokens_max_repacked(a.type)) {
+        return gemm_repacked_rows_amx(a, row_begin, row_end);
     }
     gemm_int8_rows_avx512vnni(a, row_begin, row_end);
 }

@@ -2,8 +2,8 @@
 // whether the AVX-512 path runs its AMX prefill tiles (backends/cpu/matmul/gemm_int8_amx.h).
 //
 // KVSTASH_ISA=amx is the AVX-512 path with the AMX tiles for q8_0 prefill: the same bits as every other path
-// (docs/architecture/canonical-matmul.md, "AMX"). It is the default where cpu_supports_amx(); KVSTASH_ISA=avx512 is then
-// the AVX-512 path without them (so that one machine measures both), and KVSTASH_ISA=amx where AMX does not run is
+// (docs/architecture/canonical-matmul.md, "AMX"). It is the default where cpu_supports_amx(); KVSTASH_ISA=avx512 is
+// then the AVX-512 path without them (so that one machine measures both), and KVSTASH_ISA=amx where AMX does not run is
 // refused as any path the CPU lacks: active_isa() throws Error(invalid_argument) with what the detection found.
 //
 // Why more than CPUID. Some virtual machines report AMX-TILE / AMX-INT8 in CPUID and fault on the first tile

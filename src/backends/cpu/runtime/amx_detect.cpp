@@ -58,7 +58,8 @@ AmxSupport detect_amx_support(bool cpuid_amx, bool avx512_vnni) {
         case 1: return {true, "CPUID AMX-TILE + AMX-INT8, tile state granted, one tile product (TDPBSUD) exact"};
         case 0: return {false, "a tile product (TDPBSUD) ran but differed from the scalar sums"};
         default:
-            return {false, std::string("a tile instruction faulted (") + (fault_signal == SIGILL ? "SIGILL" : "SIGSEGV") +
+            return {false, std::string("a tile instruction faulted (") +
+                               (fault_signal == SIGILL ? "SIGILL" : "SIGSEGV") +
                                "): CPUID reports AMX that this machine does not run (a virtual machine?)"};
     }
 }
