@@ -10,8 +10,8 @@
 #      (unit_repack_tiles, unit_numerics, unit_gemm_int8, unit_matmul_canonical);
 #   3. bench.txt: kvstash_bench --kernels --kernel-shape TYPE:ROWS:4096:T (q8_0: ROWS 14336 and 4096; q4_K: 14336),
 #      T 64 and 512, -t 1 and -t 2, under KVSTASH_ISA=amx and avx512: GOP/s side by side;
-#   4. logits.txt: final-logits hashes (kvstash_bench, a 100-token prompt and 4 decoded tokens, 2 threads) of the
-#      tiny q8_0 / q5_0 / q4_K fixtures under scalar, avx512 and amx: all equal or a FAIL;
+#   4. logits.txt: final-logits hashes (kvstash_bench, a 50-token prompt and 8 decoded tokens, 2 threads, as
+#      bench/logits_hashes.sh) of the tiny q8_0 / q5_0 / q4_K fixtures under scalar, avx512 and amx: equal or a FAIL;
 #   5. summary.md: one line per step, the GOP/s table.
 # Where AMX does not run (detection fails), the AMX steps are SKIPPED with the reason and the rest still runs. Writes
 # at most 6 files into OUTDIR. Exit status: 0 when nothing failed (skips included), 1 otherwise.
@@ -154,18 +154,19 @@ LOGITS="$OUTDIR/logits.txt"
 : >"$LOGITS"
 LOGIT_ISAS=(scalar avx512)
 [ "$AMX" -eq 1 ] && LOGIT_ISAS=(scalar avx512 amx)
-for model in qwen2/qwen2_q8_0.gguf gpt2/gpt2_q8_0.gguf gemma3_tiny/gemma3_tiny_q5_0.gguf tiny/q_q4_k.gguf; do
+for model in qwen2/qwen2_q8_0.gguf gpt2/gpt2_q8_0.gguf gemma3_tiny/gemma3_tiny_q5_0.gguf tiny/q_q4_k.gguf \
+  recurrent/granitehybrid_q8_0.gguf recurrent/mamba2_q8_0.gguf; do
   hashes=()
   for isa in "${LOGIT_ISAS[@]}"; do
-    t=$(step_timeout 20)
+    t=$(step_timeout 15)
     h="not run"
     if [ "$t" -gt 0 ]; then
       out="$(KVSTASH_ISA="$isa" timeout "$t" "$BIN/kvstash_bench" -m "tests/fixtures/$model" -t 2 -r 1 --no-warmup \
-        -p 100 -n 4 2>&1)"
+        -p 50 -n 8 2>&1)"
       h="$(echo "$out" | grep -o '"final_logits_fnv1a": *"[0-9a-f]*"' | head -1 | grep -o '[0-9a-f]*"$' | tr -d '"')"
       [ -z "$h" ] && { h="error"; echo "$out" | tail -5 >>"$LOGITS"; }
     fi
-    echo "$isa $model p=100 n=4 final_logits_fnv1a=$h" >>"$LOGITS"
+    echo "$isa $model p=50 n=8 final_logits_fnv1a=$h" >>"$LOGITS"
     hashes+=("$h")
   done
   if [ "$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l)" -eq 1 ] && [ "${hashes[0]}" != error ] && [ "${hashes[0]}" != "not run" ]; then
