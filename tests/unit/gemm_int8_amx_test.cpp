@@ -68,8 +68,12 @@ TEST(AmxDispatch, DetectionSaysWhatItFound) {
     EXPECT_FALSE(amx_detection_detail().empty());
     std::printf("AMX detection: %s: %s\n", cpu_supports_amx() ? "usable" : "not usable",
                 amx_detection_detail().c_str());
-    if (!cpuid_reports_amx()) EXPECT_FALSE(cpu_supports_amx());
-    if (cpu_supports_amx()) EXPECT_TRUE(cpu_supports_avx512_vnni());
+    if (!cpuid_reports_amx()) {
+        EXPECT_FALSE(cpu_supports_amx());
+    }
+    if (cpu_supports_amx()) {
+        EXPECT_TRUE(cpu_supports_avx512_vnni());
+    }
 }
 
 TEST(AmxDispatch, NeverChosenWhereAmxDoesNotRun) {

@@ -4,13 +4,11 @@
 
 #include "backends/cpu/matmul/gemm_int8_amx.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/matmul/gemm_int8.h"
-#include "backends/cpu/matmul/matmul_int8_avx512vnni.h"
+#include "backends/cpu/matmul/matmul_int8_avx512vnni.h"  // <immintrin.h>, with GCC 12's false warnings off
 #include "backends/cpu/matmul/quantize_act.h"
 #include "backends/cpu/matmul/repack_tiles.h"
 #include "backends/cpu/runtime/scratch.h"
