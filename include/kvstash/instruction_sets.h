@@ -1,7 +1,7 @@
 // The instruction sets kvstash's CPU kernels can run here, and the one they run (`kvstash --version`,
 // diagnostics). The environment variable KVSTASH_ISA forces one: scalar, avx2, avx512, avx512-novnni
 // (the AVX-512 path without its VNNI integer kernels, on a CPU that has them), or amx (the AVX-512 path with the AMX
-// prefill tiles, on a CPU found to run them; the default there) on x86-64; scalar, neon, or
+// prefill tiles, opt-in, on a CPU found to run them) on x86-64; scalar, neon, or
 // neon-nodotprod (the NEON path without its dot-product integer kernels) on ARM64.
 #pragma once
 

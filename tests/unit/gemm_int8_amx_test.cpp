@@ -1,7 +1,8 @@
 // The AMX q8_0 / q4_K prefill tiles (backends/cpu/matmul/gemm_int8_amx.h) and their dispatch (KVSTASH_ISA=amx):
 //   * where AMX does not run (no CPUID bits, the tile state refused, or a faulting tile instruction): the dispatcher
 //     never picks it, by default or in its settings, and KVSTASH_ISA=amx is refused with what the detection found;
-//   * where it runs: the kernel (q8_0 and q4_K), called directly, is bitwise the scalar definition
+//   * where it runs: listed among the settings but taken only with KVSTASH_ISA=amx (opt-in: not faster than the VNNI
+//     tiles where measured); the kernel (q8_0 and q4_K), called directly, is bitwise the scalar definition
 //     (reference/matmul_int8_ref.cpp) for 1..41 tokens (a full group of 16, partial groups, 3 groups), partial 32-row
 //     tiles and short column chunks, row ranges cut inside a tile, and the largest integer sums; each token of a batch
 //     is bitwise itself alone; through matmul() with 1-3 threads; and whole tiny models' logits of a 40-token prompt on
@@ -77,7 +78,7 @@ TEST(AmxDispatch, DetectionSaysWhatItFound) {
 }
 
 TEST(AmxDispatch, NeverChosenWhereAmxDoesNotRun) {
-    if (cpu_supports_amx()) GTEST_SKIP() << "this CPU runs AMX (AmxDispatch.ChosenByDefaultWhereAmxRuns checks it)";
+    if (cpu_supports_amx()) GTEST_SKIP() << "this CPU runs AMX (AmxDispatch.ListedAndTakenOnlyWhenAsked checks it)";
     EXPECT_FALSE(avx512_uses_amx());
     for (const std::string& setting : isa_settings()) EXPECT_NE(setting, kAvx512Amx);
     if (!forced_amx()) {
@@ -115,18 +116,21 @@ TEST(AmxDispatch, ForcedAmxIsRefusedWhereAmxDoesNotRun) {
 
 // ---- where AMX runs ----
 
-TEST(AmxDispatch, ChosenByDefaultWhereAmxRuns) {
+// Opt-in: listed among the settings (the every-path tests run it), taken with KVSTASH_ISA=amx, never by default.
+TEST(AmxDispatch, ListedAndTakenOnlyWhenAsked) {
     SKIP_WITHOUT_AMX();
     bool listed = false;
     for (const std::string& setting : isa_settings()) listed = listed || setting == kAvx512Amx;
     EXPECT_TRUE(listed);
-    if (!test::forced_isa() || forced_amx()) {
+    if (forced_amx()) {
         EXPECT_TRUE(avx512_uses_amx());
         EXPECT_EQ(instruction_sets().active, kAvx512Amx);
         EXPECT_EQ(kernels::kernel_table(Isa::avx512).matmul_int8_rows, &kernels::gemm_int8_rows_amx);
         EXPECT_TRUE(kernels::matmul_reads_repacked(Isa::avx512, kQ8));
     } else {
         EXPECT_FALSE(avx512_uses_amx()) << "KVSTASH_ISA=" << isa_env();
+        EXPECT_NE(instruction_sets().active, kAvx512Amx);
+        EXPECT_NE(kernels::kernel_table(Isa::avx512).matmul_int8_rows, &kernels::gemm_int8_rows_amx);
     }
 }
 

@@ -61,6 +61,30 @@ TileConfig kernel_config() {
 // reads must not be moved past it.
 inline void memory_barrier() { asm volatile("" ::: "memory"); }
 
+// A token group's activations for one chunk, packed so that each tile load reads 512 contiguous bytes: per 32-column
+// piece q of the chunk, the h plane's 16 rows × 32 bytes, then the l plane's (rows past the tokens: zeros). Read in
+// place, the rows lie `cols` bytes apart (4,096 or 14,336 at the 8B shape): all 16 in one or two L1 sets, which hold
+// 12 lines each.
+constexpr int64_t kPackedPlane = kTokenGroup * kBlock;  // 512 bytes
+constexpr int64_t kPackedPiece = 2 * kPackedPlane;
+
+void pack_group(const QuantizedActivations& xa, int64_t t0, int nt, int64_t col0, int64_t pieces, int8_t* out) {
+    for (int plane = 0; plane < 2; ++plane) {
+        for (int j = 0; j < kTokenGroup; ++j) {
+            int8_t* dst = out + plane * kPackedPlane + j * kBlock;
+            if (j >= nt) {
+                for (int64_t q = 0; q < pieces; ++q) std::memset(dst + q * kPackedPiece, 0, kBlock);
+                continue;
+            }
+            const int8_t* src = (plane == 0 ? xa.h_row(t0 + j) : xa.l_row(t0 + j)) + col0;
+            for (int64_t q = 0; q < pieces; ++q) {
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + q * kPackedPiece),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q * kBlock)));
+            }
+        }
+    }
+}
+
 // The four C tiles of one block and one token group: c[(half * 2 + plane) * 256 + token * 16 + row].
 inline void multiply_block(const int8_t* h, const int8_t* l, int64_t act_stride, const uint8_t* quants, int32_t* c) {
     _tile_loadd(0, h, act_stride);
@@ -154,12 +178,12 @@ void prepare_q4_k(const uint8_t* chunk, int64_t nb, Q4kChunk& q) {
 // into s[(half * 2 + plane) * 256 + token * 16 + row]; then the definition's float steps: S formed in int64 and rounded
 // once (combine_planes_wide), acc = fma(fl(d·dx), S, acc), acc = fma(-fl(dmin·dx), M, acc) with M the mins times the
 // plane sums of each sub-block (exact in int32, as the VNNI tiles form it).
-void super_block_q4_k(const Q4kChunk& q, int64_t b, int64_t bb, const int8_t* h, const int8_t* l, int64_t act_stride,
-                      const QuantizedActivations& xa, int64_t t0, int nt, int32_t* c, int32_t* s, float* acc) {
+void super_block_q4_k(const Q4kChunk& q, int64_t b, int64_t bb, const int8_t* act, const QuantizedActivations& xa,
+                      int64_t t0, int nt, int32_t* c, int32_t* s, float* acc) {
     std::memset(s, 0, 4 * 256 * sizeof(int32_t));
     for (int sub = 0; sub < 8; ++sub) {
-        const int64_t col = bb * 256 + sub * 32;
-        multiply_block(h + col, l + col, act_stride, q.quants + (b * 8 + sub) * kBlockQuants, c);
+        const int8_t* a = act + (b * 8 + sub) * kPackedPiece;
+        multiply_block(a, a + kPackedPlane, kBlock, q.quants + (b * 8 + sub) * kBlockQuants, c);
         const int32_t* sc = q.sc + (b * 8 + sub) * kTileRows;
         for (int v = 0; v < 2; ++v) {
             const __m512i scale = _mm512_loadu_si512(sc + v * kHalfRows);
@@ -211,9 +235,7 @@ void gemm_repacked_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_
     const int64_t blocks = a.cols / block;
     const int64_t chunk_blocks = kRepackChunkCols / block;
     const uint64_t record = repacked_bytes_per_block(a.type);
-    const int64_t full_groups = a.n_tokens / kTokenGroup;
-    const int tail = static_cast<int>(a.n_tokens % kTokenGroup);
-    thread_local ScratchArray acc_buf, c_buf, s_buf, tail_h_buf, tail_l_buf, split_buf, sc_buf, mn_buf;
+    thread_local ScratchArray acc_buf, c_buf, s_buf, act_buf, split_buf, sc_buf, mn_buf;
     float* acc = acc_buf.floats(static_cast<size_t>(a.n_tokens * kTileRows));
     int32_t* c = c_buf.ints(4 * 256);
     int32_t* s = s_buf.ints(4 * 256);
@@ -223,19 +245,8 @@ void gemm_repacked_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_
         q4.sc = sc_buf.ints(static_cast<size_t>(chunk_blocks * 8 * kTileRows));
         q4.mn = mn_buf.ints(static_cast<size_t>(chunk_blocks * 8 * kTileRows));
     }
-    // The last tokens (fewer than a group) as a zero-padded group of their own: the tile loads read 16 rows.
-    int8_t* tail_h = nullptr;
-    int8_t* tail_l = nullptr;
-    if (tail != 0) {
-        const auto bytes = static_cast<size_t>(kTokenGroup * a.cols);
-        tail_h = reinterpret_cast<int8_t*>(tail_h_buf.bytes(bytes));
-        tail_l = reinterpret_cast<int8_t*>(tail_l_buf.bytes(bytes));
-        const auto used = static_cast<size_t>(tail * a.cols);
-        std::memcpy(tail_h, xa.h_row(full_groups * kTokenGroup), used);
-        std::memcpy(tail_l, xa.l_row(full_groups * kTokenGroup), used);
-        std::memset(tail_h + used, 0, bytes - used);
-        std::memset(tail_l + used, 0, bytes - used);
-    }
+    int8_t* act =
+        reinterpret_cast<int8_t*>(act_buf.bytes(static_cast<size_t>(kRepackChunkCols / kBlock * kPackedPiece)));
     const TileConfig config = kernel_config();
     _tile_loadconfig(&config);
     for (int64_t i = row_begin / kTileRows; i * kTileRows < row_end; ++i) {
@@ -248,20 +259,17 @@ void gemm_repacked_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_
             const uint8_t* chunk = tile + static_cast<uint64_t>(b0) * record;
             const auto* d = reinterpret_cast<const float*>(chunk + nb * kBlockQuants);
             if (q4_k) prepare_q4_k(chunk, nb, q4);
-            memory_barrier();  // the split bytes (and the padded tokens) are in memory before the tile loads
-            for (int64_t g = 0; g * kTokenGroup < a.n_tokens; ++g) {
-                const int64_t t0 = g * kTokenGroup;
-                const bool padded = g == full_groups;
-                const int nt = padded ? tail : kTokenGroup;
-                const int8_t* h = padded ? tail_h : xa.h_row(t0);
-                const int8_t* l = padded ? tail_l : xa.l_row(t0);
+            for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenGroup) {
+                const int nt = static_cast<int>(std::min<int64_t>(kTokenGroup, a.n_tokens - t0));
+                pack_group(xa, t0, nt, b0 * block, nb * block / kBlock, act);
+                memory_barrier();  // the packed (and split) bytes are in memory before the tile loads read them
                 for (int64_t b = 0; b < nb; ++b) {
                     if (q4_k) {
-                        super_block_q4_k(q4, b, b0 + b, h, l, a.cols, xa, t0, nt, c, s, acc);
+                        super_block_q4_k(q4, b, b0 + b, act, xa, t0, nt, c, s, acc);
                         continue;
                     }
-                    const int64_t col = (b0 + b) * kBlock;
-                    multiply_block(h + col, l + col, a.cols, chunk + b * kBlockQuants, c);
+                    const int8_t* piece = act + b * kPackedPiece;
+                    multiply_block(piece, piece + kPackedPlane, kBlock, chunk + b * kBlockQuants, c);
                     accumulate_block(c, d + b * kTileRows, xa, b0 + b, t0, nt, acc);
                 }
             }

@@ -1,7 +1,8 @@
 // Prefill GEMM of q8_0 and q4_K weights on Intel AMX (AMX-TILE + AMX-INT8: Sapphire Rapids and later), bitwise the
 // scalar definition (reference/matmul_int8_ref.cpp), compiled in gemm_int8_amx.cpp with the AVX-512 VNNI flags and
 // -mamx-tile -mamx-int8. Called only where cpu_supports_amx() (backends/cpu/runtime/amx.h) found that the CPU runs a
-// tile product exactly, and KVSTASH_ISA is unset or "amx".
+// tile product exactly, and KVSTASH_ISA=amx (opt-in: not faster than the VNNI tiles where measured,
+// docs/benchmarks.md).
 //
 // The arithmetic. Per 32-element block b the definition needs S_b = 256·Σ w·h + Σ w·l exactly (w: the int8 weights,
 // h, l: the two int8 planes of the 16-bit activations, quantize_act.h). One TDPBSUD multiplies a 16-token × 32-byte
@@ -16,9 +17,9 @@
 // (0..15: no offset), each sub-block is one K = 32 tile product per plane and half, scaled by its 6-bit scale in int32;
 // then the definition's super-block steps (S formed in int64 and rounded once; the mins' term), as the VNNI tiles.
 // The same integers and the same float steps: the same bits, for every token count (tokens past the last full group
-// of 16 are multiplied from a zero-padded copy; each output row of a tile product depends on its own token's row
-// only), every row range (a range cut inside a 32-row tile multiplies the whole tile and stores its own rows) and
-// every thread split.
+// of 16 are multiplied from zero rows of the packed activations; each output row of a tile product depends on its own
+// token's row only), every row range (a range cut inside a 32-row tile multiplies the whole tile and stores its own
+// rows) and every thread split.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +28,9 @@
 
 namespace kvstash::kernels {
 
-// The integer-activation kernel of the dispatch table on the AMX path (KVSTASH_ISA=amx, or unset on a CPU that runs
-// AMX): q8_0 and q4_K matrices repacked at load (args.tiles) with more than few_tokens_max_repacked(type) tokens on
-// the tiles below; everything else on gemm_int8_rows_avx512vnni (gemm_int8.h), the same bits.
+// The integer-activation kernel of the dispatch table on the AMX path (KVSTASH_ISA=amx): q8_0 and q4_K matrices
+// repacked at load (args.tiles) with more than few_tokens_max_repacked(type) tokens on the tiles below; everything else
+// on gemm_int8_rows_avx512vnni (gemm_int8.h), the same bits.
 void gemm_int8_rows_amx(const MatmulArgs& args, int64_t row_begin, int64_t row_end);
 
 // The types the AMX tiles multiply from their repacked layout: q8_0, q4_K.

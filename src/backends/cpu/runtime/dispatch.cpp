@@ -91,7 +91,7 @@ bool detect_cpu_supports(Isa isa) {
 struct IsaChoice {
     Isa isa = Isa::scalar;
     bool vnni_off = false;     // KVSTASH_ISA=avx512-novnni: the AVX-512 path without its VNNI integer kernels
-    bool amx = false;          // the AVX-512 path with the AMX prefill tiles (KVSTASH_ISA=amx, or unset where AMX runs)
+    bool amx = false;          // KVSTASH_ISA=amx: the AVX-512 path with the AMX prefill tiles
     bool dotprod_off = false;  // KVSTASH_ISA=neon-nodotprod: the NEON path without its dot-product integer kernels
     std::string error;         // non-empty: KVSTASH_ISA asked for something unusable
 };
@@ -136,7 +136,8 @@ IsaChoice choose_isa() {
                  : cpu_supports(Isa::avx2) ? Isa::avx2
                  : cpu_supports(Isa::neon) ? Isa::neon
                                            : Isa::scalar;
-    choice.amx = choice.isa == Isa::avx512 && cpu_supports_amx();
+    // AMX is opt-in (KVSTASH_ISA=amx) until it is faster than the VNNI tiles: measured on an AMX Xeon it was not
+    // (docs/benchmarks.md, "AMX"), so the default executes no tile instruction.
     return choice;
 }
 
