@@ -14,7 +14,8 @@
 #      bench/logits_hashes.sh) of the tiny q8_0 / q5_0 / q4_K fixtures under scalar, avx512 and amx: equal or a FAIL;
 #   5. summary.md: one line per step, the GOP/s table.
 # Where AMX does not run (detection fails), the AMX steps are SKIPPED with the reason and the rest still runs. Writes
-# at most 6 files into OUTDIR. Exit status: 0 when nothing failed (skips included), 1 otherwise.
+# 5 files into OUTDIR (summary.md, env.txt, tests.log, bench.txt, logits.txt). About 70 s on a 16-core AMX Xeon VM,
+# 40 s on a 2-core AVX-512 VM. Exit status: 0 when nothing failed (skips included), 1 otherwise.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -95,7 +96,7 @@ run_test() {  # label isa binary filter wanted_timeout
   rc=$?
   local passed skipped
   passed=$(tail -n +"$((from + 1))" "$TESTS_LOG" | grep -c '^\[       OK \]' || true)
-  skipped=$(tail -n +"$((from + 1))" "$TESTS_LOG" | grep -c '^\[  SKIPPED \]' || true)
+  skipped=$(tail -n +"$((from + 1))" "$TESTS_LOG" | grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$' || true)
   if [ "$rc" -eq 0 ]; then
     note "- $label: ok ($(($(date +%s) - t0)) s; $passed passed, $skipped skipped, children included)"
   else
@@ -169,7 +170,9 @@ for model in qwen2/qwen2_q8_0.gguf gpt2/gpt2_q8_0.gguf gemma3_tiny/gemma3_tiny_q
     echo "$isa $model p=50 n=8 final_logits_fnv1a=$h" >>"$LOGITS"
     hashes+=("$h")
   done
-  if [ "$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l)" -eq 1 ] && [ "${hashes[0]}" != error ] && [ "${hashes[0]}" != "not run" ]; then
+  if printf '%s\n' "${hashes[@]}" | grep -q '^not run$'; then
+    note "- logits $model: NOT RUN (time budget spent): ${LOGIT_ISAS[*]} = ${hashes[*]}"
+  elif [ "$(printf '%s\n' "${hashes[@]}" | sort -u | wc -l)" -eq 1 ] && [ "${hashes[0]}" != error ]; then
     note "- logits $model: equal on ${LOGIT_ISAS[*]} (${hashes[0]})"
   else
     FAILED=1
