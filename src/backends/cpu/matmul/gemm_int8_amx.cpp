@@ -61,11 +61,12 @@ TileConfig kernel_config() {
 // reads must not be moved past it.
 inline void memory_barrier() { asm volatile("" ::: "memory"); }
 
-// A token group's activations for one chunk, packed so that each tile load reads 512 contiguous bytes: per 32-column
-// piece q of the chunk, the h plane's 16 rows × 32 bytes, then the l plane's (rows past the tokens: zeros). Read in
-// place, the rows lie `cols` bytes apart (4,096 or 14,336 at the 8B shape): all 16 in one or two L1 sets, which hold
-// 12 lines each.
+// A token group's activations for one slice of columns, packed so that each tile load reads 512 contiguous bytes: per
+// 32-column piece q of the chunk, the h plane's 16 rows × 32 bytes, then the l plane's (rows past the tokens: zeros).
+// Read in place, the rows lie `cols` bytes apart (4,096 or 14,336 at the 8B shape): all 16 in one or two L1 sets, which
+// hold 12 lines each.
 constexpr int64_t kPackedPlane = kTokenGroup * kBlock;  // 512 bytes
+constexpr int64_t kSliceCols = 256;                     // columns multiplied per token group at a time
 constexpr int64_t kPackedPiece = 2 * kPackedPlane;
 
 void pack_group(const QuantizedActivations& xa, int64_t t0, int nt, int64_t col0, int64_t pieces, int8_t* out) {
@@ -182,7 +183,7 @@ void super_block_q4_k(const Q4kChunk& q, int64_t b, int64_t bb, const int8_t* ac
                       int64_t t0, int nt, int32_t* c, int32_t* s, float* acc) {
     std::memset(s, 0, 4 * 256 * sizeof(int32_t));
     for (int sub = 0; sub < 8; ++sub) {
-        const int8_t* a = act + (b * 8 + sub) * kPackedPiece;
+        const int8_t* a = act + sub * kPackedPiece;  // act: this super-block's packed activations
         multiply_block(a, a + kPackedPlane, kBlock, q.quants + (b * 8 + sub) * kBlockQuants, c);
         const int32_t* sc = q.sc + (b * 8 + sub) * kTileRows;
         for (int v = 0; v < 2; ++v) {
@@ -245,8 +246,7 @@ void gemm_repacked_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_
         q4.sc = sc_buf.ints(static_cast<size_t>(chunk_blocks * 8 * kTileRows));
         q4.mn = mn_buf.ints(static_cast<size_t>(chunk_blocks * 8 * kTileRows));
     }
-    int8_t* act =
-        reinterpret_cast<int8_t*>(act_buf.bytes(static_cast<size_t>(kRepackChunkCols / kBlock * kPackedPiece)));
+    int8_t* act = reinterpret_cast<int8_t*>(act_buf.bytes(static_cast<size_t>(kSliceCols / kBlock * kPackedPiece)));
     const TileConfig config = kernel_config();
     _tile_loadconfig(&config);
     for (int64_t i = row_begin / kTileRows; i * kTileRows < row_end; ++i) {
@@ -259,18 +259,25 @@ void gemm_repacked_rows_amx(const MatmulArgs& a, int64_t row_begin, int64_t row_
             const uint8_t* chunk = tile + static_cast<uint64_t>(b0) * record;
             const auto* d = reinterpret_cast<const float*>(chunk + nb * kBlockQuants);
             if (q4_k) prepare_q4_k(chunk, nb, q4);
-            for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenGroup) {
-                const int nt = static_cast<int>(std::min<int64_t>(kTokenGroup, a.n_tokens - t0));
-                pack_group(xa, t0, nt, b0 * block, nb * block / kBlock, act);
-                memory_barrier();  // the packed (and split) bytes are in memory before the tile loads read them
-                for (int64_t b = 0; b < nb; ++b) {
-                    if (q4_k) {
-                        super_block_q4_k(q4, b, b0 + b, act, xa, t0, nt, c, s, acc);
-                        continue;
+            // Slices of 256 columns (8 q8_0 blocks, 1 q4_K super-block): their weights (~9 KiB) and one token group's
+            // packed activations (8 KiB) stay in L1 while the group passes; a whole chunk's (36 + 32 KiB) did not,
+            // and the tile loads then came from L2 (measured: several times the tile products' own time).
+            const int64_t slice_blocks = kSliceCols / block;
+            for (int64_t s0 = 0; s0 < nb; s0 += slice_blocks) {
+                const int64_t ns = std::min(slice_blocks, nb - s0);
+                for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokenGroup) {
+                    const int nt = static_cast<int>(std::min<int64_t>(kTokenGroup, a.n_tokens - t0));
+                    pack_group(xa, t0, nt, (b0 + s0) * block, ns * block / kBlock, act);
+                    memory_barrier();  // the packed (and split) bytes are in memory before the tile loads read them
+                    for (int64_t b = s0; b < s0 + ns; ++b) {
+                        if (q4_k) {
+                            super_block_q4_k(q4, b, b0 + b, act + (b - s0) * 8 * kPackedPiece, xa, t0, nt, c, s, acc);
+                            continue;
+                        }
+                        const int8_t* piece = act + (b - s0) * kPackedPiece;
+                        multiply_block(piece, piece + kPackedPlane, kBlock, chunk + b * kBlockQuants, c);
+                        accumulate_block(c, d + b * kTileRows, xa, b0 + b, t0, nt, acc);
                     }
-                    const int8_t* piece = act + b * kPackedPiece;
-                    multiply_block(piece, piece + kPackedPlane, kBlock, chunk + b * kBlockQuants, c);
-                    accumulate_block(c, d + b * kTileRows, xa, b0 + b, t0, nt, acc);
                 }
             }
         }
