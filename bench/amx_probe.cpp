@@ -4,7 +4,10 @@
 //   1. asks the kernel for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
 //   2. under a SIGILL / SIGSEGV handler, loads a tile configuration, multiplies one 16 x 64 u8 tile by one
 //      16 x 64 s8 tile (TDPBUSD) and compares the 16 x 16 int32 result with the scalar definition;
-//   3. times a loop of independent TDPBUSD (4 accumulators) on one core: int8 multiply-adds per second.
+//   3. times a loop of independent TDPBUSD (4 accumulators) on one core: int8 multiply-adds per second;
+//   4. times the per-block pattern of the library's AMX kernel (src/backends/cpu/matmul/gemm_int8_amx.cpp) on
+//      L1-resident data: tile loads + four K = 32 TDPBSUD, then with the four tile stores, then with vector reads of
+//      them.
 // Prints one JSON object; exit 0 when the tile product ran and was exact, 1 when AMX is absent or faulted.
 // Not part of the library: a measurement for docs/benchmarks.md. Build (GCC >= 11):
 //   cmake --build build --target kvstash_amx_probe   (or: g++ -O2 -std=c++20 -mamx-tile -mamx-int8 -static
@@ -118,6 +121,61 @@ double tdpbusd_rate(long steps) {
     return static_cast<double>(steps) * 4.0 * 16 * 16 * 64 / s;
 }
 
+// The AMX q8_0 kernel's per-block pattern (src/backends/cpu/matmul/gemm_int8_amx.cpp), timed in pieces on one core:
+// ns per block of (stores 0) the tile loads, zeroing and four K = 32 TDPBSUD; (1) those and the four 1 KiB tile stores;
+// (2) those and reading the stored products back with vector loads (as the float steps do). Where the time goes.
+alignas(64) int8_t act_block[1024];
+alignas(64) uint8_t weight_block[1024];
+alignas(64) int32_t products[1024];
+__attribute__((target("avx512f"))) double kernel_pattern_ns(long steps, int variant) {
+    TileConfig cfg;
+    for (int t = 0; t < 2; ++t) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 32;
+    }
+    for (int t = 2; t < 4; ++t) {
+        cfg.rows[t] = 8;
+        cfg.colsb[t] = 64;
+    }
+    for (int t = 4; t < 8; ++t) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    __m512i sink = _mm512_setzero_si512();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (long i = 0; i < steps; ++i) {
+        _tile_loadd(0, act_block, 32);
+        _tile_loadd(1, act_block + 512, 32);
+        _tile_loadd(2, weight_block, 128);
+        _tile_loadd(3, weight_block + 64, 128);
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
+        _tile_dpbsud(4, 0, 2);
+        _tile_dpbsud(5, 1, 2);
+        _tile_dpbsud(6, 0, 3);
+        _tile_dpbsud(7, 1, 3);
+        if (variant >= 1) {
+            _tile_stored(4, products, 64);
+            _tile_stored(5, products + 256, 64);
+            _tile_stored(6, products + 512, 64);
+            _tile_stored(7, products + 768, 64);
+        }
+        if (variant >= 2) {
+            for (int j = 0; j < 64; ++j) sink = _mm512_add_epi32(sink, _mm512_load_si512(products + 16 * j));
+        }
+    }
+    _tile_stored(4, products, 64);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    _tile_release();
+    alignas(64) int32_t out[16];
+    _mm512_store_si512(out, sink);
+    if (out[0] == 12345) std::printf(" ");  // keep the reads
+    return s / static_cast<double>(steps) * 1e9;
+}
+
 }  // namespace
 
 int main() {
@@ -125,6 +183,7 @@ int main() {
     const long perm = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata);
     bool ran = false, exact = false;
     double rate = 0.0;
+    double block_ns[3] = {0.0, 0.0, 0.0};
     if (flags && perm == 0) {
         struct sigaction sa = {};
         sa.sa_handler = on_fault;
@@ -133,13 +192,17 @@ int main() {
         if (sigsetjmp(fault_jump, 1) == 0) {
             exact = tile_product_is_exact();
             ran = true;
-            if (exact) rate = tdpbusd_rate(20000000);
+            if (exact) {
+                rate = tdpbusd_rate(20000000);
+                for (int v = 0; v < 3; ++v) block_ns[v] = kernel_pattern_ns(2000000, v);
+            }
         }
     }
     std::printf(
         "{\"cpuinfo_amx_tile_and_int8\": %s, \"arch_prctl_xtiledata\": %ld, \"fault_signal\": %d, "
-        "\"tile_product_ran\": %s, \"tile_product_exact\": %s, \"tdpbusd_int8_macs_per_s_one_core\": %.4g}\n",
+        "\"tile_product_ran\": %s, \"tile_product_exact\": %s, \"tdpbusd_int8_macs_per_s_one_core\": %.4g, "
+        "\"kernel_block_ns\": {\"load_zero_4dp\": %.1f, \"and_4_stores\": %.1f, \"and_vector_reads\": %.1f}}\n",
         flags ? "true" : "false", perm, static_cast<int>(fault_signal), ran ? "true" : "false",
-        exact ? "true" : "false", rate);
+        exact ? "true" : "false", rate, block_ns[0], block_ns[1], block_ns[2]);
     return ran && exact ? 0 : 1;
 }

@@ -40,6 +40,7 @@
 #include "format/tensor_type.h"
 #include "kvstash/error.h"
 #include "kvstash/evaluator.h"
+#include "kvstash/instruction_sets.h"
 #include "kvstash/model.h"
 #include "kvstash/state.h"
 
@@ -295,7 +296,7 @@ int main(int argc, char** argv) {
     try {
         json out;
         out["threads"] = threads;
-        out["isa"] = kvstash::isa_name(kvstash::active_isa());
+        out["isa"] = kvstash::instruction_sets().active;  // "amx" where the AVX-512 path runs the AMX tiles
         if (kernels) {
             json k = json::array();
             using kvstash::TensorType;

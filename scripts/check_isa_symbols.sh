@@ -32,7 +32,7 @@ cd "$ROOT"
 # An aarch64 build (its NEON objects present) has one such kind of file: *_neon_dotprod.cpp (-march=...+dotprod; the
 # *_neon.cpp files are built for the baseline); nm of the cross binutils reads its objects where it is installed.
 NM=nm
-PATTERN='_(avx2|avx512|avx512vnni)\.cpp$'
+PATTERN='_(avx2|avx512|avx512vnni|amx)\.cpp$'
 if compgen -G "$OBJ_DIR/src/backends/cpu/*/*_neon.cpp.o" >/dev/null; then
     PATTERN='_neon_dotprod\.cpp$'
     command -v aarch64-linux-gnu-nm >/dev/null && NM=aarch64-linux-gnu-nm

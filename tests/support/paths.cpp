@@ -5,7 +5,12 @@
 
 namespace kvstash::test {
 
-std::string source_dir() { return KVSTASH_SOURCE_DIR; }
+// KVSTASH_TEST_SOURCE_DIR, where set, names the tree instead of the one built from: test binaries carried to another
+// machine (scripts/amx_pack.sh) find the fixtures in the copy of the tree there.
+std::string source_dir() {
+    if (const char* env = std::getenv("KVSTASH_TEST_SOURCE_DIR"); env && *env) return env;
+    return KVSTASH_SOURCE_DIR;
+}
 
 std::string fixture_path(const std::string& relative) { return source_dir() + "/tests/fixtures/" + relative; }
 

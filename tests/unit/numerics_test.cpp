@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/runtime/amx.h"
 #include "backends/cpu/runtime/numerics.h"
 #include "support/eval_helpers.h"
 #include "support/every_path.h"
@@ -102,7 +103,7 @@ TEST(Numerics, EverySettingIsRunAndSharesTheCpuPath) {
     const std::vector<std::string> settings = isa_settings();
     EXPECT_EQ(settings.front(), "scalar");
     if (cpu_supports_avx512_vnni()) {
-        EXPECT_EQ(settings.size(), 4u);
+        EXPECT_EQ(settings.size(), cpu_supports_amx() ? 5u : 4u);  // scalar avx2 avx512 avx512-novnni (amx)
         EXPECT_EQ(current_numerics().path, NumericsPath::cpu);
     }
 }

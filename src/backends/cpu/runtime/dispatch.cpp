@@ -9,10 +9,12 @@
 #include "backends/cpu/attention/attention_rows.h"
 #include "backends/cpu/exp/exp_f32.h"
 #include "backends/cpu/matmul/gemm_int8.h"
+#include "backends/cpu/matmul/gemm_int8_amx.h"
 #include "backends/cpu/matmul/matmul_impl.h"
 #include "backends/cpu/matmul/quantize_act.h"
 #include "backends/cpu/norm/norm.h"
 #include "backends/cpu/rope/rope_rotate.h"
+#include "backends/cpu/runtime/amx.h"
 #include "backends/cpu/runtime/numerics.h"
 #include "backends/cpu/ssm/ssm.h"
 #include "kvstash/error.h"
@@ -40,6 +42,14 @@ bool cpu_has_f16c() {
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
 }
 
+// AMX-TILE and AMX-INT8 through CPUID leaf 7, sub-leaf 0 (EDX bits 24, 25), read directly: what
+// __builtin_cpu_supports knows of AMX differs between compilers.
+bool detect_cpuid_amx() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (edx & (1u << 24)) != 0 && (edx & (1u << 25)) != 0;
+}
+
 CpuFeatures detect_cpu_features() {
     CpuFeatures f;
     f.avx2 = __builtin_cpu_supports("avx2");
@@ -63,6 +73,9 @@ CpuFeatures detect_cpu_features() {
 #else
 CpuFeatures detect_cpu_features() { return {}; }  // no known extension: the scalar path
 #endif
+#if !KVSTASH_HAVE_X86_KERNELS
+bool detect_cpuid_amx() { return false; }
+#endif
 
 bool detect_cpu_supports(Isa isa) {
     const CpuFeatures& f = cpu_features();
@@ -78,6 +91,7 @@ bool detect_cpu_supports(Isa isa) {
 struct IsaChoice {
     Isa isa = Isa::scalar;
     bool vnni_off = false;     // KVSTASH_ISA=avx512-novnni: the AVX-512 path without its VNNI integer kernels
+    bool amx = false;          // KVSTASH_ISA=amx: the AVX-512 path with the AMX prefill tiles
     bool dotprod_off = false;  // KVSTASH_ISA=neon-nodotprod: the NEON path without its dot-product integer kernels
     std::string error;         // non-empty: KVSTASH_ISA asked for something unusable
 };
@@ -89,6 +103,17 @@ IsaChoice choose_isa() {
         std::string name = forced;
         if (name == kAvx512WithoutVnni) {
             choice.vnni_off = true;
+            name = isa_name(Isa::avx512);
+        } else if (name == kAvx512Amx) {
+            // Refused like an ISA the CPU lacks (never a silent fall back: a benchmark or test of amx must not
+            // measure another path), with what the detection found.
+            if (!cpu_supports_amx()) {
+                choice.error = "KVSTASH_ISA=amx but this CPU does not run AMX tiles: " + amx_detection_detail() +
+                               "; unset it or choose one of the supported paths";
+                choice.isa = Isa::avx512;
+                return choice;
+            }
+            choice.amx = true;
             name = isa_name(Isa::avx512);
         } else if (name == kNeonWithoutDotprod) {
             choice.dotprod_off = true;
@@ -104,13 +129,15 @@ IsaChoice choose_isa() {
             return choice;
         }
         choice.error = "KVSTASH_ISA=" + name + " is not a known instruction set; use scalar, avx2, avx512, " +
-                       kAvx512WithoutVnni + ", neon or " + kNeonWithoutDotprod;
+                       kAvx512WithoutVnni + ", " + kAvx512Amx + ", neon or " + kNeonWithoutDotprod;
         return choice;
     }
     choice.isa = cpu_supports(Isa::avx512) ? Isa::avx512
                  : cpu_supports(Isa::avx2) ? Isa::avx2
                  : cpu_supports(Isa::neon) ? Isa::neon
                                            : Isa::scalar;
+    // AMX is opt-in (KVSTASH_ISA=amx) until it is faster than the VNNI tiles: measured on an AMX Xeon it was not
+    // (docs/benchmarks.md, "AMX"), so the default executes no tile instruction.
     return choice;
 }
 
@@ -162,10 +189,13 @@ kernels::KernelTable avx512_table() {
     // With VNNI and VBMI the integer kernels use vpdpbusd; without them (Skylake-SP/X, KVSTASH_ISA=avx512-novnni) the
     // same many-token tiles run on vpmaddubsw + vpmaddwd, and a few tokens on the AVX2 integer kernels (gemm_int8.h).
     // The same bits either way: every path computes the scalar definition.
+    // With AMX (avx512_uses_amx: VNNI too), q8_0 prefill on AMX tiles and everything else on the VNNI kernels.
     const bool vnni = avx512_uses_vnni();
     kernels::KernelTable t;
     t.matmul_rows = kernels::matmul_rows_avx512;
-    t.matmul_int8_rows = vnni ? kernels::gemm_int8_rows_avx512vnni : kernels::gemm_int8_rows_avx512bw;
+    t.matmul_int8_rows = avx512_uses_amx() ? kernels::gemm_int8_rows_amx
+                         : vnni            ? kernels::gemm_int8_rows_avx512vnni
+                                           : kernels::gemm_int8_rows_avx512bw;
     t.quantize_activation_row = kernels::quantize_activation_row_avx512;
     t.attention_dot = kernels::attention_dot_avx512;
     t.attention_axpy = kernels::attention_axpy_avx512;
@@ -239,6 +269,24 @@ Isa active_isa() {
 
 bool avx512_uses_vnni() { return cpu_supports_avx512_vnni() && !isa_choice().vnni_off; }
 
+namespace {
+const AmxSupport& amx_support() {
+    static const AmxSupport support = detect_amx_support(cpuid_reports_amx(), cpu_supports_avx512_vnni());
+    return support;
+}
+}  // namespace
+
+bool cpuid_reports_amx() {
+    static const bool reported = detect_cpuid_amx();
+    return reported;
+}
+
+bool cpu_supports_amx() { return amx_support().usable; }
+
+const std::string& amx_detection_detail() { return amx_support().detail; }
+
+bool avx512_uses_amx() { return isa_choice().amx; }
+
 bool cpu_supports_neon_dotprod() {
     static const bool has = cpu_supports(Isa::neon) && cpu_features().neon_dotprod;
     return has;
@@ -250,6 +298,7 @@ std::vector<std::string> isa_settings() {
     std::vector<std::string> settings;
     for (Isa isa : available_isas()) settings.emplace_back(isa_name(isa));
     if (cpu_supports_avx512_vnni()) settings.emplace_back(kAvx512WithoutVnni);
+    if (cpu_supports_amx()) settings.emplace_back(kAvx512Amx);
     if (cpu_supports_neon_dotprod()) settings.emplace_back(kNeonWithoutDotprod);
     return settings;
 }
@@ -299,8 +348,10 @@ const kernels::KernelTable& kernels::kernel_table(Isa isa) {
 
 InstructionSets instruction_sets() {
     InstructionSets sets;
-    sets.active = isa_name(active_isa());
+    const Isa active = active_isa();
+    sets.active = active == Isa::avx512 && avx512_uses_amx() ? kAvx512Amx : isa_name(active);
     for (Isa isa : available_isas()) sets.available.emplace_back(isa_name(isa));
+    if (cpu_supports_amx()) sets.available.emplace_back(kAvx512Amx);
     return sets;
 }
 

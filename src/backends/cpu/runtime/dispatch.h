@@ -3,8 +3,9 @@
 //
 // The best path the CPU supports is chosen once per process. The environment variable
 // KVSTASH_ISA=scalar|avx2|avx512 (x86-64) or scalar|neon (aarch64) forces one (tests, benchmarks), as do
-// avx512-novnni and neon-nodotprod (numerics.h); forcing an ISA this CPU or build lacks, or an unknown name,
-// makes active_isa() and matmul() throw Error(invalid_argument).
+// avx512-novnni and neon-nodotprod (numerics.h) and amx (the AVX-512 path with AMX prefill tiles, opt-in: amx.h);
+// forcing an ISA this CPU or build lacks, or an unknown name, makes active_isa() and matmul() throw
+// Error(invalid_argument).
 #pragma once
 
 #include <cstdint>
