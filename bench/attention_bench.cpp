@@ -3,9 +3,10 @@
 //   kvstash_attention_bench -m models/SmolLM2-135M-Instruct.Q4_1.gguf -t 2 --context 4096 --context 8192 [--kv-type
 //   q8_0]
 //   kvstash_attention_bench --shape 2 1 64 2 -t 2 --context 32768 --prefill-rows 128 --prefill-only
+//   kvstash_attention_bench --shape 4 1 256 15 -t 1 --context 8192 --prefill-rows 256 --prefill-only --window 512
 //
 // (--shape: n_head n_head_kv head_dim n_layer, no model file needed; the second line is the random Llama 3.1
-// fixture's shape.)
+// fixture's shape; the third Gemma 3 270M's sliding-window layers.)
 // For each context length C, a random f16 (or q8_0) KV cache of C positions for every layer (32-token blocks
 // from the KV block pool, every layer's rows in one block, as a State holds it) and random queries; then, timed (median
 // of the repeats):
@@ -143,6 +144,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     bool prefill_only = false;
     app.add_flag("--prefill-only", prefill_only, "skip the decode measurements");
+    int64_t window = 0;
+    app.add_option("--window", window, "sliding window of every layer (Gemma 3's local layers: 512; 0: none)")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
     CLI11_PARSE(app, argc, argv);
 
     if (model_path.empty() && shape_override.empty()) {
@@ -165,6 +169,7 @@ int main(int argc, char** argv) {
         n_layer = shape_override[3];
     }
     shape.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+    shape.window = window;
     const int64_t q_width = shape.n_head * shape.head_dim;
     kvstash::ThreadPool pool(threads);
     const kvstash::Isa isa = kvstash::active_isa();
@@ -175,7 +180,10 @@ int main(int argc, char** argv) {
     out["threads"] = threads;
     out["kv_type"] = kv_type;
     out["n_layer"] = n_layer;
-    out["shape"] = {{"n_head", shape.n_head}, {"n_head_kv", shape.n_head_kv}, {"head_dim", shape.head_dim}};
+    out["shape"] = {{"n_head", shape.n_head},
+                    {"n_head_kv", shape.n_head_kv},
+                    {"head_dim", shape.head_dim},
+                    {"window", shape.window}};
     for (int64_t ctx : contexts) {
         std::mt19937 rng(static_cast<uint32_t>(ctx));
         const ModelCache cache(n_layer, ctx, shape.n_head_kv * shape.head_dim, rng,
@@ -217,8 +225,10 @@ int main(int argc, char** argv) {
             r["prefill_cpu_ms_per_row"] = prefill.cpu_ms / static_cast<double>(rows);
             // 4 flops per (head, key, dimension): the score's multiply-add and the value's.
             double flops = 0;
-            for (int64_t p = ctx - rows; p < ctx; ++p)
-                flops += 4.0 * static_cast<double>(shape.n_head * shape.head_dim) * (p + 1);
+            for (int64_t p = ctx - rows; p < ctx; ++p) {
+                const int64_t keys = window > 0 ? std::min(window, p + 1) : p + 1;
+                flops += 4.0 * static_cast<double>(shape.n_head * shape.head_dim) * static_cast<double>(keys);
+            }
             flops *= static_cast<double>(n_layer);
             r["prefill_gflop_s"] = flops / prefill.wall_ms / 1e6;
             r["prefill_gflop_per_cpu_s"] = flops / prefill.cpu_ms / 1e6;

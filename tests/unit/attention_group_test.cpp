@@ -63,10 +63,10 @@ struct Rows {
 };
 
 // One call of the ISA's group kernel (heads with query vectors q, keys first_key.., head h the first
-// head_keys[h] of them, or n_keys for all if head_keys is empty) against chunk_partial_rows
-// (backends/cpu/attention/attention.cpp), the definition, head by head.
+// head_keys[h] of them, or n_keys for all if head_keys is empty, from the head_first[h]-th, or the first if head_first
+// is empty) against chunk_partial_rows (backends/cpu/attention/attention.cpp), the definition, head by head.
 void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<float>& q, int64_t first_key,
-                int64_t n_keys, const std::vector<int64_t>& head_keys) {
+                int64_t n_keys, const std::vector<int64_t>& head_keys, const std::vector<int64_t>& head_first = {}) {
     const int64_t head_dim = rows.head_dim;
     const int64_t n_heads = static_cast<int64_t>(q.size()) / head_dim;
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(Isa::scalar);  // every ISA: the scalar bits
@@ -81,6 +81,7 @@ void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<fl
     args.n_keys = n_keys;
     args.scale = 0.125f;
     args.head_keys = head_keys.empty() ? nullptr : head_keys.data();
+    args.head_first = head_first.empty() ? nullptr : head_first.data();
     args.k_blocks = rows.k_table.data();
     args.v_blocks = rows.v_table.data();
     args.offset = offset;
@@ -96,17 +97,18 @@ void check_call(Isa isa, TensorType type, const Rows& rows, const std::vector<fl
         return t[pos / kBlockTokens] + (pos % kBlockTokens) * rows.row_bytes + offset;
     };
     for (int64_t h = 0; h < n_heads; ++h) {
-        const int64_t n = head_keys.empty() ? n_keys : head_keys[h];
+        const int64_t from = first_key + (head_first.empty() ? 0 : head_first[h]);
+        const int64_t n = first_key + (head_keys.empty() ? n_keys : head_keys[h]) - from;
         std::vector<float> s(static_cast<size_t>(n)), a(static_cast<size_t>(head_dim), 0.0f);
         float m = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
-            s[j] = ops.dot(q.data() + h * head_dim, row(rows.k_table, first_key + j), head_dim, type) * args.scale;
+            s[j] = ops.dot(q.data() + h * head_dim, row(rows.k_table, from + j), head_dim, type) * args.scale;
             if (s[j] > m) m = s[j];
         }
         ops.exp_shifted(s.data(), s.data(), n, m);
         float l = 0.0f;
         for (int64_t j = 0; j < n; ++j) l += s[j];
-        for (int64_t j = 0; j < n; ++j) ops.axpy(a.data(), s[j], row(rows.v_table, first_key + j), head_dim, type);
+        for (int64_t j = 0; j < n; ++j) ops.axpy(a.data(), s[j], row(rows.v_table, from + j), head_dim, type);
         ASSERT_EQ(0, std::memcmp(&m, &max[h], sizeof(float))) << "head " << h << " max";
         ASSERT_EQ(0, std::memcmp(&l, &sum[h], sizeof(float))) << "head " << h << " sum";
         ASSERT_EQ(0, std::memcmp(a.data(), acc.data() + h * head_dim, head_dim * sizeof(float)))
@@ -214,6 +216,49 @@ TEST(AttentionGroup, HeadsWithDifferentKeyCountsEqualPerRowOperationsBitwise) {
         }
     }
     if (kernels_checked == 0) GTEST_SKIP() << "no ISA with a group kernel on this CPU";
+}
+
+// Rows whose sliding windows start inside the chunk in one call (AttentionGroupArgs::head_first: the AVX2 kernel, which
+// Gemma 3's head size 256 takes on AVX-512 CPUs too): groups of heads (4 query heads to 1 KV head as Gemma 3 270M, 3 as
+// SmolLM2) starting one key later per row, seeing the chunk to its end or (a window shorter than a chunk, on its
+// diagonal) one key more per row as well; few rows (each run of heads alone) and many (16 heads in the lanes, rows
+// across blocks of 16 lanes and of value keys).
+TEST(AttentionGroup, HeadsStartingAtDifferentKeysEqualPerRowOperationsBitwise) {
+    const std::vector<Isa> isas = available_isas();
+    if (std::find(isas.begin(), isas.end(), Isa::avx2) == isas.end()) {
+        GTEST_SKIP() << "no AVX2 on this CPU: the only kernel that takes AttentionGroupArgs::head_first";
+    }
+    for (int64_t head_dim : {64, 256}) {
+        for (TensorType type : group_types(Isa::avx2)) {
+            std::mt19937 rng(static_cast<uint32_t>(head_dim) + static_cast<uint32_t>(type) + 11);
+            const Rows rows(type, 300, rng, head_dim);
+            std::normal_distribution<float> normal(0.0f, 2.0f);
+            for (int64_t group : {4, 3}) {
+                for (int64_t n_rows : {1, 2, 3, 5, 32}) {
+                    std::vector<float> q(static_cast<size_t>(group * n_rows * head_dim));
+                    for (float& x : q) x = normal(rng);
+                    for (int64_t first : {0, 7, 100}) {
+                        for (bool diagonal : {false, true}) {
+                            // Row r: keys [first + r, end_r), end_r = the chunk's end, or first + r + 20 + r on the
+                            // diagonal of a 21-key window.
+                            std::vector<int64_t> head_first, head_keys;
+                            for (int64_t r = 0; r < n_rows; ++r) {
+                                head_first.insert(head_first.end(), static_cast<size_t>(group), first + r);
+                                head_keys.insert(head_keys.end(), static_cast<size_t>(group),
+                                                 diagonal ? first + 2 * r + 21 : first + n_rows + 40);
+                            }
+                            const int64_t n_keys = *std::max_element(head_keys.begin(), head_keys.end());
+                            SCOPED_TRACE(std::string(tensor_type_name(static_cast<uint32_t>(type))) + " head_dim " +
+                                         std::to_string(head_dim) + " group " + std::to_string(group) + " rows " +
+                                         std::to_string(n_rows) + " first " + std::to_string(first) +
+                                         (diagonal ? " diagonal" : ""));
+                            check_call(Isa::avx2, type, rows, q, 30, n_keys, head_keys, head_first);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -476,6 +476,50 @@ TEST(AttentionChunks, TiledRowsEqualDefinitionBitwise) {
     }
 }
 
+// Prefill rows of sliding-window layers whose windows start inside a chunk, one key later from row to row (Gemma 3
+// 270M's local layers: 4 query heads to 1 KV head, head size 256, window 512; a window of 100 that starts and ends
+// in one chunk; SmolLM2's heads): tiles of 32 rows, not aligned to the chunks, whose rows share one call per chunk on
+// the AVX2 kernel (AttentionGroupArgs::head_first), and suffixes of 2 and 7 rows. On every ISA, with and without a
+// pool, the scalar per-row definition's bits.
+TEST(AttentionChunks, WindowsStartingInsideAChunkEqualDefinitionBitwise) {
+    struct Case {
+        int64_t n_head, n_head_kv, head_dim, window;
+    };
+    const int64_t n_pos = 1000, first = 760;
+    for (const Case c : {Case{4, 1, 256, 512}, Case{4, 1, 256, 100}, Case{9, 3, 64, 300}}) {
+        for (TensorType type : {TensorType::F16, TensorType::Q8_0}) {
+            std::mt19937 rng(static_cast<uint32_t>(3 * c.head_dim + c.window));
+            const TestCache cache(type, n_pos, c.n_head_kv * c.head_dim, rng, 1.0f);
+            const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim,
+                                       1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.window};
+            const int64_t q_width = c.n_head * c.head_dim;
+            std::normal_distribution<float> normal(0.0f, 2.0f);
+            std::vector<float> q(static_cast<size_t>((n_pos - first) * q_width));
+            for (float& x : q) x = normal(rng);
+            std::vector<float> definition(q.size());
+            attention_per_row_with(Isa::scalar, shape, cache.view(), q.data(), n_pos - first, first, definition.data());
+            for (Isa isa : available_isas()) {
+                if (kSanitized && isa == Isa::scalar && available_isas().size() > 1) continue;
+                SCOPED_TRACE(std::string(isa_name(isa)) + " d" + std::to_string(c.head_dim) + " window " +
+                             std::to_string(c.window) + " " + tensor_type_name(static_cast<uint32_t>(type)));
+                for (int threads : {0, 2}) {
+                    std::unique_ptr<ThreadPool> pool = threads > 0 ? std::make_unique<ThreadPool>(threads) : nullptr;
+                    // (first row, rows): all of them, then suffixes of 7 and 2 rows.
+                    const std::pair<int64_t, int64_t> calls[] = {{first, n_pos - first}, {900, 7}, {997, 2}};
+                    for (const auto& [from, n] : calls) {
+                        std::vector<float> out(static_cast<size_t>(n * q_width));
+                        attention_with(isa, shape, cache.view(), q.data() + (from - first) * q_width, n, from,
+                                       out.data(), pool.get());
+                        ASSERT_EQ(0, std::memcmp(out.data(), definition.data() + (from - first) * q_width,
+                                                 out.size() * sizeof(float)))
+                            << threads << " threads, rows " << from << ".." << from + n - 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
 // The one key a query at position 0 sees: the output is exactly that key's value row (weight 1).
 TEST(AttentionSingleKey, OutputIsTheOnlyValueRow) {
     std::mt19937 rng(3);

@@ -82,15 +82,24 @@ bool group_kernel_supports(Isa isa, int64_t head_dim) {
     }
 }
 
+// Whether chunk_partial_heads takes heads that start at different keys of a chunk (AttentionGroupArgs::head_first:
+// only the AVX2 group kernel reads it).
+bool heads_may_differ_in_first_key(Isa isa, TensorType type, int64_t head_dim) {
+    isa = isa_for(isa, type, head_dim);
+    return isa == Isa::avx2 && kernels::kernel_table(isa).attention_group != nullptr &&
+           group_kernel_supports(isa, head_dim);
+}
+
 // `n_heads` heads that read KV head `kv_head` (their query vectors consecutive at q_heads), keys
 // k_first.. (n_keys of them; head i the first head_keys[i] of them where head_keys is given: every group kernel
-// reads AttentionGroupArgs::head_keys, the per-row fallback takes the heads one at a time): the partials into
+// reads AttentionGroupArgs::head_keys, the per-row fallback takes the heads one at a time; from the head_first[i]-th
+// where head_first is given, on heads_may_differ_in_first_key paths only): the partials into
 // `partial` (partial_floats(n_heads) floats), bitwise chunk_partial_rows for each head, by the ISA's group kernel
 // where it has one. Each head's partial depends only on its own query vector and the keys, never on how many heads
 // share the call.
 void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv, const float* q_heads, int64_t n_heads,
                          int64_t kv_head, int64_t k_first, int64_t n_keys, float* partial, std::vector<float>& scores,
-                         const int64_t* head_keys = nullptr) {
+                         const int64_t* head_keys = nullptr, const int64_t* head_first = nullptr) {
     isa = isa_for(isa, kv.type, s.head_dim);
     scores.resize(static_cast<size_t>(n_heads * kChunk));
     float* max_score = partial;
@@ -106,6 +115,7 @@ void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv
         args.n_keys = n_keys;
         args.scale = s.scale;
         args.head_keys = head_keys;
+        args.head_first = head_first;
         args.k_blocks = kv.k_blocks;
         args.v_blocks = kv.v_blocks;
         args.offset = head_offset(s, kv, kv_head);
@@ -121,9 +131,10 @@ void chunk_partial_heads(Isa isa, const AttentionShape& s, const KvLayerView& kv
     }
     const kernels::AttentionRowOps ops = kernels::attention_row_ops(isa);
     for (int64_t i = 0; i < n_heads; ++i) {
-        chunk_partial_rows(ops, s, kv, q_heads + i * s.head_dim, kv_head, k_first,
-                           head_keys == nullptr ? n_keys : head_keys[i], scores.data(), max_score + i, sum + i,
-                           acc + i * s.head_dim);
+        const int64_t first = head_first == nullptr ? 0 : head_first[i];
+        chunk_partial_rows(ops, s, kv, q_heads + i * s.head_dim, kv_head, k_first + first,
+                           (head_keys == nullptr ? n_keys : head_keys[i]) - first, scores.data(), max_score + i,
+                           sum + i, acc + i * s.head_dim);
     }
 }
 
@@ -293,24 +304,27 @@ void make_tiles(const AttentionShape& s, const AttentionRows& rows, std::vector<
     }
 }
 
-// Scratch of one tile-chunk step: the gathered query vectors, the partials of the call, the scores.
+// Scratch of one tile-chunk step: the gathered query vectors, the partials of the call, the scores, the heads' keys.
 struct TileScratch {
     std::vector<float> q, partial, scores;
-    std::vector<int64_t> head_keys;
+    std::vector<int64_t> head_keys, head_first;
+    std::vector<int64_t> row_first, row_end;  // per row of the call, its keys [first, end) (absolute positions)
 };
 
 // Chunk c of KV head `kv_head` for the rows of `tile` that attend to it. Row i's partial (partial_floats(group)
 // floats, as chunk_partial writes it) goes to base + (i * tile.span + c - first_chunk(row's pos)) * stride, so
 // that each row's chunks are consecutive from its first. Consecutive rows that see the same keys of this
 // chunk (all of them below the last rows' chunk), or the same first key (the rows of the chunk's diagonal, each
-// seeing one key more than the row before), share one call: their heads' query vectors are gathered
-// and each head's partial is bitwise what a call of its own gives.
+// seeing one key more than the row before), share one call, and on the AVX2 kernel so do rows whose sliding windows
+// start in the chunk (one key later from row to row: heads_may_differ_in_first_key): their heads' query vectors are
+// gathered and each head's partial is bitwise what a call of its own gives.
 void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, const float* q, const RowTile& tile,
                 int64_t kv_head, int64_t c, float* base, TileScratch& scratch) {
     const int64_t group = s.n_head / s.n_head_kv;
     const int64_t q_width = s.n_head * s.head_dim;
     const int64_t stride = partial_floats(s, group);
     const KvLayerView& kv = rows.views[rows.row_view[tile.first_row]];
+    const bool firsts_may_differ = heads_may_differ_in_first_key(isa, kv.type, s.head_dim);
     for (int64_t i = 0; i < tile.n_rows;) {
         const int64_t pos = rows.row_pos[tile.first_row + i];
         if (c < first_chunk(s, pos) || c > pos / kChunk) {
@@ -319,17 +333,34 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
         }
         int64_t k_first = 0, n_keys = 0;
         chunk_keys(s, pos, c, &k_first, &n_keys);
-        // Rows i..i+m-1 share the call: keys from k_first, row j the first row_keys[j] of them, n_keys the most.
-        scratch.head_keys.assign(static_cast<size_t>(group), n_keys);
+        // Rows i..i+m-1 share the call: row j sees keys [row_first[j], row_end[j]), the call keys from the least first
+        // to the greatest end. Rows that start at a different key (sliding windows that start in this chunk) only
+        // where the kernel takes them.
+        scratch.row_first.assign(1, k_first);
+        scratch.row_end.assign(1, k_first + n_keys);
+        int64_t call_first = k_first, call_end = k_first + n_keys;
         int64_t m = 1;
         for (; i + m < tile.n_rows; ++m) {
             const int64_t p = rows.row_pos[tile.first_row + i + m];
             if (c < first_chunk(s, p) || c > p / kChunk) break;
             int64_t f = 0, n = 0;
             chunk_keys(s, p, c, &f, &n);
-            if (f != k_first) break;
-            scratch.head_keys.insert(scratch.head_keys.end(), static_cast<size_t>(group), n);
-            n_keys = std::max(n_keys, n);
+            if (f != k_first && !firsts_may_differ) break;
+            scratch.row_first.push_back(f);
+            scratch.row_end.push_back(f + n);
+            call_first = std::min(call_first, f);
+            call_end = std::max(call_end, f + n);
+        }
+        bool same_keys = true, same_first = true;
+        scratch.head_keys.clear();
+        scratch.head_first.clear();
+        for (int64_t j = 0; j < m; ++j) {
+            const int64_t first = scratch.row_first[static_cast<size_t>(j)] - call_first;
+            const int64_t end = scratch.row_end[static_cast<size_t>(j)] - call_first;
+            same_first = same_first && first == 0;
+            same_keys = same_keys && end == call_end - call_first;
+            scratch.head_first.insert(scratch.head_first.end(), static_cast<size_t>(group), first);
+            scratch.head_keys.insert(scratch.head_keys.end(), static_cast<size_t>(group), end);
         }
         const int64_t n_heads = m * group;
         scratch.q.resize(static_cast<size_t>(n_heads * s.head_dim));
@@ -338,10 +369,9 @@ void tile_chunk(Isa isa, const AttentionShape& s, const AttentionRows& rows, con
             const float* src = q + (tile.first_row + i + j) * q_width + kv_head * group * s.head_dim;
             std::copy(src, src + group * s.head_dim, scratch.q.data() + j * group * s.head_dim);
         }
-        const bool same_keys =
-            std::all_of(scratch.head_keys.begin(), scratch.head_keys.end(), [&](int64_t n) { return n == n_keys; });
-        chunk_partial_heads(isa, s, kv, scratch.q.data(), n_heads, kv_head, k_first, n_keys, scratch.partial.data(),
-                            scratch.scores, same_keys ? nullptr : scratch.head_keys.data());
+        chunk_partial_heads(isa, s, kv, scratch.q.data(), n_heads, kv_head, call_first, call_end - call_first,
+                            scratch.partial.data(), scratch.scores, same_keys ? nullptr : scratch.head_keys.data(),
+                            same_first ? nullptr : scratch.head_first.data());
         const float* p = scratch.partial.data();
         for (int64_t j = 0; j < m; ++j) {
             const int64_t row_pos = rows.row_pos[tile.first_row + i + j];

@@ -28,6 +28,10 @@ struct AttentionGroupArgs {
     // n_keys. (The rows of a chunk's diagonal share one call: row i sees one key more than row i - 1.) Keys up to
     // n_keys must be stored whichever head sees them.
     const int64_t* head_keys = nullptr;
+    // Per head, the first key it sees: head h keys head_first[h]..keys - 1 of the chunk (indices from first_key, below
+    // its key count); nullptr: from the chunk's first. (Rows whose sliding windows start inside the chunk share one
+    // call.) Only attention_group_avx2 takes it; keys from the chunk's first to its last must be stored.
+    const int64_t* head_first = nullptr;
     // Key j's K row for this KV head: k_blocks[j / block_tokens] + (j % block_tokens) * row_bytes + offset.
     const uint8_t* const* k_blocks = nullptr;
     const uint8_t* const* v_blocks = nullptr;

@@ -5,7 +5,9 @@
 // group, kLaneHeads and more): K and V converted to f32 once, scores with 16 heads in the lanes of a simd::F32x16, each
 // lane one head's dot product in the canonical order (its 16 fma chains, then the tree as lane-wise additions: no
 // horizontal work per key), so that the max, numerators and sums are lane-wise too, and the values walked in key
-// blocks that stay in L1.
+// blocks that stay in L1. Heads may start at different keys of the chunk (AttentionGroupArgs::head_first: the rows of a
+// sliding-window layer whose windows start in it): each block of 16 lanes walks the keys its heads see, -inf where a
+// head sees none, and each head's values run over its own keys.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -194,18 +196,23 @@ inline simd::F32x16 dot_in_lanes(const float* qt, const float* k, int64_t head_d
     return simd::add(d0, d1);
 }
 
-// s in the lanes whose head sees key j (j < count, AttentionGroupArgs::head_keys), -inf in the others.
-inline simd::F32x16 seen_or_minus_inf(simd::F32x16 s, simd::F32x16 count, int64_t j) {
+// s in the lanes whose head sees key j (first <= j < count: AttentionGroupArgs::head_first, head_keys), -inf in the
+// others.
+inline simd::F32x16 seen_or_minus_inf(simd::F32x16 s, simd::F32x16 first, simd::F32x16 count, int64_t j) {
     const __m256 key = _mm256_set1_ps(static_cast<float>(j));
     const __m256 none = _mm256_set1_ps(-INFINITY);
-    return {_mm256_blendv_ps(none, s.lo, _mm256_cmp_ps(key, count.lo, _CMP_LT_OQ)),
-            _mm256_blendv_ps(none, s.hi, _mm256_cmp_ps(key, count.hi, _CMP_LT_OQ))};
+    const __m256 seen_lo =
+        _mm256_and_ps(_mm256_cmp_ps(key, count.lo, _CMP_LT_OQ), _mm256_cmp_ps(key, first.lo, _CMP_GE_OQ));
+    const __m256 seen_hi =
+        _mm256_and_ps(_mm256_cmp_ps(key, count.hi, _CMP_LT_OQ), _mm256_cmp_ps(key, first.hi, _CMP_GE_OQ));
+    return {_mm256_blendv_ps(none, s.lo, seen_lo), _mm256_blendv_ps(none, s.hi, seen_hi)};
 }
 
 // Scores, max, numerators and sums of every head, 16 heads in the lanes: key j's scores of heads 16b.. are
 // dot_in_lanes * scale (the per-row dot's fmas and tree, so its bits), the max over the keys each head sees, then
-// simd::softmax_numerators_in_lanes. The numerators go to e[(b * n_keys + j) * 16 + lane]; k_rows[j]: key j's row in
-// f32.
+// simd::softmax_numerators_in_lanes. A block walks only the keys its heads see (from the first any of them sees to the
+// last): keys [first_of(h), keys_of(h)) of head h's numerators go to e[(b * n_keys + j) * 16 + lane], the others are
+// left as they were. k_rows[j]: key j's row in f32.
 void scores_in_lanes(const AttentionGroupArgs& a, const float* const* k_rows, float* e) {
     thread_local ScratchArray qt_scratch;
     float* qt = qt_scratch.floats(static_cast<size_t>(16 * a.head_dim));
@@ -213,24 +220,34 @@ void scores_in_lanes(const AttentionGroupArgs& a, const float* const* k_rows, fl
     for (int64_t b = 0; b * 16 < a.n_heads; ++b) {
         const int64_t lanes = std::min<int64_t>(16, a.n_heads - 16 * b);
         transpose_queries(a, b, qt);
-        // Keys every head of the block sees (all but the last rows of a chunk's diagonal), and each lane's count.
-        int64_t common = a.n_keys;
-        alignas(32) float count[16];
+        // The block's keys [begin, end); [common_begin, common_end): those every head of it sees (rows of a chunk's
+        // diagonal see fewer keys, rows whose sliding window starts in the chunk see later ones). Idle lanes see every
+        // key (their results are not stored).
+        int64_t begin = a.n_keys, end = 0, common_begin = 0, common_end = a.n_keys;
+        alignas(32) float first[16], count[16];
         for (int64_t l = 0; l < 16; ++l) {
-            const int64_t n = l < lanes ? keys_of(a, 16 * b + l) : a.n_keys;
-            common = std::min(common, n);
+            int64_t f = 0, n = a.n_keys;
+            if (l < lanes) {
+                f = first_of(a, 16 * b + l);
+                n = keys_of(a, 16 * b + l);
+                begin = std::min(begin, f);
+                end = std::max(end, n);
+                common_begin = std::max(common_begin, f);
+                common_end = std::min(common_end, n);
+            }
+            first[l] = static_cast<float>(f);
             count[l] = static_cast<float>(n);
         }
-        const simd::F32x16 counts = simd::load(count);
+        const simd::F32x16 firsts = simd::load(first), counts = simd::load(count);
         float* eb = e + b * a.n_keys * 16;
         simd::F32x16 m = simd::set1(-INFINITY);
-        for (int64_t j = 0; j < a.n_keys; ++j) {
+        for (int64_t j = begin; j < end; ++j) {
             simd::F32x16 s = simd::mul(dot_in_lanes(qt, k_rows[j], a.head_dim), scale);
-            if (j >= common) s = seen_or_minus_inf(s, counts, j);
+            if (j < common_begin || j >= common_end) s = seen_or_minus_inf(s, firsts, counts, j);
             m = simd::max(m, s);
             simd::store(eb + 16 * j, s);
         }
-        simd::softmax_numerators_in_lanes(eb, a.n_keys, m, lanes, a.max_score + 16 * b, a.sum + 16 * b);
+        simd::softmax_numerators_in_lanes(eb + 16 * begin, end - begin, m, lanes, a.max_score + 16 * b, a.sum + 16 * b);
     }
 }
 
@@ -242,15 +259,16 @@ struct KeyRange {
 
 // acc[h][d] for d in [8 * v0, 8 * (v0 + SV)), HB heads from h0: fma(e_hj, v_jd, acc) over the keys in
 // order, from 0 (the per-row axpy's arithmetic), sharing each V load among the heads. Over the keys of
-// `keys` only: from 0 for the first keys, else continuing the chain from the acc stored after the keys before. The HB ×
-// SV accumulators, and the HB weights or the SV value vectors (whichever are fewer), stay in the 16 AVX2 registers.
+// `keys` only, continuing the chain from the acc stored after the keys before (+0 before a head's first key: attend
+// zeroes acc). The HB × SV accumulators, and the HB weights or the SV value vectors (whichever are fewer), stay in the
+// 16 AVX2 registers.
 template <int SV, int HB, TensorType T>
 void values_slice(const AttentionGroupArgs& a, const Numerators& num, const uint8_t* const* v_rows, int64_t h0,
                   int64_t v0, KeyRange keys) {
     __m256 acc[HB][SV];
     for (int i = 0; i < HB; ++i) {
         const float* from = a.acc + (h0 + i) * a.head_dim + 8 * v0;
-        for (int c = 0; c < SV; ++c) acc[i][c] = keys.begin == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(from + 8 * c);
+        for (int c = 0; c < SV; ++c) acc[i][c] = _mm256_loadu_ps(from + 8 * c);
     }
     const float* e[HB];
     for (int i = 0; i < HB; ++i) e[i] = num.head(h0 + i);
@@ -291,7 +309,7 @@ void values_slice12(const AttentionGroupArgs& a, const Numerators& num, const ui
     for (int i = 0; i < HB; ++i) {
         const float* from = a.acc + (h0 + i) * a.head_dim + 8 * v0;
         for (int c = 0; c < SV; ++c) {
-            r[HB == 3 ? 3 * c + i : 2 * i + c] = keys.begin == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(from + 8 * c);
+            r[HB == 3 ? 3 * c + i : 2 * i + c] = _mm256_loadu_ps(from + 8 * c);
         }
     }
     __m256 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3], r4 = r[4], r5 = r[5];
@@ -376,19 +394,33 @@ void values_heads(const AttentionGroupArgs& a, const Numerators& num, const uint
     }
 }
 
-// HB heads from h0 over the keys of `keys` that each has (keys_of): together as far as all of them have keys,
-// then each head alone (rows of a chunk's diagonal, whose key counts differ by one from row to row).
+// HB heads from h0 over the keys of `keys` that each sees (first_of..keys_of): each head alone before the keys all of
+// them see, then together, then each alone after (rows of a chunk's diagonal, whose key counts differ by one from row
+// to row; rows whose sliding windows start in the chunk, one key later from row to row). Every head's keys in order.
 template <int HB, int SV, TensorType T>
 void values_block(const AttentionGroupArgs& a, const Numerators& num, const uint8_t* const* v_rows, int64_t h0,
                   KeyRange keys) {
-    int64_t common = keys.end;
-    for (int i = 0; i < HB; ++i) common = std::min(common, keys_of(a, h0 + i));
-    if (common > keys.begin) values_heads<HB, SV, T>(a, num, v_rows, h0, KeyRange{keys.begin, common});
-    if (a.head_keys == nullptr) return;
-    const int64_t rest = std::max(keys.begin, common);
+    int64_t common_begin = keys.begin, common_end = keys.end;
+    for (int i = 0; i < HB; ++i) {
+        common_begin = std::max(common_begin, first_of(a, h0 + i));
+        common_end = std::min(common_end, keys_of(a, h0 + i));
+    }
+    if (common_begin >= common_end) {  // no key that all of them see
+        for (int i = 0; i < HB; ++i) {
+            const int64_t begin = std::max(keys.begin, first_of(a, h0 + i));
+            const int64_t end = std::min(keys.end, keys_of(a, h0 + i));
+            if (begin < end) values_heads<1, 4, T>(a, num, v_rows, h0 + i, KeyRange{begin, end});
+        }
+        return;
+    }
+    for (int i = 0; i < HB; ++i) {
+        const int64_t begin = std::max(keys.begin, first_of(a, h0 + i));
+        if (begin < common_begin) values_heads<1, 4, T>(a, num, v_rows, h0 + i, KeyRange{begin, common_begin});
+    }
+    values_heads<HB, SV, T>(a, num, v_rows, h0, KeyRange{common_begin, common_end});
     for (int i = 0; i < HB; ++i) {
         const int64_t end = std::min(keys.end, keys_of(a, h0 + i));
-        if (end > rest) values_heads<1, 4, T>(a, num, v_rows, h0 + i, KeyRange{rest, end});
+        if (common_end < end) values_heads<1, 4, T>(a, num, v_rows, h0 + i, KeyRange{common_end, end});
     }
 }
 
@@ -455,10 +487,40 @@ void attend_many(const AttentionGroupArgs& a, const uint8_t* const* v_rows) {
 }
 
 template <TensorType T>
+void attend(const AttentionGroupArgs& a);
+
+// Heads that start at different keys (AttentionGroupArgs::head_first) on the few-heads path: each run of heads that see
+// the same keys as a call of its own (each head's partial depends only on its query and its keys).
+template <TensorType T>
+void attend_runs(const AttentionGroupArgs& a) {
+    for (int64_t h0 = 0; h0 < a.n_heads;) {
+        int64_t h1 = h0 + 1;
+        while (h1 < a.n_heads && first_of(a, h1) == first_of(a, h0) && keys_of(a, h1) == keys_of(a, h0)) ++h1;
+        AttentionGroupArgs run = a;
+        run.q = a.q + h0 * a.head_dim;
+        run.n_heads = h1 - h0;
+        run.first_key = a.first_key + first_of(a, h0);
+        run.n_keys = keys_of(a, h0) - first_of(a, h0);
+        run.head_keys = nullptr;
+        run.head_first = nullptr;
+        run.max_score = a.max_score + h0;
+        run.sum = a.sum + h0;
+        run.acc = a.acc + h0 * a.head_dim;
+        attend<T>(run);
+        h0 = h1;
+    }
+}
+
+template <TensorType T>
 void attend(const AttentionGroupArgs& a) {
+    if (a.head_first != nullptr && a.n_heads < kLaneHeads) {
+        attend_runs<T>(a);
+        return;
+    }
     const uint8_t* v_rows[kMaxKeys];  // the chunk's V rows, in key order
     RowCursor cursor(a.v_blocks, a.offset, a.block_tokens, a.row_bytes, a.first_key);
     for (int64_t j = 0; j < a.n_keys; ++j) v_rows[j] = cursor.next();
+    std::fill(a.acc, a.acc + a.n_heads * a.head_dim, 0.0f);  // the values' chains start at +0 (values_slice)
     if (a.n_heads >= kLaneHeads) {
         attend_many<T>(a, v_rows);
         return;

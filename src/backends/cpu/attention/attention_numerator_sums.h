@@ -16,6 +16,10 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per in
 inline int64_t keys_of(const AttentionGroupArgs& a, int64_t h) {
     return a.head_keys == nullptr ? a.n_keys : a.head_keys[h];
 }
+// Head h's first key: keys first_of(a, h)..keys_of(a, h) - 1 of the chunk (AttentionGroupArgs::head_first).
+inline int64_t first_of(const AttentionGroupArgs& a, int64_t h) {
+    return a.head_first == nullptr ? 0 : a.head_first[h];
+}
 
 // Where head h's numerator of key j is: e.head(h)[j * e.key_stride]. Rows of AttentionGroupArgs::scores (a row of
 // n_keys per head, key stride 1; head_block 0), or the heads-in-lanes blocks of the many-heads paths (16 heads a block:
