@@ -6,6 +6,10 @@ Workloads (the model's chat template via --chat unless --no-chat, greedy, -n tok
   grounded: the first ~2K tokens of tests/fixtures/text/persuasion_ch1-2.txt, then
             "Repeat the third paragraph of the text above, word for word."
   free:     "Write a short story about a dragon who learns to cook."
+  grounded-completion (for base models, with --no-chat; not run unless named in --workloads): the same
+            document, then "The third paragraph of the text above, repeated exactly:" and the first 8 words of
+            that paragraph (the third of at least 200 characters: the title lines are not paragraphs of text), so
+            that a model that follows no instruction continues by copying it.
 For each workload and round: `kvstash generate` plain, then with each --spec variant; the decode speed and
 acceptance come from --timings. Prints a Markdown table of medians over the rounds, and checks that every
 variant's stdout equals the plain run's (the promise: the same text).
@@ -52,9 +56,13 @@ def workloads(doc_chars):
         paragraphs.append(p)
         size += len(p) + 2
     doc = "\n\n".join(paragraphs)
+    # A completion a base model continues by copying: the paragraph's opening words, exactly as in the document.
+    third = [p.strip() for p in paragraphs if len(p.strip()) >= 200][2]
+    opening = re.match(r"\s*(\S+\s+){7}\S+", third).group(0)
     return {
         "grounded": doc + "\n\nRepeat the third paragraph of the text above, word for word.",
         "free": "Write a short story about a dragon who learns to cook.",
+        "grounded-completion": doc + "\n\nThe third paragraph of the text above, repeated exactly:\n\n" + opening,
     }
 
 
@@ -134,7 +142,8 @@ def main():
     ap.add_argument("--doc-chars", type=int, default=8000)
     ap.add_argument("--spec-max", type=int, nargs="+", default=[8], help="one lookup variant per value")
     ap.add_argument("--no-chat", action="store_true", help="the prompt as it is (a model without a chat template)")
-    ap.add_argument("--workloads", nargs="+", default=["grounded", "free"], choices=["grounded", "free"])
+    ap.add_argument("--workloads", nargs="+", default=["grounded", "free"],
+                    choices=["grounded", "free", "grounded-completion"])
     ap.add_argument("--llama-python", default=None, help="a Python with llama-cpp-python: run llama.cpp too")
     ap.add_argument("--llama-lookup-k", type=int, default=10, help="LlamaPromptLookupDecoding num_pred_tokens")
     ap.add_argument("--llama-lookup-ngram", type=int, default=2, help="LlamaPromptLookupDecoding max_ngram_size")

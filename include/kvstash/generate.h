@@ -38,7 +38,8 @@ struct SpeculationOptions {
     // Most and fewest draft tokens verified per round (llama-server's speculative.n_max / n_min): a
     // drafter's proposal shorter than min_draft is not verified (that round decodes one token). The
     // draft length starts at 2 (kFirstDraftLength) and adapts to the acceptance rate: doubled (up to
-    // max_draft) after a round whose drafts were all accepted, else one more than the number accepted.
+    // max_draft) after a round whose drafts were all accepted, else one more than the number accepted;
+    // drafting pauses while few guesses are kept (DraftLengthPolicy, kvstash/speculative.h).
     int32_t max_draft = 8;
     int32_t min_draft = 1;
 };

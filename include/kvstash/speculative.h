@@ -42,6 +42,10 @@ public:
     // Proposing none is fine (that round decodes one token, as plain decoding).
     virtual void propose(std::span<const int32_t> context, int32_t max_tokens, std::vector<int32_t>& draft) = 0;
     virtual const char* name() const = 0;  // "lookup", "draft", ...
+    // Whether a proposal costs no model work (prompt lookup): then, while drafting is paused, its guesses are
+    // still asked for and checked against the tokens decoded (DraftLengthPolicy's shadow checks) instead of
+    // verified in batches.
+    virtual bool costs_nothing() const { return false; }
 };
 
 struct LookupDrafterOptions {
@@ -79,6 +83,55 @@ inline constexpr int32_t kFirstDraftLength = 2;
 // and the server's sequences): doubled, up to options.max_draft, when all were kept; else one more than
 // the number kept (a drafter that is often wrong early costs small batches).
 int32_t next_draft_length(const SpeculationOptions& options, int32_t current, size_t drafted, size_t accepted);
+
+// How many guesses each round asks for (generate() and each of the server's sequences): the length of
+// next_draft_length, and a pause keyed on acceptance. A verification batch of k + 1 rows costs more than one
+// decode step (on a CPU at 135M parameters, about 1 + 0.3-0.6·k steps: docs/benchmarks.md), so guesses that
+// are rarely kept (prompt lookup on free writing) make decoding slower than plain. The policy keeps a running
+// acceptance rate, each verified round's accepted / drafted weighted by kAcceptanceWeight against the rounds
+// before (starting at 1: a new sequence drafts at once); below kPauseBelow it pauses (rounds ask for no
+// guesses: plain decode steps). While paused, a probe round asks for guesses again after kFirstProbeInterval
+// rounds, then after twice as many each time a probe keeps less than kResumeFrom of its guesses (up to
+// kLastProbeInterval); a probe that keeps that many resumes drafting. A round that asks and gets no guess from
+// the drafter (no match) decides nothing: a probe stays due. With a drafter that costs nothing to ask
+// (Drafter::costs_nothing: prompt lookup) there are no probes: every paused round asks it for one guess and
+// checks it against the token plain decoding gives next (shadow_checked), and the first right guess resumes
+// drafting, so text that starts to follow the input again (a grounded answer after a free-written preamble) is
+// picked up at once, and free writing costs no verification batches. Only speed changes: every round's token
+// is plain decoding's.
+class DraftLengthPolicy {
+public:
+    static constexpr double kAcceptanceWeight = 0.5;
+    static constexpr double kPauseBelow = 0.3;
+    static constexpr double kResumeFrom = 0.5;
+    static constexpr int32_t kFirstProbeInterval = 4;
+    static constexpr int32_t kLastProbeInterval = 64;
+
+    DraftLengthPolicy() = default;
+    // shadow_checks: the drafter costs nothing to ask (above).
+    DraftLengthPolicy(const SpeculationOptions& options, bool shadow_checks);
+    // The guesses to ask the drafter for in the next round (one call per round); 0: none (paused).
+    int32_t round_length();
+    // The round's guesses were verified: `drafted` (>= 1) of them, `accepted` kept.
+    void verified(size_t drafted, size_t accepted);
+    // Whether this round (round_length() gave 0) asks the drafter for one unverified guess to check.
+    bool wants_shadow_guess() const { return paused_ && shadow_checks_; }
+    // That guess was (or was not) the token decoded next. A right one resumes drafting.
+    void shadow_checked(bool right);
+    bool paused() const { return paused_; }
+    double acceptance() const { return acceptance_; }
+
+private:
+    void update_acceptance(double rate);  // a verified round while drafting; pauses below kPauseBelow
+
+    SpeculationOptions options_;
+    bool shadow_checks_ = false;
+    int32_t length_ = kFirstDraftLength;
+    double acceptance_ = 1.0;
+    bool paused_ = false;
+    int32_t rounds_paused_ = 0;  // since the pause or the last probe
+    int32_t probe_interval_ = kFirstProbeInterval;
+};
 
 // Throws Error(unsupported) naming the reason when speculation cannot be exact on `state` (see above).
 void check_speculation_supported(const State& state);

@@ -36,6 +36,7 @@ public:
     }
 
     const char* name() const override { return "lookup"; }
+    bool costs_nothing() const override { return true; }  // a scan of the tokens
 
 private:
     LookupDrafterOptions options_;

@@ -57,7 +57,7 @@ public:
           stream_(tokenizer_, options.stop_strings,
                   options.stop_at_end_of_generation ? StopAtEndOfGeneration::yes : StopAtEndOfGeneration::no),
           verified_(state.n_tokens()),
-          draft_length_(std::min(options.speculation.max_draft, kFirstDraftLength)) {}
+          draft_policy_(options.speculation, options.drafter->costs_nothing()) {}
 
     GenerateResult run() {
         try {
@@ -90,7 +90,9 @@ private:
             if (!pending) {
                 pending = decide(logits);
                 if (!pending) return;  // the grammar is complete
+                if (shadow_guess_) draft_policy_.shadow_checked(*shadow_guess_ == *pending);
             }
+            shadow_guess_.reset();
             const int32_t token = *pending;
             pending.reset();
             propose_after(token);
@@ -169,20 +171,26 @@ private:
         draft_.clear();
         const int64_t left_to_generate = options_.max_tokens - static_cast<int64_t>(result_.tokens.size()) - 1;
         const int64_t context_left = state_.n_ctx() - verified_ - 1;
-        const int64_t want = std::min<int64_t>({draft_length_, left_to_generate, context_left});
-        if (want < 1 || want < options_.speculation.min_draft) return;
+        const int32_t length = draft_policy_.round_length();
+        // Paused with a drafter that costs nothing: one guess, checked against the next token, never verified.
+        const bool shadow = length == 0 && draft_policy_.wants_shadow_guess();
+        const int64_t want = std::min<int64_t>({shadow ? 1 : length, left_to_generate, context_left});
+        if (want < 1 || (!shadow && want < options_.speculation.min_draft)) return;
         if (options_.stop_at_end_of_generation && tokenizer_.is_eog(token)) return;
         const auto verified = state_.tokens().first(static_cast<size_t>(verified_));
         context_.assign(verified.begin(), verified.end());
         context_.push_back(token);
         options_.drafter->propose(context_, static_cast<int32_t>(want), draft_);
+        if (shadow) {
+            if (!draft_.empty()) shadow_guess_ = draft_.front();
+            draft_.clear();
+            return;
+        }
         if (static_cast<int64_t>(draft_.size()) > want) draft_.resize(static_cast<size_t>(want));
         if (static_cast<int64_t>(draft_.size()) < options_.speculation.min_draft) draft_.clear();
     }
 
-    void adapt_draft_length(size_t accepted) {
-        draft_length_ = next_draft_length(options_.speculation, draft_length_, draft_.size(), accepted);
-    }
+    void adapt_draft_length(size_t accepted) { draft_policy_.verified(draft_.size(), accepted); }
 
     // generate()'s checks after a token is evaluated, in its order; true: generation ends here.
     bool stops_after(int32_t token) {
@@ -229,8 +237,9 @@ private:
     const Tokenizer& tokenizer_;
     TextStream stream_;
     GenerateResult result_;
-    int64_t verified_;  // tokens of the state decided as plain decoding would (the rest are guesses)
-    int32_t draft_length_;
+    int64_t verified_;                     // tokens of the state decided as plain decoding would (the rest are guesses)
+    DraftLengthPolicy draft_policy_;       // how many guesses each round asks for
+    std::optional<int32_t> shadow_guess_;  // paused: the drafter's unverified guess for the next token
     bool callback_stopped_ = false;
     std::vector<int32_t> draft_;       // this round's guesses
     std::vector<int32_t> batch_;       // the pending token and the guesses: one eval
@@ -240,11 +249,6 @@ private:
 };
 
 }  // namespace
-
-int32_t next_draft_length(const SpeculationOptions& options, int32_t current, size_t drafted, size_t accepted) {
-    if (accepted == drafted) return std::min(options.max_draft, current * 2);
-    return std::min(options.max_draft, std::max<int32_t>(1, static_cast<int32_t>(accepted) + 1));
-}
 
 void check_speculation_supported(const State& state) {
     if (!StateAccess::recurrent(state).empty()) {

@@ -116,8 +116,9 @@ std::string Model::describe() const {
         std::snprintf(seconds, sizeof seconds, "%.2f", w.tile_seconds);
         s << "repacked:      " << w.tile_bytes << " bytes in memory beside the file ("
           << (100 * w.tile_bytes + w.matrix_bytes / 2) / std::max<uint64_t>(1, w.matrix_bytes)
-          << "% of the matrices' bytes), the layers' matrices for the prefill tiles, made in " << seconds
-          << " s at load (KVSTASH_REPACK=off: none)\n";
+          << "% of the matrices' bytes), "
+          << (w.output.tiles != nullptr ? "the layers' and the output's" : "the layers'")
+          << " matrices for the many-token tiles, made in " << seconds << " s at load (KVSTASH_REPACK=off: none)\n";
     } else if (w.tiles_left_out > 0) {
         s << "repacked:      none: the " << w.tiles_left_out
           << " bytes the prefill tiles would take do not fit beside the mapped weights in 3/4 of the memory "

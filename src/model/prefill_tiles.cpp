@@ -13,6 +13,7 @@
 #include "backends/cpu/matmul/repack_tiles.h"
 #include "backends/cpu/runtime/dispatch.h"
 #include "backends/cpu/runtime/numerics.h"
+#include "format/tensor_type.h"
 #include "kvstash/error.h"
 
 namespace kvstash {
@@ -54,7 +55,10 @@ void run_jobs(const std::vector<Job>& jobs) {
 
 void TileBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
-// Not the output matrix: prefill takes logits of a few rows, which the decode kernels compute from the file's layout.
+// The output matrix too where it has 32-element blocks (q4_0, q4_1, q8_0): a speculative verification batch takes the
+// logits of each of its rows (k rows of SmolLM2's 49152 × 576 q8_0 head), which the repacked tiles of those types
+// compute from 3 tokens on (docs/benchmarks.md, "Speculative decoding"); a prefill's last row still takes the decode
+// kernels on the file's layout. Not a K-quant output matrix (an 8B's q6_K: 0.43 GB), whose tiles win from 8 tokens.
 // A bad KVSTASH_ISA: none, and the first matmul reports it.
 void repack_for_prefill(ModelWeights& w) {
     Isa isa = Isa::scalar;
@@ -66,14 +70,17 @@ void repack_for_prefill(ModelWeights& w) {
     }
     std::vector<MatrixRef*> matrices;
     uint64_t tile_bytes = 0, file_bytes = 0;
+    const auto consider = [&](MatrixRef* m) {
+        if (m->data == nullptr || !kernels::matmul_reads_repacked(isa, m->type)) return;
+        matrices.push_back(m);
+        tile_bytes += kernels::repacked_bytes(m->type, m->rows, m->cols);
+        file_bytes += m->row_bytes * static_cast<uint64_t>(m->rows);
+    };
     for (LayerWeights& l : w.layers) {
-        for (MatrixRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-            if (m->data == nullptr || !kernels::matmul_reads_repacked(isa, m->type)) continue;
-            matrices.push_back(m);
-            tile_bytes += kernels::repacked_bytes(m->type, m->rows, m->cols);
-            file_bytes += m->row_bytes * static_cast<uint64_t>(m->rows);
-        }
+        for (MatrixRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) consider(m);
     }
+    // A copy of token_embd's reference where tied: token_embd (the embedding rows) keeps none.
+    if (tensor_type_traits(w.output.type).block_size == 32) consider(&w.output);
     // Decode reads the mapped file every token: a copy that pushed it out of the page cache would make decode read
     // the disk. Both must fit in 3/4 of what is available (the file's pages already cached count as available).
     if (matrices.empty()) return;

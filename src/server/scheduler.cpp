@@ -370,7 +370,7 @@ void Scheduler::set_drafter(Sequence& seq) const {
                                          {.n_threads = options_.threads, .p_min = spec.p_min, .n_ctx = n_ctx_});
     }
     seq.speculation = spec.options;
-    seq.draft_length = std::min(spec.options.max_draft, kFirstDraftLength);
+    seq.draft_policy = DraftLengthPolicy(spec.options, seq.drafter->costs_nothing());
 }
 
 void Scheduler::retire_finished() {

@@ -40,12 +40,13 @@ struct Sequence {
     int64_t generated = 0;
     std::optional<int32_t> next_token;  // sampled, to evaluate at the next step
     // Speculative decoding (null drafter: none): a decode step evaluates next_token and the drafter's guesses
-    // together (server/speculative_step.h); draft_length adapts per sequence.
+    // together (server/speculative_step.h); the draft length (and its pause) adapts per sequence.
     std::shared_ptr<Drafter> drafter;
     SpeculationOptions speculation;
-    int32_t draft_length = 0;
-    std::vector<int32_t> step_tokens;  // this step's tokens: next_token, then the guesses
-    std::vector<float> step_logits;    // (step_tokens.size() × n_vocab) rows, when there are guesses
+    DraftLengthPolicy draft_policy;
+    std::optional<int32_t> shadow_guess;  // paused: the drafter's unverified guess for the token sampled next
+    std::vector<int32_t> step_tokens;     // this step's tokens: next_token, then the guesses
+    std::vector<float> step_logits;       // (step_tokens.size() × n_vocab) rows, when there are guesses
     bool finished = false;
     bool state_taken = false;  // `state` was moved out (into a choice or a prefill result)
 

@@ -10,17 +10,25 @@ namespace kvstash::server {
 
 void prepare_decode(Sequence& seq) {
     seq.step_tokens.assign(1, *seq.next_token);
+    seq.shadow_guess.reset();
     if (!seq.drafter) return;
     const GenerationJob& job = *seq.job->job;
     const int64_t verified = seq.state.n_tokens() + 1;  // with next_token
+    const int32_t length = seq.draft_policy.round_length();
+    // Paused with a drafter that costs nothing: one guess, checked against the next token, never verified.
+    const bool shadow = length == 0 && seq.draft_policy.wants_shadow_guess();
     // seq.generated counts next_token already; k guesses give at most k more samples before the limit.
     const int64_t want =
-        std::min<int64_t>({seq.draft_length, job.max_tokens - seq.generated, seq.state.n_ctx() - verified});
-    if (want < 1 || want < seq.speculation.min_draft) return;
+        std::min<int64_t>({shadow ? 1 : length, job.max_tokens - seq.generated, seq.state.n_ctx() - verified});
+    if (want < 1 || (!shadow && want < seq.speculation.min_draft)) return;
     std::vector<int32_t> context(seq.state.tokens().begin(), seq.state.tokens().end());
     context.push_back(*seq.next_token);
     std::vector<int32_t> draft;
     seq.drafter->propose(context, static_cast<int32_t>(want), draft);
+    if (shadow) {
+        if (!draft.empty()) seq.shadow_guess = draft.front();
+        return;
+    }
     if (static_cast<int64_t>(draft.size()) > want) draft.resize(static_cast<size_t>(want));
     if (static_cast<int64_t>(draft.size()) < seq.speculation.min_draft) return;
     seq.step_tokens.insert(seq.step_tokens.end(), draft.begin(), draft.end());
@@ -34,6 +42,7 @@ DecodeCount finish_decode(Sequence& seq) {
     if (n_guesses == 0) {
         sample_step(seq);
         count.sampled = 1;
+        if (seq.shadow_guess && seq.next_token) seq.draft_policy.shadow_checked(*seq.shadow_guess == *seq.next_token);
         return count;
     }
     count.drafted = static_cast<int64_t>(n_guesses);
@@ -54,7 +63,7 @@ DecodeCount finish_decode(Sequence& seq) {
     if (static_cast<size_t>(seq.state.n_tokens()) > verified) seq.state.truncate(static_cast<int64_t>(verified));
     StateAccess::settle_guesses(seq.state);
     count.accepted = static_cast<int64_t>(accepted);
-    seq.draft_length = next_draft_length(seq.speculation, seq.draft_length, n_guesses, accepted);
+    seq.draft_policy.verified(n_guesses, accepted);
     return count;
 }
 

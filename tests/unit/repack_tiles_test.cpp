@@ -1,10 +1,10 @@
-// Weights repacked at load for the AVX-512 prefill tiles (backends/cpu/matmul/repack_tiles.h): a matmul given the
-// repacked matrix is bitwise the scalar definition (reference/matmul_int8_ref.cpp) on the file's layout, for 1..40
-// tokens, partial tiles (rows past a 32-row tile, a short column chunk), 1-3 threads and row ranges cut inside a tile;
-// each token of a batch bitwise itself alone. The tests run on the process's path (KVSTASH_ISA) and, through the
-// every-path test, in a child per path (scalar, avx2, avx512, avx512-novnni: paths that do not read the layout must
-// ignore it), and again with KVSTASH_FEW_TOKENS_MAX=2 so that from 3 tokens up the tiles, not the few-token kernels,
-// take the products.
+// Weights repacked at load for the AVX-512 prefill tiles (backends/cpu/matmul/repack_tiles.h; q4_0, q4_1, q8_0, q4_K,
+// q6_K): a matmul given the repacked matrix is bitwise the scalar definition (reference/matmul_int8_ref.cpp) on the
+// file's layout, for 1..40 tokens, partial tiles (rows past a 32-row tile, a short column chunk), 1-3 threads and row
+// ranges cut inside a tile; each token of a batch bitwise itself alone. The tests run on the process's path
+// (KVSTASH_ISA) and, through the every-path test, in a child per path (scalar, avx2, avx512, avx512-novnni: paths that
+// do not read the layout must ignore it), and again with KVSTASH_FEW_TOKENS_MAX=2 so that from 3 tokens up the tiles,
+// not the few-token kernels, take the products.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -130,19 +130,27 @@ TEST_P(RepackTiles, RowRangesInsideATileDoNotChangeTheResult) {
 }
 
 // The tiles are what the kernels read where they read them: another matrix's tiles given with W give that matrix's
-// products (so the tests above exercise the repacked path, not only the file's layout).
+// products (so the tests above exercise the repacked path, not only the file's layout). At 40 tokens (the tiles on
+// every threshold), and in the child run with KVSTASH_FEW_TOKENS_MAX=2 (tiles from 3 tokens with VNNI) also at 3 and
+// 8 tokens: verification batches.
 TEST_P(RepackTiles, TheTilesAreWhatIsRead) {
     const TensorType type = GetParam();
     if (!kernels::matmul_reads_repacked(active_isa(), type))
         GTEST_SKIP() << "this path does not read repacked " << tensor_type_name(static_cast<uint32_t>(type));
-    const int64_t rows = 40, cols = 2048, n_tokens = 40;
+    const char* few = std::getenv("KVSTASH_FEW_TOKENS_MAX");
+    // (Without VNNI, up to 8 tokens stay on the AVX2 kernels whatever the threshold: gemm_int8_avx512.cpp.)
+    const bool tiles_from_3 = few != nullptr && std::string(few) == "2" && avx512_uses_vnni();
+    const int64_t rows = 40, cols = 2048;
     const std::vector<uint8_t> W = random_weights(type, rows, cols, 51), other = random_weights(type, rows, cols, 53);
-    const std::vector<float> X = test::edge_activations(n_tokens, cols, 55);
-    std::vector<float> want(static_cast<size_t>(n_tokens * rows)), got(want.size());
-    matmul_integer_with(Isa::scalar, type, other.data(), rows, cols, X.data(), n_tokens, want.data(), nullptr);
-    matmul_integer_with(active_isa(), type, W.data(), rows, cols, X.data(), n_tokens, got.data(), nullptr,
-                        repacked(type, other, rows, cols).data());
-    expect_same_bits(got, want, rows, "the other matrix's tiles");
+    const std::vector<uint8_t> other_tiles = repacked(type, other, rows, cols);
+    for (const int64_t n_tokens : tiles_from_3 ? std::vector<int64_t>{3, 8, 40} : std::vector<int64_t>{40}) {
+        const std::vector<float> X = test::edge_activations(n_tokens, cols, 55);
+        std::vector<float> want(static_cast<size_t>(n_tokens * rows)), got(want.size());
+        matmul_integer_with(Isa::scalar, type, other.data(), rows, cols, X.data(), n_tokens, want.data(), nullptr);
+        matmul_integer_with(active_isa(), type, W.data(), rows, cols, X.data(), n_tokens, got.data(), nullptr,
+                            other_tiles.data());
+        expect_same_bits(got, want, rows, "the other matrix's tiles, " + std::to_string(n_tokens) + " tokens");
+    }
 }
 
 // The point of the layout: the file's bytes per weight, not int8 (repack_tiles.h), at the widths of Llama 3.1 8B.
@@ -151,23 +159,32 @@ TEST_P(RepackTiles, KeepsTheFilesBytesPerWeight) {
     for (const int64_t cols : {4096, 14336}) {
         const auto file = static_cast<double>(tensor_row_bytes(type, cols) * 4096);
         const auto tiles = static_cast<double>(kernels::repacked_bytes(type, 4096, cols));
-        EXPECT_GT(tiles, file);
+        EXPECT_GE(tiles, file);  // q4_0 / q4_1: exactly the file's bytes (fp16 scales kept)
         EXPECT_LT(tiles, 1.06 * file) << cols << " columns";
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, RepackTiles, ::testing::Values(TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K),
+INSTANTIATE_TEST_SUITE_P(Types, RepackTiles,
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
+                                           TensorType::Q6_K),
                          type_name);
 
 // Whole models whose layers this path repacks at load (q8_0; gemma3_tiny's q5_0, repacked to q8_0 off AVX2; gpt2's
-// fused Q|K|V, three row views each repacked on its own): a 40-token prompt in one call (the tiles, from the repacked
-// copy) gives bitwise the logits of the same tokens one at a time (the decode kernels, from the file's layout), and
-// `describe` (kvstash info) names the repacked bytes exactly where they are made.
+// fused Q|K|V, three row views each repacked on its own; the tiny q4_0 / q4_1 models): a 40-token prompt in one call
+// (the tiles, from the repacked copy) gives bitwise the logits of the same tokens one at a time (the decode kernels,
+// from the file's layout), and `describe` (kvstash info) names the repacked bytes exactly where they are made.
 TEST(RepackTilesModel, PromptInOneCallEqualsTokenByToken) {
-    for (const char* file : {"qwen2/qwen2_q8_0.gguf", "gpt2/gpt2_q8_0.gguf", "gemma3_tiny/gemma3_tiny_q5_0.gguf"}) {
+    struct Case {
+        const char* file;
+        TensorType layers;
+    };
+    for (const Case c : {Case{"qwen2/qwen2_q8_0.gguf", TensorType::Q8_0}, Case{"gpt2/gpt2_q8_0.gguf", TensorType::Q8_0},
+                         Case{"gemma3_tiny/gemma3_tiny_q5_0.gguf", TensorType::Q8_0},
+                         Case{"tiny/q_q4_0.gguf", TensorType::Q4_0}, Case{"tiny/q_q4_1.gguf", TensorType::Q4_1}}) {
+        const char* file = c.file;
         SCOPED_TRACE(file);
         const auto model = Model::load(test::fixture_path(file));
-        const bool repacks = kernels::matmul_reads_repacked(active_isa(), TensorType::Q8_0);
+        const bool repacks = kernels::matmul_reads_repacked(active_isa(), c.layers);
         EXPECT_EQ(model->describe().find("repacked:") != std::string::npos, repacks) << model->describe();
         const std::vector<int32_t> tokens = test::pseudo_random_tokens(40, model->n_vocab(), 7);
         const std::vector<float> together = test::eval_logits(model, tokens, {40}, 2);

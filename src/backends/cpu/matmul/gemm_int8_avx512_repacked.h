@@ -17,8 +17,17 @@ namespace gemm32 {
 static_assert(kRepackTileRows == kTileRows && kRepackChunkCols == kChunkCols, "repack_tiles.h is this tile's layout");
 
 // Whether this instruction set's tiles read repacked `type` (q8_0 without VNNI is multiplied as int16 tiles, which the
-// repacked bytes are not).
-bool reads_repacked(TensorType type) { return has_tiles(type) && (type != TensorType::Q8_0 || kDotVnni); }
+// repacked bytes are not; q4_0 / q4_1 have a chunk kernel with VNNI only: repack_tiles.h, matmul_reads_repacked).
+bool reads_repacked(TensorType type) {
+    switch (type) {
+        case TensorType::Q4_K:
+        case TensorType::Q6_K: return true;
+        case TensorType::Q8_0:
+        case TensorType::Q4_0:
+        case TensorType::Q4_1: return kDotVnni;
+        default: return false;
+    }
+}
 
 inline __m512i load512(const uint8_t* p) { return _mm512_loadu_si512(p); }
 inline void store512(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
@@ -31,10 +40,24 @@ const int32_t* widen(const int8_t* src, int64_t n, int32_t* dst) {
     return dst;
 }
 
+// n (a multiple of 16) fp16 scales widened into f32, exactly (the chunk kernels' scale vectors).
+const float* widen_fp16(const uint8_t* src, int64_t n, float* dst) {
+    for (int64_t i = 0; i < n; i += 16) {
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * i))));
+    }
+    return dst;
+}
+
 // Blocks [0, nb) of the repacked chunk at `chunk` as the chunk kernels read it; t: where the split bytes go.
 TileView repacked_view(TensorType type, const uint8_t* chunk, int64_t nb, Tile& t) {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     auto slot = [](int64_t dword, int half) { return (dword * 2 + half) * 64; };  // a vector of 16 rows' dword
+    if (type == TensorType::Q4_0 || type == TensorType::Q4_1) {  // raw nibbles, split by chunk_q4 in registers
+        const uint8_t* scales = chunk + nb * 512;
+        const float* m =
+            type == TensorType::Q4_1 ? widen_fp16(scales + nb * kTileRows * 2, nb * kTileRows, t.m) : nullptr;
+        return {chunk, widen_fp16(scales, nb * kTileRows, t.d), m, nullptr, nullptr};
+    }
     if (type == TensorType::Q8_0) {
         return {chunk, reinterpret_cast<const float*>(chunk + nb * 1024), nullptr, nullptr, nullptr};
     }
@@ -118,7 +141,8 @@ void repacked_tile_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end)
     }
 }
 
-// Rows [row_begin, row_end) on the 32-row tiles (has_tiles(a.type)): from repacked weights where given and readable.
+// Rows [row_begin, row_end) on the 32-row tiles (has_tiles(a.type), or repacked weights given and readable): from the
+// repacked weights where given and readable.
 void tiles_any_rows(const MatmulArgs& a, int64_t row_begin, int64_t row_end) {
     if (a.tiles != nullptr && reads_repacked(a.type)) return repacked_tile_rows(a, row_begin, row_end);
     tile_rows(a, row_begin, row_end);

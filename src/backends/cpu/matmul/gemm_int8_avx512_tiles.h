@@ -249,6 +249,78 @@ void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActiva
         for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
 }
 
+// q4_0 (kMin false: weights q - 8) / q4_1 (kMin: q·d + m) from the repacked layout (repack_tiles.h; there is no
+// unrepacked 32-row tile of them): per block, 4 vectors per half of raw quant bytes, dword k of 16 rows, whose low
+// nibbles are the block's elements 4k.. and high nibbles 16 + 4k..; split here, in registers, for every token of the
+// step. The integers and float steps of matmul_int8_avx512_tiles.h's packed_tile_blocks32: the same bits.
+template <int NT, bool kMin>
+void chunk_q4(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+    const int8_t *xh[NT], *xl[NT];
+    const float* dx[NT];
+    const int32_t* h32[NT];
+    const int32_t* l32[NT];
+    for (int j = 0; j < NT; ++j) {
+        xh[j] = xa.h_row(t0 + j) + b0 * 32;
+        xl[j] = xa.l_row(t0 + j) + b0 * 32;
+        dx[j] = xa.d_row(t0 + j) + b0;
+        h32[j] = xa.h32_row(t0 + j) + b0;
+        l32[j] = xa.l32_row(t0 + j) + b0;
+    }
+    __m512 acc[NT][2];
+    for (int j = 0; j < NT; ++j)
+        for (int v = 0; v < 2; ++v) acc[j][v] = _mm512_loadu_ps(acc_io + (j * 2 + v) * kRows);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const uint8_t* wp = t.packed;
+    for (int64_t b = 0; b < nb; ++b, wp += 4 * 2 * 64) {
+        DotRun<255> s_h[NT][2], s_l[NT][2];
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) {
+            // q4_0: the weight is q - 8, an exact correction of -8 · (the plane's block sum); q4_1: none (its min term)
+            const __m512i h_init = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-(h32[j][b] << 3));
+            const __m512i l_init = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-(l32[j][b] << 3));
+            s_h[j][0].start(h_init);
+            s_h[j][1].start(h_init);
+            s_l[j][0].start(l_init);
+            s_l[j][1].start(l_init);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const __m512i raw0 = _mm512_loadu_si512(wp + (2 * k) * 64);
+            const __m512i raw1 = _mm512_loadu_si512(wp + (2 * k + 1) * 64);
+            const __m512i lo[2] = {_mm512_and_si512(raw0, low4), _mm512_and_si512(raw1, low4)};
+            const __m512i hi[2] = {_mm512_and_si512(_mm512_srli_epi16(raw0, 4), low4),
+                                   _mm512_and_si512(_mm512_srli_epi16(raw1, 4), low4)};
+#pragma GCC unroll 8
+            for (int j = 0; j < NT; ++j) {
+                const int8_t* h = xh[j] + 32 * b + 4 * k;
+                const int8_t* l = xl[j] + 32 * b + 4 * k;
+                for (int v = 0; v < 2; ++v) {
+                    s_h[j][v].add(2 * k, 8, lo[v], bcast4(h));
+                    s_h[j][v].add(2 * k + 1, 8, hi[v], bcast4(h + 16));
+                    s_l[j][v].add(2 * k, 8, lo[v], bcast4(l));
+                    s_l[j][v].add(2 * k + 1, 8, hi[v], bcast4(l + 16));
+                }
+            }
+        }
+        const __m512 d[2] = {_mm512_loadu_ps(t.d + b * kTileRows), _mm512_loadu_ps(t.d + b * kTileRows + kRows)};
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) {
+            const __m512 x_scale = _mm512_set1_ps(dx[j][b]);
+            for (int v = 0; v < 2; ++v) {  // |256·S_h + S_l| <= 32·15·32639 < 2^31: exact in int32
+                const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(s_h[j][v].sum(), 8), s_l[j][v].sum());
+                acc[j][v] = _mm512_fmadd_ps(_mm512_mul_ps(d[v], x_scale), _mm512_cvtepi32_ps(sum), acc[j][v]);
+                if constexpr (kMin) {
+                    const float sx = dx[j][b] * static_cast<float>(256 * h32[j][b] + l32[j][b]);
+                    acc[j][v] = _mm512_fmadd_ps(_mm512_loadu_ps(t.m + b * kTileRows + v * kRows), _mm512_set1_ps(sx),
+                                                acc[j][v]);
+                }
+            }
+        }
+    }
+    for (int j = 0; j < NT; ++j)
+        for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
+}
+
 #else
 // q8_0 without VNNI: its weights as int16 (|q| <= 128, two per dword: the tile holds 512 columns) against the int16
 // activations x = 256·h + l (|x| <= 32639) with vpmaddwd, which adds two exact products per int32 lane; a block's
@@ -383,6 +455,10 @@ template <int NT>
 ChunkFn chunk_fn(TensorType type) {
     switch (type) {
         case TensorType::Q8_0: return &chunk_q8_0<NT>;
+#if defined(__AVX512VNNI__)
+        case TensorType::Q4_0: return &chunk_q4<NT, false>;  // repacked weights only (repacked_view)
+        case TensorType::Q4_1: return &chunk_q4<NT, true>;
+#endif
         case TensorType::Q4_K: return &chunk_super<std::min(NT, kTokenTileSuper), false>;
         default: return &chunk_super<std::min(NT, kTokenTileSuper), true>;
     }

@@ -65,8 +65,8 @@ constexpr int kFewTokensChunkedMax = 16;  // the largest of few_tokens_max(type)
 int64_t few_tokens_max(TensorType type);
 // The same where the weights are repacked for the 32-row tiles (repack_tiles.h, gemm_int8.h): those tiles then cost
 // no unpacking and transposing per call and win from fewer tokens. Measured like few_tokens_max (docs/benchmarks.md,
-// "Weight repacking at load"): q8_0 from 3 tokens, q6_K from 8, q4_K from 9. KVSTASH_FEW_TOKENS_MAX, where set, here
-// too.
+// "Weight repacking at load", and for q4_0 / q4_1 "Speculative decoding"): q4_0, q4_1 and q8_0 from 3 tokens, q6_K
+// from 8, q4_K from 9. KVSTASH_FEW_TOKENS_MAX, where set, here too.
 int64_t few_tokens_max_repacked(TensorType type);
 
 // The decode path (matmul_int8_decode*_avx512vnni.cpp, and the few-token kernels above kFewTokensMax): rows

@@ -190,6 +190,8 @@ int64_t forced_few_tokens_max() {
 int64_t few_tokens_max_repacked(TensorType type) {
     if (forced_few_tokens_max() != 0) return forced_few_tokens_max();
     switch (type) {
+        case TensorType::Q4_0:
+        case TensorType::Q4_1:
         case TensorType::Q8_0: return kFewTokensMax;
         case TensorType::Q6_K: return 7;
         case TensorType::Q4_K: return 8;

@@ -36,7 +36,17 @@ void put_dword(uint8_t* section, int64_t slot, int64_t row, const uint8_t* src) 
 // One row (row < 32 of its tile) of the nb blocks of a chunk; blk: the row's block b0 in the file.
 void repack_row(TensorType type, const uint8_t* blk, int64_t nb, int64_t row, uint8_t* chunk) {
     constexpr int64_t R = kRepackTileRows;
-    if (type == TensorType::Q8_0) {
+    if (type == TensorType::Q4_0 || type == TensorType::Q4_1) {  // fp16 d | (q4_1: fp16 m) | qs[16]
+        const bool with_min = type == TensorType::Q4_1;
+        const int64_t bytes = with_min ? 20 : 18;
+        uint8_t* quants = chunk;
+        uint8_t* d = chunk + nb * 512;  // fp16 [b][32 rows], then q4_1's m alike
+        for (int64_t b = 0; b < nb; ++b, blk += bytes) {
+            std::memcpy(d + 2 * (b * R + row), blk, 2);
+            if (with_min) std::memcpy(d + 2 * ((nb + b) * R + row), blk + 2, 2);
+            for (int k = 0; k < 4; ++k) put_dword(quants, b * 4 + k, row, blk + (with_min ? 4 : 2) + 4 * k);
+        }
+    } else if (type == TensorType::Q8_0) {
         uint8_t* quants = chunk;
         auto* d = reinterpret_cast<float*>(chunk + nb * 1024);
         for (int64_t b = 0; b < nb; ++b, blk += 34) {
@@ -82,16 +92,25 @@ void repack_row(TensorType type, const uint8_t* blk, int64_t nb, int64_t row, ui
 }  // namespace
 
 bool has_repacked_layout(TensorType type) {
-    return type == TensorType::Q8_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
+    switch (type) {
+        case TensorType::Q4_0:
+        case TensorType::Q4_1:
+        case TensorType::Q8_0:
+        case TensorType::Q4_K:
+        case TensorType::Q6_K: return true;
+        default: return false;
+    }
 }
 
 bool matmul_reads_repacked(Isa isa, TensorType type) {
     if (isa != Isa::avx512 || !has_repacked_layout(type) || !repack_enabled()) return false;
-    return type != TensorType::Q8_0 || avx512_uses_vnni();
+    return (type != TensorType::Q8_0 && type != TensorType::Q4_0 && type != TensorType::Q4_1) || avx512_uses_vnni();
 }
 
 uint64_t repacked_bytes_per_block(TensorType type) {
     switch (type) {
+        case TensorType::Q4_0: return 32 * (16 + 2);               // 576: the file's bytes
+        case TensorType::Q4_1: return 32 * (16 + 2 + 2);           // 640: the file's bytes
         case TensorType::Q8_0: return 32 * (32 + 4);               // 1,152
         case TensorType::Q4_K: return 32 * (128 + 2 * 4 + 2 * 8);  // 4,864
         case TensorType::Q6_K: return 32 * (128 + 64 + 4 + 16);    // 6,784
