@@ -15,6 +15,10 @@ bool forced_isa();
 std::vector<std::string> failing_paths(const std::string& gtest_filter);
 // The shell command that starts this test executable again (its path, quoted; under the emulator in a cross build).
 std::string self_command();
+// Runs a shell command (a child of this test executable), its output kept aside: printed only when it fails, with the
+// child's "[  SKIPPED ]" lines renamed so that ctest does not take the parent test for a skipped one. Returns
+// std::system's status (0: passed).
+int run_child(const std::string& command);
 // Runs `gtest_filter` in one child with KVSTASH_ISA=setting; whether it passed.
 bool passes_on_path(const std::string& setting, const std::string& gtest_filter);
 

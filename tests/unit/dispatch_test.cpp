@@ -177,7 +177,7 @@ TEST(Dispatch, ForcedIsaInChildProcesses) {
     for (const std::string& value : values) {
         const std::string run = "KVSTASH_ISA=" + value + " " + test::self_command() +
                                 " --gtest_filter=Dispatch.ActiveIsaFollowsEnvironment > /dev/null 2>&1";
-        EXPECT_EQ(std::system(run.c_str()), 0) << "KVSTASH_ISA=" << value;
+        EXPECT_EQ(test::run_child(run), 0) << "KVSTASH_ISA=" << value;
     }
 }
 

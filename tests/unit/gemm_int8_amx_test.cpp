@@ -322,7 +322,7 @@ TEST(AmxModel, PromptLogitsEqualTheScalarPath) {
     const std::string out = ::testing::TempDir() + "amx_scalar_logits_" + std::to_string(getpid());
     const std::string run = "KVSTASH_ISA=scalar KVSTASH_AMX_LOGITS_OUT='" + out + "' " + test::self_command() +
                             " --gtest_filter=AmxModel.WritesThisPathsLogitsChild";
-    ASSERT_EQ(std::system(run.c_str()), 0) << run;
+    ASSERT_EQ(test::run_child(run), 0) << run;
     for (size_t i = 0; i < std::size(kModels); ++i) {
         SCOPED_TRACE(kModels[i]);
         const std::string path = out + "." + std::to_string(i);

@@ -201,7 +201,7 @@ TEST(RepackTilesEveryPath, EveryPathAndTheTilesFromThreeTokens) {
     for (const std::string& setting : isa_settings()) {
         const std::string run = "KVSTASH_FEW_TOKENS_MAX=2 KVSTASH_ISA=" + setting + " " + test::self_command() +
                                 " --gtest_filter='Types/RepackTiles.*:RepackTilesModel.*'";
-        if (std::system(run.c_str()) != 0) failed.push_back(setting);
+        if (test::run_child(run) != 0) failed.push_back(setting);
     }
     EXPECT_EQ(failed, std::vector<std::string>{}) << "with KVSTASH_FEW_TOKENS_MAX=2";
 }
