@@ -40,7 +40,9 @@ struct SpeculationOptions {
     // draft length starts at 2 (kFirstDraftLength) and adapts to the acceptance rate: doubled (up to
     // max_draft) after a round whose drafts were all accepted, else one more than the number accepted;
     // drafting pauses while few guesses are kept (DraftLengthPolicy, kvstash/speculative.h).
-    int32_t max_draft = 8;
+    // 16 as llama-server's n_max: with prompt lookup, 16 ran 1.05-1.24x the speed of 8 in every workload measured
+    // (docs/benchmarks.md, "Speculative decoding"); the doubling reaches it only after rounds that kept everything.
+    int32_t max_draft = 16;
     int32_t min_draft = 1;
 };
 

@@ -3,7 +3,7 @@
 //
 //   kvstash::GenerateOptions options;
 //   options.drafter = kvstash::make_lookup_drafter();   // or make_model_drafter(draft_model, ...)
-//   options.speculation.max_draft = 8;
+//   options.speculation.max_draft = 16;
 //   auto result = kvstash::generate(evaluator, state, sampler, options);
 //   // result.drafted / result.accepted: how many guesses were made and how many were kept
 //

@@ -162,7 +162,7 @@ void bind_generate(nb::module_& m, ModelClass& model_class) {
         nb::arg("repeat_penalty") = 1.0f, nb::arg("repeat_last_n") = 64, nb::arg("presence_penalty") = 0.0f,
         nb::arg("frequency_penalty") = 0.0f, nb::arg("logit_bias") = std::vector<std::pair<int32_t, float>>{},
         nb::arg("callback") = nb::none(), nb::arg("stop_at_eog") = true, nb::arg("speculative") = nb::none(),
-        nb::arg("draft_model") = nb::none(), nb::arg("spec_max") = 8,
+        nb::arg("draft_model") = nb::none(), nb::arg("spec_max") = 16,
         "Appends `prompt` (str or token ids; with BOS when the State is empty) to `state`, then samples "
         "up to max_tokens tokens into it (GIL released). temperature <= 0 is greedy. seed=None continues "
         "the State's own random sequence (a saved State continues where it left off), else seed 0. "

@@ -190,7 +190,7 @@ void bind_session(nb::module_& m) {
             nb::arg("top_p") = 0.95f, nb::arg("top_k") = 40, nb::arg("min_p") = 0.05f, nb::arg("seed") = nb::none(),
             nb::arg("stop") = std::vector<std::string>{}, nb::arg("repeat_penalty") = 1.0f,
             nb::arg("callback") = nb::none(), nb::arg("speculative") = nb::none(), nb::arg("draft_model") = nb::none(),
-            nb::arg("spec_max") = 8,
+            nb::arg("spec_max") = 16,
             "Adds the user's message and generates the reply; a Completion. speculative=\"lookup\" or \"draft\" "
             "(with draft_model) decodes speculatively, as Model.complete: the reply is bitwise the same.")
         .def(
