@@ -50,8 +50,11 @@ public:
 
 struct LookupDrafterOptions {
     // The longest and shortest n-gram (the context's last tokens) looked up earlier in the context; the
-    // longest that occurs wins, its latest occurrence, and the tokens that followed it are proposed.
-    int32_t max_ngram = 4;
+    // longest that occurs wins, its latest occurrence, and the tokens that followed it are proposed. Where that
+    // occurrence overlaps the suffix (a repetition with a shorter period) the guesses go on repeating it.
+    // 16: a long match picks the right place in a document whose short n-grams recur (names, phrases); it
+    // costs nothing where none occurs (one pass over the context either way).
+    int32_t max_ngram = 16;
     int32_t min_ngram = 2;
 };
 

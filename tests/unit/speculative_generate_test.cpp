@@ -354,11 +354,41 @@ TEST(SpeculativeGenerate, LookupProposesWhatFollowedTheLatestMatch) {
     lookup->propose(Ids{1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 6, 2, 3}, 3, draft);
     EXPECT_EQ(draft, (Ids{7, 8, 6}));  // no earlier "6 2 3": the latest "2 3" (at 6, not the one at 1)
     draft.clear();
-    lookup->propose(Ids{5, 6, 5, 6}, 8, draft);
-    EXPECT_EQ(draft, (Ids{5, 6}));  // what follows, up to the end of the context
-    draft.clear();
     lookup->propose(Ids{1, 2, 3}, 3, draft);
     EXPECT_TRUE(draft.empty());
+    draft.clear();
+    lookup->propose(Ids{7}, 3, draft);
+    EXPECT_TRUE(draft.empty());
+    draft = {42};  // guesses are appended
+    lookup->propose(Ids{1, 2, 3, 4, 1, 2}, 2, draft);
+    EXPECT_EQ(draft, (Ids{42, 3, 4}));
+}
+
+TEST(SpeculativeGenerate, LookupPrefersTheLongestMatchUpToMaxNgram) {
+    // "4 1 2" occurred at 0 and "9 1 2" at 6; the suffix "4 1 2" is 3 long at 0 but 2 long at 6: 0 wins.
+    const Ids context{4, 1, 2, 5, 5, 5, 9, 1, 2, 6, 6, 6, 4, 1, 2};
+    std::vector<int32_t> draft;
+    make_lookup_drafter({.max_ngram = 16, .min_ngram = 2})->propose(context, 3, draft);
+    EXPECT_EQ(draft, (Ids{5, 5, 5}));
+    draft.clear();
+    // With max_ngram 2 both are 2-grams: the latest (at 6) wins.
+    make_lookup_drafter({.max_ngram = 2, .min_ngram = 2})->propose(context, 3, draft);
+    EXPECT_EQ(draft, (Ids{6, 6, 6}));
+}
+
+TEST(SpeculativeGenerate, LookupContinuesARepetitionPastTheEndOfTheContext) {
+    // "5 6" repeating: the latest earlier "5 6" ends 2 tokens back; what followed it is copied on from the
+    // guesses themselves (period 2), max_tokens long, not only the 2 tokens the context holds after it.
+    auto lookup = make_lookup_drafter({.max_ngram = 3, .min_ngram = 2});
+    std::vector<int32_t> draft;
+    lookup->propose(Ids{5, 6, 5, 6}, 8, draft);
+    EXPECT_EQ(draft, (Ids{5, 6, 5, 6, 5, 6, 5, 6}));
+    draft.clear();
+    lookup->propose(Ids{0, 1, 2, 3, 1, 2, 3, 1, 2}, 7, draft);  // period 3
+    EXPECT_EQ(draft, (Ids{3, 1, 2, 3, 1, 2, 3}));
+    draft.clear();
+    lookup->propose(Ids{8, 8, 8}, 4, draft);  // period 1
+    EXPECT_EQ(draft, (Ids{8, 8, 8, 8}));
 }
 
 TEST(SpeculativeGenerate, SelfSpeculationWithALowerBitCopyIsIdentical) {
