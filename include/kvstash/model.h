@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvstash/error.h"
@@ -48,8 +50,22 @@ struct ModelInfo {
 // rows are whole 256-blocks, the q8_0 rule for the others (llama-quantize would pick q5_0 there).
 enum class LoadQuantization { none, q8_0, q4_K };
 
+// How far the long part of a load has come: today the copy of the weights repacked for the CPU's prefill tiles
+// (seconds on an 8B model: `kvstash info` says "repacked: ... made in S s"); `what` names it, `done` and `total`
+// count its bytes.
+struct LoadProgress {
+    std::string_view what;
+    uint64_t done = 0;
+    uint64_t total = 0;
+};
+
 struct ModelLoadOptions {
     LoadQuantization quantize = LoadQuantization::none;
+    // Threads for the work of a load (the repacking); 0: one per hardware thread. No bit depends on it.
+    int n_threads = 0;
+    // Called on the loading thread about 5 times a second while that work runs, and once when it is done
+    // (done == total); not called where there is none (nothing to repack, KVSTASH_REPACK=off, a GPU backend).
+    std::function<void(const LoadProgress&)> on_progress = {};
 };
 
 class Model {

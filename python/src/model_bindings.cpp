@@ -18,11 +18,11 @@ namespace kvstash::python {
 PyModel::PyModel(const std::string& path, int threads, std::optional<uint64_t> cache_ram,
                  std::optional<std::string> cache_dir, uint64_t cache_disk)
     : threads_(threads) {
+    if (threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0 (0 = all hardware threads)");
     {
         nb::gil_scoped_release release;
-        model_ = Model::load(path);
+        model_ = Model::load(path, ModelLoadOptions{.n_threads = threads});
     }
-    if (threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0 (0 = all hardware threads)");
     if (cache_ram || cache_dir) {
         PrefixCacheOptions options;
         if (cache_ram) options.ram_budget_bytes = *cache_ram;

@@ -7,6 +7,7 @@
 #include "kvstash/tokenizer.h"
 #include "model/hf_dir.h"
 #include "model/model_access.h"
+#include "model/prefill_tiles.h"
 #include "tokenizer/tokenizer_access.h"
 #include "tokenizer/vocabulary.h"
 
@@ -36,7 +37,13 @@ std::shared_ptr<const Model> Model::load(const std::string& path, const ModelLoa
     m.info.n_recurrent_layers = c.n_recurrent_layers;
     m.info.recurrent_state_bytes = static_cast<uint64_t>(c.n_recurrent_layers) *
                                    static_cast<uint64_t>(c.ssm.conv_floats() + c.ssm.scan_floats()) * sizeof(float);
+    if (options.n_threads < 0) {
+        throw Error(ErrorCode::invalid_argument,
+                    "the load's thread count must be >= 0 (0 = one per hardware thread), got " +
+                        std::to_string(options.n_threads));
+    }
     m.weights = bind_weights(*m.file, c);
+    repack_for_prefill(m.weights, options);
     if (c.n_kv_layers > 0 && c.use_rope) m.rope = RopeTable(c.rope, c.head_dim, m.weights.rope_freqs);
     if (c.sliding_window > 0 && c.use_rope) m.rope_swa = RopeTable(c.rope_swa, c.head_dim, {});
     try {

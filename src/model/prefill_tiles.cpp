@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -33,22 +37,46 @@ uint64_t available_memory_bytes() {
 struct Job {
     const MatrixRef* matrix;
     uint8_t* out;
+    uint64_t bytes;  // of the repacked copy
 };
 
-// Repacks every job, the matrices split over the hardware threads (an 8B model's layers: 4.3 GB).
-void run_jobs(const std::vector<Job>& jobs) {
+// Repacks every job, the matrices split over `n_threads` threads (0: the hardware threads; an 8B model's layers:
+// 4.3 GB). With on_progress the calling thread only reports, about 5 times a second and once at the end, so that
+// the callback never runs on a helper thread.
+void run_jobs(const std::vector<Job>& jobs, int n_threads, const std::function<void(const LoadProgress&)>& on_progress) {
+    constexpr std::string_view what = "repacking the weights for the prefill tiles";
     std::atomic<size_t> next{0};
+    std::atomic<uint64_t> done_bytes{0};
+    std::mutex mutex;
+    std::condition_variable finished;
+    size_t jobs_done = 0;
     const auto repack_some = [&] {
         for (size_t i = next++; i < jobs.size(); i = next++) {
             const MatrixRef& m = *jobs[i].matrix;
             kernels::repack_tiles(m.type, m.data, m.rows, m.cols, jobs[i].out);
+            done_bytes += jobs[i].bytes;
+            const std::lock_guard<std::mutex> lock(mutex);
+            if (++jobs_done == jobs.size()) finished.notify_all();
         }
     };
-    const size_t n_threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), jobs.size());
+    const size_t wanted = n_threads > 0 ? static_cast<size_t>(n_threads) : std::max(1u, std::thread::hardware_concurrency());
+    const size_t threads = std::min(wanted, jobs.size());
+    uint64_t total = 0;
+    for (const Job& job : jobs) total += job.bytes;
     std::vector<std::thread> helpers;
-    for (size_t t = 1; t < n_threads; ++t) helpers.emplace_back(repack_some);
-    repack_some();
+    for (size_t t = on_progress ? 0 : 1; t < threads; ++t) helpers.emplace_back(repack_some);
+    if (on_progress) {
+        std::unique_lock<std::mutex> lock(mutex);
+        while (!finished.wait_for(lock, std::chrono::milliseconds(200), [&] { return jobs_done == jobs.size(); })) {
+            lock.unlock();
+            on_progress(LoadProgress{what, done_bytes.load(), total});
+            lock.lock();
+        }
+    } else {
+        repack_some();
+    }
     for (std::thread& t : helpers) t.join();
+    if (on_progress) on_progress(LoadProgress{what, total, total});
 }
 
 }  // namespace
@@ -60,7 +88,7 @@ void TileBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 // compute from 3 tokens on (docs/benchmarks.md, "Speculative decoding"); a prefill's last row still takes the decode
 // kernels on the file's layout. Not a K-quant output matrix (an 8B's q6_K: 0.43 GB), whose tiles win from 8 tokens.
 // A bad KVSTASH_ISA: none, and the first matmul reports it.
-void repack_for_prefill(ModelWeights& w) {
+void repack_for_prefill(ModelWeights& w, const ModelLoadOptions& options) {
     Isa isa = Isa::scalar;
     try {
         if (is_cuda_path(current_numerics().path)) return;
@@ -98,11 +126,11 @@ void repack_for_prefill(ModelWeights& w) {
         buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, padded)));
         if (!buffer.data) throw std::bad_alloc();  // as a std::vector of that size would
         m->tiles = buffer.data.get();
-        jobs.push_back({m, buffer.data.get()});
+        jobs.push_back({m, buffer.data.get(), buffer.bytes});
         w.tile_bytes += buffer.bytes;
         w.tiles.push_back(std::move(buffer));  // the buffer moves, its address stays
     }
-    run_jobs(jobs);
+    run_jobs(jobs, options.n_threads, options.on_progress);
     w.tile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

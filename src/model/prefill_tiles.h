@@ -3,6 +3,7 @@
 // `tiles`, owned by ModelWeights::tiles.
 #pragma once
 
+#include "kvstash/model.h"
 #include "model/weights.h"
 
 namespace kvstash {
@@ -11,6 +12,7 @@ namespace kvstash {
 // KVSTASH_REPACK=off,
 // a device backend computes, or the copy would not fit beside the mapped weights in the memory available (then none,
 // and w.tiles_left_out says how many bytes it would have taken). Fills w.tiles, w.tile_bytes, w.tile_seconds.
-void repack_for_prefill(ModelWeights& w);
+// options.n_threads threads repack (0: one per hardware thread); options.on_progress hears how far (kvstash/model.h).
+void repack_for_prefill(ModelWeights& w, const ModelLoadOptions& options);
 
 }  // namespace kvstash

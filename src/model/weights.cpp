@@ -7,7 +7,6 @@
 #include "backends/cpu/runtime/numerics.h"
 #include "format/gguf.h"
 #include "kvstash/error.h"
-#include "model/prefill_tiles.h"
 
 namespace kvstash {
 namespace {
@@ -264,7 +263,6 @@ ModelWeights bind_weights(const gguf::File& file, const ModelConfig& c) {
     }
     repack_q5_0(w.position_embd, w.repacked);
     w.matrix_bytes += bytes_of(w.output);
-    repack_for_prefill(w);
     return w;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/matmul/matmul.h"
@@ -191,6 +192,55 @@ TEST(RepackTilesModel, PromptInOneCallEqualsTokenByToken) {
         const std::vector<float> one_by_one = test::eval_logits(model, tokens, {1}, 1);
         ASSERT_EQ(together.size(), one_by_one.size());
         EXPECT_EQ(0, std::memcmp(together.data(), one_by_one.data(), 4 * together.size()));
+    }
+}
+
+// ModelLoadOptions: the repacking on 1 thread or on more threads than matrices gives the same model (the same logits),
+// and on_progress hears it on the loading thread, done never falling, ending at done == total == the bytes `describe`
+// names; where this path repacks nothing it is not called. A negative thread count is refused.
+TEST(RepackTilesModel, LoadThreadsAndProgress) {
+    const std::string file = test::fixture_path("qwen2/qwen2_q8_0.gguf");
+    const bool repacks = kernels::matmul_reads_repacked(active_isa(), TensorType::Q8_0);
+    std::vector<LoadProgress> heard;
+    const std::thread::id loader = std::this_thread::get_id();
+    bool other_thread = false;
+    ModelLoadOptions one;
+    one.n_threads = 1;
+    one.on_progress = [&](const LoadProgress& p) {
+        heard.push_back(p);
+        other_thread |= std::this_thread::get_id() != loader;
+    };
+    const auto single = Model::load(file, one);
+    const auto many = Model::load(file, ModelLoadOptions{.n_threads = 64});
+    EXPECT_FALSE(other_thread);
+    if (repacks) {
+        ASSERT_FALSE(heard.empty());
+        const std::string described = single->describe();
+        const size_t at = described.find("repacked:");
+        ASSERT_NE(at, std::string::npos) << described;
+        const uint64_t bytes = std::stoull(described.substr(at + 9));
+        EXPECT_EQ(heard.back().done, bytes);
+        for (size_t i = 0; i < heard.size(); ++i) {
+            EXPECT_EQ(heard[i].total, bytes);
+            EXPECT_LE(heard[i].done, heard[i].total);
+            if (i > 0) {
+                EXPECT_GE(heard[i].done, heard[i - 1].done);
+            }
+            EXPECT_FALSE(heard[i].what.empty());
+        }
+    } else {
+        EXPECT_TRUE(heard.empty());
+    }
+    const std::vector<int32_t> tokens = test::pseudo_random_tokens(40, single->n_vocab(), 11);
+    const std::vector<float> a = test::eval_logits(single, tokens, {40}, 2);
+    const std::vector<float> b = test::eval_logits(many, tokens, {40}, 2);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * a.size()));
+    try {
+        Model::load(file, ModelLoadOptions{.n_threads = -1});
+        ADD_FAILURE() << "a negative thread count was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     }
 }
 

@@ -113,7 +113,7 @@ bool is_command(const std::string& line, const char* name) {
 
 int run_chat(const ChatFlags& f) {
     require_valid_utf8(f.system, "--system");
-    auto model = load_model(f.model_path);
+    auto model = load_model(f.model_path, f.threads);
     const ChatTemplate tmpl = chat_template_from_flag(*model, f.chat_template);
     Evaluator evaluator(model, f.threads);
     const std::shared_ptr<const AdapterSet> adapters = load_adapter_flags(*model, f.adapters);

@@ -117,7 +117,7 @@ int run_generate(const GenerateFlags& f) {
     // A path that cannot be written fails now (exit 5), not after the whole generation.
     if (!f.save_state_path.empty()) require_writable_output(f.save_state_path);
 
-    auto model = load_model(f.model_path);
+    auto model = load_model(f.model_path, f.threads);
     Evaluator evaluator(model, f.threads);
     const std::shared_ptr<const AdapterSet> adapters = load_adapter_flags(*model, f.adapters);
     const auto load_start = std::chrono::steady_clock::now();

@@ -58,7 +58,7 @@ double kl_divergence(std::span<const float> ref, std::span<const float> other) {
 }
 
 int run_perplexity(const PerplexityOptions& o) {
-    auto model = load_model(o.model_path);
+    auto model = load_model(o.model_path, o.threads);
     const std::string text = read_text_file(o.file);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::no);
     const int32_t bos = model->tokenizer().bos();

@@ -38,7 +38,7 @@ int run_prefill(const PrefillFlags& f) {
     if (text.empty()) throw Error(ErrorCode::invalid_argument, "the text is empty; give some with -p or -f");
     require_valid_utf8(text, f.file.empty() ? "the prompt" : "'" + f.file + "'");
     require_writable_output(f.output);  // before the prefill, whose result it would lose
-    auto model = load_model(f.model_path);
+    auto model = load_model(f.model_path, f.threads);
     const std::vector<int32_t> tokens = model->tokenizer().encode(text, AddSpecial::yes, ParseSpecial::yes);
     State state(*model, StateOptions{.kv_type = parse_cache_kv_type(f.kv_type),
                                      .n_ctx = f.ctx,

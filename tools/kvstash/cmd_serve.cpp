@@ -200,7 +200,7 @@ int run_serve(const ServeFlags& f) {
     options.keep_alive_s = parse_keep_alive(f.keep_alive.empty() ? "5m" : f.keep_alive);
     apply_device_flags();  // --device cuda without a GPU: refused at start, not at the first request's lazy load
     if (several) return serve(make_multi_model_server(f, paths, options), signals, f.options.host, "models");
-    auto model = load_model(f.model_path);
+    auto model = load_model(f.model_path, f.options.threads);
     // A hub model is named as it was asked for ("owner/name:Q8_0"), not by its snapshot's file or commit.
     if (f.model_path.starts_with("hf:")) options.model_id = f.model_path.substr(3);
     // A cache type the model cannot hold (q8_0 with a head size not a multiple of 32) is refused now, not
@@ -209,7 +209,7 @@ int run_serve(const ServeFlags& f) {
     options.adapters = load_named_adapters(*model, f);
     for (const auto& [name, set] : options.adapters)
         std::fprintf(stderr, "kvstash serve: adapter '%s': %s\n", name.c_str(), set->describe().c_str());
-    options.draft_model = load_draft_model(f.spec, f.model_path);
+    options.draft_model = load_draft_model(f.spec, f.model_path, f.options.threads);
     if (options.draft_model && options.draft_model->info().n_vocab != model->info().n_vocab) {
         throw Error(ErrorCode::invalid_argument,
                     "the draft model's vocabulary differs from the model's; a draft model "
@@ -241,10 +241,11 @@ std::unique_ptr<server::HttpServer> make_multi_model_server(const ServeFlags& f,
     for (const auto& s : sources)
         std::fprintf(stderr, "kvstash serve: model '%s': %s\n", s.name.c_str(), s.path.c_str());
     const KvType kv_type = options.kv_type;
+    const int threads = options.threads;
     return std::make_unique<server::HttpServer>(
         std::move(sources), registry,
-        [kv_type](const server::ModelSource& source) {
-            auto model = load_model(source.path);
+        [kv_type, threads](const server::ModelSource& source) {
+            auto model = load_model(source.path, threads);
             const State probe(*model, StateOptions{.kv_type = kv_type, .n_ctx = 1});  // as with one model
             return model;
         },

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -85,12 +86,26 @@ void add_model_option(CLI::App& app, std::string& model_path) {
         ->capture_default_str();
 }
 
-std::shared_ptr<const Model> load_model(const std::string& path) {
+std::shared_ptr<const Model> load_model(const std::string& path, int n_threads) {
     apply_device_flags();
     ModelLoadOptions options;
     if (g_quantize == "q8_0") options.quantize = LoadQuantization::q8_0;
     if (g_quantize == "q4_K") options.quantize = LoadQuantization::q4_K;
+    options.n_threads = n_threads;
+    bool shown = false;
+    if (stderr_is_tty()) {
+        // Only what lasts: the first report comes after ~0.2 s, so a small model's load prints nothing.
+        options.on_progress = [&shown](const LoadProgress& p) {
+            if (p.done == p.total && !shown) return;
+            shown = true;
+            std::fprintf(stderr, "\r\033[Kloading: %.*s, %.1f of %.1f GB (%.0f%%)", static_cast<int>(p.what.size()),
+                         p.what.data(), static_cast<double>(p.done) / 1e9, static_cast<double>(p.total) / 1e9,
+                         100.0 * static_cast<double>(p.done) / static_cast<double>(std::max<uint64_t>(1, p.total)));
+            std::fflush(stderr);
+        };
+    }
     auto model = Model::load(resolve_model_path(path), options);
+    if (shown) std::fputs("\r\033[K", stderr);  // clear the line
     for (const std::string& warning : model->warnings())
         std::fprintf(stderr, "kvstash: warning: %s\n", warning.c_str());
     return model;

@@ -18,8 +18,9 @@ std::string default_model_path();
 // Adds -m/--model with the default above, and --quantize (a Hugging Face directory's weights quantized at
 // load), to a subcommand.
 void add_model_option(CLI::App& app, std::string& model_path);
-// Model::load with the --quantize given on the command line (none by default).
-std::shared_ptr<const Model> load_model(const std::string& path);
+// Model::load with the --quantize given on the command line (none by default), the load's work (repacking the
+// weights) on n_threads threads (-t; 0 = all hardware threads), and its progress on stderr where that is a terminal.
+std::shared_ptr<const Model> load_model(const std::string& path, int n_threads = 0);
 // Adds -t/--threads (0 = all hardware threads).
 void add_threads_option(CLI::App& app, int& n_threads);
 // --device cpu|cuda and -ngl/--n-gpu-layers N (llama.cpp's; N > 0: the whole model on the GPU), applied

@@ -26,7 +26,7 @@ void add_spec_flags(CLI::App& app, SpecFlags& f) {
         ->capture_default_str();
 }
 
-std::shared_ptr<const Model> load_draft_model(const SpecFlags& f, const std::string& target_path) {
+std::shared_ptr<const Model> load_draft_model(const SpecFlags& f, const std::string& target_path, int n_threads) {
     if (!f.draft_model.empty() && f.mode != "draft") {
         throw Error(ErrorCode::invalid_argument, "--draft-model needs --spec draft");
     }
@@ -35,7 +35,7 @@ std::shared_ptr<const Model> load_draft_model(const SpecFlags& f, const std::str
     }
     if (f.mode == "draft") {
         if (f.draft_model.empty()) throw Error(ErrorCode::invalid_argument, "--spec draft needs --draft-model FILE");
-        return load_model(f.draft_model);
+        return load_model(f.draft_model, n_threads);
     }
     if (f.mode != "self") return nullptr;
     if (!std::filesystem::is_directory(target_path)) {
@@ -43,12 +43,12 @@ std::shared_ptr<const Model> load_draft_model(const SpecFlags& f, const std::str
                     "--spec self quantizes the model at load, which kvstash does for Hugging Face directories "
                     "only; for a GGUF give a smaller GGUF of the same family: --spec draft --draft-model FILE");
     }
-    return Model::load(target_path, ModelLoadOptions{.quantize = LoadQuantization::q4_K});
+    return Model::load(target_path, ModelLoadOptions{.quantize = LoadQuantization::q4_K, .n_threads = n_threads});
 }
 
 void apply_spec_flags(const SpecFlags& f, const std::string& target_path, const Model& target, int n_threads,
                       GenerateOptions& options) {
-    std::shared_ptr<const Model> draft = load_draft_model(f, target_path);
+    std::shared_ptr<const Model> draft = load_draft_model(f, target_path, n_threads);
     if (f.mode.empty()) return;
     options.speculation = f.speculation;
     if (draft) {

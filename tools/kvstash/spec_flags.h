@@ -32,7 +32,7 @@ void apply_spec_flags(const SpecFlags& flags, const std::string& target_path, co
 
 // The draft model of --spec draft (--draft-model) or --spec self (the target quantized to q4_K at load); null
 // for lookup and without --spec. Throws as apply_spec_flags.
-std::shared_ptr<const Model> load_draft_model(const SpecFlags& flags, const std::string& target_path);
+std::shared_ptr<const Model> load_draft_model(const SpecFlags& flags, const std::string& target_path, int n_threads);
 
 // "; speculation: drafted D, accepted A (P%) in R rounds" for a --timings line ("" without a drafter).
 std::string spec_timings(const GenerateOptions& options, const GenerateResult& result);
