@@ -193,23 +193,48 @@ void transpose(int64_t cols, Tile& t) {
 // ---- products of a chunk (blocks [b0, b0 + nb), absolute block b0 + b) with NT tokens from t0 ----
 // acc[(j * 2 + half) * 16 ..]: token j's 32 row accumulators, carried from chunk to chunk.
 
-#if defined(__AVX512VNNI__)
+// acc_io[(j * 2 + half) * 16 ..] in and out of registers around a chunk.
 template <int NT>
-void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
-    const int8_t *xh[NT], *xl[NT];
+inline void load_accumulators(const float* acc_io, __m512 (&acc)[NT][2]) {
+    for (int j = 0; j < NT; ++j)
+        for (int v = 0; v < 2; ++v) acc[j][v] = _mm512_loadu_ps(acc_io + (j * 2 + v) * kRows);
+}
+
+template <int NT>
+inline void store_accumulators(const __m512 (&acc)[NT][2], float* acc_io) {
+    for (int j = 0; j < NT; ++j)
+        for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
+}
+
+#if defined(__AVX512VNNI__)
+// Tokens t0 .. t0 + NT - 1 from 32-element block b0: the activation planes h and l, the block scales and the planes'
+// block sums (the VNNI layout's chunk kernels: q8_0, q4_0, q4_1).
+template <int NT>
+struct TokenRows32 {
+    const int8_t* xh[NT];
+    const int8_t* xl[NT];
     const float* dx[NT];
     const int32_t* h32[NT];
     const int32_t* l32[NT];
-    for (int j = 0; j < NT; ++j) {
-        xh[j] = xa.h_row(t0 + j) + b0 * 32;
-        xl[j] = xa.l_row(t0 + j) + b0 * 32;
-        dx[j] = xa.d_row(t0 + j) + b0;
-        h32[j] = xa.h32_row(t0 + j) + b0;
-        l32[j] = xa.l32_row(t0 + j) + b0;
+    TokenRows32(const QuantizedActivations& xa, int64_t t0, int64_t b0) {
+        for (int j = 0; j < NT; ++j) {
+            xh[j] = xa.h_row(t0 + j) + b0 * 32;
+            xl[j] = xa.l_row(t0 + j) + b0 * 32;
+            dx[j] = xa.d_row(t0 + j) + b0;
+            h32[j] = xa.h32_row(t0 + j) + b0;
+            l32[j] = xa.l32_row(t0 + j) + b0;
+        }
     }
+};
+#endif
+
+#if defined(__AVX512VNNI__)
+template <int NT>
+void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
+    TokenRows32<NT> x(xa, t0, b0);
+    auto& [xh, xl, dx, h32, l32] = x;
     __m512 acc[NT][2];
-    for (int j = 0; j < NT; ++j)
-        for (int v = 0; v < 2; ++v) acc[j][v] = _mm512_loadu_ps(acc_io + (j * 2 + v) * kRows);
+    load_accumulators(acc_io, acc);
     const uint8_t* wp = t.packed;
     for (int64_t b = 0; b < nb; ++b, wp += 8 * 2 * 64) {
         DotRun<255> s_h[NT][2], s_l[NT][2];
@@ -245,8 +270,7 @@ void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActiva
             }
         }
     }
-    for (int j = 0; j < NT; ++j)
-        for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
+    store_accumulators(acc, acc_io);
 }
 
 // q4_0 (kMin false: weights q - 8) / q4_1 (kMin: q·d + m) from the repacked layout (repack_tiles.h; there is no
@@ -255,20 +279,10 @@ void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActiva
 // step. The integers and float steps of matmul_int8_avx512_tiles.h's packed_tile_blocks32: the same bits.
 template <int NT, bool kMin>
 void chunk_q4(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivations& xa, int64_t t0, float* acc_io) {
-    const int8_t *xh[NT], *xl[NT];
-    const float* dx[NT];
-    const int32_t* h32[NT];
-    const int32_t* l32[NT];
-    for (int j = 0; j < NT; ++j) {
-        xh[j] = xa.h_row(t0 + j) + b0 * 32;
-        xl[j] = xa.l_row(t0 + j) + b0 * 32;
-        dx[j] = xa.d_row(t0 + j) + b0;
-        h32[j] = xa.h32_row(t0 + j) + b0;
-        l32[j] = xa.l32_row(t0 + j) + b0;
-    }
+    TokenRows32<NT> x(xa, t0, b0);
+    auto& [xh, xl, dx, h32, l32] = x;
     __m512 acc[NT][2];
-    for (int j = 0; j < NT; ++j)
-        for (int v = 0; v < 2; ++v) acc[j][v] = _mm512_loadu_ps(acc_io + (j * 2 + v) * kRows);
+    load_accumulators(acc_io, acc);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const uint8_t* wp = t.packed;
     for (int64_t b = 0; b < nb; ++b, wp += 4 * 2 * 64) {
@@ -317,8 +331,7 @@ void chunk_q4(const TileView& t, int64_t b0, int64_t nb, const QuantizedActivati
             }
         }
     }
-    for (int j = 0; j < NT; ++j)
-        for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
+    store_accumulators(acc, acc_io);
 }
 
 #else
@@ -335,8 +348,7 @@ void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActiva
         dx[j] = xa.d_row(t0 + j) + b0;
     }
     __m512 acc[NT][2];
-    for (int j = 0; j < NT; ++j)
-        for (int v = 0; v < 2; ++v) acc[j][v] = _mm512_loadu_ps(acc_io + (j * 2 + v) * kRows);
+    load_accumulators(acc_io, acc);
     const uint8_t* wp = t.packed;
     for (int64_t b = 0; b < nb; ++b, wp += 16 * 2 * 64) {
         __m512i s[NT][2];
@@ -363,8 +375,7 @@ void chunk_q8_0(const TileView& t, int64_t b0, int64_t nb, const QuantizedActiva
             }
         }
     }
-    for (int j = 0; j < NT; ++j)
-        for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_io + (j * 2 + v) * kRows, acc[j][v]);
+    store_accumulators(acc, acc_io);
 }
 #endif
 
