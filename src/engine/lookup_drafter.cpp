@@ -47,8 +47,8 @@ public:
         if (best_length < options_.min_ngram) return;
         const size_t first = draft.size();
         for (int64_t from = best_end; from < best_end + max_tokens; ++from) {
-            const int32_t token = from < size ? context[static_cast<size_t>(from)]
-                                              : draft[first + static_cast<size_t>(from - size)];
+            const int32_t token =
+                from < size ? context[static_cast<size_t>(from)] : draft[first + static_cast<size_t>(from - size)];
             draft.push_back(token);
         }
     }

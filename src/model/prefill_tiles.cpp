@@ -43,7 +43,8 @@ struct Job {
 // Repacks every job, the matrices split over `n_threads` threads (0: the hardware threads; an 8B model's layers:
 // 4.3 GB). With on_progress the calling thread only reports, about 5 times a second and once at the end, so that
 // the callback never runs on a helper thread.
-void run_jobs(const std::vector<Job>& jobs, int n_threads, const std::function<void(const LoadProgress&)>& on_progress) {
+void run_jobs(const std::vector<Job>& jobs, int n_threads,
+              const std::function<void(const LoadProgress&)>& on_progress) {
     constexpr std::string_view what = "repacking the weights for the prefill tiles";
     std::atomic<size_t> next{0};
     std::atomic<uint64_t> done_bytes{0};
@@ -59,7 +60,8 @@ void run_jobs(const std::vector<Job>& jobs, int n_threads, const std::function<v
             if (++jobs_done == jobs.size()) finished.notify_all();
         }
     };
-    const size_t wanted = n_threads > 0 ? static_cast<size_t>(n_threads) : std::max(1u, std::thread::hardware_concurrency());
+    const size_t wanted =
+        n_threads > 0 ? static_cast<size_t>(n_threads) : std::max(1u, std::thread::hardware_concurrency());
     const size_t threads = std::min(wanted, jobs.size());
     uint64_t total = 0;
     for (const Job& job : jobs) total += job.bytes;
