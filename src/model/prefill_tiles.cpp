@@ -46,39 +46,41 @@ struct Job {
 void run_jobs(const std::vector<Job>& jobs, int n_threads,
               const std::function<void(const LoadProgress&)>& on_progress) {
     constexpr std::string_view what = "repacking the weights for the prefill tiles";
+    uint64_t total = 0;
+    for (const Job& job : jobs) total += job.bytes;
     std::atomic<size_t> next{0};
-    std::atomic<uint64_t> done_bytes{0};
     std::mutex mutex;
     std::condition_variable finished;
-    size_t jobs_done = 0;
+    uint64_t done = 0;  // bytes repacked (under mutex); all of them when done == total
     const auto repack_some = [&] {
         for (size_t i = next++; i < jobs.size(); i = next++) {
             const MatrixRef& m = *jobs[i].matrix;
             kernels::repack_tiles(m.type, m.data, m.rows, m.cols, jobs[i].out);
-            done_bytes += jobs[i].bytes;
             const std::lock_guard<std::mutex> lock(mutex);
-            if (++jobs_done == jobs.size()) finished.notify_all();
+            done += jobs[i].bytes;
+            if (done == total) finished.notify_all();
         }
     };
     const size_t wanted =
         n_threads > 0 ? static_cast<size_t>(n_threads) : std::max(1u, std::thread::hardware_concurrency());
     const size_t threads = std::min(wanted, jobs.size());
-    uint64_t total = 0;
-    for (const Job& job : jobs) total += job.bytes;
     std::vector<std::thread> helpers;
     for (size_t t = on_progress ? 0 : 1; t < threads; ++t) helpers.emplace_back(repack_some);
-    if (on_progress) {
-        std::unique_lock<std::mutex> lock(mutex);
-        while (!finished.wait_for(lock, std::chrono::milliseconds(200), [&] { return jobs_done == jobs.size(); })) {
-            lock.unlock();
-            on_progress(LoadProgress{what, done_bytes.load(), total});
-            lock.lock();
-        }
-    } else {
+    if (!on_progress) {
         repack_some();
+        for (std::thread& t : helpers) t.join();
+        return;
     }
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!finished.wait_for(lock, std::chrono::milliseconds(200), [&] { return done == total; })) {
+        const uint64_t so_far = done;
+        lock.unlock();
+        on_progress(LoadProgress{what, so_far, total});
+        lock.lock();
+    }
+    lock.unlock();
     for (std::thread& t : helpers) t.join();
-    if (on_progress) on_progress(LoadProgress{what, total, total});
+    on_progress(LoadProgress{what, total, total});
 }
 
 }  // namespace
